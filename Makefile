@@ -1,0 +1,38 @@
+# The two commands of the README's quick start: `make run` and `make test`.
+# Both create .venv and install what is needed first (only when pyproject.toml changed).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of PyTorch. With a CUDA build already in $(VENV), nothing is replaced.
+TORCH ?= torch==2.13.0
+
+.PHONY: run test test-all bench install install-dev clean
+
+run: install
+	$(PY) main.py
+
+test: install-dev
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not slow" -q
+
+test-all: install-dev
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+bench: install
+	$(PY) main.py bench --model random:gpt2 --backends hf,hf-int8 --repeats 3
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache

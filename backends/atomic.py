@@ -1,0 +1,38 @@
+"""Atomic file writes: a temporary file in the same folder, then a rename."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+
+@contextmanager
+def atomic_write(path: Path, mode: str = "w", **kwargs) -> Iterator[IO]:
+    """Write to `path` so that readers see the old file or the whole new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def check_writable_dir(path: Path) -> None:
+    """Raise OSError now, before any work, if `path` cannot hold our files."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".write-test.", dir=path)
+    os.close(fd)
+    os.unlink(tmp)

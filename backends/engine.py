@@ -1,0 +1,89 @@
+"""The one small interface every engine implements.
+
+An engine keeps one sequence's state. `prefill` starts a new sequence and returns the logits
+of its last position; `decode` appends one token and returns the next logits. Sampling is not
+the engine's business: the shared `Sampler` picks tokens from these logits, so every engine
+is driven identically. Engines that only stream tokens (a remote server) override `stream`.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .models import ModelFiles
+from .sampling import Sampler
+
+ProgressFn = Callable[[str, float | None], None]
+
+
+@dataclass
+class EngineOptions:
+    """Settings the user can give any engine; engines read what applies to them."""
+
+    threads: int = 0  # 0: all cores
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict)  # engine-specific (e.g. a server's URL)
+
+
+@dataclass
+class EngineInfo:
+    """What an engine reports once loaded; it goes into every run record."""
+
+    device: str = "cpu"
+    dtype: str = "float32"
+    weight_bytes_per_token: int = 0  # bytes of weights read to decode one token
+    notes: str = ""  # settings it could not honour, implementation details
+
+
+class Engine(ABC):
+    name: str = "engine"
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+
+    @abstractmethod
+    def load(self, model: ModelFiles, progress: ProgressFn) -> EngineInfo:
+        """Load weights (building any cached artefacts, reporting progress)."""
+
+    @abstractmethod
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Start a new sequence; return float32 logits [vocab] of its last position."""
+
+    @abstractmethod
+    def decode(self, token_id: int) -> np.ndarray:
+        """Append one token; return float32 logits [vocab] for the next position."""
+
+    def stream(
+        self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
+    ) -> Iterator[int]:
+        """Yield `new_tokens` token ids (no early stop at end-of-text). Cancel is checked between tokens."""
+        logits = self.prefill(token_ids)
+        for index in range(new_tokens):
+            token = sampler(logits)
+            yield token
+            if index + 1 == new_tokens or (cancel is not None and cancel.is_set()):
+                return
+            logits = self.decode(token)
+
+    def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Logits [T, vocab] for every position of one sequence (used for perplexity)."""
+        raise NotImplementedError(f"{self.name} cannot score whole sequences")
+
+    def close(self) -> None:
+        """Free resources; the worker process exits afterwards anyway."""
+
+
+def gpt2_weight_bytes(config: dict, matrix_bytes: float, other_bytes: float = 4) -> int:
+    """Weights read per decoded token: the 4 matrices of every layer and the tied lm_head
+    at `matrix_bytes` per element, biases and norms at `other_bytes`. Position embeddings are
+    one row per token and are left out."""
+    d, v, layers = config["n_embd"], config["vocab_size"], config["n_layer"]
+    inner = config.get("n_inner") or 4 * d
+    matrices = layers * (d * 3 * d + d * d + 2 * d * inner) + v * d
+    vectors = layers * (3 * d + d + inner + d + 4 * d) + 2 * d
+    return int(matrices * matrix_bytes + vectors * other_bytes)

@@ -1,0 +1,85 @@
+"""transformers' GPT2LMHeadModel: the baseline users know (fp32, bf16, dynamic int8)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import GPT2LMHeadModel
+from transformers.pytorch_utils import Conv1D
+from transformers.utils import logging as hf_logging
+
+from ..engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ..models import ModelFiles
+from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
+
+
+def conv1d_to_linear(model: nn.Module) -> int:
+    """Replace HF's Conv1D (weight [in, out]) with nn.Linear (weight [out, in]).
+
+    quantize_dynamic only knows nn.Linear and silently skips Conv1D, which would leave GPT-2's
+    48 block matmuls in fp32 and quantise the lm_head alone.
+    """
+    replaced = 0
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, Conv1D):
+                fan_in, fan_out = child.weight.shape
+                linear = nn.Linear(fan_in, fan_out, bias=True, dtype=child.weight.dtype)
+                linear.weight.data = child.weight.data.t().contiguous()
+                linear.bias.data = child.bias.data.clone()
+                setattr(parent, child_name, linear)
+                replaced += 1
+    return replaced
+
+
+class HFEngine(Engine):
+    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(options)
+        self.dtype = dtype
+        self.model: GPT2LMHeadModel | None = None
+        self._past = None
+
+    def load(self, model: ModelFiles, progress) -> EngineInfo:
+        threads = set_threads(self.options.threads)
+        torch.set_grad_enabled(False)
+        hf_logging.disable_progress_bar()
+        hf = GPT2LMHeadModel.from_pretrained(str(model.folder), dtype=DTYPES[self.dtype]).eval()
+        notes = [f"attn={hf.config._attn_implementation}"]
+        if self.dtype == "int8":
+            converted = conv1d_to_linear(hf)
+            quantize_linear_int8(hf)
+            notes.append(f"{count_int8_linears(hf)} int8 linears ({converted} Conv1D converted)")
+        self.model = hf
+        bytes_per_matrix_element = {"fp32": 4, "bf16": 2, "int8": 1}[self.dtype]
+        other = 2 if self.dtype == "bf16" else 4
+        return EngineInfo(device="cpu", dtype=self.dtype,
+                          weight_bytes_per_token=gpt2_weight_bytes(model.config, bytes_per_matrix_element, other),
+                          notes="; ".join(notes + [f"threads={threads}"]))
+
+    @torch.inference_mode()
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        ids = torch.tensor([list(token_ids)], dtype=torch.long)
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        self._past = out.past_key_values
+        return logits_to_numpy(out.logits[0, -1])
+
+    @torch.inference_mode()
+    def decode(self, token_id: int) -> np.ndarray:
+        ids = torch.tensor([[token_id]], dtype=torch.long)
+        out = self.model(input_ids=ids, past_key_values=self._past, use_cache=True)
+        self._past = out.past_key_values
+        return logits_to_numpy(out.logits[0, -1])
+
+    @torch.inference_mode()
+    def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        ids = torch.tensor([list(token_ids)], dtype=torch.long)
+        return logits_to_numpy(self.model(input_ids=ids, use_cache=False).logits[0])
+
+    def close(self) -> None:
+        self.model = None
+        self._past = None

@@ -1,0 +1,36 @@
+"""Small helpers shared by the PyTorch engines."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+
+def set_threads(threads: int) -> int:
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def quantize_linear_int8(module: nn.Module) -> nn.Module:
+    """Dynamic int8 (weights int8, activations quantised per call) for every nn.Linear."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.13 flags eager torch.ao quantization as deprecated
+        from torch.ao.quantization import quantize_dynamic
+
+        return quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def count_int8_linears(module: nn.Module) -> int:
+    """How many layers really hold int8 weights (what a test checks after quantising)."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
+
+    return sum(1 for m in module.modules()
+               if isinstance(m, DynamicQuantLinear) and m.weight().dtype == torch.qint8)
+
+
+def logits_to_numpy(logits: torch.Tensor) -> "numpy.ndarray":  # noqa: F821
+    """float32 numpy logits; `.cpu()` also synchronises a GPU before the caller reads a clock."""
+    return logits.detach().to(torch.float32).cpu().numpy()

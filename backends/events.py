@@ -1,0 +1,102 @@
+"""What a worker process tells its parent: small picklable dataclasses.
+
+Timestamps are `time.monotonic_ns()`, one clock for every process on the machine, so runs in
+different workers can be laid side by side on one time axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .sampling import SamplingParams
+
+
+# Parent -> child
+@dataclass(frozen=True)
+class RunRequest:
+    run_id: str
+    prompt_ids: tuple[int, ...]
+    new_tokens: int
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# Child -> parent
+@dataclass(frozen=True)
+class Started:
+    """The child's interpreter is up (spawn cost = t_ns - the parent's spawn time)."""
+
+    t_ns: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    message: str
+    fraction: float | None = None  # None: indeterminate
+
+
+@dataclass(frozen=True)
+class Ready:
+    import_s: float
+    load_s: float
+    t_ns: int
+    device: str
+    dtype: str
+    threads: int
+    weight_bytes_per_token: int
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    t_ns: int  # request start: the clock TTFT is measured from
+
+
+@dataclass(frozen=True)
+class Token:
+    run_id: str
+    index: int
+    token_id: int
+    text: str  # incremental text delta (may be empty while a character is incomplete)
+    t_ns: int  # taken once the token id is on the CPU
+
+
+@dataclass(frozen=True)
+class RunDone:
+    run_id: str
+    t_ns: int
+    tokens: int
+    peak_rss_mb: float
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An exception in the child, during load (run_id None) or during a run."""
+
+    message: str
+    traceback: str = ""
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    """Made by the parent: the child crashed, hung past its timeout, or was killed on cancel."""
+
+    reason: str  # "crashed", "timeout", "killed"
+    detail: str = ""
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendEvent:
+    """An event tagged with the backend (and worker slot) it came from: what the GUI consumes."""
+
+    backend: str
+    event: object
+    extra: dict = field(default_factory=dict)

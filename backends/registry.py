@@ -1,0 +1,108 @@
+"""The engines whistle-stop knows, imported lazily by path.
+
+Listing engines or asking whether one is available never imports its heavy packages, so an
+optional engine that is not installed costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .engine import Engine, EngineOptions
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    target: str  # "package.module:ClassName"
+    description: str
+    requires: tuple[str, ...] = ()  # importable module names
+    install: str = ""  # the command that makes it available
+    precision: str = "fp32"
+    kwargs: dict = field(default_factory=dict)
+    needs: str = ""  # "cuda" for GPU-only variants
+    reference_exact: bool = False  # fp32: must equal the reference's greedy tokens
+
+
+_CORE = 'pip install -e .'
+_PEERS = 'pip install -e ".[peers]"'
+
+
+def _spec(name, target, description, requires, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
+    needs = kwargs.pop("needs", "")
+    return EngineSpec(name, target, description, tuple(requires), install, precision, kwargs, needs,
+                      reference_exact=precision == "fp32")
+
+
+_TORCH = ("torch",)
+_HF = ("torch", "transformers")
+_ORT = ("onnxruntime", "onnx", "torch")
+ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
+    _spec("hf", "backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
+    _spec("hf-bf16", "backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),
+    _spec("hf-int8", "backends.engines.hf:HFEngine", "transformers, Conv1D->Linear, torch dynamic int8", _HF, "int8", dtype="int8"),
+    _spec("torch-static", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2, preallocated static KV cache", _TORCH),
+    _spec("torch-static-bf16", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2 in bfloat16", _TORCH, "bf16", dtype="bf16"),
+    _spec("torch-static-int8", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2, all 49 matmuls dynamic int8", _TORCH, "int8", dtype="int8"),
+    _spec("torch-static-compile", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2, torch.compile'd decode (CUDA graphs + bf16 on a GPU)", _TORCH, "bf16", compile=True, dtype="bf16"),
+    _spec("torch-static-cuda-graphs", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, bf16, decode captured in CUDA graphs", _TORCH, "bf16", compile=True, dtype="bf16", device="cuda", needs="cuda"),
+    _spec("onnx", "backends.engines.onnx_engine:OnnxEngine", "ONNX Runtime, own export with past key/values, graph-optimised", _ORT),
+    _spec("onnx-int8", "backends.engines.onnx_engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8"),
+    _spec("onnx-int4", "backends.engines.onnx_engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4"),
+    _spec("numpy", "backends.engines.numpy_engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", ("numpy",)),
+]}
+
+
+def names() -> list[str]:
+    return list(ENGINES)
+
+
+def get(name: str) -> EngineSpec:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise UsageError(f"unknown backend {name!r}; known backends: {', '.join(ENGINES)}") from None
+
+
+def available(name: str) -> tuple[bool, str]:
+    """(True, "") or (False, why not) without importing the engine's packages."""
+    spec = get(name)
+    missing = [m for m in spec.requires if importlib.util.find_spec(m) is None]
+    if missing:
+        return False, f"{', '.join(missing)} not installed: {spec.install}"
+    if spec.needs == "cuda" and not cuda_available():
+        return False, "needs a CUDA GPU (none found)"
+    try:
+        module_spec = importlib.util.find_spec(spec.target.split(":")[0])
+    except ModuleNotFoundError:
+        module_spec = None
+    if module_spec is None:
+        return False, "not built into this version yet"
+    return True, ""
+
+
+def cuda_available() -> bool:
+    """Ask torch in a cheap way: only if the parent already imported it, or via nvidia's device nodes."""
+    import sys
+
+    if "torch" in sys.modules:
+        return bool(sys.modules["torch"].cuda.is_available())
+    return os.path.exists("/dev/nvidiactl") and importlib.util.find_spec("torch") is not None
+
+
+def create(name: str, options: EngineOptions) -> Engine:
+    return create_from_spec(get(name), options)
+
+
+def create_from_spec(spec: EngineSpec, options: EngineOptions) -> Engine:
+    """Import the engine's module (the measured import cost) and construct it."""
+    module_name, class_name = spec.target.split(":")
+    cls: Callable[..., Engine] = getattr(importlib.import_module(module_name), class_name)
+    engine = cls(options, **spec.kwargs)
+    engine.name = spec.name
+    return engine

@@ -1,0 +1,108 @@
+"""Reading GPT-2 safetensors without torch: header checks and zero-copy memory maps.
+
+Names are normalised to the hub's `gpt2` layout: `transformer.` is stripped, the tied
+`lm_head.weight` and the old causal-mask buffers (`attn.bias`, `attn.masked_bias`) are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+_SKIPPED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
+
+
+class CorruptWeights(ValueError):
+    """The safetensors file is truncated, malformed or not what the config describes."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    dtype: str
+    shape: tuple[int, ...]
+    start: int  # absolute byte offset in the file
+    end: int
+
+
+def normalise_name(name: str) -> str | None:
+    if name.startswith("transformer."):
+        name = name[len("transformer.") :]
+    if name == "lm_head.weight" or name.endswith(_SKIPPED_SUFFIXES):
+        return None
+    return name
+
+
+def read_header(path: Path) -> dict[str, TensorInfo]:
+    """Parse and sanity-check the header; raise CorruptWeights if the file cannot be whole."""
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise CorruptWeights(f"{path.name} is too short to be a safetensors file")
+        (header_len,) = struct.unpack("<Q", raw)
+        if header_len <= 0 or 8 + header_len > size or header_len > 100_000_000:
+            raise CorruptWeights(f"{path.name} has an invalid safetensors header")
+        try:
+            header = json.loads(f.read(header_len))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptWeights(f"{path.name} has an unreadable safetensors header: {exc}") from exc
+    base = 8 + header_len
+    tensors: dict[str, TensorInfo] = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = meta["data_offsets"]
+        if base + end > size:
+            raise CorruptWeights(f"{path.name} is truncated ({size} bytes; tensor {name} ends at {base + end})")
+        tensors[name] = TensorInfo(meta["dtype"], tuple(meta["shape"]), base + begin, base + end)
+    return tensors
+
+
+def metadata(path: Path) -> dict[str, str]:
+    with Path(path).open("rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(header_len)).get("__metadata__", {}) or {}
+
+
+def normalised_header(path: Path) -> dict[str, TensorInfo]:
+    out = {}
+    for name, info in read_header(path).items():
+        key = normalise_name(name)
+        if key is not None:
+            out[key] = info
+    return out
+
+
+def check_against_config(path: Path, config: dict) -> None:
+    """Every tensor GPT-2 needs is there, with the shape the config implies."""
+    from .random_weights import gpt2_shapes
+
+    found = normalised_header(path)
+    for name, shape in gpt2_shapes(config).items():
+        info = found.get(name)
+        if info is None:
+            raise CorruptWeights(f"{Path(path).name} lacks tensor {name!r}")
+        if info.shape != shape:
+            raise CorruptWeights(f"tensor {name!r} has shape {info.shape}, the config implies {shape}")
+        if info.dtype not in _DTYPES:
+            raise CorruptWeights(f"tensor {name!r} has unsupported dtype {info.dtype}")
+
+
+def mmap_numpy(path: Path) -> dict[str, np.ndarray]:
+    """Zero-copy fp32 views of every tensor (fp16/bf16 are widened, which copies)."""
+    buffer = np.memmap(path, dtype=np.uint8, mode="r")
+    out: dict[str, np.ndarray] = {}
+    for name, info in normalised_header(path).items():
+        raw = buffer[info.start : info.end].view(_DTYPES[info.dtype]).reshape(info.shape)
+        if info.dtype == "BF16":
+            raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        elif info.dtype != "F32":
+            raw = raw.astype(np.float32)
+        out[name] = raw
+    return out

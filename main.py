@@ -1,0 +1,13 @@
+"""whistle-stop: `python main.py` opens the app; `python main.py bench ...` runs headless."""
+
+import sys
+
+
+def _main() -> int:
+    from backends.cli import main
+
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
