@@ -50,6 +50,7 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("torch-static-bf16", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2 in bfloat16", _TORCH, "bf16", dtype="bf16"),
     _spec("torch-static-int8", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2, all 49 matmuls dynamic int8", _TORCH, "int8", dtype="int8"),
     _spec("torch-static-compile", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2, torch.compile'd decode (CUDA graphs + bf16 on a GPU)", _TORCH, "bf16", compile=True, dtype="bf16"),
+    _spec("torch-static-cuda", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, fp32, static KV cache", _TORCH, device="cuda", needs="cuda"),
     _spec("torch-static-cuda-graphs", "backends.engines.torch_static:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, bf16, decode captured in CUDA graphs", _TORCH, "bf16", compile=True, dtype="bf16", device="cuda", needs="cuda"),
     _spec("onnx", "backends.engines.onnx_engine:OnnxEngine", "ONNX Runtime, own export with past key/values, graph-optimised", _ORT),
     _spec("onnx-int8", "backends.engines.onnx_engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8"),

@@ -54,6 +54,8 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         return
     conn.send(Ready(imported - started, loaded - imported, time.monotonic_ns(), info.device, info.dtype,
                     options.threads, info.weight_bytes_per_token, info.notes))
+    # Load the detokenizer's tables now, outside any timed span: it serves the text view only.
+    IncrementalDetokenizer().push(0)
     while True:
         message = conn.recv()
         if isinstance(message, Shutdown):

@@ -1,0 +1,76 @@
+"""Shared fixtures: an isolated cache, the tiny random model, and HF's own greedy reference."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the hub
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory):
+    """Each test session builds its models and artefacts in its own cache (spawned workers inherit it)."""
+    path = tmp_path_factory.mktemp("whistle-stop-cache")
+    previous = os.environ.get("WHISTLE_STOP_CACHE")
+    os.environ["WHISTLE_STOP_CACHE"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("WHISTLE_STOP_CACHE", None)
+    else:
+        os.environ["WHISTLE_STOP_CACHE"] = previous
+
+
+@pytest.fixture(scope="session")
+def tiny_model(isolated_cache):
+    from backends.models import resolve_model
+
+    return resolve_model("random:tiny")
+
+
+@pytest.fixture(scope="session")
+def prompt_ids():
+    from backends.prompts import prompt_of_length
+
+    return prompt_of_length(12)
+
+
+@pytest.fixture(scope="session")
+def hf_reference(tiny_model):
+    """transformers' own model, for greedy tokens (`generate`) and logits to compare with."""
+    import torch
+    from transformers import GPT2LMHeadModel
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    model = GPT2LMHeadModel.from_pretrained(str(tiny_model.folder)).eval()
+
+    class Reference:
+        def greedy(self, ids, new_tokens):
+            with torch.inference_mode():
+                out = model.generate(torch.tensor([list(ids)]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                     do_sample=False, pad_token_id=50256)
+            return out[0, len(ids):].tolist()
+
+        def logits(self, ids):
+            """[T, vocab] float32 numpy logits of every position."""
+            with torch.inference_mode():
+                return model(torch.tensor([list(ids)])).logits[0].float().numpy()
+
+    return Reference()
+
+
+def run_engine_in_process(name, model, ids, new_tokens, sampling=None, threads=1):
+    """Load one engine in this process (no worker) and return its tokens: for parity tests."""
+    from backends import registry
+    from backends.engine import EngineOptions
+    from backends.sampling import Sampler, SamplingParams
+
+    engine = registry.create(name, EngineOptions(threads=threads))
+    engine.load(model, lambda *a: None)
+    try:
+        return list(engine.stream(ids, new_tokens, Sampler(sampling or SamplingParams())))
+    finally:
+        engine.close()

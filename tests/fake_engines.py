@@ -1,0 +1,76 @@
+"""Scripted engines for tests: known delays, crashes, hangs and load failures.
+
+They are plain engines loaded in real spawned workers (their EngineSpec travels to the child),
+so the tests exercise the same worker, records and statistics as real engines.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Sequence
+
+import numpy as np
+
+from backends.engine import Engine, EngineInfo, EngineOptions
+from backends.registry import EngineSpec
+
+VOCAB = 50257
+
+
+class ScriptedEngine(Engine):
+    """Emits tokens 100, 101, ... with `prefill_s` before the first and `decode_s` between the rest."""
+
+    def __init__(self, options: EngineOptions, prefill_s: float = 0.0, decode_s: float = 0.0,
+                 crash_at: int | None = None, hang_at: int | None = None, fail_at: int | None = None,
+                 fail_load: bool = False, load_s: float = 0.0) -> None:
+        super().__init__(options)
+        self.prefill_s, self.decode_s = prefill_s, decode_s
+        self.crash_at, self.hang_at, self.fail_at = crash_at, hang_at, fail_at
+        self.fail_load, self.load_s = fail_load, load_s
+        self._position = 0
+
+    def load(self, model, progress) -> EngineInfo:
+        if self.fail_load:
+            raise RuntimeError("scripted load failure")
+        if self.load_s:
+            progress("pretending to build something", 0.5)
+            time.sleep(self.load_s)
+        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=1_000_000, notes="scripted")
+
+    def _logits(self) -> np.ndarray:
+        logits = np.zeros(VOCAB, np.float32)
+        logits[100 + self._position] = 1.0
+        return logits
+
+    def _step(self, delay: float) -> np.ndarray:
+        if self.crash_at is not None and self._position == self.crash_at:
+            os._exit(3)  # a hard crash: no exception, no goodbye
+        if self.hang_at is not None and self._position == self.hang_at:
+            time.sleep(3600)
+        if self.fail_at is not None and self._position == self.fail_at:
+            raise ValueError("scripted failure mid-run")
+        _busy_wait(delay)
+        logits = self._logits()
+        self._position += 1
+        return logits
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        self._position = 0
+        return self._step(self.prefill_s)
+
+    def decode(self, token_id: int) -> np.ndarray:
+        return self._step(self.decode_s)
+
+
+def _busy_wait(seconds: float) -> None:
+    """Sleep precisely enough for metric tests (time.sleep can overshoot by a scheduler tick)."""
+    end = time.perf_counter() + seconds
+    if seconds > 0.003:
+        time.sleep(seconds - 0.002)
+    while time.perf_counter() < end:
+        pass
+
+
+def spec(name: str, **kwargs) -> EngineSpec:
+    return EngineSpec(name, "tests.fake_engines:ScriptedEngine", "scripted test engine", (), "", "fp32", kwargs)
