@@ -31,7 +31,7 @@ def list_backends() -> int:
         ok, why = registry.available(name)
         table.add_row(name, spec.precision, "yes" if ok else "no", spec.description if ok else why,
                       style=None if ok else "dim")
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     return EXIT_OK
 
 
@@ -74,7 +74,7 @@ def bench(args: argparse.Namespace) -> int:
               f"{config.sampling.decoding} · {session.threads} threads · {config.mode} mode")
     result = _run_interruptibly(session, model, prompt_ids, err)
     paths = write_results(out, result.runs, result.tokens, result.environment)
-    print_summary(result, Console())
+    print_summary(result, Console(width=None if sys.stdout.isatty() else 200))
     err.print("wrote " + ", ".join(str(p) for p in paths))
     if result.cancelled:
         err.print("[yellow]cancelled:[/] partial results were written")
@@ -100,7 +100,7 @@ def print_summary(result: BenchResult, console: Console) -> None:
     title = f"{result.model.label}: {len(result.prompt_ids)}-token prompt, {result.config.new_tokens} new tokens"
     table = Table(title=title)
     for header in SUMMARY_HEADERS:
-        table.add_column(header, justify="left" if header in ("backend", "weights", "dtype", "status") else "right")
+        table.add_column(header, justify="left" if header in ("backend", "dtype", "status") else "right")
     reference = result.environment.get("reference")
     summaries = summarize_backends(result.runs, list(result.config.backends))
     for row in summary_rows(summaries, reference):

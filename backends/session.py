@@ -178,7 +178,7 @@ class BenchSession:
             for name in order:
                 if self._cancelled.is_set():
                     return
-                if name in self._workers and self._workers[name].lost is None:
+                if self._usable(name):
                     self._one_run(name, repeat, False, result)
 
     def _run_race(self, result: BenchResult) -> None:
@@ -188,7 +188,7 @@ class BenchSession:
                 return
             self._warm_up(name, result)
             for repeat in range(1, self.config.repeats + 1):
-                if self._cancelled.is_set() or self._workers[name].lost is not None:
+                if self._cancelled.is_set() or not self._usable(name):
                     return
                 self._one_run(name, repeat, False, result)
 
@@ -200,9 +200,13 @@ class BenchSession:
 
     def _warm_up(self, name: str, result: BenchResult) -> None:
         for index in range(1, self.config.warmup + 1):
-            if self._cancelled.is_set() or self._workers[name].lost is not None:
+            if self._cancelled.is_set() or not self._usable(name):
                 return
             self._one_run(name, index, True, result)
+
+    def _usable(self, name: str) -> bool:
+        worker = self._workers.get(name)
+        return worker is not None and worker.ready is not None and worker.lost is None
 
     # --- one engine --------------------------------------------------------------------------
     def _start(self, name: str, result: BenchResult) -> bool:

@@ -79,8 +79,8 @@ def fmt_spread(summary: Summary, digits: int = 1) -> str:
     return text
 
 
-SUMMARY_HEADERS = ["backend", "weights", "dtype", "runs", "import s", "load s", "cold start s", "TTFT ms",
-                   "ms/token (p50 ITL)", "TPOT ms", "tok/s", "GB/s", "peak RSS MB", "agree", "status"]
+SUMMARY_HEADERS = ["backend", "dtype", "runs", "import s", "load s", "cold start s", "TTFT ms",
+                   "ms/token", "TPOT ms", "tok/s", "GB/s", "peak RSS MB", "agree", "status"]
 
 
 def summary_rows(summaries: list[BackendSummary], reference: str | None = None) -> list[list[str]]:
@@ -90,7 +90,7 @@ def summary_rows(summaries: list[BackendSummary], reference: str | None = None) 
         if reference and s.backend == reference:
             agree = "reference"
         status = s.status if s.status == "ok" else f"{s.status}: {s.error}"[:80]
-        rows.append([s.backend, s.weights, s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
+        rows.append([s.backend, s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
                      fmt(s.cold_start_s, 2), fmt_spread(s.ttft_ms), fmt_spread(s.itl_p50_ms, 2),
                      fmt_spread(s.tpot_ms, 2), fmt_spread(s.decode_tok_s), fmt(s.bandwidth_gb_s.median),
                      fmt(s.peak_rss_mb, 0), agree, status])

@@ -96,8 +96,8 @@ class Worker:
     def run(self, request: RunRequest) -> RunOutcome:
         """Send one run and collect its events until it ends, fails, or the worker is lost."""
         outcome = RunOutcome(request)
-        if self.lost is not None:
-            outcome.failure = self.lost
+        if self.lost is not None or self._conn is None:
+            outcome.failure = self.lost or WorkerLost("crashed", "the worker is not running", request.run_id)
             return outcome
         self._cancel.clear()
         self._cancel_requested_at = None

@@ -74,3 +74,17 @@ def run_engine_in_process(name, model, ids, new_tokens, sampling=None, threads=1
         return list(engine.stream(ids, new_tokens, Sampler(sampling or SamplingParams())))
     finally:
         engine.close()
+
+
+def live_workers():
+    """Child processes of this test process, except multiprocessing's own resource tracker."""
+    import psutil
+
+    children = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                children.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return children

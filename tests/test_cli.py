@@ -1,0 +1,97 @@
+"""`main.py`: bad input gets one clear line and exit 2; a bench on random:tiny end to end."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends import registry
+from backends.cli import main
+from tests import fake_engines
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(capsys, *args):
+    code = main(["bench", "--model", "random:tiny", "--repeats", "1", "--warmup", "0", *args])
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "   "], "prompt is empty"),
+    (["--prompt-tokens", "1000", "--new-tokens", "100"], "exceed the model's context of 1024"),
+    (["--new-tokens", "0"], "--new-tokens must be >= 1"),
+    (["--temperature", "-1", "--decoding", "sample"], "temperature must be >= 0"),
+    (["--top-p", "0"], "top-p must be in (0, 1]"),
+    (["--top-p", "1.5"], "top-p must be in (0, 1]"),
+    (["--top-k", "-3"], "top-k must be >= 0"),
+    (["--backends", "hf,warp-drive"], "unknown backend 'warp-drive'; known backends: hf, hf-bf16"),
+    (["--model", "random:huge"], "unknown model 'random:huge'"),
+    (["--model", "./missing-folder"], "does not exist"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
+    (["--threads", "-2"], "--threads must be >= 0"),
+    (["--new-tokens", "ten"], "invalid int value"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
+    code, out = _bench(capsys, "--out", str(tmp_path), *args)
+    assert code == 2
+    assert message in out.err
+    assert out.err.count("\n") == 1 and "Traceback" not in out.err
+    assert not (tmp_path / "runs.csv").exists()
+
+
+def test_corrupt_model_folder(capsys, tmp_path, tiny_model):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "config.json").write_text((tiny_model.folder / "config.json").read_text())
+    (folder / "model.safetensors").write_bytes((tiny_model.safetensors).read_bytes()[:1000])
+    code, out = _bench(capsys, "--model", str(folder), "--out", str(tmp_path / "out"))
+    assert code == 2 and "corrupt or incomplete" in out.err and "Traceback" not in out.err
+
+
+def test_unwritable_out_fails_before_anything_runs(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, out = _bench(capsys, "--out", str(blocker / "results"))
+    assert code == 2 and "cannot write to --out" in out.err and "Traceback" not in out.err
+
+
+def test_a_backend_failing_at_run_time_gives_exit_1_and_the_others_go_on(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.ENGINES, "boom", fake_engines.spec("boom", fail_at=1))
+    monkeypatch.setitem(registry.ENGINES, "calm", fake_engines.spec("calm"))
+    monkeypatch.setattr(registry, "available", lambda name: (True, ""))
+    code, out = _bench(capsys, "--backends", "boom,calm", "--new-tokens", "4", "--out", str(tmp_path))
+    assert code == 1
+    with (tmp_path / "runs.csv").open() as f:
+        statuses = {row["backend"]: row["status"] for row in csv.DictReader(f)}
+    assert statuses == {"boom": "error", "calm": "ok"}
+
+
+def test_backends_lists_every_engine_with_reasons(capsys):
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    for name in registry.names():
+        assert name in out
+    assert "torch-static-cuda" in out and "needs a CUDA GPU" in out
+
+
+def test_bench_end_to_end_through_main_py(tmp_path):
+    out_dir = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "main.py", "bench", "--model", "random:tiny", "--backends", "hf,hf-int8",
+         "--prompt-tokens", "20", "--new-tokens", "12", "--repeats", "2", "--warmup", "1", "--out", str(out_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "random weights - timing only" in proc.stdout
+    assert "hf-int8" in proc.stdout and "reference" in proc.stdout
+    with (out_dir / "runs.csv").open() as f:
+        runs = list(csv.DictReader(f))
+    with (out_dir / "tokens.csv").open() as f:
+        tokens = list(csv.DictReader(f))
+    assert len(runs) == 6 and all(r["status"] == "ok" and r["weights"] == "random" for r in runs)
+    assert len(tokens) == 6 * 12
+    assert {r["dtype"] for r in runs} == {"fp32", "int8"}
+    assert (out_dir / "environment.json").exists()

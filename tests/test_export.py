@@ -1,0 +1,55 @@
+import csv
+import json
+
+import pytest
+
+from backends.atomic import atomic_write
+from backends.export import write_results
+from backends.session import BenchConfig, BenchSession
+from tests import fake_engines
+
+RUN_COLUMNS_REQUIRED = ("run_id, backend, model, weights, device, dtype, threads, prompt_tokens, new_tokens, decoding, "
+                        "temperature, top_k, top_p, seed, repeat, is_warmup, import_s, load_s, ttft_ms, tpot_ms, "
+                        "itl_p50_ms, itl_p90_ms, itl_p99_ms, decode_tok_s, e2e_s, peak_rss_mb, status, error").split(", ")
+TOKEN_COLUMNS_REQUIRED = "run_id, backend, repeat, is_warmup, token_index, token_id, text, t_ms, itl_ms, phase".split(", ")
+
+
+@pytest.fixture(scope="module")
+def result(tiny_model):
+    config = BenchConfig(model="random:tiny", backends=("a",), prompt_tokens=4, new_tokens=4, repeats=2, warmup=1, threads=1)
+    return BenchSession(config, specs={"a": fake_engines.spec("a", decode_s=0.002)}).run()
+
+
+def test_schema_of_the_three_files(result, tmp_path):
+    write_results(tmp_path, result.runs, result.tokens, result.environment)
+    with (tmp_path / "runs.csv").open() as f:
+        runs = list(csv.DictReader(f))
+    with (tmp_path / "tokens.csv").open() as f:
+        tokens = list(csv.DictReader(f))
+    assert list(runs[0])[: len(RUN_COLUMNS_REQUIRED)] == RUN_COLUMNS_REQUIRED
+    assert list(tokens[0]) == TOKEN_COLUMNS_REQUIRED
+    assert len(runs) == 3 and [r["is_warmup"] for r in runs] == ["true", "false", "false"]
+    assert len(tokens) == 12 and tokens[0]["itl_ms"] == "" and tokens[1]["phase"] == "decode"
+    assert float(tokens[1]["t_ms"]) >= float(tokens[0]["t_ms"]) + float(tokens[1]["itl_ms"]) - 1e-3
+    env = json.loads((tmp_path / "environment.json").read_text())
+    assert {"app", "machine", "python", "libraries", "model", "settings"} <= set(env)
+    assert env["machine"]["cores_logical"] >= 1 and env["model"]["weights_sha256_16"]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "runs.csv"
+    target.write_text("old contents")
+    with pytest.raises(RuntimeError):
+        with atomic_write(target) as f:
+            f.write("half of the new")
+            raise RuntimeError("disk full, say")
+    assert target.read_text() == "old contents"
+    assert list(tmp_path.iterdir()) == [target]
+
+
+def test_unwritable_folder_is_an_error(result, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(OSError):
+        write_results(blocker / "sub", result.runs, result.tokens, result.environment)

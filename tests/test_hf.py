@@ -1,0 +1,65 @@
+"""The transformers engines against transformers' own `generate`."""
+
+import pytest
+
+from backends import registry
+from backends.engine import EngineOptions
+from backends.sampling import SamplingParams
+from tests.conftest import run_engine_in_process
+
+N = 24
+
+
+def test_hf_greedy_equals_generate(tiny_model, prompt_ids, hf_reference):
+    assert run_engine_in_process("hf", tiny_model, prompt_ids, N) == hf_reference.greedy(prompt_ids, N)
+
+
+@pytest.mark.parametrize("name", ["hf-bf16", "hf-int8"])
+def test_low_precision_engines_report_agreement(name, tiny_model, prompt_ids, hf_reference):
+    from backends.stats import agreement
+
+    tokens = run_engine_in_process(name, tiny_model, prompt_ids, N)
+    assert len(tokens) == N and all(0 <= t < 50257 for t in tokens)
+    same, first = agreement(hf_reference.greedy(prompt_ids, N), tokens)
+    assert 0 <= same <= N  # reported, not required: quantisation may diverge
+
+
+def test_hf_logits_match_transformers(tiny_model, prompt_ids, hf_reference):
+    import numpy as np
+
+    engine = registry.create("hf", EngineOptions(threads=1))
+    engine.load(tiny_model, lambda *a: None)
+    full = hf_reference.logits(prompt_ids + [5, 6, 7])
+    np.testing.assert_allclose(engine.prefill(prompt_ids), full[len(prompt_ids) - 1], atol=1e-4)
+    for offset, token in enumerate([5, 6, 7]):
+        np.testing.assert_allclose(engine.decode(token), full[len(prompt_ids) + offset], atol=1e-4)
+
+
+def test_int8_really_quantises_every_matmul(tiny_model):
+    import torch
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
+
+    from backends.engines.torch_util import count_int8_linears
+
+    engine = registry.create("hf-int8", EngineOptions(threads=1))
+    info = engine.load(tiny_model, lambda *a: None)
+    expected = 4 * tiny_model.config["n_layer"] + 1  # 49 on GPT-2 124M
+    assert count_int8_linears(engine.model) == expected
+    block = engine.model.transformer.h[0]
+    for layer in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj, engine.model.lm_head):
+        assert isinstance(layer, DynamicQuantLinear) and layer.weight().dtype == torch.qint8
+    assert f"{expected} int8 linears" in info.notes
+
+
+def test_shared_sampling_is_reproducible(tiny_model, prompt_ids):
+    params = SamplingParams("sample", 0.9, 50, 0.95, 1234)
+    first = run_engine_in_process("hf", tiny_model, prompt_ids, N, params)
+    assert first == run_engine_in_process("hf", tiny_model, prompt_ids, N, params)
+    assert first != run_engine_in_process("hf", tiny_model, prompt_ids, N, SamplingParams("sample", 0.9, 50, 0.95, 99))
+
+
+def test_prompt_at_the_context_limit(tiny_model):
+    from backends.prompts import prompt_of_length
+
+    ids = prompt_of_length(tiny_model.context - 1)
+    assert len(run_engine_in_process("hf", tiny_model, ids, 1)) == 1

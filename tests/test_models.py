@@ -1,0 +1,102 @@
+import json
+import shutil
+
+import pytest
+
+from backends.errors import ModelError
+from backends.models import RANDOM_LABEL, resolve_model, validate_folder
+from backends.random_weights import gpt2_shapes
+from backends.weights import mmap_numpy, read_header
+
+
+def test_random_tiny_is_cached_and_labelled(tiny_model):
+    again = resolve_model("random:tiny")
+    assert again.folder == tiny_model.folder
+    assert again.weights == "random" and again.weights_hash == tiny_model.weights_hash
+    assert RANDOM_LABEL in again.label
+    assert set(read_header(tiny_model.safetensors)) == set(gpt2_shapes(tiny_model.config))
+
+
+def test_random_weights_are_seeded(tiny_model, tmp_path):
+    from backends.random_weights import write_random_model
+
+    write_random_model(tiny_model.config, tmp_path)
+    a, b = mmap_numpy(tmp_path / "model.safetensors"), mmap_numpy(tiny_model.safetensors)
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def _copy(model, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(model.folder, folder)
+    return folder
+
+
+def test_local_folder_loads(tiny_model, tmp_path):
+    folder = _copy(tiny_model, tmp_path)
+    model = resolve_model(str(folder))
+    assert model.weights == "real" and model.weights_hash == tiny_model.weights_hash
+
+
+def test_truncated_weights_are_reported(tiny_model, tmp_path):
+    folder = _copy(tiny_model, tmp_path)
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ModelError, match="corrupt or incomplete"):
+        resolve_model(str(folder))
+
+
+def test_garbage_weights_are_reported(tiny_model, tmp_path):
+    folder = _copy(tiny_model, tmp_path)
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file at all")
+    with pytest.raises(ModelError, match="corrupt or incomplete"):
+        resolve_model(str(folder))
+
+
+def test_missing_tensor_and_wrong_shape_are_reported(tiny_model, tmp_path):
+    folder = _copy(tiny_model, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["n_layer"] = 3  # the weights have 2 layers
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="lacks tensor"):
+        validate_folder(folder)
+    config["n_layer"], config["n_embd"] = 2, 128
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError, match="shape"):
+        validate_folder(folder)
+
+
+def test_pickled_checkpoint_is_refused_not_loaded(tmp_path):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04 pretend pickle")
+    with pytest.raises(ModelError, match="never unpickles"):
+        resolve_model(str(folder))
+
+
+def test_missing_config_and_bad_json(tiny_model, tmp_path):
+    folder = _copy(tiny_model, tmp_path)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(ModelError, match="not valid JSON"):
+        resolve_model(str(folder))
+    (folder / "config.json").unlink()
+    with pytest.raises(ModelError, match="no config.json"):
+        resolve_model(str(folder))
+
+
+def test_unknown_models():
+    with pytest.raises(ModelError, match="random:tiny"):
+        resolve_model("random:nope")
+    with pytest.raises(ModelError, match="unknown model"):
+        resolve_model("surely-not-a-model-xyz")  # HF_HUB_OFFLINE=1 in tests: fails at once
+    with pytest.raises(ModelError, match="does not exist"):
+        resolve_model("./no/such/folder")
+
+
+def test_auto_falls_back_to_random_gpt2_with_one_warning(monkeypatch):
+    import backends.models as models
+
+    monkeypatch.setattr(models, "_random", lambda spec, asked: models.ModelFiles(asked, spec, models.Path("."), "random", "x", {}))
+    model = resolve_model("auto")
+    assert model.model_id == "random:gpt2" and model.is_random
+    assert "random:gpt2" in model.notice and RANDOM_LABEL in model.notice and "\n" not in model.notice

@@ -1,0 +1,46 @@
+"""Run order, warm-ups, race mode and agreement, with scripted engines."""
+
+from backends.events import BackendEvent, RunRequest
+from backends.session import BenchConfig, BenchSession
+from backends.summary import summarize_backends
+from tests import fake_engines
+
+
+def _run(specs, **kwargs):
+    requests = []
+
+    def on_event(event):
+        if isinstance(event, BackendEvent) and isinstance(event.event, RunRequest):
+            requests.append(event.event.run_id)
+
+    config = BenchConfig(model="random:tiny", backends=tuple(specs), prompt_tokens=4, new_tokens=kwargs.pop("new_tokens", 3),
+                         threads=1, **kwargs)
+    return BenchSession(config, on_event=on_event, specs=specs).run(), requests
+
+
+def test_fair_order_interleaves_repeats_and_warms_up_first(tiny_model):
+    specs = {n: fake_engines.spec(n) for n in ("a", "b", "c")}
+    result, order = _run(specs, repeats=3, warmup=1)
+    assert order == ["a/w1", "b/w1", "c/w1", "a/r1", "b/r1", "c/r1", "c/r2", "b/r2", "a/r2", "a/r3", "b/r3", "c/r3"]
+    warmups = [r for r in result.runs if r.is_warmup]
+    assert len(warmups) == 3 and all(r.cold_start_s is not None for r in warmups)
+    assert all(r.cold_start_s is None for r in result.runs if not r.is_warmup)
+    assert [s.runs for s in summarize_backends(result.runs)] == [3, 3, 3]  # warm-ups excluded
+    assert not any(r.concurrent for r in result.runs)
+
+
+def test_race_mode_runs_everything_and_flags_it(tiny_model):
+    specs = {n: fake_engines.spec(n, decode_s=0.005) for n in ("a", "b")}
+    result, order = _run(specs, repeats=2, warmup=0, mode="race")
+    assert sorted(order) == ["a/r1", "a/r2", "b/r1", "b/r2"]
+    assert all(r.concurrent and r.status == "ok" for r in result.runs)
+
+
+def test_agreement_with_the_reference(tiny_model):
+    specs = {"ref": fake_engines.spec("ref"), "same": fake_engines.spec("same")}
+    result, _ = _run(specs, repeats=1, warmup=0, new_tokens=5, reference="ref")
+    assert {r.backend: (r.reference, r.agree_tokens, r.first_divergence) for r in result.runs} == {
+        "ref": ("ref", 5, None), "same": ("ref", 5, None)}
+    assert result.environment["reference"] == "ref"
+    assert result.environment["model"]["weights"] == "random"
+    assert result.environment["settings"]["new_tokens"] == 5

@@ -1,0 +1,108 @@
+"""The worker with scripted engines: metrics, crashes, hangs, failures, cancel."""
+
+import threading
+
+import pytest
+
+from backends.engine import EngineOptions
+from backends.events import RunRequest, Token
+from backends.sampling import SamplingParams
+from backends.session import BenchConfig, BenchSession, RunRecorded
+from backends.worker import Timeouts, Worker, WorkerError
+from tests import fake_engines
+from tests.conftest import live_workers
+
+
+def _session(tiny_model, specs, on_event=None, **config):
+    names = tuple(specs)
+    cfg = BenchConfig(model="random:tiny", backends=names, prompt_tokens=8, new_tokens=config.pop("new_tokens", 5),
+                      repeats=config.pop("repeats", 1), warmup=config.pop("warmup", 0), threads=1, **config)
+    return BenchSession(cfg, specs=specs, on_event=on_event)
+
+
+def test_metrics_of_a_scripted_engine(tiny_model):
+    specs = {"slow": fake_engines.spec("slow", prefill_s=0.08, decode_s=0.02)}
+    result = _session(tiny_model, specs, new_tokens=6).run()
+    (run,) = result.runs
+    assert run.status == "ok" and run.tokens_generated == 6
+    assert 80 <= run.ttft_ms < 800  # lower bounds are exact; upper ones only catch nonsense
+    assert 20 <= run.itl_p50_ms < 200 and 20 <= run.tpot_ms < 200
+    assert run.decode_tok_s <= 50
+    tokens = [t for t in result.tokens if t.run_id == run.run_id]
+    assert [t.token_id for t in tokens] == [100, 101, 102, 103, 104, 105]
+    assert tokens[0].itl_ms is None and tokens[0].phase == "prefill"
+    assert all(t.itl_ms >= 20 for t in tokens[1:])
+    assert run.bandwidth_gb_s == pytest.approx(1e6 * run.decode_tok_s / 1e9)
+    assert run.peak_rss_mb > 10 and run.cold_start_s > run.ttft_ms / 1000
+
+
+def test_a_crashing_engine_does_not_take_the_others_down(tiny_model):
+    specs = {"crashy": fake_engines.spec("crashy", crash_at=2), "fine": fake_engines.spec("fine")}
+    result = _session(tiny_model, specs, repeats=2).run()
+    crashy = [r for r in result.runs if r.backend == "crashy"]
+    fine = [r for r in result.runs if r.backend == "fine"]
+    assert crashy[0].status == "crashed" and "exit code 3" in crashy[0].error
+    assert len(crashy) == 1  # a lost worker gets no further runs
+    assert [r.status for r in fine] == ["ok", "ok"]
+    assert result.failed
+
+
+def test_a_hanging_engine_is_killed_after_its_timeout(tiny_model):
+    specs = {"hangs": fake_engines.spec("hangs", hang_at=1), "fine": fake_engines.spec("fine")}
+    result = _session(tiny_model, specs, timeouts=Timeouts(token_s=1.5)).run()
+    hung = next(r for r in result.runs if r.backend == "hangs")
+    assert hung.status == "timeout" and "no answer" in hung.error
+    assert hung.tokens_generated == 1  # the token before the hang is kept
+    assert next(r for r in result.runs if r.backend == "fine").status == "ok"
+
+
+def test_failures_at_load_and_mid_run_are_recorded(tiny_model):
+    specs = {"noload": fake_engines.spec("noload", fail_load=True), "midway": fake_engines.spec("midway", fail_at=3),
+             "fine": fake_engines.spec("fine")}
+    result = _session(tiny_model, specs).run()
+    by_name = {r.backend: r for r in result.runs}
+    assert by_name["noload"].status == "error" and "scripted load failure" in by_name["noload"].error
+    assert by_name["midway"].status == "error" and "scripted failure mid-run" in by_name["midway"].error
+    assert by_name["midway"].tokens_generated == 3
+    assert by_name["fine"].status == "ok"
+
+
+def test_cancel_stops_within_one_token(tiny_model):
+    seen: list[int] = []
+    session_box = {}
+
+    def on_event(event):
+        inner = getattr(event, "event", None)
+        if isinstance(inner, Token):
+            seen.append(inner.index)
+            if inner.index == 4:
+                session_box["session"].cancel()
+
+    specs = {"long": fake_engines.spec("long", decode_s=0.02), "never": fake_engines.spec("never")}
+    session = _session(tiny_model, specs, new_tokens=1000, on_event=on_event)
+    session_box["session"] = session
+    result = session.run()
+    (run,) = [r for r in result.runs if r.backend == "long"]
+    assert run.status == "cancelled" and result.cancelled
+    assert run.tokens_generated <= 6  # the token in flight when Cancel came, at most one more
+    assert not [r for r in result.runs if r.backend == "never"]  # nothing starts after Cancel
+    assert not live_workers()
+
+
+def test_a_worker_that_ignores_cancel_is_killed(tiny_model):
+    spec = fake_engines.spec("stuck", hang_at=2)
+    worker = Worker(spec, tiny_model, EngineOptions(threads=1), timeouts=Timeouts(token_s=60, cancel_grace_s=0.5))
+    worker.start()
+    timer = threading.Timer(0.3, worker.cancel)
+    timer.start()
+    outcome = worker.run(RunRequest("stuck/r1", (1, 2, 3), 10, SamplingParams()))
+    assert outcome.status == "killed" and len(outcome.tokens) == 2
+    assert not worker.alive
+    worker.close()
+
+
+def test_load_failure_raises_worker_error(tiny_model):
+    worker = Worker(fake_engines.spec("bad", fail_load=True), tiny_model, EngineOptions(threads=1))
+    with pytest.raises(WorkerError, match="scripted load failure"):
+        worker.start()
+    assert not worker.alive
