@@ -48,6 +48,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["fair", "race"], default="fair")
     p.add_argument("--reference", help="engine whose tokens the others are compared with (default: hf)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung")
+    remote = p.add_argument_group("the `remote` engine (any OpenAI-compatible server)")
+    remote.add_argument("--remote-url", help="base URL, e.g. http://127.0.0.1:8000/v1")
+    remote.add_argument("--remote-model", help="model name the server knows")
+    remote.add_argument("--remote-api-key-env", default="OPENAI_API_KEY",
+                        help="environment variable holding the API key (the key is never recorded)")
 
 
 def main(argv: list[str] | None = None) -> int:

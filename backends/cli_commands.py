@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import registry
@@ -29,7 +30,7 @@ def list_backends() -> int:
         table.add_column(column)
     for name, spec in registry.ENGINES.items():
         ok, why = registry.available(name)
-        table.add_row(name, spec.precision, "yes" if ok else "no", spec.description if ok else why,
+        table.add_row(name, spec.precision, "yes" if ok else "no", escape(spec.description if ok else why),
                       style=None if ok else "dim")
     Console(width=None if sys.stdout.isatty() else 160).print(table)
     return EXIT_OK
@@ -48,11 +49,17 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0, got {args.timeout}")
     sampling = SamplingParams(args.decoding, args.temperature, args.top_k, args.top_p, args.seed)
+    engine_options = {}
+    if "remote" in backends:
+        if not args.remote_url:
+            raise UsageError("the remote backend needs --remote-url (e.g. http://127.0.0.1:8000/v1)")
+        engine_options["remote"] = {"url": args.remote_url, "model": args.remote_model or "",
+                                    "api_key_env": args.remote_api_key_env}
     return BenchConfig(
         model=args.model, backends=backends, prompt=prompt, prompt_tokens=args.prompt_tokens,
         new_tokens=args.new_tokens, sampling=sampling, repeats=args.repeats, warmup=args.warmup,
         threads=args.threads, mode=args.mode, reference=args.reference,
-        timeouts=Timeouts(token_s=args.timeout),
+        timeouts=Timeouts(token_s=args.timeout), engine_options=engine_options,
     ).validate()
 
 
@@ -128,5 +135,5 @@ def _progress_printer(console: Console):
                 console.print(f"  {r.run_id}{' (warm-up)' if r.is_warmup else ''}: TTFT {r.ttft_ms or 0:.1f} ms, "
                               f"{r.itl_p50_ms or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s")
             else:
-                console.print(f"  [red]{r.run_id}: {r.status}[/] {r.error}")
+                console.print(f"  [red]{r.run_id}: {r.status}[/] {escape(r.error)}")
     return on_event

@@ -42,6 +42,9 @@ class EngineInfo:
 
 class Engine(ABC):
     name: str = "engine"
+    # Set during a run when the engine could not honour a setting (e.g. a server ignored `seed`);
+    # it travels with the run's record in the `notes` column.
+    run_notes: str = ""
 
     def __init__(self, options: EngineOptions) -> None:
         self.options = options

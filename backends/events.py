@@ -73,6 +73,7 @@ class RunDone:
     tokens: int
     peak_rss_mb: float
     cancelled: bool = False
+    notes: str = ""  # what the engine could not honour in this run
 
 
 @dataclass(frozen=True)

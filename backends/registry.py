@@ -42,6 +42,9 @@ def _spec(name, target, description, requires, precision="fp32", install=_CORE, 
 _TORCH = ("torch",)
 _HF = ("torch", "transformers")
 _ORT = ("onnxruntime", "onnx", "torch")
+_LLAMA = ("llama_cpp", "gguf")
+_CT2 = ("ctranslate2", "transformers", "torch")
+_OV = ("openvino", "torch")
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf", "backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
     _spec("hf-bf16", "backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),
@@ -56,6 +59,17 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("onnx-int8", "backends.engines.onnx_engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8"),
     _spec("onnx-int4", "backends.engines.onnx_engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4"),
     _spec("numpy", "backends.engines.numpy_engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", ("numpy",)),
+    # The engines users would pick instead (the [peers] extra).
+    _spec("llamacpp", "backends.engines.llamacpp_engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32"),
+    _spec("llamacpp-f16", "backends.engines.llamacpp_engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16"),
+    _spec("llamacpp-bf16", "backends.engines.llamacpp_engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16"),
+    _spec("llamacpp-q8_0", "backends.engines.llamacpp_engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0"),
+    _spec("llamacpp-q4_0", "backends.engines.llamacpp_engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0"),
+    _spec("ctranslate2", "backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, float32", _CT2, install=_PEERS, compute_type="float32"),
+    _spec("ctranslate2-int8", "backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8"),
+    _spec("openvino", "backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32"),
+    _spec("openvino-int8", "backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, int8 weight compression", _OV, "int8", install=_PEERS, weight_format="int8"),
+    _spec("remote", "backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", (), "server"),
 ]}
 
 

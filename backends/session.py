@@ -27,6 +27,10 @@ from .worker import RunOutcome, Timeouts, Worker, WorkerError, default_threads
 Mode = Literal["fair", "race"]
 
 
+def _is_secret(key: str) -> bool:
+    return any(word in key.lower() for word in ("key", "token", "secret", "password"))
+
+
 @dataclass
 class BenchConfig:
     model: str = "auto"
@@ -67,8 +71,11 @@ class BenchConfig:
         return self
 
     def as_dict(self) -> dict:
+        """Settings for environment.json; secrets (API keys) are never written."""
         data = asdict(self)
         data["backends"] = list(self.backends)
+        data["engine_options"] = {name: {k: ("<redacted>" if _is_secret(k) else v) for k, v in opts.items()}
+                                  for name, opts in self.engine_options.items()}
         return data
 
 
@@ -247,6 +254,8 @@ class BenchSession:
             record.error = f"worker {outcome.failure.reason}: {outcome.failure.detail}"
         if outcome.done is not None:
             record.peak_rss_mb = outcome.done.peak_rss_mb
+            if outcome.done.notes:
+                record.notes = "; ".join(n for n in (record.notes, outcome.done.notes) if n)
         tokens = token_records(record.run_id, name, repeat, is_warmup, outcome.started_ns, outcome.tokens)
         if outcome.tokens:
             fill_metrics(record, outcome.started_ns, outcome.tokens, worker.ready.weight_bytes_per_token)

@@ -67,6 +67,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
 
 def _serve_run(conn, cancel: threading.Event, engine, request: RunRequest) -> None:
     sampler = Sampler(request.sampling)
+    engine.run_notes = ""
     detokenizer = IncrementalDetokenizer(request.prompt_ids)
     count = 0
     start = time.monotonic_ns()
@@ -81,7 +82,7 @@ def _serve_run(conn, cancel: threading.Event, engine, request: RunRequest) -> No
         return
     end = time.monotonic_ns()
     cancelled = cancel.is_set() and count < request.new_tokens
-    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled))
+    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, engine.run_notes))
 
 
 def _one_line(exc: BaseException) -> str:
