@@ -30,8 +30,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $@
 
+# The peer engines (llama.cpp builds from source: minutes) are optional: if they cannot be
+# installed, their tests are skipped and the app lists them as unavailable.
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[peers]" || echo "warning: the optional [peers] engines could not be installed; their tests will be skipped"
 	touch $@
 
 clean:

@@ -44,7 +44,7 @@ _HF = ("torch", "transformers")
 _ORT = ("onnxruntime", "onnx", "torch")
 _LLAMA = ("llama_cpp", "gguf")
 _CT2 = ("ctranslate2", "transformers", "torch")
-_OV = ("openvino", "torch")
+_OV = ("openvino",)
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf", "backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
     _spec("hf-bf16", "backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),

@@ -1,0 +1,127 @@
+"""CTranslate2's Generator on a model converted by its own transformers converter.
+
+CTranslate2 has no per-step logits API with a KV cache (forward_batch recomputes the whole
+sequence), so this engine streams tokens from `generate_tokens`: greedy is its argmax, the same
+as the shared sampler's; sampling uses CTranslate2's own sampler with the same settings, and
+the run's notes say so. `end_token=[]` with `max_length=N` gives exactly N tokens.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .. import artifact_cache
+from ..engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ..models import ModelFiles
+from ..paths import TOKENIZER_DIR
+from ..sampling import Sampler
+
+# Measured here: fp32 runs twice as fast through oneDNN (CT2_USE_MKL=0) and int8 faster with
+# MKL. ctranslate2 picks its GEMM backend once per process, so this must be set before import.
+_MKL_FOR = {"float32": "0", "int8": "1"}
+_QUANTIZATION = {"float32": None, "int8": "int8"}
+FORMAT = "ct2-1"
+
+
+def _import_ctranslate2(compute_type: str) -> tuple[object, str]:
+    """Import ctranslate2 with the GEMM backend measured best for `compute_type`."""
+    if "ctranslate2" in sys.modules:
+        note = f"CT2_USE_MKL={os.environ.get('CT2_USE_MKL', 'default')} (ctranslate2 already imported)"
+    elif "CT2_USE_MKL" in os.environ:
+        note = f"CT2_USE_MKL={os.environ['CT2_USE_MKL']} (set by the user)"
+    else:
+        os.environ["CT2_USE_MKL"] = _MKL_FOR[compute_type]
+        note = f"CT2_USE_MKL={_MKL_FOR[compute_type]}"
+    return importlib.import_module("ctranslate2"), note
+
+
+class CTranslate2Engine(Engine):
+    def __init__(self, options: EngineOptions, compute_type: str = "float32") -> None:
+        super().__init__(options)
+        if compute_type not in _MKL_FOR:
+            raise ValueError(f"unsupported CTranslate2 compute type {compute_type!r}")
+        self.compute_type = compute_type
+        self.ct2, self._backend_note = _import_ctranslate2(compute_type)
+        self.generator = None
+        self.vocab: list[str] = []
+        self.folder: Path | None = None
+
+    def load(self, model: ModelFiles, progress) -> EngineInfo:
+        threads = self.options.threads or os.cpu_count() or 1
+        version = self.ct2.__version__
+        self.folder = artifact_cache.ensure(
+            "ctranslate2", model.weights_hash, self.compute_type,
+            lambda out: convert(model, out, self.compute_type, progress),
+            progress, meta={"format": FORMAT, "ctranslate2": version, "compute_type": self.compute_type})
+        self.vocab = json.loads((self.folder / "vocabulary.json").read_text())
+        self.generator = self.ct2.Generator(str(self.folder), device="cpu", compute_type=self.compute_type,
+                                            inter_threads=1, intra_threads=threads)
+        matrix_bytes = 4 if self.compute_type == "float32" else 1
+        notes = [self._backend_note, f"threads={threads}", f"ctranslate2 {version}", "tokens from generate_tokens"]
+        return EngineInfo(device="cpu", dtype="fp32" if self.compute_type == "float32" else "int8",
+                          weight_bytes_per_token=gpt2_weight_bytes(model.config, matrix_bytes),
+                          notes="; ".join(notes))
+
+    def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
+               cancel: threading.Event | None = None) -> Iterator[int]:
+        params = sampler.params
+        options = {"max_length": new_tokens, "end_token": [], "sampling_topk": 1}
+        if not params.is_greedy:
+            self.ct2.set_random_seed(params.seed)
+            options.update(sampling_topk=params.top_k, sampling_topp=params.top_p,
+                           sampling_temperature=params.temperature)
+            self.run_notes = ("sampled by CTranslate2's own sampler (same temperature/top-k/top-p/seed, "
+                              "its own random numbers: tokens differ from the shared sampler's)")
+        steps = self.generator.generate_tokens([self.vocab[i] for i in token_ids], **options)
+        try:
+            for index, step in enumerate(steps):
+                yield step.token_id
+                if index + 1 >= new_tokens or (cancel is not None and cancel.is_set()):
+                    return
+        finally:
+            steps.close()  # stops CTranslate2's generation thread
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        raise NotImplementedError("CTranslate2 keeps its KV cache inside generate_tokens; use stream()")
+
+    def decode(self, token_id: int) -> np.ndarray:
+        raise NotImplementedError("CTranslate2 keeps its KV cache inside generate_tokens; use stream()")
+
+    def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        tokens = [[self.vocab[i] for i in token_ids]]
+        return np.array(self.generator.forward_batch(tokens), dtype=np.float32)[0]
+
+    def close(self) -> None:
+        self.generator = None  # joins its threads now rather than at interpreter exit
+
+
+def convert(model: ModelFiles, out: Path, compute_type: str, progress) -> None:
+    """TransformersConverter on the local folder (plus the shipped tokenizer it insists on)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    progress(f"converting to CTranslate2 ({compute_type})", None)
+    converters = importlib.import_module("ctranslate2.converters")
+    with tempfile.TemporaryDirectory(prefix="ct2-source-") as source:
+        for path in (model.folder / "config.json", model.safetensors, TOKENIZER_DIR / "vocab.json",
+                     TOKENIZER_DIR / "merges.txt"):
+            _link_or_copy(path, Path(source) / path.name)
+        converter = converters.TransformersConverter(source, low_cpu_mem_usage=True)
+        converter.convert(str(out), quantization=_QUANTIZATION[compute_type], force=True)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.symlink(source, target)
+    except OSError:  # e.g. Windows without symlink rights
+        shutil.copyfile(source, target)

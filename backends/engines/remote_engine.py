@@ -1,0 +1,355 @@
+"""Any OpenAI-compatible completion server (vLLM, TGI, llama.cpp's server, `transformers serve`).
+
+Stdlib only. The prompt goes out as token ids, with `max_tokens = N` and the servers' own
+switches against stopping at end-of-text (vLLM: ignore_eos/min_tokens; llama.cpp: ignore_eos/
+n_predict). Tokens stream back over server-sent events and are yielded as they arrive, so the
+worker's timestamps are arrival times. A reader thread does the blocking network I/O (bounded
+by connect and read timeouts) while this thread waits on a queue and checks the cancel event;
+the API key (read from the environment variable the user names) is sent in a header and
+scrubbed from every error message.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import queue
+import socket
+import threading
+import time
+from typing import Iterator, Sequence
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from ..engine import Engine, EngineInfo, EngineOptions
+from ..models import ModelFiles
+from ..sampling import Sampler, SamplingParams
+from ..tokenizer import decode, encode
+
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins
+_POLL_S = 0.05  # how often the cancel event is checked while waiting for the server
+_MAX_ERROR_BODY = 64 * 1024
+
+
+def _extensions(new_tokens: int, params: SamplingParams, vocab_size: int) -> dict:
+    """Fields beyond the OpenAI schema, dropped (and noted) if a server rejects them."""
+    return {
+        "ignore_eos": True, "min_tokens": new_tokens,  # vLLM: no early stop at end-of-text
+        "n_predict": new_tokens,  # llama.cpp's server (with ignore_eos)
+        "return_token_ids": True, "return_tokens": True,  # ids, not text (vLLM, llama.cpp)
+        "cache_prompt": False,  # llama.cpp: no prompt reuse between runs
+        # Plain logits like the other engines: llama-cpp-python defaults to repeat_penalty 1.1,
+        # min_p 0.05 and top_k 40. "No top-k" is spelled as the vocabulary size, which every
+        # server accepts (vLLM wants -1, llama-cpp-python rejects negative values).
+        "repeat_penalty": 1.0, "repetition_penalty": 1.0, "min_p": 0.0,
+        "top_k": params.top_k if params.top_k > 0 else vocab_size,
+    }
+
+
+class RemoteError(RuntimeError):
+    """A remote run failed: refused, timed out, HTTP error, or a malformed stream."""
+
+
+class RemoteEngine(Engine):
+    def __init__(self, options: EngineOptions) -> None:
+        super().__init__(options)
+        extra = options.extra or {}
+        self.url = str(extra.get("url") or "")
+        self.model_name = str(extra.get("model") or "")
+        self.api_key_env = str(extra.get("api_key_env") or "")
+        self.connect_timeout = float(extra.get("connect_timeout_s") or CONNECT_TIMEOUT_S)
+        self.read_timeout = float(extra.get("timeout_s") or READ_TIMEOUT_S)
+        self._key = ""
+        self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
+        self._ids_prompt = True  # falls back to text if the server wants a string prompt
+
+    # --- setup -------------------------------------------------------------------------------
+    def load(self, model: ModelFiles, progress) -> EngineInfo:
+        """No network here: each run connects, so a server that is down fails the runs, clearly."""
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RemoteError(f"remote URL must look like http://host:port/v1, got {_strip_userinfo(self.url)!r}")
+        self.scheme, self.host = parts.scheme, parts.hostname
+        self.vocab_size = int(model.config.get("vocab_size", 50257))
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.label = f"{self.host}:{self.port}" if parts.port else self.host
+        path = parts.path.rstrip("/")
+        self.path = path if path.endswith("/completions") else (path or "/v1") + "/completions"
+        notes = [f"server {self.label}", "threads and precision are the server's own",
+                 "a new HTTP connection per run (TTFT includes connecting)",
+                 "asks for exactly N tokens (ignore_eos, min_tokens: servers honouring min_tokens mask "
+                 "end-of-text until N, so they pick the next-best token where other engines emit it)"]
+        if self.api_key_env:
+            self._key = os.environ.get(self.api_key_env, "")
+            notes.append(f"API key from ${self.api_key_env}" if self._key else f"${self.api_key_env} not set: no API key")
+        return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,
+                          notes="; ".join(notes))
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        raise NotImplementedError("a remote server streams tokens, not logits; use stream()")
+
+    def decode(self, token_id: int) -> np.ndarray:
+        raise NotImplementedError("a remote server streams tokens, not logits; use stream()")
+
+    # --- a run -------------------------------------------------------------------------------
+    def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
+               cancel: threading.Event | None = None) -> Iterator[int]:
+        notes: list[str] = []
+        try:
+            yield from self._stream(list(token_ids), new_tokens, sampler.params, cancel, notes)
+        finally:
+            self.run_notes = "; ".join(dict.fromkeys(notes))
+
+    def _stream(self, ids: list[int], new_tokens: int, params: SamplingParams, cancel, notes: list[str]) -> Iterator[int]:
+        if not params.is_greedy:
+            notes.append(f"sampled by the server's own sampler (seed {params.seed} sent; servers may ignore it)")
+        for _attempt in range(3):  # at most: as asked, without extensions, with a text prompt
+            reader = _Reader(self, self._body(ids, new_tokens, params))
+            try:
+                first = reader.next_event(cancel)
+            except _Rejected as exc:
+                reader.close()
+                if not self._fallback(exc, notes):
+                    raise RemoteError(self._scrub(str(exc))) from None
+                continue
+            except BaseException:
+                reader.close()
+                raise
+            break
+        else:
+            raise RemoteError(f"{self.label} rejected every form of the request")
+        if not self._use_extensions:
+            notes.append("server rejected ignore_eos/min_tokens: it may stop early at end-of-text")
+        if not self._ids_prompt:
+            notes.append("server wanted a text prompt: it re-tokenised the prompt itself")
+        count, finish = 0, None
+        try:
+            event = first
+            while event is not None:
+                new_ids, finish = self._tokens_of(event, notes)
+                for token in new_ids:
+                    yield token
+                    count += 1
+                    if count >= new_tokens or (cancel is not None and cancel.is_set()):
+                        return
+                event = reader.next_event(cancel)
+        finally:
+            reader.close()
+        if count < new_tokens and not (cancel is not None and cancel.is_set()):
+            notes.append(f"server sent {count} of {new_tokens} tokens (finish_reason={finish})")
+
+    def _body(self, ids: list[int], new_tokens: int, params: SamplingParams) -> bytes:
+        body: dict = {"prompt": ids if self._ids_prompt else decode(ids), "max_tokens": new_tokens, "stream": True}
+        if self.model_name:
+            body["model"] = self.model_name
+        body.update(frequency_penalty=0.0, presence_penalty=0.0)
+        if params.is_greedy:
+            body["temperature"] = 0.0
+        else:
+            body.update(temperature=params.temperature, top_p=params.top_p, seed=params.seed)
+        if self._use_extensions:
+            body.update(_extensions(new_tokens, params, self.vocab_size))
+        return json.dumps(body).encode()
+
+    def _fallback(self, exc: "_Rejected", notes: list[str]) -> bool:
+        """After a rejection: send the prompt as text if the server says so, else drop the extensions first."""
+        if self._ids_prompt and "prompt" in str(exc).lower():
+            self._ids_prompt = False  # e.g. llama-cpp-python's server: prompt must be a string
+            return True
+        if self._use_extensions:
+            self._use_extensions = False
+            return True
+        if self._ids_prompt:
+            self._ids_prompt = False
+            return True
+        return False
+
+    def _tokens_of(self, event: dict, notes: list[str]) -> tuple[list[int], str | None]:
+        if "error" in event:
+            error = event["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise RemoteError(self._scrub(f"{self.label} reported an error mid-stream: {message}"))
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            raise RemoteError(self._scrub(f"malformed event from {self.label} (no 'choices'): {_short(event)}"))
+        if not choices:  # e.g. a final usage-only chunk
+            return [], None
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise RemoteError(self._scrub(f"malformed event from {self.label}: {_short(event)}"))
+        finish = choice.get("finish_reason")
+        for ids in (choice.get("token_ids"), event.get("tokens"), choice.get("tokens")):
+            if isinstance(ids, list) and all(isinstance(i, int) for i in ids) and ids:
+                return [int(i) for i in ids], finish
+        text = choice.get("text")
+        if text is None:
+            text = (choice.get("delta") or {}).get("content") if isinstance(choice.get("delta"), dict) else None
+        if not isinstance(text, str):
+            if finish is not None:
+                return [], finish
+            raise RemoteError(self._scrub(f"malformed event from {self.label} (no text): {_short(event)}"))
+        if text:
+            notes.append("server returned text only: token ids re-tokenised locally (counts and agreement approximate)")
+        return encode(text) if text else [], finish
+
+    def _scrub(self, text: str) -> str:
+        if self._key:
+            text = text.replace(self._key, "<redacted>")
+        return text
+
+
+class _Rejected(RemoteError):
+    """HTTP 400/422 (or a validation 500) before any token: the request's form may be at fault."""
+
+
+class _Reader:
+    """One HTTP request on a thread; events arrive on a queue so the caller can honour cancel."""
+
+    def __init__(self, engine: RemoteEngine, body: bytes) -> None:
+        self.engine = engine
+        self.events: queue.Queue = queue.Queue()
+        self.conn: http.client.HTTPConnection | None = None
+        self.closed = threading.Event()
+        threading.Thread(target=self._run, args=(body,), name="remote-reader", daemon=True).start()
+
+    def next_event(self, cancel: threading.Event | None) -> dict | None:
+        """The next parsed event, or None at the end of the stream; raise RemoteError on failure."""
+        e = self.engine
+        # The reader's socket timeouts bound every wait; this is a backstop (e.g. a slow DNS lookup).
+        deadline = time.monotonic() + e.connect_timeout + e.read_timeout + 5
+        while True:
+            if cancel is not None and cancel.is_set():
+                return None
+            try:
+                kind, value = self.events.get(timeout=_POLL_S)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise RemoteError(f"no answer from {e.label} within {e.read_timeout:g} s (timeout)") from None
+                continue
+            if kind == "event":
+                return value
+            if kind == "end":
+                return None
+            raise value
+
+    def close(self) -> None:
+        self.closed.set()
+        conn = self.conn
+        if conn is not None and conn.sock is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv at once
+            except OSError:
+                pass
+        if conn is not None:
+            conn.close()
+
+    def _run(self, body: bytes) -> None:
+        try:
+            self._request(body)
+            self.events.put(("end", None))
+        except RemoteError as exc:
+            exc.args = (self.engine._scrub(str(exc)),)  # a server may echo the key back
+            self.events.put(("error", exc))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message
+            if not self.closed.is_set():
+                self.events.put(("error", RemoteError(self.engine._scrub(self._describe(exc)))))
+
+    def _describe(self, exc: Exception) -> str:
+        e = self.engine
+        if isinstance(exc, ConnectionRefusedError):
+            return f"connection refused by {e.label} (is the server running?)"
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            phase = "connect" if self.conn is None or self.conn.sock is None else "read"
+            limit = e.connect_timeout if phase == "connect" else e.read_timeout
+            return f"{phase} timeout: no answer from {e.label} within {limit:g} s"
+        if isinstance(exc, (http.client.BadStatusLine, http.client.HTTPException)):
+            return f"malformed HTTP response from {e.label}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, OSError):
+            return f"network error talking to {e.label}: {exc.strerror or exc}"
+        return f"{type(exc).__name__} talking to {e.label}: {exc}"
+
+    def _request(self, body: bytes) -> None:
+        e = self.engine
+        cls = http.client.HTTPSConnection if e.scheme == "https" else http.client.HTTPConnection
+        conn = cls(e.host, e.port, timeout=e.connect_timeout)
+        conn.connect()
+        self.conn = conn
+        if self.closed.is_set():  # cancelled while connecting
+            conn.close()
+            return
+        conn.sock.settimeout(e.read_timeout)  # from here on: the longest silence we accept
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "whistle-stop"}
+        if e._key:
+            headers["Authorization"] = f"Bearer {e._key}"
+        conn.request("POST", e.path, body=body, headers=headers)
+        response = conn.getresponse()
+        if response.status >= 400:
+            message = _error_message(response.read(_MAX_ERROR_BODY))
+            # llama-cpp-python's server answers a request it cannot validate with a 500
+            rejected = response.status in (400, 422) or (response.status == 500 and "validation" in message.lower())
+            error_cls = _Rejected if rejected else RemoteError
+            raise error_cls(e._scrub(f"HTTP {response.status} {response.reason} from {e.label}: {message}"))
+        kind = response.getheader("Content-Type", "")
+        if "text/event-stream" not in kind:
+            sample = response.read(2000).decode("utf-8", "replace")
+            raise RemoteError(e._scrub(f"{e.label} did not stream (Content-Type {kind or 'none'}): {sample[:200]}"))
+        self._read_events(response)
+
+    def _read_events(self, response: http.client.HTTPResponse) -> None:
+        """Server-sent events: `data:` lines up to a blank line make one event; [DONE] ends."""
+        data: list[str] = []
+        while not self.closed.is_set():
+            raw = response.readline()
+            if not raw:
+                break  # end of stream
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            elif line == "" and data:
+                if not self._dispatch("\n".join(data)):
+                    return
+                data = []
+            elif line and not line.startswith((":", "event:", "id:", "retry:")):
+                raise RemoteError(f"malformed server-sent event from {self.engine.label}: {line[:200]!r}")
+        if data:
+            self._dispatch("\n".join(data))
+
+    def _dispatch(self, payload: str) -> bool:
+        if payload.strip() == "[DONE]":
+            return False
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}") from None
+        if not isinstance(event, dict):
+            raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}")
+        self.events.put(("event", event))
+        return True
+
+
+def _error_message(body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500] or "(no message)"
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail", data.get("message", data)))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        return str(error)[:500]
+    return str(data)[:500]
+
+
+def _short(event: object) -> str:
+    return json.dumps(event)[:200]
+
+
+def _strip_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        return url.replace(parts.netloc, parts.netloc.rsplit("@", 1)[-1])
+    return url

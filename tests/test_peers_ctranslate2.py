@@ -1,0 +1,76 @@
+"""CTranslate2: greedy parity with transformers, exact token counts, the conversion cache."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from backends.engine import EngineOptions
+from backends.sampling import Sampler, SamplingParams
+from tests.conftest import run_engine_in_process
+
+pytest.importorskip("ctranslate2")
+pytestmark = pytest.mark.peers
+
+
+def _engine(name, model):
+    from backends import registry
+
+    engine = registry.create(name, EngineOptions(threads=1))
+    engine.load(model, lambda *a: None)
+    return engine
+
+
+def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
+    tokens = run_engine_in_process("ctranslate2", tiny_model, prompt_ids, 24)
+    assert tokens == hf_reference.greedy(prompt_ids, 24)
+    assert len(set(tokens)) > 1
+
+
+def test_int8_gives_exactly_n_tokens(tiny_model, prompt_ids):
+    tokens = run_engine_in_process("ctranslate2-int8", tiny_model, prompt_ids, 17)
+    assert len(tokens) == 17 and all(0 <= t < 50257 for t in tokens)
+
+
+def test_forward_logits_match_hf(tiny_model, prompt_ids, hf_reference):
+    engine = _engine("ctranslate2", tiny_model)
+    try:
+        np.testing.assert_allclose(engine.forward_logits(prompt_ids), hf_reference.logits(prompt_ids), atol=1e-3)
+    finally:
+        engine.close()
+
+
+def test_sampling_is_noted_and_cancel_stops(tiny_model, prompt_ids):
+    engine = _engine("ctranslate2", tiny_model)
+    try:
+        cancel = threading.Event()
+        tokens = []
+        for token in engine.stream(prompt_ids, 50, Sampler(SamplingParams("sample", 0.8, 40, 0.9, 3)), cancel):
+            tokens.append(token)
+            if len(tokens) == 3:
+                cancel.set()
+        assert len(tokens) == 3
+        assert "CTranslate2's own sampler" in engine.run_notes
+    finally:
+        engine.close()
+
+
+def test_conversion_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
+    from backends import artifact_cache
+
+    first = _engine("ctranslate2", tiny_model)
+    folder = first.folder
+    first.close()
+    weights = folder / "model.bin"
+    stamp = (weights.stat().st_ino, weights.stat().st_mtime_ns)
+    second = _engine("ctranslate2", tiny_model)
+    second.close()
+    assert (weights.stat().st_ino, weights.stat().st_mtime_ns) == stamp  # not rebuilt
+    with weights.open("r+b") as handle:
+        handle.truncate(weights.stat().st_size // 2)
+    assert artifact_cache.check(folder) != ""
+    tokens = run_engine_in_process("ctranslate2", tiny_model, prompt_ids, 8)
+    assert artifact_cache.check(folder) == ""
+    assert tokens == hf_reference.greedy(prompt_ids, 8)

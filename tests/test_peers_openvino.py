@@ -1,0 +1,72 @@
+"""OpenVINO: our own stateful GPT-2 graph, greedy parity with transformers, the IR cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.engine import EngineOptions
+from tests.conftest import run_engine_in_process
+
+pytest.importorskip("openvino")
+pytestmark = pytest.mark.peers
+
+
+def _engine(name, model):
+    from backends import registry
+
+    engine = registry.create(name, EngineOptions(threads=1))
+    engine.load(model, lambda *a: None)
+    return engine
+
+
+def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
+    tokens = run_engine_in_process("openvino", tiny_model, prompt_ids, 24)
+    assert tokens == hf_reference.greedy(prompt_ids, 24)
+    assert len(set(tokens)) > 1
+
+
+def test_prefill_and_decode_logits_match_hf(tiny_model, prompt_ids, hf_reference):
+    engine = _engine("openvino", tiny_model)
+    try:
+        ids = list(prompt_ids)
+        full = hf_reference.logits(ids + [11, 262, 318])
+        np.testing.assert_allclose(engine.prefill(ids), full[len(ids) - 1], atol=1e-4)
+        for offset, token in enumerate([11, 262, 318]):
+            np.testing.assert_allclose(engine.decode(token), full[len(ids) + offset], atol=1e-4)
+        # A second sequence starts from an empty KV cache (reset_state), not after the first.
+        np.testing.assert_allclose(engine.prefill(ids[:5]), hf_reference.logits(ids[:5])[-1], atol=1e-4)
+    finally:
+        engine.close()
+
+
+def test_int8_weights_compressed_and_n_tokens(tiny_model, prompt_ids):
+    engine = _engine("openvino-int8", tiny_model)
+    try:
+        runtime = engine.request.get_compiled_model().get_runtime_model()
+        fc = [op for op in runtime.get_ops() if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
+        assert fc and all(op.input(1).get_element_type().to_string() == "i8" for op in fc)
+        kinds = {op.get_rt_info()["layerType"].astype(str) for op in runtime.get_ops()}
+        assert "ScaledDotProductAttention" in kinds  # the fused attention with the in-place KV cache
+    finally:
+        engine.close()
+    tokens = run_engine_in_process("openvino-int8", tiny_model, prompt_ids, 15)
+    assert len(tokens) == 15
+
+
+def test_ir_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
+    from backends import artifact_cache
+
+    first = _engine("openvino", tiny_model)
+    folder = first.folder
+    first.close()
+    weights = folder / "model.bin"
+    stamp = (weights.stat().st_ino, weights.stat().st_mtime_ns)
+    _engine("openvino", tiny_model).close()
+    assert (weights.stat().st_ino, weights.stat().st_mtime_ns) == stamp  # not rebuilt
+    with weights.open("r+b") as handle:
+        handle.truncate(weights.stat().st_size - 100)
+    assert artifact_cache.check(folder) != ""
+    tokens = run_engine_in_process("openvino", tiny_model, prompt_ids, 8)
+    assert artifact_cache.check(folder) == ""
+    assert tokens == hf_reference.greedy(prompt_ids, 8)
