@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 from pathlib import Path
@@ -81,6 +82,7 @@ def bench(args: argparse.Namespace) -> int:
         err.print(f"[yellow]warning:[/] {model.notice}")
     err.print(f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
               f"{config.sampling.decoding} · {session.threads} threads · {config.mode} mode")
+    _warn_if_busy(session.threads, err)
     result = _run_interruptibly(session, model, prompt_ids, err)
     _add_cached_bandwidth(result.environment, session.threads)
     paths = write_results(out, result.runs, result.tokens, result.environment)
@@ -89,6 +91,18 @@ def bench(args: argparse.Namespace) -> int:
     if result.cancelled:
         err.print("[yellow]cancelled:[/] partial results were written")
     return EXIT_RUN_FAILED if result.failed else EXIT_OK
+
+
+def _warn_if_busy(threads: int, err: Console) -> None:
+    """Timings on an oversubscribed machine are meaningless for every engine: say so up front."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return
+    cores = os.cpu_count() or 1
+    if load + threads > cores + 0.5:
+        err.print(f"[yellow]warning:[/] load average {load:.1f} on {cores} cores: other processes compete with the "
+                  f"engines ({threads} threads each), so timings will be noisy")
 
 
 def _run_interruptibly(session: BenchSession, model, prompt_ids, err: Console) -> BenchResult:

@@ -21,6 +21,29 @@ class RunRequest:
 
 
 @dataclass(frozen=True)
+class ScoreRequest:
+    """Score text with the engine's own forward pass (perplexity).
+
+    `targets[i]` is how many trailing tokens of `windows[i]` are scored (HF's strided method:
+    only the part of a window that earlier windows did not cover). A window's first token is
+    never scored: nothing predicts it.
+    """
+
+    run_id: str
+    windows: tuple[tuple[int, ...], ...]
+    targets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LogitsRequest:
+    """The top-k logits after teacher-forcing `prefix_ids` (what the engine predicts next)."""
+
+    run_id: str
+    prefix_ids: tuple[int, ...]
+    k: int = 5
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -74,6 +97,33 @@ class RunDone:
     peak_rss_mb: float
     cancelled: bool = False
     notes: str = ""  # what the engine could not honour in this run
+
+
+@dataclass(frozen=True)
+class ScoreProgress:
+    """Sent while scoring, so a long evaluation is not mistaken for a hang."""
+
+    run_id: str
+    windows_done: int
+    windows_total: int
+
+
+@dataclass(frozen=True)
+class ScoreDone:
+    run_id: str
+    nll_sum: float  # summed negative log-likelihood (natural log) over the scored tokens
+    tokens: int  # tokens scored
+    seconds: float
+    method: str  # "forward_logits" or "prefill+decode"
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class TopLogits:
+    run_id: str
+    token_ids: tuple[int, ...]  # best first
+    logits: tuple[float, ...]
+    logprobs: tuple[float, ...]  # log-softmax over the whole vocabulary
 
 
 @dataclass(frozen=True)

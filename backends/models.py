@@ -12,7 +12,6 @@ from typing import Callable
 from .atomic import atomic_write
 from .errors import ModelError
 from .paths import CONFIGS_DIR, cache_dir
-from .random_weights import SEED, write_random_model
 from .weights import CorruptWeights, check_against_config
 
 RANDOM_PREFIX = "random:"
@@ -142,6 +141,8 @@ def _random(spec: str, asked: str) -> ModelFiles:
     if not name or not config_path.exists():
         known = ", ".join(RANDOM_PREFIX + n for n in random_config_names())
         raise ModelError(f"unknown model {spec!r}; bundled random configs: {known}")
+    from .random_weights import SEED, write_random_model  # only needed here: keeps worker start-up light
+
     config = json.loads(config_path.read_text())
     digest = hashlib.sha256(config_path.read_bytes()).hexdigest()[:8]
     folder = cache_dir("models", f"random-{name}-seed{SEED}-{digest}")

@@ -79,6 +79,19 @@ class BenchConfig:
         return data
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One (prompt, new tokens) setting; a bench has one, a sweep many. `tag` goes into run ids."""
+
+    prompt_ids: tuple[int, ...]
+    new_tokens: int
+    tag: str = ""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return len(self.prompt_ids), self.new_tokens
+
+
 @dataclass
 class BenchResult:
     config: BenchConfig
@@ -124,11 +137,7 @@ class BenchSession:
     # --- public ------------------------------------------------------------------------------
     def prepare(self, progress=None) -> tuple[ModelFiles, list[int]]:
         """Resolve the model and the prompt; raise UsageError for anything that cannot run."""
-        for name, spec in self._specs.items():
-            if spec.target.startswith("backends."):
-                ok, why = registry.available(name)
-                if not ok:
-                    raise UsageError(f"backend {name!r} is unavailable: {why}")
+        self._check_available()
         model = resolve_model(self.config.model, progress)
         ids = build_prompt_ids(self.config.prompt, self.config.prompt_tokens)
         if len(ids) + self.config.new_tokens > model.context:
@@ -137,6 +146,13 @@ class BenchSession:
                 f"context of {model.context} tokens"
             )
         return model, ids
+
+    def _check_available(self) -> None:
+        for name, spec in self._specs.items():
+            if spec.target.startswith("backends."):
+                ok, why = registry.available(name)
+                if not ok:
+                    raise UsageError(f"backend {name!r} is unavailable: {why}")
 
     def run(self, model: ModelFiles | None = None, prompt_ids: list[int] | None = None) -> BenchResult:
         if model is None or prompt_ids is None:
@@ -148,6 +164,7 @@ class BenchSession:
                 self._run_race(result)
             else:
                 self._run_fair(result)
+            self._after_runs(result)
         finally:
             self._close_all()
         result.cancelled = self._cancelled.is_set()
@@ -171,6 +188,10 @@ class BenchSession:
         if self.config.reference:
             return self.config.reference
         return "hf" if "hf" in self.config.backends else self.config.backends[0]
+
+    # --- hooks for subclasses (sweep, quality) ------------------------------------------------
+    def _after_runs(self, result: BenchResult) -> None:
+        """Called after the runs, while the workers are still up (quality asks them for more)."""
 
     # --- ordering ----------------------------------------------------------------------------
     def _run_fair(self, result: BenchResult) -> None:
@@ -205,18 +226,18 @@ class BenchSession:
         for thread in threads:
             thread.join()
 
-    def _warm_up(self, name: str, result: BenchResult) -> None:
+    def _warm_up(self, name: str, result: BenchResult, cell: Cell | None = None) -> None:
         for index in range(1, self.config.warmup + 1):
             if self._cancelled.is_set() or not self._usable(name):
                 return
-            self._one_run(name, index, True, result)
+            self._one_run(name, index, True, result, cell)
 
     def _usable(self, name: str) -> bool:
         worker = self._workers.get(name)
         return worker is not None and worker.ready is not None and worker.lost is None
 
     # --- one engine --------------------------------------------------------------------------
-    def _start(self, name: str, result: BenchResult) -> bool:
+    def _start(self, name: str, result: BenchResult, cell: Cell | None = None) -> bool:
         spec = self._specs[name]
         options = EngineOptions(threads=self.threads, extra=dict(self.config.engine_options.get(name, {})))
         sink = lambda event: self._emit(BackendEvent(name, event))  # noqa: E731
@@ -229,23 +250,30 @@ class BenchSession:
             worker.start()
             return True
         except WorkerError as exc:
-            record = self._base_record(name, worker, 0, False, result)
+            record = self._base_record(name, worker, 0, False, result, cell)
             record.status = exc.event.reason if isinstance(exc.event, WorkerLost) else "error"
             record.error = f"load failed: {exc}"
             self._add(result, record, [])
             return False
 
-    def _one_run(self, name: str, repeat: int, is_warmup: bool, result: BenchResult) -> None:
+    def _one_run(self, name: str, repeat: int, is_warmup: bool, result: BenchResult, cell: Cell | None = None) -> None:
         worker = self._workers[name]
-        run_id = f"{name}/{'w' if is_warmup else 'r'}{repeat}"
-        request = RunRequest(run_id, tuple(result.prompt_ids), self.config.new_tokens, self.config.sampling)
-        self._emit(BackendEvent(name, request, {"repeat": repeat, "is_warmup": is_warmup}))
+        cell = cell or self._default_cell(result)
+        run_id = f"{name}/{cell.tag + '/' if cell.tag else ''}{'w' if is_warmup else 'r'}{repeat}"
+        request = RunRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling)
+        extra = {"repeat": repeat, "is_warmup": is_warmup}
+        if cell.tag:
+            extra.update(cell=cell.tag, prompt_tokens=len(cell.prompt_ids), new_tokens=cell.new_tokens)
+        self._emit(BackendEvent(name, request, extra))
         outcome = worker.run(request)
-        self._add(result, *self._records(name, worker, repeat, is_warmup, outcome, result))
+        self._add(result, *self._records(name, worker, repeat, is_warmup, outcome, result, cell))
+
+    def _default_cell(self, result: BenchResult) -> Cell:
+        return Cell(tuple(result.prompt_ids), self.config.new_tokens)
 
     def _records(self, name: str, worker: Worker, repeat: int, is_warmup: bool, outcome: RunOutcome,
-                 result: BenchResult) -> tuple[RunRecord, list[TokenRecord]]:
-        record = self._base_record(name, worker, repeat, is_warmup, result)
+                 result: BenchResult, cell: Cell | None = None) -> tuple[RunRecord, list[TokenRecord]]:
+        record = self._base_record(name, worker, repeat, is_warmup, result, cell)
         record.run_id = outcome.request.run_id
         record.status = outcome.status
         if isinstance(outcome.failure, Failed):
@@ -264,13 +292,15 @@ class BenchSession:
             record.cold_start_s = (worker.ready.t_ns - worker.spawn_ns) / 1e9 + (record.ttft_ms or 0) / 1e3
         return record, tokens
 
-    def _base_record(self, name: str, worker: Worker, repeat: int, is_warmup: bool, result: BenchResult) -> RunRecord:
+    def _base_record(self, name: str, worker: Worker, repeat: int, is_warmup: bool, result: BenchResult,
+                     cell: Cell | None = None) -> RunRecord:
+        cell = cell or self._default_cell(result)
         ready: Ready | None = worker.ready
         s = self.config.sampling
         return RunRecord(
             run_id=f"{name}/load", backend=name, model=result.model.model_id, weights=result.model.weights,
             device=ready.device if ready else "", dtype=ready.dtype if ready else "", threads=self.threads,
-            prompt_tokens=len(result.prompt_ids), new_tokens=self.config.new_tokens,
+            prompt_tokens=len(cell.prompt_ids), new_tokens=cell.new_tokens,
             decoding="greedy" if s.is_greedy else "sample", temperature=s.temperature, top_k=s.top_k,
             top_p=s.top_p, seed=s.seed, repeat=repeat, is_warmup=is_warmup,
             import_s=ready.import_s if ready else None, load_s=ready.load_s if ready else None,
@@ -293,16 +323,21 @@ class BenchSession:
 
 
 def _fill_agreement(result: BenchResult, reference: str) -> None:
-    """Compare each run's tokens with the reference engine's first complete run."""
+    """Compare each run's tokens with the reference engine's first complete run of the same cell
+    (a bench has one cell; a sweep compares like with like)."""
     by_run: dict[str, list[int]] = {}
     for token in result.tokens:
         by_run.setdefault(token.run_id, []).append(token.token_id)
-    ref_runs = [r for r in result.runs if r.backend == reference and r.status == "ok"]
-    ref_runs.sort(key=lambda r: (r.is_warmup, r.repeat))  # measured runs first
-    if not ref_runs:
-        return
-    ref_tokens = by_run.get(ref_runs[0].run_id, [])
+    cells: dict[tuple[int, int], list[RunRecord]] = {}
     for record in result.runs:
-        if record.run_id in by_run:
-            record.reference = reference
-            record.agree_tokens, record.first_divergence = agreement(ref_tokens, by_run[record.run_id])
+        cells.setdefault((record.prompt_tokens, record.new_tokens), []).append(record)
+    for records in cells.values():
+        ref_runs = [r for r in records if r.backend == reference and r.status == "ok"]
+        ref_runs.sort(key=lambda r: (r.is_warmup, r.repeat))  # measured runs first
+        if not ref_runs:
+            continue
+        ref_tokens = by_run.get(ref_runs[0].run_id, [])
+        for record in records:
+            if record.run_id in by_run:
+                record.reference = reference
+                record.agree_tokens, record.first_divergence = agreement(ref_tokens, by_run[record.run_id])

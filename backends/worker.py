@@ -15,12 +15,19 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .engine import EngineOptions
-from .events import Failed, Progress, Ready, RunDone, RunRequest, RunStarted, Shutdown, Started, Token, WorkerLost
+from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
+                     ScoreRequest, Shutdown, Started, Token, TopLogits, WorkerLost)
 from .models import ModelFiles
 from .registry import EngineSpec
 from .worker_child import child_main
 
 EventSink = Callable[[object], None]
+
+# BLAS/OpenMP libraries read these once, when first imported. A spawned child imports numpy
+# while unpickling its arguments, before any of its own code runs, so the variables must be in
+# the environment it inherits. The lock keeps concurrent starts (race mode) from mixing them.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+_SPAWN_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class Timeouts:
     load_s: float = 900.0  # progress events (downloads, ONNX export) reset this clock
     token_s: float = 120.0  # the first token includes prefill
     cancel_grace_s: float = 5.0  # after Cancel, how long a run may take to stop by itself
+    score_s: float = 900.0  # one perplexity window (a teacher-forced fallback decodes it token by token)
 
 
 @dataclass
@@ -49,6 +57,29 @@ class RunOutcome:
         if self.done is not None and self.done.cancelled:
             return "cancelled"
         return "ok" if self.done is not None else "error"
+
+
+@dataclass
+class ScoreOutcome:
+    request: ScoreRequest
+    done: ScoreDone | None = None
+    failure: Failed | WorkerLost | None = None
+
+    @property
+    def status(self) -> str:
+        if isinstance(self.failure, WorkerLost):
+            return self.failure.reason
+        if self.failure is not None or self.done is None:
+            return "error"
+        return "cancelled" if self.done.cancelled else "ok"
+
+    @property
+    def error(self) -> str:
+        if isinstance(self.failure, Failed):
+            return self.failure.message
+        if isinstance(self.failure, WorkerLost):
+            return f"worker {self.failure.reason}: {self.failure.detail}"
+        return ""
 
 
 class WorkerError(RuntimeError):
@@ -80,8 +111,18 @@ class Worker:
             target=child_main, args=(child_conn, self._cancel, self.spec, self.model, self.options),
             name=f"whistle-stop:{self.spec.name}", daemon=True,
         )
-        self.spawn_ns = time.monotonic_ns()
-        self._process.start()
+        with _SPAWN_LOCK:
+            saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+            os.environ.update({name: str(self.options.threads) for name in THREAD_VARIABLES})
+            try:
+                self.spawn_ns = time.monotonic_ns()
+                self._process.start()
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
         child_conn.close()
         while True:
             event = self._next_event(self.timeouts.load_s, run_id=None)
@@ -119,6 +160,36 @@ class Worker:
                 return outcome
             elif isinstance(event, RunStarted):
                 outcome.started_ns = event.t_ns
+
+    def score(self, request: ScoreRequest) -> ScoreOutcome:
+        """Perplexity windows through the engine's own forward pass (see worker_child.score_window)."""
+        outcome = ScoreOutcome(request)
+        final = self._exchange(request, self.timeouts.score_s, (ScoreDone,))
+        if isinstance(final, ScoreDone):
+            outcome.done = final
+        else:
+            outcome.failure = final
+        return outcome
+
+    def top_logits(self, request: LogitsRequest) -> TopLogits | Failed | WorkerLost:
+        """The engine's k best next tokens after `request.prefix_ids` (teacher-forced)."""
+        return self._exchange(request, self.timeouts.token_s, (TopLogits,))
+
+    def _exchange(self, request, timeout_s: float, answers: tuple[type, ...]):
+        """Send one request; pass events on until one of `answers`, a failure, or a lost worker."""
+        if self.lost is not None or self._conn is None:
+            return self.lost or WorkerLost("crashed", "the worker is not running", request.run_id)
+        self._cancel.clear()
+        self._cancel_requested_at = None
+        try:
+            self._conn.send(request)
+        except (OSError, EOFError) as exc:
+            return self._lose("crashed", f"could not send the request: {exc}", request.run_id)
+        while True:
+            event = self._next_event(timeout_s, run_id=request.run_id)
+            self._on_event(event)
+            if isinstance(event, answers + (Failed, WorkerLost)):
+                return event
 
     def cancel(self) -> None:
         """Ask the current run to stop after its current token (safe from any thread)."""

@@ -1,0 +1,153 @@
+"""Draw `figures.Figure`s with pyqtgraph: into a PlotItem (the GUI) or a PNG file (reports, CLI).
+
+Importing this module imports no Qt: pyqtgraph is imported inside the functions, and a
+QApplication is made (offscreen when there is no display) only when a PNG is rendered.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .figures import Figure
+
+PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]
+LIMIT_COLOUR = (90, 90, 90)
+DEFAULT_SIZE = (900, 520)
+
+
+def colour(index: int) -> tuple[int, int, int]:
+    return PALETTE[index % len(PALETTE)]
+
+
+def ensure_qt_app():
+    """The running QApplication, or a new one; offscreen when no display is available."""
+    from pyqtgraph.Qt import QtWidgets
+
+    app = QtWidgets.QApplication.instance()
+    if app is None:
+        headless = sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+        if headless and not os.environ.get("QT_QPA_PLATFORM"):
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        app = QtWidgets.QApplication(sys.argv[:1])
+    return app
+
+
+def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
+    """Draw `figure` into a pyqtgraph PlotItem (cleared first): the GUI calls this with its own."""
+    import numpy as np
+    import pyqtgraph as pg
+    from pyqtgraph.Qt import QtCore
+
+    plot_item.clear()
+    if plot_item.legend is None:
+        plot_item.addLegend(offset=(-10, 10), labelTextColor=foreground)  # top right: limit labels sit left
+    else:
+        plot_item.legend.clear()
+    plot_item.setTitle(figure.title, color=foreground)
+    for side, text in (("bottom", figure.x_label), ("left", figure.y_label)):
+        axis = plot_item.getAxis(side)
+        axis.setPen(pg.mkPen(foreground))
+        axis.setTextPen(pg.mkPen(foreground))
+        plot_item.setLabel(side, text, color=pg.mkColor(foreground).name())
+    plot_item.showGrid(x=True, y=True, alpha=0.15)
+    n_series = max(1, len(figure.series))
+    for index, series in enumerate(figure.series):
+        if not series.y:
+            continue
+        x, y = np.asarray(series.x, float), np.asarray(series.y, float)
+        err = np.asarray(series.err or [0.0] * len(y), float)
+        rgb = colour(index)
+        if figure.kind == "bar":
+            width = 0.8 / n_series
+            x = x - 0.4 + width * (index + 0.5)
+            plot_item.addItem(pg.BarGraphItem(x=x, height=y, width=width * 0.9, brush=pg.mkBrush(*rgb), pen=pg.mkPen(rgb)))
+            plot_item.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=1, brush=pg.mkBrush(*rgb)), series.name)
+        elif figure.kind == "scatter":
+            plot_item.plot(x, y, pen=None, symbol="o", symbolSize=11, symbolBrush=pg.mkBrush(*rgb),
+                           symbolPen=pg.mkPen(rgb))  # labelled at the point: no legend entry
+            for px, py, label in zip(x, y, series.labels):
+                text = pg.TextItem(label, color=rgb, anchor=(0, 1))
+                text.setPos(px, py)
+                plot_item.addItem(text)
+        else:
+            plot_item.plot(x, y, pen=pg.mkPen(rgb, width=2), symbol="o", symbolSize=6,
+                           symbolBrush=pg.mkBrush(*rgb), symbolPen=pg.mkPen(rgb), name=series.name)
+        if np.any(err > 0):
+            beam = 0.15 / n_series if figure.kind == "bar" else _beam(figure)
+            plot_item.addItem(pg.ErrorBarItem(x=x, y=y, top=err, bottom=err, beam=beam, pen=pg.mkPen(rgb, width=1.5)))
+    for index, limit in enumerate(figure.limits):
+        line = pg.InfiniteLine(pos=limit.value, angle=0,
+                               pen=pg.mkPen(LIMIT_COLOUR, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
+                               label=limit.label, labelOpts={"position": 0.02 + 0.33 * (index % 3),  # staggered:
+                                                             "color": LIMIT_COLOUR, "anchors": [(0, 1), (0, 1)]})  # lines may lie close
+        plot_item.addItem(line)
+    if figure.kind == "bar":
+        plot_item.getAxis("bottom").setTicks([list(enumerate(figure.categories))])
+    if figure.empty:
+        text = pg.TextItem("no data", color=foreground, anchor=(0.5, 0.5))
+        plot_item.addItem(text)
+    _fit_range(plot_item, figure)
+
+
+def _beam(figure: Figure) -> float:
+    xs = sorted({x for s in figure.series for x in s.x})
+    gaps = [b - a for a, b in zip(xs, xs[1:]) if b > a]
+    return (min(gaps) if gaps else 1.0) * 0.15
+
+
+def _fit_range(plot_item, figure: Figure) -> None:
+    """Keep the limit lines and the error bars in view, and start the y axis at zero."""
+    ys = [y + e for s in figure.series for y, e in zip(s.y, s.err or [0.0] * len(s.y))]
+    ys += [limit.value for limit in figure.limits]
+    xs = [x for s in figure.series for x in s.x]
+    if figure.kind == "scatter":
+        if xs:
+            for lo, hi, set_range in ((min(xs), max(xs), plot_item.setXRange), (min(ys), max(ys), plot_item.setYRange)):
+                pad = max((hi - lo) * 0.15, abs(hi) * 0.05, 1e-6)
+                set_range(lo - pad, hi + pad * 2, padding=0)  # room for the labels above and right
+        return
+    if ys:
+        plot_item.setYRange(0, max(ys) * 1.1 or 1.0, padding=0)
+    if xs:
+        lo, hi = min(xs), max(xs)
+        pad = 0.6 if figure.kind == "bar" else max((hi - lo) * 0.06, 0.5)
+        plot_item.setXRange(lo - pad, hi + pad, padding=0)
+
+
+def render_png(figure: Figure, path: Path, size: tuple[int, int] = DEFAULT_SIZE) -> Path:
+    """Render offscreen (no window is shown) to a PNG of exactly `size` pixels."""
+    app = ensure_qt_app()
+    import pyqtgraph as pg
+    from pyqtgraph.exporters import ImageExporter
+    from pyqtgraph.Qt import QtCore
+
+    width, height = size
+    widget = pg.PlotWidget(background="w")
+    try:
+        widget.resize(width, height)
+        rect = QtCore.QRectF(0, 0, width, height)
+        widget.centralWidget.setGeometry(rect)  # lay out without showing the widget
+        widget.setSceneRect(rect)
+        draw(widget.getPlotItem(), figure)
+        app.processEvents()
+        exporter = ImageExporter(widget.getPlotItem())
+        exporter.parameters()["width"] = width
+        exporter.parameters()["height"] = height
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp.png")  # Qt picks the format from the suffix
+        if not exporter.export(str(tmp)) and not tmp.exists():
+            raise RuntimeError(f"could not write {path}")
+        os.replace(tmp, path)
+    finally:
+        widget.close()
+        widget.deleteLater()
+    return path
+
+
+def render_all(figures: list[Figure], out_dir: Path, prefix: str = "",
+               size: tuple[int, int] = DEFAULT_SIZE) -> list[Path]:
+    return [render_png(f, Path(out_dir) / f"{prefix}{f.name}.png", size) for f in figures]

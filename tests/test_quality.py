@@ -1,0 +1,199 @@
+"""Perplexity through the workers, agreement and divergence logits, the quality files."""
+
+import json
+import math
+import threading
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from backends import registry
+from backends.engine import EngineOptions
+from backends.events import ScoreRequest
+from backends.quality import (DEFAULT_TEXT, QualitySession, QualitySettings, agreement_detail, read_quality,
+                              strided_windows, write_quality)
+from backends.registry import EngineSpec
+from backends.session import BenchConfig
+from backends.tokenizer import encode
+from backends.worker import Worker
+from tests import fake_engines
+from tests.fake_engines import VOCAB, ScriptedEngine
+
+
+class DivergingEngine(ScriptedEngine):
+    """Greedy stream 100, 101, ... (position after the prompt); from `diverge_at` on it prefers 200 + position.
+    The runner-up keeps a small margin, so the top-k of both engines is known exactly."""
+
+    def __init__(self, options: EngineOptions, prompt_len: int = 4, diverge_at: int | None = None) -> None:
+        super().__init__(options)
+        self.prompt_len, self.diverge_at = prompt_len, diverge_at
+
+    def _logits(self) -> np.ndarray:
+        logits = np.zeros(VOCAB, np.float32)
+        swapped = self.diverge_at is not None and self._position >= self.diverge_at
+        logits[100 + self._position] = 1.0 if swapped else 3.0
+        logits[200 + self._position] = 3.0 if swapped else 2.0
+        return logits
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        self._position = max(0, len(token_ids) - self.prompt_len)  # teacher-forced prefixes land mid-stream
+        return self._step(0.0)
+
+
+def diverging_spec(name: str, **kwargs) -> EngineSpec:
+    return EngineSpec(name, "tests.test_quality:DivergingEngine", "diverging test engine", (), "", "fp32", kwargs)
+
+
+def test_strided_windows_follow_hfs_loop():
+    ids = list(range(2500))
+    w = strided_windows(ids, 1024, 512)
+    assert [len(x) for x in w.windows] == [1024, 1024, 1024, 964]
+    assert [x[0] for x in w.windows] == [0, 512, 1024, 1536]
+    assert w.targets == (1024, 512, 512, 452)
+    assert w.scored_tokens == len(ids) - 1  # every token but the first, exactly once
+    assert strided_windows(ids[:300], 1024, 512).targets == (300,)
+    with pytest.raises(Exception, match="stride"):
+        strided_windows(ids, 100, 200)
+
+
+def test_bundled_text_fills_more_than_two_windows():
+    text = DEFAULT_TEXT.read_text(encoding="utf-8")
+    assert len(text.split()) > 2000
+    assert len(strided_windows(encode(text), 1024, 512).windows) > 2
+
+
+def test_agreement_detail_share_and_first_divergence():
+    d = agreement_detail([1, 2, 3, 4], [1, 2, 9, 4])
+    assert (d.agree_tokens, d.first_divergence, d.compared) == (2, 2, 4)
+    assert d.agree_share == 0.5 and d.identical_share == 0.75
+    same = agreement_detail([5, 6], [5, 6])
+    assert same.first_divergence is None and same.agree_share == 1.0
+
+
+def _direct_hf_perplexity(folder, ids, max_length, stride):
+    """HF's documented method with transformers' own loss, counting exactly the scored labels."""
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(str(folder)).eval()
+    nll, count, previous_end = 0.0, 0, 0
+    with torch.inference_mode():
+        for begin in range(0, len(ids), stride):
+            end = min(begin + max_length, len(ids))
+            target = end - previous_end
+            window = torch.tensor([ids[begin:end]])
+            labels = window.clone()
+            labels[:, :-target] = -100
+            loss = model(window, labels=labels).loss.item()  # mean over the shifted, unmasked labels
+            scored = int((labels[0, 1:] != -100).sum())
+            nll += loss * scored
+            count += scored
+            previous_end = end
+            if end == len(ids):
+                break
+    return math.exp(nll / count), count
+
+
+def test_hf_perplexity_in_its_worker_equals_transformers_loss(tiny_model):
+    ids = encode(DEFAULT_TEXT.read_text(encoding="utf-8"))[:1500]
+    windows = strided_windows(ids, 512, 256)
+    direct: dict = {}  # computed here while the worker imports transformers in its own process
+    thread = threading.Thread(target=lambda: direct.update(r=_direct_hf_perplexity(tiny_model.folder, ids, 512, 256)))
+    thread.start()
+    worker = Worker(registry.get("hf"), tiny_model, EngineOptions(threads=1))
+    try:
+        worker.start()
+        outcome = worker.score(ScoreRequest("hf/ppl", windows.windows, windows.targets))
+    finally:
+        worker.close()
+        thread.join()
+    assert outcome.status == "ok", outcome.error
+    expected, count = direct["r"]
+    assert outcome.done.tokens == count == len(ids) - 1 and outcome.done.method == "forward_logits"
+    assert math.exp(outcome.done.nll_sum / outcome.done.tokens) == pytest.approx(expected, rel=1e-4)
+
+
+def test_engines_without_forward_logits_are_teacher_forced(tiny_model):
+    ids = list(range(1000, 1300))
+    windows = strided_windows(ids, 64, 32)
+    worker = Worker(fake_engines.spec("plain"), tiny_model, EngineOptions(threads=1))
+    worker.start()
+    try:
+        outcome = worker.score(ScoreRequest("plain/ppl", windows.windows, windows.targets))
+    finally:
+        worker.close()
+    # ScriptedEngine puts one logit of 1.0 at 100 + step; the text's ids never match it.
+    assert outcome.done.method == "prefill+decode" and outcome.done.tokens == len(ids) - 1
+    assert outcome.done.nll_sum == pytest.approx((len(ids) - 1) * math.log(VOCAB - 1 + math.e), rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def quality_run(tiny_model, tmp_path_factory):
+    text = tmp_path_factory.mktemp("text") / "short.txt"
+    text.write_text("A small text to score, long enough for a few windows of sixteen tokens each. " * 3)
+    specs = {"ref": diverging_spec("ref"), "fast": diverging_spec("fast", diverge_at=3)}
+    config = BenchConfig(model="random:tiny", backends=("ref", "fast"), prompt_tokens=4, new_tokens=6, repeats=2,
+                         warmup=0, threads=1, reference="ref")
+    session = QualitySession(config, QualitySettings(text_path=text, max_length=16, stride=8), specs=specs)
+    result = session.run()
+    return session, result
+
+
+def test_quality_session_agreement_and_divergence_logits(quality_run):
+    session, result = quality_run
+    rows = {r.backend: r for r in session.quality.rows}
+    assert rows["ref"].status == rows["fast"].status == "ok"
+    assert rows["ref"].perplexity > 1 and rows["ref"].scored_tokens == session.windows.scored_tokens
+    assert rows["ref"].ppl_diff == 0
+    assert rows["fast"].ppl_diff == pytest.approx(rows["fast"].perplexity - rows["ref"].perplexity)
+    assert (rows["fast"].agree_tokens, rows["fast"].first_divergence, rows["fast"].compared_tokens) == (3, 3, 6)
+    assert rows["fast"].agree_share == pytest.approx(0.5) and rows["ref"].agree_share == 1.0
+    assert rows["fast"].decode_tok_s > 0
+    (div,) = session.quality.divergences
+    assert (div.backend, div.reference, div.position) == ("fast", "ref", 3)
+    assert div.reference_token["token_id"] == 103 and div.token["token_id"] == 203
+    # Both workers were asked on the common prefix (prompt + 3 reference tokens).
+    assert [t["token_id"] for t in div.reference_top[:2]] == [103, 203]
+    assert [t["token_id"] for t in div.top[:2]] == [203, 103]
+    assert len(div.top) == 5 and div.top[0]["logit"] == pytest.approx(3.0) and div.top[0]["logprob"] < 0
+    assert "meaningless" in rows["ref"].note and session.quality.info["random_weights"]
+
+
+def test_quality_files_round_trip(quality_run, tmp_path):
+    session, result = quality_run
+    paths = write_quality(tmp_path, result, session.quality)
+    assert {p.name for p in paths} >= {"quality.csv", "divergence.json", "runs.csv", "environment.json"}
+    rows, divergences = read_quality(tmp_path)
+    assert [r["backend"] for r in rows] == ["ref", "fast"] and rows[1]["first_divergence"] == 3
+    assert divergences[0]["top"][0]["token_id"] == 203
+    env = json.loads((tmp_path / "environment.json").read_text())
+    assert env["quality"]["stride"] == 8 and env["quality"]["reference"] == "ref"
+    assert "meaningless" in env["quality"]["note"]
+
+
+@pytest.mark.slow
+def test_quality_command_end_to_end_with_default_windows(tmp_path):
+    """`main.py quality` on random:tiny with the bundled text and HF's default 1024/512 windows."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from backends.models import resolve_model
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "quality"
+    proc = subprocess.run([sys.executable, "main.py", "quality", "--model", "random:tiny", "--backends", "hf,hf-int8",
+                           "--new-tokens", "16", "--repeats", "1", "--out", str(out)],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "perplexity is meaningless on random weights" in proc.stdout
+    with (out / "quality.csv").open() as f:
+        rows = {r["backend"]: r for r in csv.DictReader(f)}
+    ids = encode(DEFAULT_TEXT.read_text(encoding="utf-8"))
+    expected, count = _direct_hf_perplexity(resolve_model("random:tiny").folder, ids, 1024, 512)
+    assert int(rows["hf"]["scored_tokens"]) == count and float(rows["hf"]["windows"]) > 2
+    assert float(rows["hf"]["perplexity"]) == pytest.approx(expected, rel=1e-4)
+    assert rows["hf-int8"]["perplexity"] and rows["hf-int8"]["decode_tok_s"]
+    assert (out / "speed_vs_quality.png").stat().st_size > 1000 and (out / "divergence.json").exists()

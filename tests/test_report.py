@@ -1,0 +1,134 @@
+"""Figures, offscreen PNG rendering, the bandwidth probe and its cache, and HTML reports."""
+
+import json
+
+import pytest
+
+from backends import bandwidth as bw
+from backends import figures as fg
+from backends.cli import main
+from backends.export import write_csv, write_results
+from backends.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
+from backends.records import RunRecord, TokenRecord
+from backends.report import build_report, environment_differences
+
+WEIGHT_BYTES = {"hf": ("fp32", 4e8), "hf-int8": ("int8", 1e8)}
+
+
+def _run(backend, prompt, new, repeat, ttft, tok_s, dtype="fp32"):
+    return RunRecord(
+        run_id=f"{backend}/p{prompt}n{new}/r{repeat}", backend=backend, model="random:tiny", weights="random",
+        device="cpu", dtype=dtype, threads=1, prompt_tokens=prompt, new_tokens=new, decoding="greedy",
+        temperature=1.0, top_k=0, top_p=1.0, seed=0, repeat=repeat, is_warmup=False, import_s=1.0, load_s=0.1,
+        ttft_ms=ttft, tpot_ms=1e3 / tok_s, itl_p50_ms=1e3 / tok_s, itl_p90_ms=None, itl_p99_ms=None,
+        decode_tok_s=tok_s, e2e_s=1.0, peak_rss_mb=100.0, status="ok",
+        bandwidth_gb_s=WEIGHT_BYTES[backend][1] * tok_s / 1e9)
+
+
+def _records():
+    runs, tokens = [], []
+    for backend, scale, dtype in (("hf", 1.0, "fp32"), ("hf-int8", 0.5, "int8")):
+        for prompt in (16, 64):
+            for new in (8, 32):
+                for repeat, jitter in ((1, 0.9), (2, 1.0), (3, 1.1)):
+                    run = _run(backend, prompt, new, repeat, prompt * scale * jitter, 50 / scale * jitter, dtype)
+                    runs.append(run)
+                    for i in range(new):
+                        tokens.append(TokenRecord(run.run_id, backend, repeat, False, i, 100 + i, "x", i * 20.0,
+                                                  None if i == 0 else 20.0 * scale + (prompt + i) / 100, "decode"))
+    return runs, tokens
+
+
+def test_sweep_figures_hold_medians_intervals_and_limits():
+    runs, tokens = _records()
+    ttft = fg.ttft_vs_prompt(runs, gb_s=10.0)
+    hf = next(s for s in ttft.series if s.name == "hf")
+    assert hf.x == [16.0, 64.0] and hf.y == pytest.approx([16.0, 64.0])  # pooled over output lengths
+    assert all(e > 0 for e in hf.err)
+    # One dashed line per precision: bytes / bandwidth, in ms (and tokens/s for decode).
+    assert sorted(l.value for l in ttft.limits) == pytest.approx([10.0, 40.0])
+    decode = fg.decode_vs_output(runs, gb_s=10.0)
+    assert "16-token prompt" in decode.title and sorted(l.value for l in decode.limits) == pytest.approx([25.0, 100.0])
+    position = fg.itl_vs_position(runs, tokens, gb_s=10.0, bins=8)
+    int8 = next(s for s in position.series if s.name == "hf-int8")
+    assert int8.x == sorted(int8.x) and len(int8.x) > 3 and min(int8.y) >= 10.0
+    assert fg.itl_vs_position(runs, [], gb_s=None).empty
+
+
+def test_plots_render_offscreen_to_pngs_of_the_right_size(tmp_path):
+    from PySide6.QtGui import QImage
+
+    from backends.plots import render_png
+
+    runs, tokens = _records()
+    figures = [fg.ttft_vs_prompt(runs, 10.0), fg.itl_vs_position(runs, tokens, 10.0), fg.bench_bars(runs),
+               fg.speed_vs_quality([{"backend": "hf", "decode_tok_s": 50.0, "perplexity": 30.0}]),
+               fg.Figure("empty", "nothing", "x", "y")]
+    for index, figure in enumerate(figures):
+        size = (640 + 10 * index, 400)
+        path = render_png(figure, tmp_path / f"{figure.name}.png", size)
+        image = QImage(str(path))
+        assert path.stat().st_size > 1000 and (image.width(), image.height()) == size
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_bandwidth_probe_is_positive_and_cached(monkeypatch):
+    first = bw.probe_bandwidth(threads=1, n_bytes=16 << 20)
+    assert first.gb_s > 0 and first.median_gb_s > 0 and not first.cached and first.threads == 1
+
+    def no_second_measurement(*args, **kwargs):
+        raise AssertionError("measured again instead of using the cache")
+
+    monkeypatch.setattr(bw, "measure_bandwidth", no_second_measurement)
+    again = bw.probe_bandwidth(threads=1)
+    assert again.cached and again.gb_s == first.gb_s
+    assert bw.cached_bandwidth(threads=7) is None  # keyed by thread count (and CPU model)
+    assert bw.limit_ms_per_token(1e9, 10.0) == pytest.approx(100.0)
+
+
+def _folder(path, runs, tokens, cpu, extra=None):
+    env = {"machine": {"cpu": cpu}, "model": {"id": "random:tiny", "weights": "random"},
+           "libraries": {"torch": "2.13"}, "settings": {"backends": ["hf", "hf-int8"]},
+           "bandwidth": {"gb_s": 10.0}, "finished_at": cpu, **(extra or {})}
+    write_results(path, runs, tokens, env)
+    return path
+
+
+def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
+    runs, tokens = _records()
+    sweep = _folder(tmp_path / "sweep", runs, tokens, "CPU one",
+                    {"sweep": {"skipped": [{"reason": "512 + 600 tokens exceed the context of 1024"}]}})
+    bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
+    bench = _folder(tmp_path / "bench", bench_runs, [t for t in tokens if t.run_id in {r.run_id for r in bench_runs}],
+                    "CPU two")
+    quality = _folder(tmp_path / "quality", bench_runs, [], "CPU one")
+    write_csv(quality / QUALITY_CSV, QUALITY_COLUMNS, [
+        QualityRow("hf", "fp32", perplexity=30.0, decode_tok_s=50.0, reference="hf"),
+        QualityRow("hf-int8", "int8", perplexity=30.6, decode_tok_s=100.0, reference="hf", ppl_diff_pct=2.0)])
+    out = tmp_path / "report"
+    html_path = build_report([sweep, bench, quality], out)
+    page = html_path.read_text(encoding="utf-8")
+    images = sorted(p.name for p in out.glob("*.png"))
+    assert page.count("data:image/png;base64,") == len(images) >= 3 + 3 + 4 + 2
+    assert {"1-ttft_vs_prompt.png", "1-decode_vs_output.png", "1-itl_vs_position.png", "3-speed_vs_quality.png",
+            "compare_decode_tok_s.png"} <= set(images)
+    assert "machine.cpu" in page and "CPU two" in page and "finished_at" not in page
+    assert "exceed the context" in page and "random weights - timing only" in page
+    assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page and "<script" not in page and 'src="http' not in page and "<link" not in page
+
+
+def test_environment_differences_ignore_volatile_keys():
+    a = {"machine": {"cpu": "A"}, "libraries": {"torch": "2.1"}, "finished_at": "x", "settings": {"repeats": 3}}
+    b = {"machine": {"cpu": "B"}, "libraries": {"torch": "2.1", "onnx": "1.17"}, "finished_at": "y",
+         "settings": {"repeats": 3}}
+    assert environment_differences([a, b]) == [("machine.cpu", ["A", "B"]), ("libraries.onnx", ["(absent)", "1.17"])]
+
+
+def test_report_command(tmp_path, capsys):
+    runs, tokens = _records()
+    folder = _folder(tmp_path / "one", runs[:6], tokens[:60], "CPU")
+    assert main(["report", str(folder), "--out", str(tmp_path / "r")]) == 0
+    assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text()
+    assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "r")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert json.loads((folder / "environment.json").read_text())["machine"]["cpu"] == "CPU"

@@ -1,0 +1,126 @@
+"""Sweeps with scripted engines: skipped cells, fair order, one load per engine, resume after a cancel."""
+
+import csv
+import json
+
+import pytest
+
+from backends import registry
+from backends.bandwidth import Bandwidth
+from backends.cli import main
+from backends.errors import UsageError
+from backends.events import BackendEvent, Ready, RunRequest
+from backends.session import BenchConfig
+from backends.sweep import CellDone, SweepGrid, SweepSession
+from tests import fake_engines
+from tests.conftest import live_workers
+
+SPECS = {n: fake_engines.spec(n) for n in ("a", "b")}
+GRID = SweepGrid(prompt_tokens=(4, 1000), new_tokens=(3, 30))  # 1000 + 30 > 1024: skipped
+
+
+def _session(out_dir, specs=SPECS, grid=GRID, cancel_after_cells=None, restart=False, **config):
+    log = {"requests": [], "ready": [], "cells": []}
+    box = {}
+
+    def on_event(event):
+        if isinstance(event, BackendEvent) and isinstance(event.event, RunRequest):
+            log["requests"].append(event.event.run_id)
+        elif isinstance(event, BackendEvent) and isinstance(event.event, Ready):
+            log["ready"].append(event.backend)
+        elif isinstance(event, CellDone):
+            log["cells"].append((event.prompt_tokens, event.new_tokens))
+            if cancel_after_cells is not None and len(log["cells"]) == cancel_after_cells:
+                box["session"].cancel()
+
+    cfg = BenchConfig(model="random:tiny", backends=tuple(specs), threads=1, repeats=config.pop("repeats", 2),
+                      warmup=config.pop("warmup", 1), **config)
+    session = SweepSession(cfg, grid, out_dir, restart=restart, on_event=on_event, specs=specs, measure_bandwidth=False)
+    box["session"] = session
+    return session, log
+
+
+def _environment(out_dir):
+    return json.loads((out_dir / "environment.json").read_text())
+
+
+def test_grid_skips_cells_beyond_the_context(tiny_model, tmp_path):
+    session, _ = _session(tmp_path)
+    plan = session.prepare()
+    assert [c.key for c in plan.cells] == [(4, 3), (4, 30), (1000, 3)]
+    assert [(s.prompt_tokens, s.new_tokens) for s in plan.skipped] == [(1000, 30)]
+    assert "exceed the context of 1024" in plan.skipped[0].reason
+    assert [len(c.prompt_ids) for c in plan.cells] == [4, 4, 1000]
+
+
+def test_sweep_resumes_after_a_cancel_without_repeating_finished_cells(tiny_model, tmp_path):
+    first, log1 = _session(tmp_path, cancel_after_cells=1)
+    result1 = first.run()
+    assert result1.cancelled and log1["cells"] == [(4, 3)]
+    assert sorted(log1["ready"]) == ["a", "b"]  # each worker loaded once
+    # Warm-ups once per engine, then fair order inside the first cell: A B, B A.
+    assert log1["requests"][:6] == ["a/p4n3/w1", "b/p4n3/w1", "a/p4n3/r1", "b/p4n3/r1", "b/p4n3/r2", "a/p4n3/r2"]
+    env = _environment(tmp_path)
+    assert env["sweep"]["completed"] == [[4, 3]]
+    assert env["sweep"]["skipped"] == [{"prompt_tokens": 1000, "new_tokens": 30,
+                                        "reason": "1000 + 30 tokens exceed the context of 1024"}]
+    assert not live_workers()
+
+    second, log2 = _session(tmp_path)
+    plan = second.prepare()
+    assert plan.completed == [(4, 3)] and [c.key for c in plan.cells] == [(4, 30), (1000, 3)]
+    result2 = second.run()
+    assert not result2.cancelled
+    assert not [r for r in log2["requests"] if "/p4n3/" in r]  # the finished cell is not run again
+    assert sorted(log2["ready"]) == ["a", "b"]
+    assert [r for r in log2["requests"] if "/w" in r] == ["a/p4n30/w1", "b/p4n30/w1"]  # warm-ups once per engine
+    assert log2["cells"] == [(4, 30), (1000, 3)]
+    with (tmp_path / "runs.csv").open() as f:
+        runs = [r for r in csv.DictReader(f) if r["is_warmup"] == "false"]
+    per_cell = {}
+    for r in runs:
+        per_cell.setdefault((int(r["prompt_tokens"]), int(r["new_tokens"])), []).append(r["backend"])
+    assert {k: sorted(v) for k, v in per_cell.items()} == {k: ["a", "a", "b", "b"] for k in [(4, 3), (4, 30), (1000, 3)]}
+    with (tmp_path / "tokens.csv").open() as f:
+        tokens = list(csv.DictReader(f))
+    assert sum(1 for t in tokens if t["run_id"] == "a/p4n30/r1") == 30
+    assert _environment(tmp_path)["sweep"]["completed"] == [[4, 3], [4, 30], [1000, 3]]
+    assert all(r.agree_tokens == r.new_tokens for r in result2.runs if not r.is_warmup)  # per-cell agreement
+
+
+def test_other_settings_are_refused_unless_restart(tiny_model, tmp_path):
+    grid = SweepGrid((4,), (2,))
+    session, _ = _session(tmp_path, grid=grid, repeats=1, warmup=0)
+    session.run()
+    with pytest.raises(UsageError, match=r"other settings \(repeats: 1 then, 2 now\).*--restart"):
+        _session(tmp_path, grid=grid, repeats=2, warmup=0)[0].prepare()
+    restarted, log = _session(tmp_path, grid=grid, repeats=2, warmup=0, restart=True)
+    assert [c.key for c in restarted.prepare().cells] == [(4, 2)]
+    restarted.run()
+    assert len(log["requests"]) == 4
+    assert _environment(tmp_path)["sweep"]["fingerprint"]["repeats"] == 2
+
+
+def test_a_bench_folder_is_not_mistaken_for_a_sweep(tiny_model, tmp_path):
+    (tmp_path / "runs.csv").write_text("run_id\n")
+    (tmp_path / "environment.json").write_text("{}")
+    with pytest.raises(UsageError, match="not from a sweep"):
+        _session(tmp_path)[0].prepare()
+
+
+def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
+    monkeypatch.setattr(registry, "available", lambda name: (True, ""))
+    monkeypatch.setattr("backends.sweep.probe_bandwidth",
+                        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,8,1020",
+                 "--new-tokens", "2,5", "--repeats", "2", "--warmup", "0", "--threads", "1", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "skipped: prompt 1020, new 5" in captured.err
+    assert _environment(out)["bandwidth"]["gb_s"] == 10.0
+    for name in ("ttft_vs_prompt", "decode_vs_output", "itl_vs_position"):
+        assert (out / f"{name}.png").stat().st_size > 1000
+    assert main(["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,x", "--out", str(out)]) == 2
+    assert "comma-separated whole numbers" in capsys.readouterr().err
