@@ -1,0 +1,100 @@
+"""The window's actions, with their shortcuts, in the menu bar and the toolbar."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QComboBox, QLabel, QToolBar
+
+from .theme import icon
+
+if TYPE_CHECKING:
+    from .main_window import MainWindow
+
+REPLAY_SPEEDS = {"1×": 1.0, "½×": 0.5, "¼×": 0.25, "⅒×": 0.1}
+
+
+@dataclass
+class Actions:
+    run: QAction
+    cancel: QAction
+    replay: QAction
+    export_csv: QAction
+    export_charts: QAction
+    save_session: QAction
+    open_session: QAction
+    copy_markdown: QAction
+    quit: QAction
+    replay_speed: QComboBox
+
+    def set_state(self, running: bool, can_run: bool, has_results: bool, can_replay: bool, replaying: bool) -> None:
+        self.run.setEnabled(can_run and not running and not replaying)
+        self.cancel.setEnabled(running or replaying)
+        self.replay.setEnabled(can_replay and not running and not replaying)
+        for action in (self.export_csv, self.export_charts, self.save_session, self.copy_markdown):
+            action.setEnabled(has_results and not running)
+        self.open_session.setEnabled(not running and not replaying)
+
+
+def _action(window: "MainWindow", text: str, icon_name: str, slot, shortcut: QKeySequence | str | None = None,
+            tip: str = "") -> QAction:
+    action = QAction(icon(icon_name), text, window)
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    action.setToolTip(f"{tip or text} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})"
+                      if shortcut else tip or text)
+    action.setStatusTip(tip or text)
+    action.triggered.connect(lambda _checked=False: slot())
+    return action
+
+
+def build_actions(window: "MainWindow") -> Actions:
+    speed = QComboBox()
+    speed.addItems(list(REPLAY_SPEEDS))
+    speed.setToolTip("replay speed: slow it down to watch fast engines")
+    actions = Actions(
+        run=_action(window, "Run", "run", window.start_run, "Ctrl+Return", "Run the selected engines"),
+        cancel=_action(window, "Cancel", "cancel", window.cancel, "Esc", "Stop after the current token"),
+        replay=_action(window, "Replay", "replay", window.replay, "Ctrl+R",
+                       "Replay the measured runs side by side on their recorded time axis"),
+        export_csv=_action(window, "Export CSV…", "export", window.export_csv, "Ctrl+E",
+                           "Write tokens.csv, runs.csv and environment.json into a folder"),
+        export_charts=_action(window, "Export charts as PNG…", "chart", window.export_charts, None,
+                              "Save every chart as a PNG image"),
+        save_session=_action(window, "Save session…", "save", window.save_session, QKeySequence.StandardKey.Save,
+                             "Save this session's records into a folder"),
+        open_session=_action(window, "Open session…", "open", window.open_session, QKeySequence.StandardKey.Open,
+                             "Open a saved session (or any bench --out folder)"),
+        copy_markdown=_action(window, "Copy summary as Markdown", "copy", window.copy_markdown, "Ctrl+Shift+C",
+                              "Copy the summary table as Markdown"),
+        quit=_action(window, "Quit", "", window.close, QKeySequence.StandardKey.Quit),
+        replay_speed=speed,
+    )
+    menu = window.menuBar()
+    file_menu = menu.addMenu("&File")
+    for action in (actions.open_session, actions.save_session, None, actions.export_csv, actions.export_charts,
+                   actions.copy_markdown, None, actions.quit):
+        file_menu.addSeparator() if action is None else file_menu.addAction(action)
+    run_menu = menu.addMenu("&Run")
+    for action in (actions.run, actions.cancel, actions.replay):
+        run_menu.addAction(action)
+    window.view_menu = menu.addMenu("&View")
+
+    toolbar = QToolBar("Actions")
+    toolbar.setObjectName("actionsToolbar")
+    toolbar.setIconSize(QSize(20, 20))
+    toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+    for action in (actions.run, actions.cancel, None, actions.replay):
+        toolbar.addSeparator() if action is None else toolbar.addAction(action)
+    toolbar.addWidget(QLabel(" speed "))
+    toolbar.addWidget(speed)
+    toolbar.addSeparator()
+    for action in (actions.open_session, actions.save_session, actions.export_csv, actions.export_charts,
+                   actions.copy_markdown):
+        toolbar.addAction(action)
+    window.addToolBar(toolbar)
+    return actions

@@ -1,0 +1,225 @@
+"""Per-token charts: latency vs token index, tokens vs time (the race), and the ITL histogram.
+
+Curves are fed whole numpy arrays once per tick (`setData`), clipped to the view and
+downsampled automatically so a 1,000-token trace per engine costs the same as a short one.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+import pyqtgraph.exporters
+from PySide6.QtCore import QPointF
+from PySide6.QtGui import QColor
+
+from .theme import Theme, current_theme
+
+
+class _Chart(pg.PlotWidget):
+    """A plot with one curve per engine, themed, with a legend and a PNG export."""
+
+    def __init__(self, title: str, x_label: str, y_label: str) -> None:
+        super().__init__()
+        self.colours: dict[str, QColor] = {}
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.plotItem.setTitle(title)
+        self.plotItem.setLabel("bottom", x_label)
+        self.plotItem.setLabel("left", y_label)
+        self.plotItem.showGrid(x=True, y=True, alpha=0.15)
+        self.legend = self.plotItem.addLegend(offset=(-10, 10))
+        self._live: int | None = None
+        self._view: list[float] | None = None
+        self._pending: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # drawn when the tab is shown
+        self.apply_theme(current_theme())
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.setBackground(theme.plot_bg)
+        for side in ("bottom", "left"):
+            axis = self.plotItem.getAxis(side)
+            axis.setPen(theme.plot_fg)
+            axis.setTextPen(theme.plot_fg)
+        self.plotItem.titleLabel.setText(self.plotItem.titleLabel.text, color=theme.plot_fg)
+        self.legend.setLabelTextColor(theme.plot_fg)
+        self.legend.setBrush(pg.mkBrush(QColor(theme.plot_bg).darker(105) if not theme.dark
+                                        else QColor(theme.plot_bg).lighter(130)))
+
+    def set_live(self, length: int | None) -> None:
+        """While tokens stream (length = tokens per run), the view grows in steps instead of
+        auto-fitting every tick: an axis whose range moves is re-rendered, and that is most of
+        a tick's painting. None: fit the data again (a finished or loaded run)."""
+        self._live = length
+        self._view = None  # [x0, x1, y0, y1] in view coordinates
+        self.plotItem.vb.enableAutoRange(x=not length, y=not length)
+
+    def _follow(self, x_hi: float, y_lo: float, y_hi: float, fixed_x: float | None = None,
+                fixed_y: float | None = None) -> None:
+        if not self._live:
+            return
+        view = self._view
+        if view is None or x_hi > view[1] or y_lo < view[2] or y_hi > view[3]:
+            x1 = fixed_x if fixed_x else max(x_hi * 1.5, view[1] if view else 0.0, 1e-3)
+            if fixed_y:
+                y0, y1 = 0.0, fixed_y
+            else:
+                span = max(y_hi - y_lo, 1e-6)
+                y0 = min(y_lo, view[2] if view else y_lo) - 0.25 * span
+                y1 = max(y_hi, view[3] if view else y_hi) + 0.25 * span
+            self._view = [0.0, x1, y0, y1]
+            self.plotItem.setRange(xRange=(0, x1), yRange=(y0, y1), padding=0.02)
+
+    def _draw(self, name: str, x: np.ndarray, y: np.ndarray) -> None:
+        """Draw now if this chart is on screen; a hidden tab only keeps the latest arrays."""
+        if name not in self.curves:
+            return
+        if self.isVisible():
+            self.curves[name].setData(x, y)
+            self._after_draw(x, y)
+        else:
+            self._pending[name] = (x, y)
+
+    def _after_draw(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Keep a live view following the data (see set_live)."""
+
+    def flush_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for name, (x, y) in pending.items():
+            self.curves[name].setData(x, y)
+            self._after_draw(x, y)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.flush_pending()
+
+    def point_count(self, name: str) -> int:
+        if name in self._pending:
+            return len(self._pending[name][0])
+        x, _ = self.curves[name].getData()
+        return 0 if x is None else len(x)
+
+    def set_engines(self, colours: dict[str, QColor]) -> None:
+        self._pending.clear()
+        self.plotItem.clear()
+        self.legend.clear()
+        self.colours = dict(colours)
+        self.curves = {name: self._curve(name, colour) for name, colour in colours.items()}
+
+    def _curve(self, name: str, colour: QColor) -> pg.PlotDataItem:
+        curve = self.plotItem.plot([], [], name=name, pen=pg.mkPen(colour, width=1.6))
+        curve.setClipToView(True)
+        curve.setDownsampling(auto=True, method="peak")
+        return curve
+
+    def export_png(self, path: Path, width: int = 1400) -> None:
+        self.flush_pending()
+        exporter = pg.exporters.ImageExporter(self.plotItem)
+        exporter.parameters()["width"] = int(width)
+        exporter.export(str(path))
+
+
+class LatencyChart(_Chart):
+    """Latency of every token of each engine's current (or last) run: token 0 is the TTFT."""
+
+    def __init__(self) -> None:
+        super().__init__("Per-token latency (token 0 = time to first token)", "token index", "latency (ms)")
+        self.plotItem.setLogMode(y=True)  # the first token includes the prompt: often 10x the rest
+        self.texts: dict[str, list[str]] = {}
+        self.values: dict[str, np.ndarray] = {}
+        self._cursor = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen((128, 128, 128, 120)))
+        self._label = pg.TextItem(anchor=(0, 0))
+        self._hover = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=30, slot=self._on_mouse)
+
+    def set_engines(self, colours: dict[str, QColor]) -> None:
+        super().set_engines(colours)
+        self.texts, self.values = {}, {}
+        for item in (self._cursor, self._label):
+            self.plotItem.addItem(item, ignoreBounds=True)
+            item.setVisible(False)
+
+    def set_series(self, name: str, latency_ms: np.ndarray, texts: list[str]) -> None:
+        """One point per token: x = token index, y = its latency in ms."""
+        if name not in self.curves:
+            return
+        self.values[name] = latency_ms
+        self.texts[name] = texts
+        self._draw(name, np.arange(latency_ms.size), latency_ms)
+
+    def _after_draw(self, x: np.ndarray, y: np.ndarray) -> None:
+        positive = y[y > 0]
+        if positive.size:  # the view is in log10 units
+            self._follow(x.size, float(np.log10(positive.min())), float(np.log10(positive.max())), fixed_x=self._live)
+
+    def _on_mouse(self, event) -> None:
+        position: QPointF = event[0]
+        view = self.plotItem.vb
+        if not self.plotItem.sceneBoundingRect().contains(position) or not self.values:
+            self._label.setVisible(False)
+            self._cursor.setVisible(False)
+            return
+        index = int(round(view.mapSceneToView(position).x()))
+        lines = []
+        for name, values in self.values.items():
+            if 0 <= index < values.size:
+                texts = self.texts.get(name, [])
+                token = html.escape(repr(texts[index]) if index < len(texts) else "")
+                colour = self.colours[name].name()
+                lines.append(f"<span style='color:{colour}'>■</span> {html.escape(name)}: "
+                             f"<b>{values[index]:.2f} ms</b> {token}")
+        if not lines:
+            self._label.setVisible(False)
+            return
+        self._label.setHtml(f"<div style='color:{self.theme.plot_fg}; background:{self.theme.plot_bg};'>"
+                            f"token {index}<br>{'<br>'.join(lines)}</div>")
+        _, (_, y1) = view.viewRange()
+        self._cursor.setPos(index)
+        self._label.setPos(index, y1)
+        self._cursor.setVisible(True)
+        self._label.setVisible(True)
+
+
+class RaceChart(_Chart):
+    """Tokens generated vs time since each run's request started: the race."""
+
+    def __init__(self) -> None:
+        super().__init__("Tokens generated vs time since the request", "time since request start (s)", "tokens")
+
+    def set_series(self, name: str, seconds: np.ndarray) -> None:
+        self._draw(name, seconds, np.arange(1, seconds.size + 1))
+
+    def _after_draw(self, x: np.ndarray, y: np.ndarray) -> None:
+        if x.size:
+            self._follow(float(x[-1]), 0.0, float(x.size), fixed_y=self._live)
+
+
+class HistogramChart(_Chart):
+    """Distribution of inter-token latency over the measured runs (warm-ups excluded)."""
+
+    def __init__(self) -> None:
+        super().__init__("Inter-token latency, measured runs", "inter-token latency (ms)", "tokens")
+
+    def _curve(self, name: str, colour: QColor) -> pg.PlotDataItem:
+        return self.plotItem.plot([], [], name=name, pen=pg.mkPen(colour, width=1.6))  # step data: no clipping
+
+    def set_data(self, itl_ms: dict[str, np.ndarray]) -> None:
+        values = [v for v in itl_ms.values() if v.size]
+        for curve in self.curves.values():
+            curve.setData([], [])
+        if not values:
+            return
+        everything = np.concatenate(values)
+        high = float(np.percentile(everything, 99.5))  # a few stalls must not squash the shape
+        low = float(everything.min())
+        if high <= low:
+            high = low + 1e-3
+        edges = np.histogram_bin_edges(everything, bins=min(80, max(20, everything.size // 8)), range=(low, high))
+        for name, data in itl_ms.items():
+            if name not in self.curves or not data.size:
+                continue
+            counts, _ = np.histogram(np.clip(data, low, high), bins=edges)
+            colour = QColor(self.colours[name])
+            fill = QColor(colour)
+            fill.setAlpha(70)
+            self.curves[name].setData(edges, counts, stepMode="center", fillLevel=0, brush=pg.mkBrush(fill))

@@ -1,0 +1,265 @@
+"""Turns session events (or replayed records) into pane text, status lines and curves.
+
+Tokens are buffered per engine while a batch is read and drawn once at its end: one text
+insert, one status line and one `setData` per engine per tick. The numbers come from
+`stats.run_metrics` on the token timestamps while a run streams, and from the RunRecord and
+its TokenRecords once it is recorded, the same records `bench` writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from backends.events import (BackendEvent, Failed, Progress, Ready, RunDone, RunRequest, RunStarted, Started,
+                             Token, WorkerLost)
+from backends.prompts import prompt_text
+from backends.records import RunRecord, TokenRecord
+from backends.session import RunRecorded, SessionStarted
+from backends.stats import run_metrics
+
+from .buffers import GrowBuffer
+from .charts import LatencyChart, RaceChart
+from .streams_grid import StreamsGrid
+
+
+def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float | None, tokens: int,
+                total: int) -> str:
+    parts = [f"TTFT {ttft_ms:.1f} ms" if ttft_ms is not None else "TTFT -"]
+    if ms_per_token is not None and ms_per_token == ms_per_token:
+        parts.append(f"{ms_per_token:.2f} ms/token")
+    if tok_s is not None and tok_s == tok_s:
+        parts.append(f"{tok_s:.0f} tok/s")
+    parts.append(f"{tokens}/{total} tokens")
+    return "  ·  ".join(parts)
+
+
+def record_status(record: RunRecord) -> str:
+    return status_line(record.ttft_ms, record.itl_p50_ms, record.decode_tok_s, record.tokens_generated,
+                       record.new_tokens)
+
+
+def run_label(repeat: int, is_warmup: bool, repeats: int) -> str:
+    return f"warm-up {repeat}" if is_warmup else f"run {repeat} of {repeats}"
+
+
+@dataclass
+class Trace:
+    """One engine's run as it streams: token ids, timestamps (monotonic ns) and text deltas."""
+
+    run_id: str
+    start_ns: int
+    total: int
+    ids: GrowBuffer = field(default_factory=lambda: GrowBuffer(np.int64))
+    stamps: GrowBuffer = field(default_factory=lambda: GrowBuffer(np.int64))
+    texts: list[str] = field(default_factory=list)
+
+    def latency_ms(self) -> np.ndarray:
+        """Token 0: time to first token; then the gap to the previous token (TokenRecord's t_ms/itl_ms)."""
+        stamps = self.stamps.view()
+        out = np.empty(stamps.size, dtype=np.float64)
+        if stamps.size:
+            out[0] = (stamps[0] - self.start_ns) / 1e6
+            out[1:] = np.diff(stamps) / 1e6
+        return out
+
+    def seconds(self) -> np.ndarray:
+        return (self.stamps.view() - self.start_ns) / 1e9
+
+
+def first_difference(reference: np.ndarray, mine: np.ndarray) -> int | None:
+    """Index of the first token that differs where both have one (None: they agree so far)."""
+    n = min(reference.size, mine.size)
+    differs = np.flatnonzero(reference[:n] != mine[:n])
+    return int(differs[0]) if differs.size else None
+
+
+class LiveView:
+    def __init__(self, grid: StreamsGrid, latency: LatencyChart, race: RaceChart) -> None:
+        self.grid, self.latency, self.race = grid, latency, race
+        self.traces: dict[str, Trace] = {}
+        self.reference = ""
+        self.greedy = True
+        self.repeats = 1
+        self.prompt = ""
+        self._pending: dict[str, tuple[list[int], list[int], list[str]]] = {}
+        self._labels: dict[str, str] = {}  # from RunRequest, shown when its run starts
+        self._totals: dict[str, int] = {}
+        self._failed: set[str] = set()
+
+    def begin(self, prompt: str, reference: str, greedy: bool, repeats: int) -> None:
+        self.traces.clear()
+        self._pending.clear()
+        self._labels.clear()
+        self._totals.clear()
+        self._failed.clear()
+        self.prompt, self.reference, self.greedy, self.repeats = prompt, reference, greedy, repeats
+        for pane in self.grid.panes.values():
+            pane.reset(prompt)
+            pane.set_tag("waiting")
+            pane.set_status("waiting for its turn")
+
+    # --- streaming ----------------------------------------------------------------------------
+    def apply(self, batch: list) -> None:
+        for event in batch:
+            if isinstance(event, BackendEvent):
+                self._backend_event(event)
+            elif isinstance(event, RunRecorded):
+                self._flush_one(event.record.backend)
+                self._recorded(event.record, event.tokens)
+            elif isinstance(event, SessionStarted):
+                self.prompt = prompt_text(event.prompt_ids)
+        self.flush()
+
+    def _backend_event(self, wrapped: BackendEvent) -> None:
+        name, event = wrapped.backend, wrapped.event
+        pane = self.grid.panes.get(name)
+        if pane is None:
+            return
+        if isinstance(event, Token):
+            trace = self.traces.get(name)
+            if trace is not None and trace.run_id == event.run_id:
+                ids, stamps, texts = self._pending.setdefault(name, ([], [], []))
+                ids.append(event.token_id)
+                stamps.append(event.t_ns)
+                texts.append(event.text)
+        elif isinstance(event, RunStarted):
+            self._flush_one(name)
+            self.start_trace(name, event.run_id, event.t_ns, self._labels.get(name, ""))
+        elif isinstance(event, RunRequest):
+            self._labels[name] = run_label(wrapped.extra.get("repeat", 1), wrapped.extra.get("is_warmup", False),
+                                           self.repeats)
+            self._totals[name] = event.new_tokens
+        elif isinstance(event, Started):
+            pane.set_tag("starting")
+            pane.set_status("worker started · importing the engine…")
+            pane.set_progress(0, 0)
+        elif isinstance(event, Progress):
+            percent = f" {event.fraction * 100:.0f}%" if event.fraction is not None else ""
+            pane.set_status(f"{event.message}{percent}")
+            pane.set_progress(int((event.fraction or 0) * 100), 100 if event.fraction is not None else 0)
+        elif isinstance(event, Ready):
+            pane.set_tag("loaded")
+            pane.set_status(f"loaded · import {event.import_s:.2f} s · load {event.load_s:.2f} s · {event.dtype}")
+            pane.set_progress(0, 1)
+        elif isinstance(event, RunDone):
+            self._flush_one(name)
+            if event.cancelled:
+                pane.set_tag("cancelled", "warn")
+        elif isinstance(event, (Failed, WorkerLost)):
+            self._flush_one(name)
+            message = event.message if isinstance(event, Failed) else f"worker {event.reason}: {event.detail}"
+            pane.show_error(message, event.traceback if isinstance(event, Failed) else event.detail)
+            self._failed.add(name)
+
+    def start_trace(self, name: str, run_id: str, start_ns: int, label: str, total: int | None = None) -> None:
+        total = total or self._totals.get(name, 0)
+        self.traces[name] = Trace(run_id, start_ns, total)
+        pane = self.grid.panes[name]
+        pane.reset(self.prompt)
+        earlier = "an earlier run failed · " if name in self._failed else ""
+        pane.set_tag(earlier + (label or run_id), "warn" if earlier else "info")
+        pane.set_status("prefill…")
+        pane.set_progress(0, max(1, total))
+
+    def feed(self, name: str, ids: list[int], stamps: list[int], texts: list[str]) -> None:
+        """Queue tokens of the current trace; drawn at the next `flush`."""
+        pending = self._pending.setdefault(name, ([], [], []))
+        pending[0].extend(ids)
+        pending[1].extend(stamps)
+        pending[2].extend(texts)
+
+    def flush(self) -> None:
+        for name in list(self._pending):
+            self._flush_one(name)
+
+    def _flush_one(self, name: str) -> None:
+        pending = self._pending.pop(name, None)
+        trace = self.traces.get(name)
+        if not pending or trace is None or not pending[0]:
+            return
+        ids, stamps, texts = pending
+        trace.ids.extend(ids)
+        trace.stamps.extend(stamps)
+        trace.texts.extend(texts)
+        pane = self.grid.panes[name]
+        pane.append(texts)
+        metrics = run_metrics(trace.start_ns, trace.stamps.view().tolist())
+        pane.set_status(status_line(metrics.ttft_ms, metrics.itl_p50_ms, metrics.decode_tok_s, metrics.tokens,
+                                    trace.total))
+        pane.set_progress(metrics.tokens, max(1, trace.total))
+        self.latency.set_series(name, trace.latency_ms(), trace.texts)
+        self.race.set_series(name, trace.seconds())
+        self._check_divergence(name)
+
+    def _check_divergence(self, name: str) -> None:
+        if not self.greedy or self.reference not in self.traces:
+            return
+        reference = self.traces[self.reference].ids.view()
+        others = [n for n in self.traces if n != self.reference] if name == self.reference else [name]
+        for other in others:
+            pane = self.grid.panes[other]
+            index = first_difference(reference, self.traces[other].ids.view())
+            if index is not None:
+                pane.mark_divergence(index, self.reference)
+
+    def _recorded(self, record: RunRecord, tokens: list[TokenRecord]) -> None:
+        """The record is the authority: redraw this run's curve and numbers from it."""
+        pane = self.grid.panes.get(record.backend)
+        if pane is None:
+            return
+        if record.status not in ("ok", "cancelled"):
+            if record.backend not in self._failed:
+                pane.show_error(record.error or record.status)
+                self._failed.add(record.backend)
+            return
+        if tokens:
+            self.show_tokens(record.backend, tokens)
+        pane.set_status(record_status(record))
+
+    def show_tokens(self, name: str, tokens: list[TokenRecord]) -> None:
+        latency = np.array([t.t_ms if t.itl_ms is None else t.itl_ms for t in tokens], dtype=np.float64)
+        self.latency.set_series(name, latency, [t.text for t in tokens])
+        self.race.set_series(name, np.array([t.t_ms / 1e3 for t in tokens], dtype=np.float64))
+
+    # --- a finished or loaded session ---------------------------------------------------------
+    def show_records(self, runs: list[RunRecord], tokens: list[TokenRecord]) -> None:
+        """Fill each pane with its engine's last measured run, straight from the records."""
+        by_run: dict[str, list[TokenRecord]] = {}
+        for token in tokens:
+            by_run.setdefault(token.run_id, []).append(token)
+        for name, pane in self.grid.panes.items():
+            mine = [r for r in runs if r.backend == name]
+            if not mine:
+                continue
+            shown = display_run(mine, by_run)
+            run_tokens = sorted(by_run.get(shown.run_id, []), key=lambda t: t.token_index)
+            pane.reset(self.prompt)
+            pane.append([t.text for t in run_tokens])
+            failures = [r for r in mine if r.status not in ("ok", "cancelled")]
+            if run_tokens:
+                self.show_tokens(name, run_tokens)
+                pane.set_status(record_status(shown))
+                pane.set_progress(len(run_tokens), max(1, shown.new_tokens))
+            pane.set_tag(run_label(shown.repeat, shown.is_warmup, max(r.repeat for r in mine)))
+            if shown.status == "cancelled":
+                pane.set_tag("cancelled", "warn")
+            if failures:
+                pane.show_error(failures[0].error or failures[0].status)
+            elif self.greedy and name == self.reference:
+                pane.set_tag("reference", "ok")
+            elif self.greedy and shown.first_divergence is not None and shown.first_divergence < len(run_tokens):
+                pane.mark_divergence(shown.first_divergence, self.reference)
+            elif self.greedy and shown.agree_tokens is not None:
+                pane.set_tag(f"matches {self.reference}", "ok")
+
+
+def display_run(records: list[RunRecord], by_run: dict[str, list[TokenRecord]]) -> RunRecord:
+    """The run a pane shows: the last measured run with tokens, else the last with tokens, else the last."""
+    with_tokens = [r for r in records if by_run.get(r.run_id)]
+    measured = [r for r in with_tokens if not r.is_warmup]
+    for group in (measured, with_tokens):
+        if group:
+            return max(group, key=lambda r: (not r.is_warmup, r.repeat))
+    return records[-1]

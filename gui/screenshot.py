@@ -1,0 +1,76 @@
+"""Save a screenshot of the window after a real run (for the README):
+
+    python -m gui.screenshot [docs/screenshot.png] [--engines hf,hf-int8] [--model random:tiny]
+
+Runs offscreen when there is no display. Settings go to a temporary folder, not the user's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default="docs/screenshot.png")
+    parser.add_argument("--engines", default="hf,hf-int8")
+    parser.add_argument("--model", default="random:tiny")
+    parser.add_argument("--new-tokens", type=int, default=120)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--size", default="1600x1000")
+    parser.add_argument("--tab", default="Latency per token", help="the chart tab to show")
+    args = parser.parse_args(argv)
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from .app import create_app
+    from .main_window import MainWindow
+    from .settings import settings_in
+
+    app = create_app()
+    with tempfile.TemporaryDirectory() as settings_dir:
+        window = MainWindow(settings=settings_in(Path(settings_dir)))
+        width, height = (int(v) for v in args.size.split("x"))
+        window.resize(width, height)
+        window.show()
+        setup = window.setup
+        setup.set_model_spec(args.model)
+        setup.set_engines(args.engines.split(","))
+        setup.prompt.setPlainText(next(iter(setup._examples.values())))
+        setup.new_tokens.setValue(args.new_tokens)
+        setup.repeats.setValue(args.repeats)
+        setup.warmup.setValue(1)
+        loop = QEventLoop()
+        outcome: dict = {}
+        window.controller.finished.connect(lambda result: (outcome.update(result=result), loop.quit()))
+        window.controller.failed.connect(lambda message: (outcome.update(error=message), loop.quit()))
+        if not window.start_run():
+            print(f"cannot run: {setup.problem()}", file=sys.stderr)
+            return 1
+        loop.exec()
+        if "error" in outcome:
+            print(f"run failed: {outcome['error']}", file=sys.stderr)
+            return 1
+        for index in range(window.tabs.count()):
+            if window.tabs.tabText(index) == args.tab:
+                window.tabs.setCurrentIndex(index)
+        QTimer.singleShot(300, loop.quit)  # let the last layout settle before grabbing
+        loop.exec()
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        window.grab().save(str(out))
+        print(f"wrote {out} ({window.width()}x{window.height()})")
+        window.close()
+        window.deleteLater()
+        app.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

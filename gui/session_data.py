@@ -1,0 +1,95 @@
+"""What the window holds about the session on screen: the records, and how to describe them.
+
+Filled live from RunRecorded, replaced by the final BenchResult (which adds agreement with the
+reference), or loaded from a saved folder; exports write exactly these records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from backends.models import RANDOM_LABEL
+from backends.prompts import prompt_of_length
+from backends.records import RunRecord, TokenRecord
+from backends.session import BenchResult
+from backends.summary import BackendSummary, markdown_table, summarize_backends
+
+
+@dataclass
+class SessionData:
+    runs: list[RunRecord] = field(default_factory=list)
+    tokens: list[TokenRecord] = field(default_factory=list)
+    environment: dict = field(default_factory=dict)
+    backends: list[str] = field(default_factory=list)
+    reference: str = ""
+    greedy: bool = True
+    mode: str = "fair"
+    prompt: str = ""
+    model_label: str = ""
+    is_random: bool = False
+    notice: str = ""
+    finished: bool = False  # complete (or cancelled) and final: exports and Replay are allowed
+    cancelled: bool = False
+
+    @classmethod
+    def from_result(cls, result: BenchResult, prompt: str) -> "SessionData":
+        config = result.config
+        return cls(list(result.runs), list(result.tokens), dict(result.environment), list(config.backends),
+                   result.environment.get("reference") or "", config.sampling.is_greedy, config.mode, prompt,
+                   result.model.label, result.model.is_random, result.model.notice, True, result.cancelled)
+
+    @classmethod
+    def from_folder(cls, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict) -> "SessionData":
+        """A saved session: the settings and model come from environment.json when it has them."""
+        settings = environment.get("settings") or {}
+        model = environment.get("model") or {}
+        backends = [b for b in settings.get("backends") or [] if any(r.backend == b for r in runs)]
+        backends += [b for b in dict.fromkeys(r.backend for r in runs) if b not in backends]
+        prompt = settings.get("prompt")
+        if not isinstance(prompt, str):
+            prompt = _bundled_prompt(settings.get("prompt_tokens"))
+        is_random = model.get("weights") == "random" or any(r.weights == "random" for r in runs)
+        model_id = model.get("id") or (runs[0].model if runs else "")
+        reference = environment.get("reference") or next((r.reference for r in runs if r.reference), "")
+        greedy = all(r.decoding == "greedy" for r in runs) if runs else True
+        mode = "race" if any(r.concurrent for r in runs) else "fair"
+        return cls(runs, tokens, environment, backends, reference, greedy, mode, prompt,
+                   f"{model_id} ({RANDOM_LABEL})" if is_random else model_id, is_random, "", True,
+                   bool(environment.get("cancelled")))
+
+    @property
+    def concurrent(self) -> bool:
+        return self.mode == "race" or any(r.concurrent for r in self.runs)
+
+    def summaries(self) -> list[BackendSummary]:
+        return summarize_backends(self.runs, self.backends or None)
+
+    def markdown(self) -> str:
+        return markdown_table(self.summaries(), self.reference or None)
+
+    def measured_itl(self) -> dict[str, np.ndarray]:
+        """Inter-token latencies of the measured runs per engine (TokenRecord.itl_ms)."""
+        out: dict[str, list[float]] = {name: [] for name in self.backends}
+        for token in self.tokens:
+            if not token.is_warmup and token.itl_ms is not None:
+                out.setdefault(token.backend, []).append(token.itl_ms)
+        return {name: np.asarray(values, dtype=np.float64) for name, values in out.items()}
+
+    def describe(self, threads: int | None = None) -> str:
+        if not self.runs and not self.model_label:
+            return ""
+        first = self.runs[0] if self.runs else None
+        parts = [self.model_label]
+        if first is not None:
+            parts += [f"{first.prompt_tokens}-token prompt", f"{first.new_tokens} new tokens", first.decoding,
+                      f"{first.threads} threads"]
+        parts.append(f"{self.mode} mode")
+        return "  ·  ".join(p for p in parts if p)
+
+
+def _bundled_prompt(tokens: object) -> str:
+    from backends.prompts import prompt_text
+
+    count = tokens if isinstance(tokens, int) and tokens > 0 else 50
+    return prompt_text(prompt_of_length(count))

@@ -1,0 +1,387 @@
+"""The left dock: model, engines, prompt and generation parameters, run mode, and the Run button.
+
+Ranges on every spin box make invalid values impossible to type; what can still be wrong
+(an empty prompt, a prompt that does not fit the context, no engine) disables Run and says why.
+"""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QButtonGroup, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+                               QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton,
+                               QRadioButton, QSpinBox, QVBoxLayout, QWidget)
+
+from backends import registry
+from backends.models import RANDOM_LABEL, random_config_names
+from backends.prompts import example_prompts
+from backends.registry import EngineSpec
+from backends.sampling import SamplingParams
+from backends.session import BenchConfig
+from backends.tokenizer import encode
+
+from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
+from .theme import current_theme, icon
+
+LOCAL_FOLDER = "Local folder…"
+MODE_HELP = {
+    "fair": "Engines run one at a time, so each has the machine to itself. Replay then races the measured runs.",
+    "race": "All engines run at once for the spectacle: they share the cores, so timings are contended.",
+}
+
+
+def _spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    box.setValue(value)
+    box.setToolTip(f"{tip} ({low}–{high})")
+    box.setAccelerated(True)
+    if special:
+        box.setSpecialValueText(special)
+    return box
+
+
+def _dspin(low: float, high: float, value: float, step: float, tip: str) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setDecimals(2)
+    box.setSingleStep(step)
+    box.setValue(value)
+    box.setToolTip(f"{tip} ({low:g}–{high:g})")
+    return box
+
+
+class SetupPanel(QWidget):
+    changed = Signal()
+    run_requested = Signal()
+
+    def __init__(self, extra_specs: dict[str, EngineSpec] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.extra_specs = dict(extra_specs or {})
+        self.running = False
+        self.model_info = ModelInfo("auto", 1024, None)
+        self._prompt_tokens = 0
+        self._folders: list[str] = []
+        self._built = False  # no reactions while the widgets are being made
+        self._count_timer = QTimer(self, singleShot=True, interval=120)  # debounce: encode once per pause
+        self._count_timer.timeout.connect(self._count_tokens)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.setSpacing(10)
+        layout.addWidget(self._model_group())
+        layout.addWidget(self._engines_group())
+        layout.addWidget(self._prompt_group())
+        layout.addWidget(self._generation_group())
+        layout.addWidget(self._mode_group())
+        self.run_button = QPushButton(icon("run"), "  Run")
+        self.run_button.setMinimumHeight(36)
+        font = self.run_button.font()
+        font.setBold(True)
+        self.run_button.setFont(font)
+        self.run_button.clicked.connect(self.run_requested)
+        self.reason = QLabel()
+        self.reason.setWordWrap(True)
+        layout.addWidget(self.run_button)
+        layout.addWidget(self.reason)
+        layout.addStretch(1)
+        self._built = True
+        self.probe = ModelProbe(self)
+        self.probe.info.connect(self.set_model_info)
+        self.probe.probe(self.model_spec())
+        self._count_tokens()
+
+    # --- building ---------------------------------------------------------------------------
+    def _model_group(self) -> QGroupBox:
+        box = QGroupBox("Model")
+        form = QVBoxLayout(box)
+        self.model_combo = QComboBox()
+        self.model_combo.addItems(["auto", *HUB_MODELS, *(f"random:{n}" for n in random_config_names()), LOCAL_FOLDER])
+        self.model_combo.setToolTip("auto: gpt2 from the cache or the hub, else random:gpt2 (offline)")
+        self.model_combo.currentTextChanged.connect(self._on_source)
+        self._previous_source = "auto"
+        self.badge = QLabel(RANDOM_LABEL)
+        self.badge.setObjectName("randomBadge")
+        self.badge.setVisible(False)
+        self.notice = QLabel()
+        self.notice.setObjectName("notice")
+        self.notice.setWordWrap(True)
+        self.notice.setVisible(False)
+        self.model_detail = QLabel()
+        self.model_detail.setWordWrap(True)
+        self.model_detail.setObjectName("muted")
+        form.addWidget(self.model_combo)
+        form.addWidget(self.badge, 0, Qt.AlignmentFlag.AlignLeft)
+        form.addWidget(self.notice)
+        form.addWidget(self.model_detail)
+        return box
+
+    def _engines_group(self) -> QGroupBox:
+        box = QGroupBox("Engines")
+        form = QVBoxLayout(box)
+        self.engines = QListWidget()
+        specs = list(registry.ENGINES.values()) + list(self.extra_specs.values())
+        for spec in specs:
+            ok, why = (True, "") if spec.name in self.extra_specs else registry.available(spec.name)
+            item = QListWidgetItem(f"{spec.name}  ·  {spec.precision}")
+            item.setData(Qt.ItemDataRole.UserRole, spec.name)
+            if ok:
+                item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable)
+                item.setCheckState(Qt.CheckState.Checked if spec.name == "hf" else Qt.CheckState.Unchecked)
+                item.setToolTip(spec.description)
+            else:
+                item.setFlags(Qt.ItemFlag.NoItemFlags)  # greyed, cannot be ticked
+                item.setToolTip(f"{spec.description}\nunavailable: {why}")
+            self.engines.addItem(item)
+        self.engines.setMinimumHeight(150)
+        self.engines.itemChanged.connect(lambda _item: self._changed())
+        self.threads = _spin(0, max(1, os.cpu_count() or 1) * 2, 0, "threads per engine; 0 = all cores",
+                             special=f"all cores ({os.cpu_count() or 1})")
+        self.threads.valueChanged.connect(self._changed)
+        row = QFormLayout()
+        row.addRow("Threads", self.threads)
+        form.addWidget(self.engines)
+        form.addLayout(row)
+        return box
+
+    def _prompt_group(self) -> QGroupBox:
+        box = QGroupBox("Prompt")
+        form = QVBoxLayout(box)
+        self.examples = QComboBox()
+        self.examples.addItem("Bundled example prompts…")
+        self._examples = example_prompts()
+        self.examples.addItems(list(self._examples))
+        self.examples.activated.connect(self._on_example)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setPlaceholderText("Type a prompt…")
+        self.prompt.setPlainText(next(iter(self._examples.values()), "Hello"))
+        self.prompt.setFixedHeight(96)
+        self.prompt.textChanged.connect(self._count_timer.start)
+        self.counter = QLabel()
+        self.counter.setAlignment(Qt.AlignmentFlag.AlignRight)
+        form.addWidget(self.examples)
+        form.addWidget(self.prompt)
+        form.addWidget(self.counter)
+        return box
+
+    def _generation_group(self) -> QGroupBox:
+        box = QGroupBox("Generation")
+        form = QFormLayout(box)
+        self.new_tokens = _spin(1, 4096, 100, "tokens to generate per run (no early stop)")
+        self.decoding = QComboBox()
+        self.decoding.addItems(["greedy", "sample"])
+        self.decoding.setToolTip("greedy: engines must agree token for token; sample: seeded, same sampler for all")
+        self.temperature = _dspin(0.05, 5.0, 1.0, 0.05, "sampling temperature")
+        self.top_k = _spin(0, 50257, 0, "sample from the k most likely tokens; 0 = off", special="off")
+        self.top_p = _dspin(0.01, 1.0, 1.0, 0.05, "nucleus sampling mass; 1 = off")
+        self.seed = _spin(0, 2**31 - 1, 0, "sampler seed")
+        self.repeats = _spin(1, 50, 3, "measured runs per engine")
+        self.warmup = _spin(0, 10, 1, "warm-up runs per engine, recorded but not summarised")
+        for label, widget in [("Max new tokens", self.new_tokens), ("Decoding", self.decoding),
+                              ("Temperature", self.temperature), ("Top-k", self.top_k), ("Top-p", self.top_p),
+                              ("Seed", self.seed), ("Repeats", self.repeats), ("Warm-up runs", self.warmup)]:
+            form.addRow(label, widget)
+        for spin in (self.new_tokens, self.top_k, self.seed, self.repeats, self.warmup):
+            spin.valueChanged.connect(self._changed)
+        for dspin in (self.temperature, self.top_p):
+            dspin.valueChanged.connect(self._changed)
+        self.new_tokens.valueChanged.connect(self._update_counter)
+        self.decoding.currentTextChanged.connect(self._on_decoding)
+        self._on_decoding(self.decoding.currentText())
+        return box
+
+    def _mode_group(self) -> QGroupBox:
+        box = QGroupBox("Run mode")
+        form = QVBoxLayout(box)
+        row = QHBoxLayout()
+        self.fair = QRadioButton("Fair")
+        self.race = QRadioButton("Race")
+        self.fair.setChecked(True)
+        self._mode_buttons = QButtonGroup(self)
+        for button in (self.fair, self.race):
+            self._mode_buttons.addButton(button)
+            row.addWidget(button)
+        row.addStretch(1)
+        self.mode_help = QLabel(MODE_HELP["fair"])
+        self.mode_help.setWordWrap(True)
+        self.mode_help.setObjectName("muted")
+        self.fair.toggled.connect(self._on_mode)
+        form.addLayout(row)
+        form.addWidget(self.mode_help)
+        return box
+
+    # --- reading ----------------------------------------------------------------------------
+    def model_spec(self) -> str:
+        return self.model_combo.currentText()
+
+    def selected_engines(self) -> list[str]:
+        return [self.engines.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.engines.count())
+                if self.engines.item(i).checkState() == Qt.CheckState.Checked]
+
+    def mode(self) -> str:
+        return "race" if self.race.isChecked() else "fair"
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.decoding.currentText(), self.temperature.value(), self.top_k.value(),
+                              self.top_p.value(), self.seed.value())
+
+    def config(self) -> BenchConfig:
+        return BenchConfig(model=self.model_spec(), backends=tuple(self.selected_engines()),
+                           prompt=self.prompt.toPlainText(), new_tokens=self.new_tokens.value(),
+                           sampling=self.sampling(), repeats=self.repeats.value(), warmup=self.warmup.value(),
+                           threads=self.threads.value(), mode=self.mode())
+
+    def problem(self) -> str:
+        """Why Run cannot start now, or ""."""
+        if self.running:
+            return "a run is in progress"
+        if self.model_info.error:
+            return self.model_info.error
+        if self.model_info.pending:
+            return "checking the model folder…"
+        if not self.selected_engines():
+            return "select at least one engine"
+        if not self.prompt.toPlainText().strip():
+            return "the prompt is empty"
+        context, total = self.model_info.context, self._prompt_tokens + self.new_tokens.value()
+        if context is not None and total > context:
+            return (f"prompt ({self._prompt_tokens} tokens) + new tokens ({self.new_tokens.value()}) exceed the "
+                    f"model's context of {context} tokens")
+        return ""
+
+    # --- writing ----------------------------------------------------------------------------
+    def set_model_spec(self, spec: str) -> None:
+        """Select a source (adding a folder path to the list if needed)."""
+        if self.model_combo.findText(spec) < 0:
+            self._folders.append(spec)
+            self.model_combo.insertItem(self.model_combo.count() - 1, spec)
+        self.model_combo.setCurrentText(spec)
+
+    def set_engines(self, names: list[str]) -> None:
+        for i in range(self.engines.count()):
+            item = self.engines.item(i)
+            if item.flags() & Qt.ItemFlag.ItemIsUserCheckable:
+                wanted = item.data(Qt.ItemDataRole.UserRole) in names
+                item.setCheckState(Qt.CheckState.Checked if wanted else Qt.CheckState.Unchecked)
+
+    def set_model_info(self, info: ModelInfo) -> None:
+        if info.spec != self.model_spec():
+            return
+        self.model_info = info
+        self.badge.setVisible(bool(info.is_random))
+        self.notice.setText(info.notice)
+        self.notice.setVisible(bool(info.notice))
+        self.model_detail.setText(info.error or info.detail)
+        self._update_counter()
+
+    def set_running(self, running: bool) -> None:
+        self.running = running
+        for widget in (self.model_combo, self.engines, self.threads, self.prompt, self.examples, self.new_tokens,
+                       self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
+                       self.warmup, self.fair, self.race):
+            widget.setEnabled(not running)
+        if not running:
+            self._on_decoding(self.decoding.currentText())
+        self._changed()
+
+    def params(self) -> dict:
+        return {"model": self.model_spec(), "folders": self._folders, "engines": self.selected_engines(),
+                "threads": self.threads.value(), "prompt": self.prompt.toPlainText(),
+                "new_tokens": self.new_tokens.value(), "decoding": self.decoding.currentText(),
+                "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
+                "seed": self.seed.value(), "repeats": self.repeats.value(), "warmup": self.warmup.value(),
+                "mode": self.mode()}
+
+    def set_params(self, params: dict) -> None:
+        """Restore saved parameters; anything missing or of the wrong type keeps its default."""
+        def get(key, kind):  # JSON gives bools for ints too: refuse them
+            value = params.get(key)
+            return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+        for folder in params.get("folders") or []:
+            if isinstance(folder, str) and os.path.isdir(folder):
+                self.set_model_spec(folder)
+        model = get("model", str)
+        if model and (self.model_combo.findText(model) >= 0) and model != LOCAL_FOLDER:
+            self.model_combo.setCurrentText(model)
+        if isinstance(params.get("engines"), list):
+            self.set_engines([n for n in params["engines"] if isinstance(n, str)])
+        for key, box in [("threads", self.threads), ("new_tokens", self.new_tokens), ("top_k", self.top_k),
+                         ("seed", self.seed), ("repeats", self.repeats), ("warmup", self.warmup)]:
+            if get(key, int) is not None:
+                box.setValue(params[key])  # the box clamps to its range
+        for key, box in [("temperature", self.temperature), ("top_p", self.top_p)]:
+            if get(key, (int, float)) is not None:
+                box.setValue(float(params[key]))
+        if params.get("decoding") in ("greedy", "sample"):
+            self.decoding.setCurrentText(params["decoding"])
+        if get("prompt", str) is not None:
+            self.prompt.setPlainText(params["prompt"])
+        (self.race if params.get("mode") == "race" else self.fair).setChecked(True)
+        self._count_tokens()
+
+    # --- reactions --------------------------------------------------------------------------
+    def _changed(self, *_args) -> None:
+        if not self._built:
+            return
+        problem = self.problem()
+        self.run_button.setEnabled(not problem)
+        self.run_button.setToolTip(problem or "Run the selected engines (Ctrl+Return)")
+        shown = problem if problem and problem != "a run is in progress" else ""
+        self.reason.setText(shown)
+        self.reason.setStyleSheet(f"color: {current_theme().error};")
+        self.changed.emit()
+
+    def _on_source(self, text: str) -> None:
+        if text == LOCAL_FOLDER:
+            folder = QFileDialog.getExistingDirectory(self, "Folder with config.json and model.safetensors")
+            self.model_combo.blockSignals(True)
+            if folder:
+                self.set_model_spec(folder)
+            else:
+                self.model_combo.setCurrentText(self._previous_source)
+            self.model_combo.blockSignals(False)
+            text = self.model_combo.currentText()
+        self._previous_source = text
+        self.probe.probe(text)
+        self._changed()
+
+    def _on_example(self, index: int) -> None:
+        if index > 0:
+            self.prompt.setPlainText(self._examples[self.examples.itemText(index)])
+        self.examples.setCurrentIndex(0)
+
+    def _on_decoding(self, decoding: str) -> None:
+        sampling = decoding == "sample" and not self.running
+        for widget in (self.temperature, self.top_k, self.top_p, self.seed):
+            widget.setEnabled(sampling)
+            widget.setStatusTip("" if sampling else "used only with sampling")
+        self._changed()
+
+    def _on_mode(self) -> None:
+        self.mode_help.setText(MODE_HELP[self.mode()])
+        self._changed()
+
+    def _count_tokens(self) -> None:
+        text = self.prompt.toPlainText()
+        self._prompt_tokens = len(encode(text)) if text else 0
+        self._update_counter()
+
+    def _update_counter(self) -> None:
+        total = self._prompt_tokens + self.new_tokens.value()
+        context = self.model_info.context
+        limit = f"{context}" if context is not None else "?"
+        self.counter.setText(f"{total} / {limit} tokens  (prompt {self._prompt_tokens} + {self.new_tokens.value()} new)")
+        over = context is not None and total > context
+        theme = current_theme()
+        self.counter.setStyleSheet(f"color: {theme.error}; font-weight: bold;" if over else f"color: {theme.muted};")
+        self._changed()
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self._prompt_tokens
+
+    def flush(self) -> None:
+        """Count the prompt now instead of after the debounce (tests, and just before Run)."""
+        self._count_timer.stop()
+        self._count_tokens()

@@ -1,0 +1,137 @@
+"""The summary tab: bars per engine for load, TTFT, ms/token, tok/s and peak memory, with
+whiskers spanning the repeats, over the same table `bench` prints (summary_rows)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyqtgraph as pg
+import pyqtgraph.exporters
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+
+from backends.stats import Summary
+from backends.summary import SUMMARY_HEADERS, BackendSummary, summary_rows
+
+from .theme import Theme, current_theme
+
+Metric = Callable[[BackendSummary], "Summary | float | None"]
+METRICS: list[tuple[str, Metric, int]] = [  # title, value, decimals
+    ("load (s)", lambda s: s.load_s, 2),
+    ("TTFT (ms)", lambda s: s.ttft_ms, 1),
+    ("ms / token (p50 ITL)", lambda s: s.itl_p50_ms, 2),
+    ("decode tok/s", lambda s: s.decode_tok_s, 0),
+    ("peak RSS (MB)", lambda s: s.peak_rss_mb, 0),
+]
+
+
+def _spread(value: Summary | float | None) -> tuple[float, float, float]:
+    """(median, low, high): a Summary spans its repeats; a single number has no whiskers."""
+    if isinstance(value, Summary):
+        if value.n == 0:
+            return math.nan, math.nan, math.nan
+        return value.median, value.min, value.max
+    number = math.nan if value is None else float(value)
+    return number, number, number
+
+
+class SummaryBars(pg.GraphicsLayoutWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        self.plots = [self.addPlot(row=0, col=i) for i in range(len(METRICS))]
+        for plot, (title, _, _) in zip(self.plots, METRICS):
+            plot.setTitle(title)
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            plot.showGrid(y=True, alpha=0.15)
+        self.apply_theme(current_theme())
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.setBackground(theme.plot_bg)
+        for plot, (title, _, _) in zip(self.plots, METRICS):
+            plot.setTitle(title, color=theme.plot_fg)
+            for side in ("bottom", "left"):
+                plot.getAxis(side).setPen(theme.plot_fg)
+                plot.getAxis(side).setTextPen(theme.plot_fg)
+
+    def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor]) -> None:
+        names = [s.backend for s in summaries]
+        x = np.arange(len(names), dtype=float)
+        for plot, (_, metric, digits) in zip(self.plots, METRICS):
+            plot.clear()
+            plot.getAxis("bottom").setTicks([list(enumerate(names))])
+            if not names:
+                continue
+            mid, low, high = (np.array(v, dtype=float) for v in zip(*(_spread(metric(s)) for s in summaries)))
+            shown = np.nan_to_num(mid)
+            brushes = [pg.mkBrush(colours.get(n, QColor("#888"))) for n in names]
+            plot.addItem(pg.BarGraphItem(x=x, height=shown, width=0.6, brushes=brushes, pen=pg.mkPen(None)))
+            spread = ~np.isnan(low) & (high > low)
+            if spread.any():
+                plot.addItem(pg.ErrorBarItem(x=x[spread], y=mid[spread], top=(high - mid)[spread],
+                                             bottom=(mid - low)[spread], beam=0.18,
+                                             pen=pg.mkPen(self.theme.plot_fg, width=1.2)))
+            top = np.nanmax(np.where(np.isnan(high), shown, high)) if shown.size else 1.0
+            for xi, value, whisker in zip(x, mid, high):
+                label = pg.TextItem("-" if math.isnan(value) else f"{value:.{digits}f}", color=self.theme.plot_fg,
+                                    anchor=(0.5, 1.0))
+                label.setPos(xi, 0 if math.isnan(value) else max(value, 0 if math.isnan(whisker) else whisker))
+                plot.addItem(label)  # above the whisker, so the two never overlap
+            plot.setYRange(0, max(top * 1.22, 1e-9), padding=0)
+            plot.setXRange(-0.6, len(names) - 0.4, padding=0)
+
+    def export_png(self, path: Path, width: int = 1600) -> None:
+        exporter = pg.exporters.ImageExporter(self.ci)
+        exporter.parameters()["width"] = int(width)
+        exporter.export(str(path))
+
+
+class SummaryView(QWidget):
+    """Bars on top, bench's summary table below."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        self.bars = SummaryBars()
+        self.table = QTableWidget(0, len(SUMMARY_HEADERS))
+        self.table.setHorizontalHeaderLabels(SUMMARY_HEADERS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.note = QLabel("Bars: median of the measured runs (warm-ups excluded); whiskers: min–max across repeats.")
+        self.note.setObjectName("muted")
+        splitter.addWidget(self.bars)
+        splitter.addWidget(self.table)
+        splitter.setSizes([230, 130])
+        self.table.verticalHeader().setDefaultSectionSize(24)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.note)
+
+    def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor], reference: str | None,
+                      contended: bool) -> None:
+        self.bars.set_summaries(summaries, colours)
+        rows = summary_rows(summaries, reference)
+        self.table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, cell in enumerate(row):
+                item = QTableWidgetItem(cell)
+                if c == 0 and row[0] in colours:
+                    item.setForeground(colours[row[0]])
+                left = SUMMARY_HEADERS[c] in ("backend", "weights", "dtype", "agree", "status")
+                item.setTextAlignment((Qt.AlignmentFlag.AlignLeft if left else Qt.AlignmentFlag.AlignRight)
+                                      | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(r, c, item)
+        note = "Bars: median of the measured runs (warm-ups excluded); whiskers: min–max across repeats."
+        if contended:
+            note += "  Race mode: engines ran at the same time, so these timings are contended."
+        self.note.setText(note)
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.bars.apply_theme(theme)

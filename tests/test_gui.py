@@ -1,0 +1,374 @@
+"""The desktop app, offscreen: runs, faults, cancel, replay, files, bad input, settings.
+
+Every wait is on a signal or a condition (never a fixed sleep). Scripted engines are used
+where the engine does not matter; one test runs the real hf and hf-int8 on random:tiny.
+"""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pyqtgraph")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, Qt  # noqa: E402
+
+from backends.export import read_csv  # noqa: E402
+from backends.records import RUN_COLUMNS  # noqa: E402
+from tests.fake_engines import spec  # noqa: E402
+
+pytestmark = pytest.mark.gui
+RUN_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(autouse=True)
+def private_qsettings(tmp_path_factory):
+    """Even default QSettings land in a temporary folder, never in the user's."""
+    folder = str(tmp_path_factory.mktemp("qsettings"))
+    for fmt in (QSettings.Format.NativeFormat, QSettings.Format.IniFormat):
+        QSettings.setPath(fmt, QSettings.Scope.UserScope, folder)
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from gui.settings import settings_in
+
+    return settings_in(tmp_path / "settings")
+
+
+@pytest.fixture
+def make_window(qtbot, settings):
+    from gui.main_window import MainWindow
+
+    def make(extra_specs=None, show=True):
+        window = MainWindow(extra_specs=extra_specs, settings=settings)
+        qtbot.addWidget(window)  # closed (cancelling any run) at teardown
+        if show:
+            window.show()
+        return window
+
+    return make
+
+
+def configure(window, engines, new_tokens=20, repeats=1, warmup=0, mode="fair", prompt="Hello world, this is",
+              model="random:tiny"):
+    setup = window.setup
+    setup.set_model_spec(model)
+    setup.set_engines(engines)
+    setup.prompt.setPlainText(prompt)
+    setup.new_tokens.setValue(new_tokens)
+    setup.repeats.setValue(repeats)
+    setup.warmup.setValue(warmup)
+    (setup.race if mode == "race" else setup.fair).setChecked(True)
+    setup.flush()
+
+
+def run(qtbot, window):
+    with qtbot.waitSignal(window.controller.finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        assert window.start_run(), window.setup.problem()
+    return blocker.args[0]
+
+
+def live_children() -> list[psutil.Process]:
+    """Engine workers still running (multiprocessing's resource tracker is not one)."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+                out.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+FAST = {"fast": spec("fast", decode_s=0.002), "other": spec("other", decode_s=0.003)}
+
+
+def test_real_engines_fill_panes_charts_table_and_export(qtbot, make_window, tmp_path):
+    window = make_window()
+    configure(window, ["hf", "hf-int8"], new_tokens=16)
+    assert window.setup.badge.isVisible() and "random weights" in window.setup.badge.text()
+    result = run(qtbot, window)
+
+    assert not result.failed and not result.cancelled
+    for name in ("hf", "hf-int8"):
+        pane = window.grid.panes[name]
+        assert pane.generated_text().strip(), f"{name} pane is empty"
+        assert pane.token_count == 16
+        assert "TTFT" in pane.status.text() and "16/16 tokens" in pane.status.text()
+        assert window.latency.point_count(name) == 16  # one point per token
+    assert window.table.runs.rowCount() == len(result.runs) == 2
+    assert window.table.model().columnCount() == len(RUN_COLUMNS)
+    assert window.grid.panes["hf"].tag.text() == "reference"
+    assert "random:tiny" in window.grid.info.text()
+
+    out = tmp_path / "export"
+    assert window.export_csv(out)
+    runs, tokens = read_csv(out / "runs.csv"), read_csv(out / "tokens.csv")
+    assert [r["backend"] for r in runs] == ["hf", "hf-int8"]
+    assert len(tokens) == 32 and (out / "environment.json").exists()
+    assert "| hf |" in window.copy_markdown()
+    charts = window.export_charts(tmp_path / "charts")
+    assert len(charts) == 4 and all(p.stat().st_size > 0 for p in charts)
+    assert window.grab().save(str(tmp_path / "window.png"))
+
+
+def test_crashing_engine_shows_its_error_while_the_other_completes(qtbot, make_window):
+    specs = {"steady": spec("steady", decode_s=0.002), "crashy": spec("crashy", decode_s=0.002, crash_at=3)}
+    window = make_window(specs)
+    configure(window, ["steady", "crashy"], new_tokens=25)
+    result = run(qtbot, window)
+
+    crashy, steady = window.grid.panes["crashy"], window.grid.panes["steady"]
+    assert "crashed" in crashy.text.toPlainText() and crashy.tag.text() == "failed"
+    assert steady.token_count == 25 and steady.tag.text() != "failed"
+    statuses = {r.backend: r.status for r in result.runs}
+    assert statuses == {"steady": "ok", "crashy": "crashed"}
+    assert "failed: crashy" in window.state.text()
+    assert window.table.runs.rowCount() == 2
+
+
+def test_cancel_mid_run_keeps_partial_results_and_no_worker(qtbot, make_window):
+    window = make_window({"slow": spec("slow", decode_s=0.02)})
+    configure(window, ["slow"], new_tokens=500, repeats=2)
+    assert window.start_run()
+    pane = window.grid.panes["slow"]
+    qtbot.waitUntil(lambda: pane.token_count >= 5, timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(window.controller.finished, timeout=30_000) as blocker:
+        window.actions.cancel.trigger()
+    result = blocker.args[0]
+
+    assert result.cancelled and result.runs[0].status == "cancelled"
+    assert 5 <= result.runs[0].tokens_generated < 500
+    assert window.table.runs.rowCount() == len(result.runs) >= 1
+    assert window.actions.export_csv.isEnabled()  # partial results can be exported
+    assert not window.controller.running
+    qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
+
+
+def test_model_download_shows_progress_and_cancel_ends_it(qtbot, make_window, monkeypatch):
+    """prepare() runs in the session thread with a progress callback; Cancel ends the run at once."""
+    import threading
+
+    from backends.session import BenchSession
+
+    release = threading.Event()
+
+    def slow_prepare(self, progress=None):
+        for step in range(1, 1000):
+            progress("downloading model.safetensors", step / 1000)  # raises once cancelled
+            if release.wait(0.01):
+                break
+        raise AssertionError("the download should have been stopped")
+
+    monkeypatch.setattr(BenchSession, "prepare", slow_prepare)
+    window = make_window(FAST)
+    configure(window, ["fast"], new_tokens=5)
+    assert window.start_run()
+    qtbot.waitUntil(lambda: window.prepare_bar.isVisible() and window.prepare_bar.value() > 0, timeout=20_000)
+    assert "downloading model.safetensors" in window.state.text()
+    with qtbot.waitSignal(window.controller.failed, timeout=5_000) as blocker:
+        window.actions.cancel.trigger()
+    assert "cancelled" in blocker.args[0]
+    assert not window.controller.running and not window.prepare_bar.isVisible()
+    assert window.actions.run.isEnabled()
+    release.set()
+
+
+def test_closing_the_window_mid_run_leaves_no_child_process(qtbot, make_window):
+    window = make_window({"slow": spec("slow", decode_s=0.02)})
+    configure(window, ["slow"], new_tokens=500)
+    assert window.start_run()
+    qtbot.waitUntil(lambda: window.grid.panes["slow"].token_count >= 3, timeout=RUN_TIMEOUT_MS)
+    assert live_children()
+    window.close()
+    assert not window.controller.running
+    qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
+
+
+def test_invalid_input_is_refused_with_a_reason(qtbot, make_window, tmp_path):
+    window = make_window(show=False)
+    setup = window.setup
+    configure(window, ["hf"], new_tokens=1000, prompt="word " * 60)
+    assert not setup.run_button.isEnabled() and not window.actions.run.isEnabled()
+    assert "exceed the model's context of 1024 tokens" in setup.reason.text()
+    assert "/ 1024 tokens" in setup.counter.text() and "color" in setup.counter.styleSheet()
+    assert window.start_run() is False
+
+    configure(window, ["hf"], new_tokens=20, prompt="   ")
+    assert setup.reason.text() == "the prompt is empty" and not setup.run_button.isEnabled()
+    configure(window, [], prompt="Hello")
+    assert setup.reason.text() == "select at least one engine"
+    configure(window, ["hf"], prompt="Hello")
+    assert setup.run_button.isEnabled() and setup.reason.text() == ""
+
+    for box, wrong, clamped in [(setup.new_tokens, -5, 1), (setup.repeats, 0, 1), (setup.top_k, -1, 0),
+                                (setup.warmup, 99, 10)]:
+        box.setValue(wrong)
+        assert box.value() == clamped  # out-of-range values cannot be entered
+    setup.top_p.setValue(2.0)
+    assert setup.top_p.value() == 1.0
+    assert not setup.temperature.isEnabled()  # greedy: sampling settings are off
+    setup.decoding.setCurrentText("sample")
+    assert setup.temperature.isEnabled()
+
+    empty = tmp_path / "not-a-model"  # a local folder is checked in the background
+    empty.mkdir()
+    setup.set_model_spec(str(empty))
+    qtbot.waitUntil(lambda: "has no model.safetensors" in setup.reason.text(), timeout=10_000)
+    assert not setup.run_button.isEnabled()
+
+
+def test_unavailable_engines_are_greyed_with_the_reason(make_window):
+    from backends import registry
+
+    window = make_window({"fake": spec("fake")}, show=False)
+    items = {window.setup.engines.item(i).data(Qt.ItemDataRole.UserRole): window.setup.engines.item(i)
+             for i in range(window.setup.engines.count())}
+    assert set(registry.names()) | {"fake"} == set(items)
+    for name in registry.names():
+        ok, why = registry.available(name)
+        enabled = bool(items[name].flags() & Qt.ItemFlag.ItemIsEnabled)
+        assert enabled == ok
+        if not ok:
+            assert why in items[name].toolTip()
+    assert items["fake"].flags() & Qt.ItemFlag.ItemIsUserCheckable
+
+
+def test_replay_save_and_open_session(qtbot, make_window, tmp_path):
+    window = make_window(FAST)
+    configure(window, ["fast", "other"], new_tokens=30)
+    result = run(qtbot, window)
+    assert window.actions.replay.isEnabled()
+
+    with qtbot.waitSignal(window.replayer.finished, timeout=30_000):
+        assert window.replay(speed=0.25)
+        assert all(p.token_count < 30 for p in window.grid.panes.values())  # the panes were emptied
+    for name, pane in window.grid.panes.items():
+        assert pane.token_count == 30 and "30/30 tokens" in pane.status.text()
+        assert window.latency.point_count(name) == 30
+
+    folder = tmp_path / "session"
+    assert window.save_session(folder)
+    reopened = make_window(FAST)
+    with qtbot.waitSignal(reopened.session_loaded):
+        assert reopened.open_session(folder)
+    assert reopened.table.runs.rowCount() == len(result.runs)
+    assert [r.run_id for r in reopened.data.runs] == [r.run_id for r in result.runs]
+    for name in ("fast", "other"):
+        assert reopened.grid.panes[name].token_count == 30
+        assert reopened.latency.point_count(name) == 30
+    assert reopened.grid.panes["fast"].tag.text() == "reference"
+    assert reopened.summary.table.rowCount() == 2
+    assert reopened.actions.replay.isEnabled()
+
+    (tmp_path / "not-a-session").mkdir()
+    assert not reopened.open_session(tmp_path / "not-a-session")
+    assert "runs.csv" in reopened.last_error and reopened.table.runs.rowCount() == len(result.runs)
+
+
+def test_export_to_an_unwritable_place_says_so_and_keeps_results(qtbot, make_window, tmp_path):
+    window = make_window(FAST)
+    configure(window, ["fast"], new_tokens=10)
+    run(qtbot, window)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert not window.export_csv(blocker / "sub")
+    assert "Could not write" in window.last_error and "Export failed" in window.state.text()
+    assert window.table.runs.rowCount() == 1 and window.data.runs
+    assert window.export_csv(tmp_path / "fine")
+
+
+def test_race_mode_flags_contended_timings(qtbot, make_window):
+    window = make_window(FAST)
+    configure(window, ["fast", "other"], new_tokens=15, mode="race")
+    result = run(qtbot, window)
+    assert all(r.concurrent for r in result.runs)
+    assert window.grid.banner.isVisible() and "contended" in window.grid.banner.text()
+    assert "contended" in window.summary.note.text()
+    assert not window.actions.replay.isEnabled()  # replay is for fair runs
+
+
+def test_live_batch_updates_each_curve_once_per_tick(make_window):
+    """A batch of many tokens is drawn with one text insert and one setData per engine."""
+    from backends.events import BackendEvent, RunRequest, RunStarted, Token
+    from backends.sampling import SamplingParams
+
+    window = make_window(FAST)  # shown: a hidden chart defers its drawing until its tab is shown
+    window._show_engines(["fast"])
+    window.live.begin("prompt", "fast", True, 1)
+    calls = {"setData": 0, "append": 0}
+    curve, pane = window.latency.curves["fast"], window.grid.panes["fast"]
+    original_set, original_append = curve.setData, pane.append
+    curve.setData = lambda *a, **k: (calls.__setitem__("setData", calls["setData"] + 1), original_set(*a, **k))
+    pane.append = lambda texts: (calls.__setitem__("append", calls["append"] + 1), original_append(texts))
+    batch = [BackendEvent("fast", RunRequest("fast/r1", (1, 2), 200, SamplingParams()), {"repeat": 1}),
+             BackendEvent("fast", RunStarted("fast/r1", 1_000_000))]
+    batch += [BackendEvent("fast", Token("fast/r1", i, 300 + i, "x", 2_000_000 + i * 1_000_000)) for i in range(200)]
+    window.live.apply(batch)
+    assert calls == {"setData": 1, "append": 1}
+    assert window.latency.point_count("fast") == 200 and pane.token_count == 200
+    assert "TTFT 1.0 ms" in pane.status.text() and "1.00 ms/token" in pane.status.text()
+
+    from PySide6.QtCore import QPointF  # hovering shows the token's text and latency
+
+    view = window.latency.plotItem.vb
+    view.autoRange()  # normally done at the next paint
+    scene_pos = view.mapViewToScene(QPointF(10, 0.0))
+    window.latency._on_mouse((scene_pos,))
+    assert window.latency._label.isVisible()
+    assert "token 10" in window.latency._label.toHtml() and "1.00 ms" in window.latency._label.toHtml()
+
+
+def test_parameters_persist_between_sessions(make_window):
+    first = make_window(show=False)
+    configure(first, ["hf", "hf-int8"], new_tokens=77, repeats=4, warmup=2, mode="race", prompt="Remember me")
+    first.setup.threads.setValue(1)
+    first.close()
+    second = make_window(show=False)
+    params = second.setup.params()
+    assert params["engines"] == ["hf", "hf-int8"] and params["new_tokens"] == 77 and params["repeats"] == 4
+    assert params["warmup"] == 2 and params["mode"] == "race" and params["prompt"] == "Remember me"
+    assert params["model"] == "random:tiny" and params["threads"] == 1
+
+
+def test_grid_reflows_with_the_engine_count():
+    from gui.streams_grid import grid_columns
+
+    assert [grid_columns(n, 1400) for n in (1, 2, 3, 4, 5, 6)] == [1, 2, 3, 2, 3, 3]
+    assert grid_columns(4, 500) == 1 and grid_columns(2, 700) == 2
+
+
+def test_run_app_without_a_display_says_how_and_returns_2(monkeypatch, capsys):
+    from gui import app
+
+    for variable in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(app.sys, "platform", "linux")
+    assert app.run_app() == 2
+    err = capsys.readouterr().err
+    assert "xvfb-run python main.py" in err and "QT_QPA_PLATFORM=offscreen" in err and err.count("\n") == 1
+
+
+def test_theme_follows_the_system_scheme(qapp, make_window, monkeypatch):
+    """A change of the system's colour scheme restyles the widgets and pyqtgraph's backgrounds."""
+    import pyqtgraph as pg
+
+    from gui import theme
+
+    window = make_window(show=False)
+    try:
+        monkeypatch.setattr(theme, "system_is_dark", lambda app: True)
+        window._on_scheme_changed()
+        assert window.theme is theme.DARK
+        assert window.latency.backgroundBrush().color().name() == theme.DARK.plot_bg
+        assert pg.getConfigOption("background") == theme.DARK.plot_bg
+        monkeypatch.setattr(theme, "system_is_dark", lambda app: False)
+        window._on_scheme_changed()
+        assert window.theme is theme.LIGHT
+        assert window.latency.backgroundBrush().color().name() == theme.LIGHT.plot_bg
+    finally:
+        monkeypatch.undo()
+        theme.apply_theme(qapp)

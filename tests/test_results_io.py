@@ -1,0 +1,108 @@
+"""load_results reads back exactly what write_results wrote, with the right types."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+
+import pytest
+
+from backends.export import RUNS_CSV, TOKENS_CSV, write_results
+from backends.records import RunRecord, TokenRecord
+from backends.results_io import ResultsError, load_results
+
+
+def _run(run_id: str, **changes) -> RunRecord:
+    record = RunRecord(
+        run_id=run_id, backend="hf", model="random:tiny", weights="random", device="cpu", dtype="fp32", threads=2,
+        prompt_tokens=12, new_tokens=3, decoding="greedy", temperature=1.0, top_k=0, top_p=0.9, seed=7,
+        repeat=1, is_warmup=False, import_s=1.25, load_s=0.5, ttft_ms=12.5, tpot_ms=1.5, itl_p50_ms=1.4,
+        itl_p90_ms=1.9, itl_p99_ms=2.0, decode_tok_s=666.0, e2e_s=0.0155, peak_rss_mb=371.5, status="ok",
+        tokens_generated=3, cold_start_s=None, bandwidth_gb_s=0.125, concurrent=True, reference="hf",
+        agree_tokens=3, first_divergence=None, notes="attn=sdpa; threads=2",
+    )
+    for key, value in changes.items():
+        setattr(record, key, value)
+    return record
+
+
+def _tokens(run_id: str) -> list[TokenRecord]:
+    texts = [" hello, \"world\"", "", "\nline two\n"]  # commas, quotes, empty text, newlines
+    return [TokenRecord(run_id, "hf", 1, False, i, 100 + i, text, 12.5 + 1.5 * i, None if i == 0 else 1.5,
+                        "prefill" if i == 0 else "decode") for i, text in enumerate(texts)]
+
+
+def test_round_trip_keeps_values_and_types(tmp_path):
+    runs = [_run("hf/r1"), _run("hf/w1", is_warmup=True, status="crashed", error="worker crashed: exit 3",
+                                 ttft_ms=None, tpot_ms=None, agree_tokens=None, first_divergence=2, concurrent=False)]
+    tokens = _tokens("hf/r1")
+    env = {"reference": "hf", "settings": {"prompt": "Hi"}}
+    write_results(tmp_path, runs, tokens, env)
+
+    runs_back, tokens_back, env_back = load_results(tmp_path)
+    assert env_back == env
+    assert runs_back == runs
+    assert tokens_back == tokens
+    for record in runs_back:
+        for f in fields(RunRecord):
+            value = getattr(record, f.name)
+            assert value is None or type(value) is type(getattr(runs[runs_back.index(record)], f.name))
+    assert runs_back[1].is_warmup is True and runs_back[0].concurrent is True
+    assert runs_back[1].ttft_ms is None and runs_back[0].cold_start_s is None
+    assert isinstance(runs_back[0].threads, int) and isinstance(runs_back[0].ttft_ms, float)
+    assert tokens_back[0].itl_ms is None and tokens_back[1].text == ""
+
+
+def test_missing_optional_files_give_empty_results(tmp_path):
+    write_results(tmp_path, [_run("hf/r1")], [], {})
+    (tmp_path / TOKENS_CSV).unlink()
+    (tmp_path / "environment.json").unlink()
+    runs, tokens, env = load_results(tmp_path)
+    assert len(runs) == 1 and tokens == [] and env == {}
+
+
+def test_not_a_results_folder(tmp_path):
+    with pytest.raises(ResultsError, match="no runs.csv"):
+        load_results(tmp_path)
+    with pytest.raises(ResultsError, match="not a folder"):
+        load_results(tmp_path / "nope")
+
+
+def test_bad_cells_and_columns_are_reported(tmp_path):
+    write_results(tmp_path, [_run("hf/r1")], [], {})
+    text = (tmp_path / RUNS_CSV).read_text()
+    (tmp_path / RUNS_CSV).write_text(text.replace(",2,12,3,", ",two,12,3,"))
+    with pytest.raises(ResultsError, match="column threads"):
+        load_results(tmp_path)
+    (tmp_path / RUNS_CSV).write_text("run_id,backend\nx,hf\n")
+    with pytest.raises(ResultsError, match="lacks the column"):
+        load_results(tmp_path)
+    write_results(tmp_path, [_run("hf/r1")], [], {})
+    (tmp_path / "environment.json").write_text("[1, 2]")
+    with pytest.raises(ResultsError, match="JSON object"):
+        load_results(tmp_path)
+
+
+def test_nan_in_required_float_reads_back_as_nan(tmp_path):
+    write_results(tmp_path, [_run("hf/r1", temperature=math.nan)], [], {})
+    runs, _, _ = load_results(tmp_path)
+    assert math.isnan(runs[0].temperature)
+
+
+def test_real_bench_folder(tmp_path, tiny_model):
+    """A folder written by a real session of scripted engines reads back whole."""
+    from backends.session import BenchConfig, BenchSession
+    from tests.fake_engines import spec
+
+    config = BenchConfig(model="random:tiny", backends=("fast", "slow"), prompt="Hello", new_tokens=5,
+                         repeats=1, warmup=0)
+    session = BenchSession(config, specs={"fast": spec("fast"), "slow": spec("slow", decode_s=0.002)})
+    result = session.run()
+    write_results(tmp_path, result.runs, result.tokens, result.environment)
+    runs, tokens, env = load_results(tmp_path)
+    assert [r.run_id for r in runs] == [r.run_id for r in result.runs]
+    assert [t.token_id for t in tokens] == [t.token_id for t in result.tokens]
+    assert all(r.agree_tokens == 5 for r in runs)
+    assert env["reference"] == "fast"
+    assert json.loads(json.dumps(env)) == env
