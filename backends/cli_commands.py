@@ -25,6 +25,11 @@ from .worker import Timeouts
 EXIT_OK, EXIT_RUN_FAILED = 0, 1
 
 
+def _stderr_console() -> Console:
+    """Progress goes to stderr; wide when it is a file or a pipe, so lines are not wrapped."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
 def list_backends() -> int:
     table = Table(title="whistle-stop engines")
     for column in ("engine", "precision", "available", "what it is / why not"):
@@ -67,7 +72,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 
 def bench(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
+    err = _stderr_console()
     config = config_from_args(args)
     out = Path(args.out)
     try:
@@ -198,7 +203,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from .figures import decode_vs_output, itl_vs_position, ttft_vs_prompt
     from .sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepSession
 
-    err = Console(stderr=True)
+    err = _stderr_console()
     first = argparse.Namespace(**{**vars(args), "prompt_tokens": args.prompt_tokens[0], "new_tokens": args.new_tokens[0]})
     config = config_from_args(first)
     if config.reference and config.reference not in config.backends:
@@ -267,7 +272,7 @@ def quality_command(args: argparse.Namespace) -> int:
     from .figures import speed_vs_quality
     from .quality import QualitySession, QualitySettings, write_quality
 
-    err = Console(stderr=True)
+    err = _stderr_console()
     config = config_from_args(args)
     if config.reference and config.reference not in config.backends:
         raise UsageError(f"--reference {config.reference!r} is not among --backends")
@@ -327,5 +332,5 @@ def report_command(args: argparse.Namespace) -> int:
         if not Path(folder).is_dir():
             raise UsageError(f"{folder} is not a folder")
     path = build_report(list(args.folders), args.out)
-    Console(stderr=True).print(f"wrote {path} and its PNG figures")
+    _stderr_console().print(f"wrote {path} and its PNG figures")
     return EXIT_OK
