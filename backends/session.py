@@ -287,8 +287,8 @@ class BenchSession:
         tokens = token_records(record.run_id, name, repeat, is_warmup, outcome.started_ns, outcome.tokens)
         if outcome.tokens:
             fill_metrics(record, outcome.started_ns, outcome.tokens, worker.ready.weight_bytes_per_token)
-        if not getattr(worker, "_first_run_done", False) and outcome.tokens and worker.ready is not None:
-            worker._first_run_done = True
+        if not worker.produced_tokens and outcome.tokens and worker.ready is not None:
+            worker.produced_tokens = True  # this worker's first run: the one cold start belongs to
             record.cold_start_s = (worker.ready.t_ns - worker.spawn_ns) / 1e9 + (record.ttft_ms or 0) / 1e3
         return record, tokens
 

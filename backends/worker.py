@@ -101,6 +101,7 @@ class Worker:
         self.spawn_ns = 0
         self.ready: Ready | None = None
         self.lost: WorkerLost | None = None
+        self.produced_tokens = False  # set by the session after the first run that yields a token
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> Ready:
