@@ -1,7 +1,8 @@
 """The machine's memory bandwidth: the ceiling of batch-1 decoding, which reads every weight per token.
 
-A probe sums an array well larger than the last-level cache with the engines' thread count
-(numpy releases the GIL inside the reduction, so chunks summed in threads run in parallel).
+The probe does what decoding does: a float32 matrix-vector product (BLAS sgemv) over a matrix
+well larger than the last-level cache, with the engines' thread count. A plain `np.sum` reads
+only about half as fast here (it is partly compute-bound), which would draw the limit too low.
 It runs once per CPU model and thread count; the result is cached in `cache_dir()`.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,10 +17,11 @@ import numpy as np
 import psutil
 
 from .atomic import atomic_write
+from .blas import OpenBLAS
 from .environment import cpu_model
 from .paths import cache_dir
 
-CACHE_FILE = "bandwidth.json"
+CACHE_FILE = "bandwidth-v2.json"  # v2: sgemv probe (v1 summed, and read low)
 MIN_BYTES = 1 << 30  # 1 GiB, unless the last-level cache is larger than a quarter of that
 
 
@@ -62,18 +63,26 @@ def measure_bandwidth(threads: int, n_bytes: int | None = None, passes: int = 5)
     """Time `passes` full read sweeps (a sum) over one array; report the best and median GB/s."""
     threads = max(1, threads)
     n_bytes = n_bytes or default_probe_bytes()
-    data = np.ones(max(1, n_bytes // 8), dtype=np.float64)  # ones: pages are really touched
-    chunks = np.array_split(data, threads)
+    columns = 4096
+    matrix = np.ones((max(1, n_bytes // (4 * columns)), columns), dtype=np.float32)  # ones: pages really touched
+    vector = np.ones(columns, dtype=np.float32)
+    blas = OpenBLAS()
+    previous = blas.threads()
+    blas.set_threads(threads)
     rates = []
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        list(pool.map(np.sum, chunks))  # first touch / thread start outside the timing
+    try:
+        matrix @ vector  # thread start-up outside the timing
         for _ in range(max(1, passes)):
             start = time.perf_counter()
-            total = sum(pool.map(np.sum, chunks))
+            result = matrix @ vector
             elapsed = time.perf_counter() - start
-            if total != data.size:  # keeps the sum from being skipped, and catches nonsense
-                raise RuntimeError("bandwidth probe: wrong sum")
-            rates.append(data.nbytes / elapsed / 1e9)
+            if result[0] != columns:  # catches nonsense (and keeps the product from being skipped)
+                raise RuntimeError("bandwidth probe: wrong product")
+            rates.append(matrix.nbytes / elapsed / 1e9)
+    finally:
+        if previous:
+            blas.set_threads(previous)
+    data = matrix
     return Bandwidth(gb_s=max(rates), median_gb_s=float(np.median(rates)), bytes=int(data.nbytes), threads=threads,
                      passes=len(rates), cpu=cpu_model(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
