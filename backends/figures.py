@@ -91,10 +91,12 @@ def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str)
     for dtype, n_bytes in weights.values():
         by_dtype.setdefault(dtype or "?", n_bytes)
     out = []
-    for dtype, n_bytes in sorted(by_dtype.items(), key=lambda kv: -kv[1]):
+    for index, (dtype, n_bytes) in enumerate(sorted(by_dtype.items(), key=lambda kv: -kv[1])):
         ms = n_bytes / (gb_s * 1e9) * 1e3
         value = ms if unit == "ms" else 1e3 / ms
-        out.append(Limit(f"{dtype} limit ({gb_s:.1f} GB/s): {value:.3g} {unit}", value))
+        # The bandwidth is the same for every line: say it once, on the first label, keep the others short.
+        where = f" at {gb_s:.0f} GB/s" if index == 0 else ""
+        out.append(Limit(f"{dtype} limit{where}: {value:.3g} {unit}", value))
     return out
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from .atomic import atomic_write
 from .errors import ModelError
+from .hub import DownloadCancelled  # noqa: F401  (re-exported: callers catch it from here)
 from .paths import CONFIGS_DIR, cache_dir
 from .weights import CorruptWeights, check_against_config
 
@@ -56,12 +58,17 @@ def random_config_names() -> list[str]:
     return sorted(p.stem for p in CONFIGS_DIR.glob("*.json"))
 
 
-def resolve_model(spec: str = "auto", progress: ProgressFn | None = None) -> ModelFiles:
-    """Turn a `--model` value into files on disk, downloading once if it is a hub id."""
+def resolve_model(spec: str = "auto", progress: ProgressFn | None = None,
+                  cancel: threading.Event | None = None) -> ModelFiles:
+    """Turn a `--model` value into files on disk, downloading once if it is a hub id.
+
+    Setting `cancel` stops a download with DownloadCancelled (never a fallback to random weights)."""
     spec = (spec or "auto").strip()
     if spec == "auto":
         try:
-            return _from_hub(DEFAULT_HUB_MODEL, spec, progress)
+            return _from_hub(DEFAULT_HUB_MODEL, spec, progress, cancel)
+        except DownloadCancelled:
+            raise  # the user said stop: not "the hub is unreachable"
         except ModelError as exc:
             model = _random(RANDOM_PREFIX + "gpt2", spec)
             why = str(exc).split(":", 1)[-1].strip()
@@ -72,7 +79,7 @@ def resolve_model(spec: str = "auto", progress: ProgressFn | None = None) -> Mod
     path = Path(spec).expanduser()
     if path.exists() or spec.startswith((".", "/", "~")) or os.sep in spec and not _looks_like_hub_id(spec):
         return _from_folder(path, spec, model_id=str(path))
-    return _from_hub(spec, spec, progress)
+    return _from_hub(spec, spec, progress, cancel)
 
 
 def validate_folder(folder: Path) -> dict:
@@ -153,8 +160,9 @@ def _random(spec: str, asked: str) -> ModelFiles:
     return _from_folder(folder, asked, model_id=spec, weights="random")
 
 
-def _from_hub(repo_id: str, asked: str, progress: ProgressFn | None) -> ModelFiles:
+def _from_hub(repo_id: str, asked: str, progress: ProgressFn | None,
+              cancel: threading.Event | None = None) -> ModelFiles:
     from .hub import fetch_safetensors_model
 
-    folder = fetch_safetensors_model(repo_id, progress)
+    folder = fetch_safetensors_model(repo_id, progress, cancel)
     return _from_folder(folder, asked, model_id=repo_id)

@@ -161,14 +161,14 @@ class QualitySession(BenchSession):
         self._scores: dict = {}
         self._divergences: list[Divergence] = []
 
-    def prepare(self, progress=None) -> tuple[ModelFiles, list[int]]:
+    def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:
         if self.settings.bench_dir is not None:
             from .results_io import load_results
 
             runs, tokens, environment = load_results(Path(self.settings.bench_dir))
             keep = set(self.config.backends)
             self._bench = ([r for r in runs if r.backend in keep], [t for t in tokens if t.backend in keep], environment)
-        model, ids = super().prepare(progress)
+        model, ids = super().prepare(progress, cancel)
         if self._bench is not None:
             settings = self._bench[2].get("settings") or {}
             ids = build_prompt_ids(settings.get("prompt"), settings.get("prompt_tokens") or len(ids))

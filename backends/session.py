@@ -135,10 +135,10 @@ class BenchSession:
         self.threads = config.threads or default_threads()
 
     # --- public ------------------------------------------------------------------------------
-    def prepare(self, progress=None) -> tuple[ModelFiles, list[int]]:
+    def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:
         """Resolve the model and the prompt; raise UsageError for anything that cannot run."""
         self._check_available()
-        model = resolve_model(self.config.model, progress)
+        model = resolve_model(self.config.model, progress, cancel)
         ids = build_prompt_ids(self.config.prompt, self.config.prompt_tokens)
         if len(ids) + self.config.new_tokens > model.context:
             raise UsageError(

@@ -129,9 +129,9 @@ class SweepSession(BenchSession):
         self._base_environment: dict = {}
 
     # --- planning ----------------------------------------------------------------------------
-    def prepare(self, progress=None) -> SweepPlan:  # type: ignore[override]
+    def prepare(self, progress=None, cancel=None) -> SweepPlan:  # type: ignore[override]
         self._check_available()
-        model = resolve_model(self.config.model, progress)
+        model = resolve_model(self.config.model, progress, cancel)
         fingerprint = sweep_fingerprint(self.config, model, self.threads, self.reference)
         completed, runs, tokens, engines, bandwidth = self._previous(fingerprint)
         cells, skipped = [], []

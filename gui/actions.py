@@ -27,16 +27,22 @@ class Actions:
     save_session: QAction
     open_session: QAction
     copy_markdown: QAction
+    export_report: QAction
+    compare: QAction
     quit: QAction
     replay_speed: QComboBox
 
-    def set_state(self, running: bool, can_run: bool, has_results: bool, can_replay: bool, replaying: bool) -> None:
+    def set_state(self, running: bool, can_run: bool, has_results: bool, can_replay: bool, replaying: bool,
+                  can_report: bool = False) -> None:
+        """`running`: the bench, a sweep or a quality evaluation (Cancel stops whichever it is)."""
         self.run.setEnabled(can_run and not running and not replaying)
         self.cancel.setEnabled(running or replaying)
         self.replay.setEnabled(can_replay and not running and not replaying)
         for action in (self.export_csv, self.export_charts, self.save_session, self.copy_markdown):
             action.setEnabled(has_results and not running)
         self.open_session.setEnabled(not running and not replaying)
+        self.export_report.setEnabled(can_report and not running)
+        self.compare.setEnabled(not running)
 
 
 def _action(window: "MainWindow", text: str, icon_name: str, slot, shortcut: QKeySequence | str | None = None,
@@ -71,13 +77,17 @@ def build_actions(window: "MainWindow") -> Actions:
                              "Open a saved session (or any bench --out folder)"),
         copy_markdown=_action(window, "Copy summary as Markdown", "copy", window.copy_markdown, "Ctrl+Shift+C",
                               "Copy the summary table as Markdown"),
+        export_report=_action(window, "Export report (HTML)…", "chart", window.export_report, None,
+                              "One self-contained HTML page of this session's bench, sweep and quality results"),
+        compare=_action(window, "Open folders to compare…", "open", window.compare_folders, None,
+                        "Build a comparison report of two or more results folders and open it"),
         quit=_action(window, "Quit", "", window.close, QKeySequence.StandardKey.Quit),
         replay_speed=speed,
     )
     menu = window.menuBar()
     file_menu = menu.addMenu("&File")
     for action in (actions.open_session, actions.save_session, None, actions.export_csv, actions.export_charts,
-                   actions.copy_markdown, None, actions.quit):
+                   actions.copy_markdown, None, actions.export_report, actions.compare, None, actions.quit):
         file_menu.addSeparator() if action is None else file_menu.addAction(action)
     run_menu = menu.addMenu("&Run")
     for action in (actions.run, actions.cancel, actions.replay):

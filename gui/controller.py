@@ -18,18 +18,15 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from backends.errors import UsageError
+from backends.models import DownloadCancelled
 from backends.registry import EngineSpec
 from backends.session import BenchConfig, BenchResult, BenchSession
 
+from .model_probe import RESOLVE_LOCK, fetch_model
+
 TICK_MS = 33
 MAX_TICK_MS = 100
-
-# resolve_model may write a random model or download one: never twice at the same time.
-RESOLVE_LOCK = threading.Lock()
-
-
-class _Cancelled(Exception):
-    """Raised from the download's progress callback to stop it."""
+CANCELLED_PREPARING = "cancelled before the engines started"
 
 
 @dataclass(frozen=True)
@@ -101,7 +98,7 @@ class BenchController(QObject):
         """Stop after the current token of every engine (safe to call at any time).
 
         While the model is still being resolved (a download), the run ends at once: the download
-        is aborted at its next progress report and the thread's late results are dropped."""
+        stops at its next progress report (DownloadCancelled) and the thread's late results are dropped."""
         self._cancelled.set()
         if self._session is not None:
             self._session.cancel()
@@ -131,20 +128,22 @@ class BenchController(QObject):
     @staticmethod
     def _work(session: BenchSession, out: queue.Queue, cancelled: threading.Event) -> None:
         def progress(message: str, fraction: float | None = None) -> None:
-            if cancelled.is_set():
-                raise _Cancelled  # aborts a hub download from inside its progress report
-            out.put(_PrepareProgress(message, fraction))
+            if not cancelled.is_set():
+                out.put(_PrepareProgress(message, fraction))
 
         try:
             with RESOLVE_LOCK:
-                model, ids = session.prepare(progress)
+                fetch_model(session.config.model, progress, cancelled)  # the download Cancel can stop
+                model, ids = session.prepare(progress)  # finds the files cached
             if cancelled.is_set():
-                out.put(_Failed("cancelled before the engines started"))
+                out.put(_Failed(CANCELLED_PREPARING))
                 return
             out.put(_Prepared(model, ids))
             out.put(_Finished(session.run(model, ids)))
+        except DownloadCancelled:
+            out.put(_Failed(CANCELLED_PREPARING))
         except UsageError as exc:
-            out.put(_Failed("cancelled before the engines started" if cancelled.is_set() else str(exc)))
+            out.put(_Failed(CANCELLED_PREPARING if cancelled.is_set() else str(exc)))
         except Exception as exc:  # anything else must still end the run in the window, not the thread
             out.put(_Failed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
 

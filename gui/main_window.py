@@ -1,6 +1,6 @@
-"""The main window: setup on the left, one pane per engine in the centre, charts and the
-results table at the bottom. It collects events and draws; every number comes from the
-engine room's records and functions."""
+"""The main window: setup on the left, one pane per engine in the centre, charts, the results
+table, the Sweep and Quality tabs at the bottom. It collects events and draws; every number
+comes from the engine room's records and functions."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .controller import BenchController
 from .live import LiveView
 from .model_probe import from_files
 from .replay import Replayer
+from .reports import ReportsMixin
 from .results_model import RunsTable
 from .session_data import SessionData
 from .session_files import RACE_WARNING, SessionFilesMixin
@@ -31,9 +32,10 @@ from .setup_panel import SetupPanel
 from .streams_grid import StreamsGrid
 from .summary_chart import SummaryView
 from .theme import Theme, apply_theme as apply_app_theme, current_theme, engine_colours, icon
+from .window_tools import ToolsMixin
 
 
-class MainWindow(SessionFilesMixin, QMainWindow):
+class MainWindow(ToolsMixin, ReportsMixin, SessionFilesMixin, QMainWindow):
     session_loaded = Signal()
 
     def __init__(self, extra_specs: dict[str, EngineSpec] | None = None, settings: QSettings | None = None) -> None:
@@ -60,6 +62,7 @@ class MainWindow(SessionFilesMixin, QMainWindow):
         self.live = LiveView(self.grid, self.latency, self.race)
         self.replayer = Replayer(self.live, self)
         self._build_layout()
+        self._build_tools()
         self.actions = build_actions(self)
         self.view_menu.addAction(self.setup_dock.toggleViewAction())
         self.view_menu.addAction(self.charts_dock.toggleViewAction())
@@ -127,6 +130,9 @@ class MainWindow(SessionFilesMixin, QMainWindow):
             f"QGroupBox {{ font-weight: bold; }}")
         for widget in (self.grid, self.latency, self.race, self.histogram, self.summary):
             widget.apply_theme(theme)
+        if hasattr(self, "quality_tab"):
+            self.sweep_tab.apply_theme(theme)
+            self.quality_tab.apply_theme(theme)
 
     def _on_scheme_changed(self) -> None:
         app = QApplication.instance()
@@ -137,8 +143,8 @@ class MainWindow(SessionFilesMixin, QMainWindow):
         """Run what the setup panel says; False (and the reason shown) if it cannot start."""
         self.setup.flush()
         problem = self.setup.problem()
-        if problem or self.replayer.running:
-            self._say(problem or "a replay is running")
+        if problem or self.replayer.running or self.tools_busy():
+            self._say(problem or ("a replay is running" if self.replayer.running else "a sweep or quality run is busy"))
             return False
         config = self.setup.config()
         self._config = config
@@ -166,6 +172,8 @@ class MainWindow(SessionFilesMixin, QMainWindow):
         return True
 
     def cancel(self) -> None:
+        if self._cancel_tools():  # Esc stops whichever job runs (only one can)
+            return
         if self.controller.running:
             self._cancelling = True
             self._say("cancelling: each engine stops after its current token…")
@@ -249,7 +257,7 @@ class MainWindow(SessionFilesMixin, QMainWindow):
         self._update_actions()
 
     def _on_running(self, running: bool) -> None:
-        self.setup.set_running(running)
+        self.setup.set_running(self.busy())
         self._update_actions()
 
     def replay(self, speed: float | None = None) -> bool:
@@ -293,8 +301,9 @@ class MainWindow(SessionFilesMixin, QMainWindow):
     def _update_actions(self) -> None:
         if not hasattr(self, "actions"):
             return
-        self.actions.set_state(self.controller.running, not self.setup.problem(),
-                               bool(self.data.runs) and self.data.finished, self._replayable, self.replayer.running)
+        self.actions.set_state(self.busy(), not self.setup.problem(), bool(self.data.runs) and self.data.finished,
+                               self._replayable, self.replayer.running, self.can_report())
+        self._update_blocks()
 
     # --- messages and closing -----------------------------------------------------------------
     def _say(self, message: str) -> None:
@@ -313,6 +322,7 @@ class MainWindow(SessionFilesMixin, QMainWindow):
         prefs = self.store.prefs()
         if prefs.get("replay_speed") in REPLAY_SPEEDS:
             self.actions.replay_speed.setCurrentText(prefs["replay_speed"])
+        self._restore_tools(prefs)
         if isinstance(prefs.get("tab"), int) and 0 <= prefs["tab"] < self.tabs.count():
             self.tabs.setCurrentIndex(prefs["tab"])
         geometry, state = self.store.geometry()
@@ -326,10 +336,12 @@ class MainWindow(SessionFilesMixin, QMainWindow):
         if self.controller.running:
             self._say("stopping the engines…")
             self.controller.shutdown()
+        self._shutdown_tools()
         self.replayer.stop()
         self.setup.probe.close()
         self.store.save_params(self.setup.params())
-        self.store.save_prefs({"replay_speed": self.actions.replay_speed.currentText(), "tab": self.tabs.currentIndex()})
+        self.store.save_prefs({"replay_speed": self.actions.replay_speed.currentText(), "tab": self.tabs.currentIndex(),
+                               **self._tool_prefs()})
         self.store.save_geometry(self.saveGeometry(), self.saveState())
         self.store.sync()
         super().closeEvent(event)

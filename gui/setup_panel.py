@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QButtonGroup, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton,
-                               QRadioButton, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QButtonGroup, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
+                               QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
+                               QWidget)
 
 from backends import registry
 from backends.models import RANDOM_LABEL, random_config_names
@@ -22,34 +22,15 @@ from backends.session import BenchConfig
 from backends.tokenizer import encode
 
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
+from .remote_group import RemoteGroup
 from .theme import current_theme, icon
+from .widgets import dspin, spin
 
 LOCAL_FOLDER = "Local folder…"
 MODE_HELP = {
     "fair": "Engines run one at a time, so each has the machine to itself. Replay then races the measured runs.",
     "race": "All engines run at once for the spectacle: they share the cores, so timings are contended.",
 }
-
-
-def _spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(low, high)
-    box.setValue(value)
-    box.setToolTip(f"{tip} ({low}–{high})")
-    box.setAccelerated(True)
-    if special:
-        box.setSpecialValueText(special)
-    return box
-
-
-def _dspin(low: float, high: float, value: float, step: float, tip: str) -> QDoubleSpinBox:
-    box = QDoubleSpinBox()
-    box.setRange(low, high)
-    box.setDecimals(2)
-    box.setSingleStep(step)
-    box.setValue(value)
-    box.setToolTip(f"{tip} ({low:g}–{high:g})")
-    return box
 
 
 class SetupPanel(QWidget):
@@ -71,6 +52,9 @@ class SetupPanel(QWidget):
         layout.setSpacing(10)
         layout.addWidget(self._model_group())
         layout.addWidget(self._engines_group())
+        self.remote = RemoteGroup()  # shown while the remote engine is ticked
+        self.remote.changed.connect(self._changed)
+        layout.addWidget(self.remote)
         layout.addWidget(self._prompt_group())
         layout.addWidget(self._generation_group())
         layout.addWidget(self._mode_group())
@@ -135,8 +119,8 @@ class SetupPanel(QWidget):
             self.engines.addItem(item)
         self.engines.setMinimumHeight(150)
         self.engines.itemChanged.connect(lambda _item: self._changed())
-        self.threads = _spin(0, max(1, os.cpu_count() or 1) * 2, 0, "threads per engine; 0 = all cores",
-                             special=f"all cores ({os.cpu_count() or 1})")
+        self.threads = spin(0, max(1, os.cpu_count() or 1) * 2, 0, "threads per engine; 0 = all cores",
+                            special=f"all cores ({os.cpu_count() or 1})")
         self.threads.valueChanged.connect(self._changed)
         row = QFormLayout()
         row.addRow("Threads", self.threads)
@@ -167,24 +151,24 @@ class SetupPanel(QWidget):
     def _generation_group(self) -> QGroupBox:
         box = QGroupBox("Generation")
         form = QFormLayout(box)
-        self.new_tokens = _spin(1, 4096, 100, "tokens to generate per run (no early stop)")
+        self.new_tokens = spin(1, 4096, 100, "tokens to generate per run (no early stop)")
         self.decoding = QComboBox()
         self.decoding.addItems(["greedy", "sample"])
         self.decoding.setToolTip("greedy: engines must agree token for token; sample: seeded, same sampler for all")
-        self.temperature = _dspin(0.05, 5.0, 1.0, 0.05, "sampling temperature")
-        self.top_k = _spin(0, 50257, 0, "sample from the k most likely tokens; 0 = off", special="off")
-        self.top_p = _dspin(0.01, 1.0, 1.0, 0.05, "nucleus sampling mass; 1 = off")
-        self.seed = _spin(0, 2**31 - 1, 0, "sampler seed")
-        self.repeats = _spin(1, 50, 3, "measured runs per engine")
-        self.warmup = _spin(0, 10, 1, "warm-up runs per engine, recorded but not summarised")
+        self.temperature = dspin(0.05, 5.0, 1.0, 0.05, "sampling temperature")
+        self.top_k = spin(0, 50257, 0, "sample from the k most likely tokens; 0 = off", special="off")
+        self.top_p = dspin(0.01, 1.0, 1.0, 0.05, "nucleus sampling mass; 1 = off")
+        self.seed = spin(0, 2**31 - 1, 0, "sampler seed")
+        self.repeats = spin(1, 50, 3, "measured runs per engine")
+        self.warmup = spin(0, 10, 1, "warm-up runs per engine, recorded but not summarised")
         for label, widget in [("Max new tokens", self.new_tokens), ("Decoding", self.decoding),
                               ("Temperature", self.temperature), ("Top-k", self.top_k), ("Top-p", self.top_p),
                               ("Seed", self.seed), ("Repeats", self.repeats), ("Warm-up runs", self.warmup)]:
             form.addRow(label, widget)
-        for spin in (self.new_tokens, self.top_k, self.seed, self.repeats, self.warmup):
-            spin.valueChanged.connect(self._changed)
-        for dspin in (self.temperature, self.top_p):
-            dspin.valueChanged.connect(self._changed)
+        for number in (self.new_tokens, self.top_k, self.seed, self.repeats, self.warmup):
+            number.valueChanged.connect(self._changed)
+        for fraction in (self.temperature, self.top_p):
+            fraction.valueChanged.connect(self._changed)
         self.new_tokens.valueChanged.connect(self._update_counter)
         self.decoding.currentTextChanged.connect(self._on_decoding)
         self._on_decoding(self.decoding.currentText())
@@ -226,21 +210,29 @@ class SetupPanel(QWidget):
                               self.top_p.value(), self.seed.value())
 
     def config(self) -> BenchConfig:
-        return BenchConfig(model=self.model_spec(), backends=tuple(self.selected_engines()),
-                           prompt=self.prompt.toPlainText(), new_tokens=self.new_tokens.value(),
-                           sampling=self.sampling(), repeats=self.repeats.value(), warmup=self.warmup.value(),
-                           threads=self.threads.value(), mode=self.mode())
+        engines = tuple(self.selected_engines())
+        options = {"remote": self.remote.options()} if "remote" in engines else {}
+        return BenchConfig(model=self.model_spec(), backends=engines, prompt=self.prompt.toPlainText(),
+                           new_tokens=self.new_tokens.value(), sampling=self.sampling(), repeats=self.repeats.value(),
+                           warmup=self.warmup.value(), threads=self.threads.value(), mode=self.mode(),
+                           engine_options=options)
 
-    def problem(self) -> str:
-        """Why Run cannot start now, or ""."""
-        if self.running:
-            return "a run is in progress"
+    def settings_problem(self) -> str:
+        """What is wrong with the model, engines or remote settings (shared by Run, Sweep, Quality)."""
         if self.model_info.error:
             return self.model_info.error
         if self.model_info.pending:
             return "checking the model folder…"
         if not self.selected_engines():
             return "select at least one engine"
+        return self.remote.problem() if "remote" in self.selected_engines() else ""
+
+    def problem(self) -> str:
+        """Why Run cannot start now, or ""."""
+        if self.running:
+            return "a run is in progress"
+        if self.settings_problem():
+            return self.settings_problem()
         if not self.prompt.toPlainText().strip():
             return "the prompt is empty"
         context, total = self.model_info.context, self._prompt_tokens + self.new_tokens.value()
@@ -278,7 +270,7 @@ class SetupPanel(QWidget):
         self.running = running
         for widget in (self.model_combo, self.engines, self.threads, self.prompt, self.examples, self.new_tokens,
                        self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
-                       self.warmup, self.fair, self.race):
+                       self.warmup, self.fair, self.race, self.remote):
             widget.setEnabled(not running)
         if not running:
             self._on_decoding(self.decoding.currentText())
@@ -290,7 +282,7 @@ class SetupPanel(QWidget):
                 "new_tokens": self.new_tokens.value(), "decoding": self.decoding.currentText(),
                 "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
                 "seed": self.seed.value(), "repeats": self.repeats.value(), "warmup": self.warmup.value(),
-                "mode": self.mode()}
+                "mode": self.mode(), "remote": self.remote.params()}
 
     def set_params(self, params: dict) -> None:
         """Restore saved parameters; anything missing or of the wrong type keeps its default."""
@@ -318,12 +310,14 @@ class SetupPanel(QWidget):
         if get("prompt", str) is not None:
             self.prompt.setPlainText(params["prompt"])
         (self.race if params.get("mode") == "race" else self.fair).setChecked(True)
+        self.remote.set_params(params.get("remote"))
         self._count_tokens()
 
     # --- reactions --------------------------------------------------------------------------
     def _changed(self, *_args) -> None:
         if not self._built:
             return
+        self.remote.setVisible("remote" in self.selected_engines())
         problem = self.problem()
         self.run_button.setEnabled(not problem)
         self.run_button.setToolTip(problem or "Run the selected engines (Ctrl+Return)")

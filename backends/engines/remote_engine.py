@@ -54,12 +54,15 @@ class RemoteError(RuntimeError):
 
 
 class RemoteEngine(Engine):
+    ACCEPTS_API_KEY = True  # the GUI may pass a typed key as extra["api_key"] (redacted from records)
+
     def __init__(self, options: EngineOptions) -> None:
         super().__init__(options)
         extra = options.extra or {}
         self.url = str(extra.get("url") or "")
         self.model_name = str(extra.get("model") or "")
         self.api_key_env = str(extra.get("api_key_env") or "")
+        self.api_key = str(extra.get("api_key") or "")
         self.connect_timeout = float(extra.get("connect_timeout_s") or CONNECT_TIMEOUT_S)
         self.read_timeout = float(extra.get("timeout_s") or READ_TIMEOUT_S)
         self._key = ""
@@ -82,7 +85,10 @@ class RemoteEngine(Engine):
                  "a new HTTP connection per run (TTFT includes connecting)",
                  "asks for exactly N tokens (ignore_eos, min_tokens: servers honouring min_tokens mask "
                  "end-of-text until N, so they pick the next-best token where other engines emit it)"]
-        if self.api_key_env:
+        if self.api_key:
+            self._key = self.api_key
+            notes.append("API key given in the app")
+        elif self.api_key_env:
             self._key = os.environ.get(self.api_key_env, "")
             notes.append(f"API key from ${self.api_key_env}" if self._key else f"${self.api_key_env} not set: no API key")
         return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,

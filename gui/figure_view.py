@@ -1,0 +1,94 @@
+"""Figures from `backends.figures` drawn with `backends.plots.draw` into the window's own plots,
+so the Sweep and Quality tabs show exactly what a report or `sweep --out` renders."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pyqtgraph as pg
+import pyqtgraph.exporters
+from PySide6.QtGui import QColor
+
+from backends import plots
+from backends.figures import Figure
+
+from .theme import Theme, current_theme
+
+TITLE_CHARS = 32
+
+
+def recolour(plot_item: pg.PlotItem, figure: Figure, colours: dict[str, QColor]) -> None:
+    """Give each series its engine's colour (the panes' colour) instead of plots' palette.
+
+    `plots.draw` colours series i with `plots.colour(i)`; every item it drew in that colour
+    (points, curve, error bars, labels) is repainted with the series' engine colour."""
+    wanted = {plots.colour(i): colours[s.name] for i, s in enumerate(figure.series) if s.name in colours}
+    for item in plot_item.items:
+        if isinstance(item, pg.PlotDataItem):
+            pen = item.opts.get("pen")
+            brush = item.opts.get("symbolBrush")
+            rgb = _rgb(pg.mkBrush(brush).color()) if brush is not None else _rgb(pg.mkPen(pen).color())
+            if rgb in wanted:
+                colour = wanted[rgb]
+                if pen is not None:
+                    item.setPen(pg.mkPen(colour, width=pg.mkPen(pen).widthF()))
+                item.setSymbolBrush(pg.mkBrush(colour))
+                item.setSymbolPen(pg.mkPen(colour))
+        elif isinstance(item, pg.ErrorBarItem):
+            rgb = _rgb(pg.mkPen(item.opts.get("pen")).color())
+            if rgb in wanted:
+                item.setData(pen=pg.mkPen(wanted[rgb], width=1.5))
+        elif isinstance(item, pg.TextItem) and _rgb(item.color) in wanted:
+            item.setColor(wanted[_rgb(item.color)])
+
+
+def wrap_title(title: str) -> str:
+    """Two balanced lines when the title is long (its width is the plot's minimum width)."""
+    if len(title) <= TITLE_CHARS:
+        return title
+    return "<br>".join(textwrap.wrap(title, max(len(title) // 2 + 4, max(map(len, title.split())))))
+
+
+def _rgb(colour: QColor) -> tuple[int, int, int]:
+    return colour.red(), colour.green(), colour.blue()
+
+
+class FigureGrid(pg.GraphicsLayoutWidget):
+    """One row of plots; `show_figures` redraws them all from Figure data."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.plots = [self.addPlot(row=0, col=i) for i in range(count)]
+        self.figures: list[Figure | None] = [None] * count
+        self.colours: dict[str, QColor] = {}
+        self.apply_theme(current_theme())
+
+    def show_figures(self, figures: list[Figure], colours: dict[str, QColor] | None = None) -> None:
+        self.colours = dict(colours or {})
+        for index, (plot, figure) in enumerate(zip(self.plots, figures)):
+            self.figures[index] = figure
+            plots.draw(plot, figure, foreground=self.theme.plot_fg)
+            # The title's width is the plot's minimum width: wrapped, three fit beside each other.
+            plot.setTitle(wrap_title(figure.title), color=self.theme.plot_fg, size="10pt")
+            if self.colours:
+                recolour(plot, figure, self.colours)
+
+    def clear_figures(self) -> None:
+        for index, plot in enumerate(self.plots):
+            self.figures[index] = None
+            plot.clear()
+            if plot.legend is not None:
+                plot.legend.clear()
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        self.setBackground(theme.plot_bg)
+        drawn = [f for f in self.figures if f is not None]
+        if len(drawn) == len(self.plots):
+            self.show_figures(drawn, self.colours)  # the text and axes take the new foreground
+
+    def export_png(self, path: Path, width: int = 1800) -> None:
+        exporter = pg.exporters.ImageExporter(self.ci)
+        exporter.parameters()["width"] = int(width)
+        exporter.export(str(path))

@@ -1,0 +1,330 @@
+"""The Quality tab: perplexity through each engine's own forward pass, beside its speed.
+
+Engines, model and generation settings come from the setup panel (a short greedy bench gives
+tokens/s and the token streams compared with the reference); the text, max length and stride
+are here. A `QualitySession` runs in a thread (TaskRunner) like the bench controller's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
+                               QSplitter, QVBoxLayout, QWidget)
+
+from backends import figures, registry
+from backends.errors import UsageError
+from backends.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
+from backends.models import ModelFiles
+from backends.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
+                              quality_rows_as_dicts, write_quality)
+from backends.registry import EngineSpec
+from backends.session import BenchResult, RunRecorded
+
+from .figure_view import FigureGrid
+from .model_probe import RESOLVE_LOCK, fetch_model
+from .quality_view import QualityTable, TopLogitsView
+from .setup_panel import SetupPanel
+from .task_runner import CANCELLED, JobContext, TaskRunner
+from .theme import Theme, current_theme, engine_colours, icon
+from .widgets import path_row, spin
+
+RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
+
+
+@dataclass(frozen=True)
+class QualityPrepared:
+    model: ModelFiles
+    text_info: dict
+
+
+class QualityTab(QWidget):
+    running_changed = Signal(bool)
+    message = Signal(str)
+    error = Signal(str, str)
+    finished = Signal(object)  # (BenchResult, QualityResult)
+
+    def __init__(self, setup: SetupPanel, extra_specs: dict[str, EngineSpec] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setup, self.extra_specs = setup, dict(extra_specs or {})
+        self.runner = TaskRunner("quality evaluation", self)
+        self.blocked = ""
+        self.result: BenchResult | None = None
+        self.quality: QualityResult | None = None
+        self.model: ModelFiles | None = None
+        self._colours: dict[str, QColor] = {}
+        self._totals = (0, 0)  # runs, windows expected
+        self._runs_done = 0
+        self._windows_done: dict[str, int] = {}
+        self._build()
+        self.runner.events.connect(self._on_events)
+        self.runner.progress.connect(lambda message, fraction: self.status.setText(
+            message + (f" {fraction * 100:.0f}%" if fraction is not None else "")))
+        self.runner.finished.connect(self._on_finished)
+        self.runner.failed.connect(self._on_failed)
+        self.runner.running_changed.connect(self._on_running)
+        setup.changed.connect(self.refresh)
+        self.refresh()
+
+    def _build(self) -> None:
+        self.text_path = QLineEdit()
+        self.text_path.setPlaceholderText(f"bundled English text ({DEFAULT_TEXT.name})")
+        self.text_path.setToolTip(f"a UTF-8 text file; empty: {DEFAULT_TEXT}")
+        self.text_path.textChanged.connect(self.refresh)
+        browse = QPushButton("…")
+        browse.clicked.connect(self._choose_text)
+        self.max_length = spin(0, 4096, 0, "tokens per window; 0 = the model's context", special="model's context")
+        self.stride = spin(1, 4096, DEFAULT_STRIDE, "tokens between window starts (HF's strided perplexity)")
+        for box in (self.max_length, self.stride):
+            box.valueChanged.connect(self.refresh)
+        self.run_button = QPushButton(icon("run"), " Run quality")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton(icon("cancel"), " Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.setEnabled(False)
+        self.reason = QLabel()
+        self.reason.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.status = QLabel("Perplexity through each engine's own forward pass, beside the tokens/s of a short "
+                             "fair bench with the setup's settings (agreement needs greedy decoding).")
+        self.status.setObjectName("muted")
+        self.status.setWordWrap(True)
+        form = QFormLayout()
+        form.addRow("Text", path_row(self.text_path, browse))
+        form.addRow("Max length", self.max_length)
+        form.addRow("Stride", self.stride)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        controls = QWidget()
+        left = QVBoxLayout(controls)
+        left.setContentsMargins(6, 6, 6, 6)
+        left.addLayout(form)
+        left.addLayout(buttons)
+        for widget in (self.reason, self.progress, self.status):
+            left.addWidget(widget)
+        left.addStretch(1)
+
+        self.banner = QLabel(RANDOM_BANNER)
+        self.banner.setObjectName("notice")
+        self.banner.setWordWrap(True)
+        self.banner.setVisible(False)
+        self.table = QualityTable()
+        self.table.itemSelectionChanged.connect(self._show_selected)
+        self.top = TopLogitsView()
+        results = QSplitter(Qt.Orientation.Vertical)
+        results.addWidget(self.table)
+        results.addWidget(self.top)
+        results.setSizes([120, 170])
+        middle = QWidget()
+        column = QVBoxLayout(middle)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.banner)
+        column.addWidget(results, 1)
+        self.scatter = FigureGrid(1)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        for widget in (controls, middle, self.scatter):
+            splitter.addWidget(widget)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([300, 700, 480])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+    # --- inputs -------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.runner.running
+
+    def settings(self) -> QualitySettings:
+        text = self.text_path.text().strip()
+        return QualitySettings(text_path=Path(text).expanduser() if text else None,
+                               max_length=self.max_length.value() or None, stride=self.stride.value())
+
+    def problem(self) -> str:
+        if self.running:
+            return "a quality evaluation is running"
+        if self.blocked:
+            return self.blocked
+        problem = self.setup.problem()
+        if problem:
+            return problem
+        text = self.text_path.text().strip()
+        if text and not Path(text).expanduser().is_file():
+            return f"the text file {text} does not exist"
+        context = self.setup.model_info.context
+        if context is not None and self.max_length.value() > context:
+            return f"max length {self.max_length.value()} exceeds the model's context of {context}"
+        window = self.max_length.value() or context
+        if window is not None and self.stride.value() > window:
+            return f"the stride ({self.stride.value()}) must not exceed the max length ({window})"
+        return ""
+
+    def refresh(self) -> None:
+        problem = self.problem()
+        self.run_button.setEnabled(not problem)
+        self.reason.setText("" if problem == "a quality evaluation is running" else problem)
+        self.reason.setStyleSheet(f"color: {current_theme().error};")
+        random = self.model.is_random if self.model is not None else bool(self.setup.model_info.is_random)
+        self.banner.setVisible(random)
+
+    # --- running ----------------------------------------------------------------------------
+    def start(self) -> bool:
+        self.setup.flush()
+        problem = self.problem()
+        if problem:
+            self.reason.setText(problem)
+            return False
+        config = replace(self.setup.config(), mode="fair")  # tokens/s beside perplexity: uncontended
+        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
+        try:
+            session = QualitySession(config, self.settings(), on_event=self.runner.sink(), specs=specs)
+        except UsageError as exc:
+            self.error.emit("Cannot run the quality evaluation", str(exc))
+            return False
+        self.result = self.quality = self.model = None
+        self._colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self._totals = (len(config.backends) * (config.warmup + config.repeats), 0)
+        self._runs_done, self._windows_done = 0, {}
+        self.table.set_rows([], {}, QColor())
+        self.top.show_for(None, None)
+        self.scatter.clear_figures()
+        self.progress.setRange(0, 0)
+        self.status.setText(f"resolving the model {config.model}…")
+
+        def work(context: JobContext) -> tuple[BenchResult, QualityResult]:
+            with RESOLVE_LOCK:
+                fetch_model(config.model, context.progress, context.cancelled)  # Cancel stops a download
+                model, ids = session.prepare(context.progress)
+            if context.cancelled.is_set():
+                raise UsageError(CANCELLED)
+            context.post(QualityPrepared(model, dict(session.text_info)))
+            result = session.run(model, ids)
+            return result, session.quality
+
+        self.runner.start(work, session.cancel)
+        self.message.emit("quality evaluation running…")
+        return True
+
+    def cancel(self) -> None:
+        if self.running:
+            self.status.setText("cancelling…")
+            self.runner.cancel()
+
+    def shutdown(self) -> None:
+        self.runner.shutdown()
+
+    # --- events (GUI thread) ----------------------------------------------------------------------
+    def _on_events(self, batch: list) -> None:
+        for event in batch:
+            if isinstance(event, QualityPrepared):
+                self.model = event.model
+                info = event.text_info
+                self._totals = (self._totals[0], info["windows"] * len(self._colours))
+                self.status.setText(f"{event.model.label}: {info['text_tokens']} text tokens, {info['windows']} "
+                                    f"window(s) of {info['max_length']} (stride {info['stride']}); bench first")
+                self.refresh()
+            elif isinstance(event, RunRecorded):
+                self._runs_done += 1
+                self.status.setText(f"bench: {self._runs_done}/{self._totals[0]} runs")
+            elif isinstance(event, BackendEvent) and isinstance(event.event, ScoreProgress):
+                self._windows_done[event.backend] = event.event.windows_done
+                self.status.setText(f"{event.backend}: scoring window {event.event.windows_done}/"
+                                    f"{event.event.windows_total}")
+            elif isinstance(event, BackendEvent) and isinstance(event.event, Progress):
+                self.status.setText(f"{event.backend}: {event.event.message}")
+            elif isinstance(event, BackendEvent) and isinstance(event.event, (Failed, WorkerLost)):
+                self.status.setText(f"{event.backend}: failed")
+        total = sum(self._totals)
+        if total and self._totals[1]:
+            self.progress.setRange(0, total)
+            self.progress.setValue(min(total, self._runs_done + sum(self._windows_done.values())))
+
+    def _on_finished(self, value: tuple[BenchResult, QualityResult]) -> None:
+        self.result, self.quality = value
+        self.model = self.result.model
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
+        self.show_results()
+        failed = [r.backend for r in self.quality.rows if r.status != "ok"]
+        text = ("Quality evaluation cancelled" if self.result.cancelled else "Quality evaluation finished"
+                + (f"; failed: {', '.join(failed)}" if failed else ""))
+        self.status.setText(f"{text} · {self.quality.info.get('scored_tokens', '?')} tokens scored")
+        self.message.emit(text)
+        self.finished.emit(value)
+
+    def _on_failed(self, message: str) -> None:
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        if message == CANCELLED:
+            self.status.setText("Quality evaluation cancelled before the engines started")
+            self.message.emit("Quality evaluation cancelled")
+        else:
+            self.status.setText(message.splitlines()[0])
+            self.error.emit("The quality evaluation could not run", message)
+
+    def _on_running(self, running: bool) -> None:
+        self.cancel_button.setEnabled(running)
+        for widget in (self.text_path, self.max_length, self.stride):
+            widget.setEnabled(not running)
+        self.refresh()
+        self.running_changed.emit(running)
+
+    # --- results ---------------------------------------------------------------------------------
+    def show_results(self) -> None:
+        if self.quality is None or self.model is None:
+            return
+        self.table.set_rows(self.quality.rows, self._colours, QColor(current_theme().error))
+        figure = figures.speed_vs_quality(quality_rows_as_dicts(self.quality.rows), self.model.is_random)
+        self.scatter.show_figures([figure], self._colours)
+        self.refresh()
+        diverging = [i for i, r in enumerate(self.quality.rows) if r.first_divergence is not None]
+        others = [i for i, r in enumerate(self.quality.rows) if r.backend != r.reference]
+        pick = (diverging or others or [0])[0]
+        if self.quality.rows:
+            self.table.selectRow(pick)
+
+    def _show_selected(self) -> None:
+        name = self.table.selected_backend()
+        if self.quality is None or name is None:
+            self.top.show_for(None, None)
+            return
+        row = next(r for r in self.quality.rows if r.backend == name)
+        self.top.show_for(row, next((d for d in self.quality.divergences if d.backend == name), None))
+
+    def write_results(self, folder: Path) -> Path | None:
+        """quality.csv, divergence.json and the session's records (for a report); None if none yet."""
+        if self.result is None or self.quality is None:
+            return None
+        write_quality(folder, self.result, self.quality)
+        return folder
+
+    def _choose_text(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Text to compute perplexity on", self.text_path.text(),
+                                              "Text files (*.txt *.md);;All files (*)")
+        if path:
+            self.text_path.setText(path)
+
+    # --- preferences and theme ---------------------------------------------------------------
+    def prefs(self) -> dict:
+        return {"text": self.text_path.text(), "max_length": self.max_length.value(), "stride": self.stride.value()}
+
+    def set_prefs(self, prefs: object) -> None:
+        if not isinstance(prefs, dict):
+            return
+        if isinstance(prefs.get("text"), str):
+            self.text_path.setText(prefs["text"])
+        for key, box in (("max_length", self.max_length), ("stride", self.stride)):
+            if isinstance(prefs.get(key), int) and not isinstance(prefs[key], bool):
+                box.setValue(prefs[key])
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.scatter.apply_theme(theme)
+        if self.quality is not None:
+            self.show_results()

@@ -1,0 +1,385 @@
+"""The Sweep tab: every selected engine over a grid of (prompt tokens, new tokens), resumable.
+
+Engines, model and generation settings come from the setup panel; the grid, the output folder
+and the run controls are here. A `SweepSession` runs in a thread (TaskRunner); after each cell
+it writes the folder, so running again into the same folder continues where a cancel stopped.
+The three sweep plots are `backends.figures` drawn with `backends.plots.draw`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
+                               QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget)
+
+from backends import figures, registry
+from backends.atomic import check_writable_dir
+from backends.errors import UsageError
+from backends.events import BackendEvent, Failed, Ready, WorkerLost
+from backends.export import RUNS_CSV
+from backends.registry import EngineSpec
+from backends.session import BenchResult, RunRecorded
+from backends.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
+
+from .figure_view import FigureGrid
+from .model_probe import RESOLVE_LOCK, fetch_model
+from .setup_panel import SetupPanel
+from .sweep_grid import CellGrid, SweepPlanned, folder_sweep, parse_lengths
+from .task_runner import CANCELLED, JobContext, TaskRunner
+from .theme import Theme, current_theme, engine_colours, icon
+from .widgets import path_row, results_root
+
+PROMPT_SOURCES = ["bundled text, cut to each length", "the setup prompt, repeated to each length"]
+
+
+class SweepTab(QWidget):
+    running_changed = Signal(bool)
+    message = Signal(str)  # a status-bar line
+    error = Signal(str, str)  # title, message: the window shows it
+    finished = Signal(object)  # the BenchResult (cancelled ones too)
+
+    def __init__(self, setup: SetupPanel, extra_specs: dict[str, EngineSpec] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setup, self.extra_specs = setup, dict(extra_specs or {})
+        self.runner = TaskRunner("sweep", self)
+        self.blocked = ""  # why another job keeps the sweep from starting
+        self.result: BenchResult | None = None
+        self.runs: list = []
+        self.tokens: list = []
+        self.last_folder: Path | None = None
+        self._session: SweepSession | None = None
+        self._plan: SweepPlan | None = None
+        self._colours: dict = {}
+        self._preview_key: tuple = ()
+        self._build()
+        self.runner.events.connect(self._on_events)
+        self.runner.progress.connect(lambda message, fraction: self.current.setText(
+            message + (f" {fraction * 100:.0f}%" if fraction is not None else "")))
+        self.runner.finished.connect(self._on_finished)
+        self.runner.failed.connect(self._on_failed)
+        self.runner.running_changed.connect(self._on_running)
+        setup.changed.connect(self.refresh)
+        self.refresh()
+
+    # --- building -----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.prompt_lengths = QLineEdit("16, 64, 256, 512")
+        self.new_lengths = QLineEdit("16, 64, 256")
+        for edit, what in ((self.prompt_lengths, "prompt"), (self.new_lengths, "generated")):
+            edit.setToolTip(f"{what} lengths in tokens, separated by commas")
+            edit.textChanged.connect(self.refresh)
+        self.prompt_source = QComboBox()
+        self.prompt_source.addItems(PROMPT_SOURCES)
+        self.prompt_source.currentIndexChanged.connect(self.refresh)
+        self.folder = QLineEdit(str(results_root() / "sweep"))
+        self.folder.setToolTip("the sweep writes here after every cell; running again into it resumes")
+        self.folder.textChanged.connect(self.refresh)
+        browse = QPushButton("…")
+        browse.setToolTip("choose the output folder")
+        browse.clicked.connect(self._choose_folder)
+        self.restart = QCheckBox("Start over (discard the sweep in this folder)")
+        self.restart.toggled.connect(self.refresh)
+        self.measure = QCheckBox("Measure memory bandwidth (limit lines; once per machine)")
+        self.measure.setChecked(True)
+        self.run_button = QPushButton(icon("run"), " Run sweep")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton(icon("cancel"), " Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.setEnabled(False)
+        self.reason = QLabel()
+        self.reason.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m cells")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.current = QLabel()
+        self.current.setObjectName("muted")
+        self.current.setWordWrap(True)
+
+        form = QFormLayout()
+        form.addRow("Prompt tokens", self.prompt_lengths)
+        form.addRow("New tokens", self.new_lengths)
+        form.addRow("Prompt text", self.prompt_source)
+        form.addRow("Output folder", path_row(self.folder, browse))
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        controls = QWidget()
+        left = QVBoxLayout(controls)
+        left.setContentsMargins(6, 6, 6, 6)
+        left.addLayout(form)
+        for widget in (self.restart, self.measure):
+            left.addWidget(widget)
+        left.addLayout(buttons)
+        for widget in (self.reason, self.progress, self.current):
+            left.addWidget(widget)
+        left.addStretch(1)
+
+        self.grid = CellGrid()
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setPlaceholderText("what the sweep did: resumed cells, skipped cells, notes")
+        middle = QSplitter(Qt.Orientation.Vertical)
+        middle.addWidget(self.grid)
+        middle.addWidget(self.log)
+        middle.setSizes([170, 120])
+        self.figures = FigureGrid(3)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        for widget in (controls, middle, self.figures):
+            splitter.addWidget(widget)
+        splitter.setStretchFactor(2, 1)
+        splitter.setSizes([330, 250, 1000])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+    # --- reading the inputs ---------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.runner.running
+
+    def lengths(self) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+        prompts, why = parse_lengths(self.prompt_lengths.text(), "prompt lengths")
+        news, why_new = parse_lengths(self.new_lengths.text(), "new-token lengths")
+        return prompts, news, why or why_new
+
+    def problem(self) -> str:
+        """Why Run sweep cannot start now, or ""."""
+        if self.running:
+            return "a sweep is running"
+        if self.blocked:
+            return self.blocked
+        prompts, news, why = self.lengths()
+        problem = why or self.setup.settings_problem()
+        if problem:
+            return problem
+        if self.prompt_source.currentIndex() == 1 and not self.setup.prompt.toPlainText().strip():
+            return "the setup prompt is empty"
+        if not self.folder.text().strip():
+            return "choose an output folder"
+        if self.grid.states and self.grid.count("skipped") == len(self.grid.states):
+            return f"every cell exceeds the model's context of {self.setup.model_info.context} tokens"
+        return ""
+
+    def refresh(self, replan: bool = False) -> None:
+        """Say what is wrong; re-plan the preview when an input changed (a finished sweep's
+        states stay on screen until then)."""
+        key = (self.prompt_lengths.text(), self.new_lengths.text(), self.setup.model_info.context,
+               self.folder.text(), self.restart.isChecked())
+        if not self.running and (replan or key != self._preview_key):
+            self._preview_key = key
+            self._preview()
+        problem = self.problem()
+        self.run_button.setEnabled(not problem)
+        self.reason.setText("" if problem in ("a sweep is running",) else problem)
+        self.reason.setStyleSheet(f"color: {current_theme().error};")
+
+    def _preview(self) -> None:
+        """Cells beyond the context are skipped; cells finished in the folder are kept by a resume."""
+        prompts, news, why = self.lengths()
+        self.grid.set_grid(*(((), (), None) if why else (prompts, news, self.setup.model_info.context)))
+        sweep = folder_sweep(Path(self.folder.text().strip()).expanduser()) if self.folder.text().strip() else None
+        if sweep and not self.restart.isChecked():
+            for p, n in sweep.get("completed", []):
+                if self.grid.states.get((p, n)) == "to run":
+                    self.grid.set_state((p, n), "earlier", "finished in this folder: kept if the settings match")
+
+    # --- running ----------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Start the sweep; False (and the reason shown) if it cannot."""
+        self.setup.flush()
+        self.refresh(replan=True)
+        problem = self.problem()
+        if problem:
+            self.reason.setText(problem)
+            return False
+        prompts, news, _ = self.lengths()
+        setup_prompt = self.setup.prompt.toPlainText() if self.prompt_source.currentIndex() == 1 else None
+        config = replace(self.setup.config(), mode="fair", prompt=setup_prompt, prompt_tokens=prompts[0],
+                         new_tokens=news[0])
+        folder = Path(self.folder.text().strip()).expanduser()
+        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
+        try:
+            check_writable_dir(folder)
+            session = SweepSession(config, SweepGrid(prompts, news), folder, restart=self.restart.isChecked(),
+                                   on_event=self.runner.sink(), specs=specs, measure_bandwidth=self.measure.isChecked())
+        except (UsageError, OSError) as exc:
+            why = str(exc) if isinstance(exc, UsageError) else f"cannot write to {folder}: {exc.strerror or exc}"
+            self.error.emit("Cannot run the sweep", why)
+            return False
+        self._session, self._plan, self.result, self.last_folder = session, None, None, folder
+        self.runs, self.tokens = [], []
+        self._colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self.restart.setChecked(False)  # one-shot: running again resumes
+        self.figures.clear_figures()
+        self.log.clear()
+        self.progress.setRange(0, 0)
+        self.current.setText(f"resolving the model {config.model}…")
+
+        def work(context: JobContext) -> BenchResult:
+            with RESOLVE_LOCK:
+                fetch_model(config.model, context.progress, context.cancelled)  # Cancel stops a download
+                plan = session.prepare(context.progress)
+            if context.cancelled.is_set():
+                raise UsageError(CANCELLED)
+            context.post(SweepPlanned(plan))
+            return session.run(plan)
+
+        self.runner.start(work, session.cancel)
+        self.message.emit(f"sweep into {folder}…")
+        return True
+
+    def cancel(self) -> None:
+        if self.running:
+            self.current.setText("cancelling: the current run stops after its token; finished cells are kept")
+            self.runner.cancel()
+
+    def shutdown(self) -> None:
+        self.runner.shutdown()
+
+    # --- events (GUI thread) ----------------------------------------------------------------------
+    def _on_events(self, batch: list) -> None:
+        redraw = False
+        for event in batch:
+            if isinstance(event, SweepPlanned):
+                redraw = self._planned(event.plan) or redraw
+            elif isinstance(event, CellStarted):
+                self.grid.set_state((event.prompt_tokens, event.new_tokens), "running")
+                self.current.setText(f"cell {event.index}/{event.total}: prompt {event.prompt_tokens} · "
+                                     f"new {event.new_tokens}")
+            elif isinstance(event, CellDone):
+                self.grid.set_state((event.prompt_tokens, event.new_tokens), "done")
+                self.progress.setValue(event.index)
+                redraw = True
+            elif isinstance(event, SweepNote):
+                self._log(event.message)
+            elif isinstance(event, RunRecorded):
+                self.runs.append(event.record)
+                self.tokens.extend(event.tokens)
+                if event.record.status not in ("ok", "cancelled"):
+                    self._log(f"{event.record.run_id}: {event.record.status}: {event.record.error}")
+            elif isinstance(event, BackendEvent) and isinstance(event.event, Ready):
+                self._log(f"{event.backend}: loaded ({event.event.load_s:.2f} s)")
+            elif isinstance(event, BackendEvent) and isinstance(event.event, (Failed, WorkerLost)):
+                self.current.setText(f"{event.backend}: failed (see the log)")
+        if redraw:
+            self.draw()
+
+    def _planned(self, plan: SweepPlan) -> bool:
+        self._plan = plan
+        prompts, news, _ = self.lengths()
+        self.grid.set_grid(prompts, news, None)
+        for cell in plan.skipped:
+            self.grid.set_state((cell.prompt_tokens, cell.new_tokens), "skipped", cell.reason)
+            self._log(f"skipped: prompt {cell.prompt_tokens}, new {cell.new_tokens}: {cell.reason}")
+        for key in plan.completed:
+            self.grid.set_state(key, "earlier", "finished by an earlier run into this folder")
+        if plan.model.notice:
+            self._log(plan.model.notice)
+        if plan.completed:
+            self._log(f"resuming: {len(plan.completed)} cell(s) already complete in {self.last_folder}, "
+                      f"{len(plan.cells)} to run")
+        self._log(f"{plan.model.label}: {len(plan.cells)} cell(s) to run")
+        self.runs, self.tokens = list(plan.previous_runs), list(plan.previous_tokens)
+        self.progress.setRange(0, max(1, len(plan.cells)))
+        self.progress.setValue(0 if plan.cells else 1)
+        return bool(self.runs)
+
+    def _on_finished(self, result: BenchResult) -> None:
+        self.result = result
+        self.runs, self.tokens = list(result.runs), list(result.tokens)
+        self._stop_running_cells()
+        self.draw(result.environment)
+        done = self.grid.count("done", "earlier")
+        total = done + self.grid.count("to run", "stopped")
+        failed = sorted({r.backend for r in result.runs if r.status not in ("ok", "cancelled")})
+        if result.cancelled:
+            text = f"Sweep cancelled: {done} of {total} cells are saved in {self.last_folder}; Run sweep again to resume"
+        else:
+            text = f"Sweep finished: {done} cells in {self.last_folder}" + (f"; failed: {', '.join(failed)}"
+                                                                             if failed else "")
+        self.current.setText(text)
+        self._log(text)
+        self.message.emit(text)
+        self.finished.emit(result)
+
+    def _on_failed(self, message: str) -> None:
+        self._stop_running_cells()
+        self.progress.setRange(0, 1)
+        if message == CANCELLED:
+            self.current.setText("Sweep cancelled before the engines started")
+            self.message.emit("Sweep cancelled")
+        else:  # the engine room's advice names CLI flags: say it with this tab's words
+            for cli, gui in (("use --restart to discard", 'tick "Start over" to discard'),
+                             ("choose another --out", "choose another output folder"),
+                             ("run the same command to resume it", "use the same settings to resume it")):
+                message = message.replace(cli, gui)
+            self.current.setText(message.splitlines()[0])
+            self.error.emit("The sweep could not run", message)
+
+    def _on_running(self, running: bool) -> None:
+        self.cancel_button.setEnabled(running)
+        for widget in (self.prompt_lengths, self.new_lengths, self.prompt_source, self.folder, self.restart,
+                       self.measure):
+            widget.setEnabled(not running)
+        self.refresh()
+        self.running_changed.emit(running)
+
+    def _stop_running_cells(self) -> None:
+        for key, state in list(self.grid.states.items()):
+            if state == "running":
+                self.grid.set_state(key, "stopped", "cancelled mid-cell: a resume runs it again")
+
+    # --- drawing -------------------------------------------------------------------------------
+    def draw(self, environment: dict | None = None) -> None:
+        """The three sweep figures from the records so far (each cell adds its points)."""
+        bandwidth = environment.get("bandwidth") if environment else None
+        if bandwidth is None and self._session is not None and self._session.bandwidth is not None:
+            bandwidth = self._session.bandwidth.as_dict()
+        if bandwidth is None and self._plan is not None:
+            bandwidth = self._plan.previous_bandwidth
+        gb_s = (bandwidth or {}).get("gb_s")
+        self.figures.show_figures([figures.ttft_vs_prompt(self.runs, gb_s, environment),
+                                   figures.decode_vs_output(self.runs, gb_s, environment),
+                                   figures.itl_vs_position(self.runs, self.tokens, gb_s, environment)], self._colours)
+
+    def results_folder(self) -> Path | None:
+        """The folder of the last sweep, if it holds records (for reports)."""
+        folder = self.last_folder
+        return folder if folder is not None and (folder / RUNS_CSV).exists() and self.runs else None
+
+    def _log(self, text: str) -> None:
+        self.log.appendPlainText(text)
+
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Sweep output folder (an existing sweep there is resumed)",
+                                                  self.folder.text())
+        if folder:
+            self.folder.setText(folder)
+
+    # --- preferences and theme ---------------------------------------------------------------
+    def prefs(self) -> dict:
+        return {"prompt_lengths": self.prompt_lengths.text(), "new_lengths": self.new_lengths.text(),
+                "prompt_source": self.prompt_source.currentIndex(), "folder": self.folder.text(),
+                "measure": self.measure.isChecked()}
+
+    def set_prefs(self, prefs: object) -> None:
+        if not isinstance(prefs, dict):
+            return
+        for key, edit in (("prompt_lengths", self.prompt_lengths), ("new_lengths", self.new_lengths),
+                          ("folder", self.folder)):
+            if isinstance(prefs.get(key), str) and prefs[key].strip():
+                edit.setText(prefs[key])
+        if prefs.get("prompt_source") in (0, 1):
+            self.prompt_source.setCurrentIndex(prefs["prompt_source"])
+        if isinstance(prefs.get("measure"), bool):
+            self.measure.setChecked(prefs["measure"])
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.figures.apply_theme(theme)
+        self.grid.apply_theme(theme)
+        self.refresh()

@@ -1,0 +1,48 @@
+"""Small widget helpers shared by the setup panel and the Sweep and Quality tabs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QStandardPaths
+from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLineEdit, QPushButton, QSpinBox, QWidget
+
+
+def spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    box.setValue(value)
+    box.setToolTip(f"{tip} ({low}–{high})")
+    box.setAccelerated(True)
+    if special:
+        box.setSpecialValueText(special)
+    return box
+
+
+def dspin(low: float, high: float, value: float, step: float, tip: str) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setDecimals(2)
+    box.setSingleStep(step)
+    box.setValue(value)
+    box.setToolTip(f"{tip} ({low:g}–{high:g})")
+    return box
+
+
+def results_root() -> Path:
+    """Where sweeps, quality data and reports go by default: <Documents>/whistle-stop.
+    Only a path: nothing is created until something is written there."""
+    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    return Path(documents or Path.home()) / "whistle-stop"
+
+
+def path_row(edit: QLineEdit, button: QPushButton) -> QWidget:
+    """A line edit with its "…" chooser button beside it."""
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(4)
+    layout.addWidget(edit, 1)
+    button.setFixedWidth(30)
+    layout.addWidget(button)
+    return row

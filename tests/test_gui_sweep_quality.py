@@ -1,0 +1,304 @@
+"""The Sweep and Quality tabs, report export and the remote engine's settings, offscreen.
+
+Sweeps use scripted engines and a fake bandwidth probe (no benchmark runs here); quality runs
+the real hf and hf-int8 on random:tiny over a short text. Every wait is on a signal or a
+condition, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import socket
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pyqtgraph")
+pytest.importorskip("pytestqt")
+
+import pyqtgraph as pg  # noqa: E402
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from backends.bandwidth import Bandwidth  # noqa: E402
+from tests.fake_engines import spec  # noqa: E402
+from tests.test_gui import configure, live_children, run  # noqa: E402
+
+pytestmark = pytest.mark.gui
+TIMEOUT_MS = 120_000
+SECRET = "sk-gui-test-5f1e0c9a7b3d"
+TEXT = ("The lighthouse keeper climbed the stairs every evening to light the lamp. Ships passed in the night, "
+        "and the keeper wrote their names in a book. ") * 6
+
+
+@pytest.fixture(autouse=True)
+def private_qsettings(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("qsettings"))
+    for fmt in (QSettings.Format.NativeFormat, QSettings.Format.IniFormat):
+        QSettings.setPath(fmt, QSettings.Scope.UserScope, folder)
+
+
+@pytest.fixture(autouse=True)
+def fake_bandwidth(monkeypatch):
+    """The sweep's memory-bandwidth probe is a benchmark: a fixed answer instead."""
+    monkeypatch.setattr("backends.sweep.probe_bandwidth",
+                        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from gui.settings import settings_in
+
+    return settings_in(tmp_path / "settings")
+
+
+@pytest.fixture
+def make_window(qtbot, settings):
+    from gui.main_window import MainWindow
+
+    def make(extra_specs=None):
+        window = MainWindow(extra_specs=extra_specs, settings=settings)
+        qtbot.addWidget(window)  # closed (cancelling any job) at teardown
+        window.show()
+        return window
+
+    return make
+
+
+def _sweep(window, tmp_path, prompts: str, news: str, folder: str = "sweep"):
+    tab = window.sweep_tab
+    tab.prompt_lengths.setText(prompts)
+    tab.new_lengths.setText(news)
+    tab.folder.setText(str(tmp_path / folder))
+    return tab
+
+
+def _measured_rows(folder) -> list[dict]:
+    with (folder / "runs.csv").open(encoding="utf-8") as f:
+        return [r for r in csv.DictReader(f) if r["is_warmup"] == "false"]
+
+
+def test_sweep_skips_what_does_not_fit_runs_alone_and_plots(qtbot, make_window, tmp_path):
+    window = make_window({n: spec(n, decode_s=0.002) for n in ("a", "b")})
+    configure(window, ["a", "b"], repeats=1, warmup=0)
+    tab = _sweep(window, tmp_path, "4, 1000", "3, 30")
+    assert tab.grid.states[(1000, 30)] == "skipped"  # 1000 + 30 > 1024, before anything runs
+    assert "exceed the context of 1024" in tab.grid.reasons[(1000, 30)]
+    tab.new_lengths.setText("3, x")
+    assert "'x' is not a whole number" in tab.reason.text() and not tab.run_button.isEnabled()
+    tab.new_lengths.setText("3, 30")
+    assert tab.run_button.isEnabled()
+
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
+        assert tab.start()
+        # one job at a time: the bench and the quality evaluation wait for the sweep
+        assert not window.actions.run.isEnabled() and not window.setup.run_button.isEnabled()
+        assert window.start_run() is False
+        assert not window.quality_tab.run_button.isEnabled()
+        assert window.quality_tab.reason.text() == "a sweep is running"
+    result = blocker.args[0]
+
+    assert not result.cancelled and not result.failed
+    assert tab.grid.states == {(4, 3): "done", (4, 30): "done", (1000, 3): "done", (1000, 30): "skipped"}
+    assert "skipped: prompt 1000, new 30" in tab.log.toPlainText()
+    for plot, figure in zip(tab.figures.plots, tab.figures.figures):
+        points = [item for item in plot.listDataItems() if item.getData()[0] is not None and len(item.getData()[0])]
+        assert len(points) == 2, figure.name  # one curve per engine
+        assert any(isinstance(item, pg.InfiniteLine) for item in plot.items), figure.name  # the bandwidth limit
+    assert window.actions.run.isEnabled() and window.quality_tab.reason.text() == ""
+
+    report = window.export_report(tmp_path / "report")  # the sweep folder is in it
+    html = report.read_text(encoding="utf-8")
+    assert "data:image/png;base64," in html and "sweep" in html
+
+    window.setup.repeats.setValue(2)  # other settings into the same folder: refused, in this tab's words
+    with qtbot.waitSignal(tab.error, timeout=TIMEOUT_MS) as refused:
+        assert tab.start()
+    assert "repeats: 1 then, 2 now" in refused.args[1] and 'tick "Start over"' in refused.args[1]
+    assert "--restart" not in refused.args[1]
+    tab.restart.setChecked(True)
+    assert tab.grid.count("earlier") == 0 and tab.grid.count("to run") == 3
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS):
+        assert tab.start()
+    assert len(_measured_rows(tmp_path / "sweep")) == 3 * 2 * 2  # started over: 3 cells, 2 engines, 2 repeats
+
+
+def test_closing_the_window_mid_sweep_leaves_no_child_process(qtbot, make_window, tmp_path):
+    window = make_window({"slow": spec("slow", decode_s=0.02)})
+    configure(window, ["slow"], repeats=1, warmup=0)
+    tab = _sweep(window, tmp_path, "4", "300, 400")
+    assert tab.start()
+    qtbot.waitUntil(lambda: tab.grid.count("running") == 1 and bool(live_children()), timeout=TIMEOUT_MS)
+    window.close()
+    assert not tab.running
+    qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
+
+
+def test_cancelled_sweep_resumes_without_repeating_finished_cells(qtbot, make_window, tmp_path):
+    window = make_window({n: spec(n, decode_s=0.01) for n in ("a", "b")})
+    configure(window, ["a", "b"], repeats=1, warmup=0)
+    tab = _sweep(window, tmp_path, "4, 8", "10, 20")
+    started: list[tuple[int, int]] = []
+    tab.runner.events.connect(lambda batch: started.extend(
+        (e.prompt_tokens, e.new_tokens) for e in batch if type(e).__name__ == "CellStarted"))
+
+    assert tab.start()
+    qtbot.waitUntil(lambda: tab.grid.count("done") >= 1, timeout=TIMEOUT_MS)
+    with qtbot.waitSignal(tab.finished, timeout=30_000) as blocker:
+        window.actions.cancel.trigger()  # Esc cancels whichever job runs
+    assert blocker.args[0].cancelled
+    finished = sorted(k for k, s in tab.grid.states.items() if s == "done")
+    assert 1 <= len(finished) < 4 and "Run sweep again to resume" in tab.current.text()
+    folder = tmp_path / "sweep"
+    before = {r["run_id"]: r["ttft_ms"] for r in _measured_rows(folder)}
+    partial = tmp_path / "partial"
+    shutil.copytree(folder, partial)
+
+    started.clear()
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
+        assert tab.start()
+    assert not blocker.args[0].cancelled
+    assert not set(started) & set(finished)  # the finished cells did not run again
+    assert all(tab.grid.states[k] == "earlier" for k in finished)
+    assert f"resuming: {len(finished)} cell(s) already complete" in tab.log.toPlainText()
+    rows = _measured_rows(folder)
+    assert len(rows) == 4 * 2 and len({r["run_id"] for r in rows}) == 8  # 4 cells x 2 engines, once each
+    assert all(before[run_id] == ttft for run_id, ttft in before.items()
+               if run_id in {r["run_id"] for r in rows})  # kept as they were
+    assert json.loads((folder / "environment.json").read_text())["sweep"]["completed"] == [[4, 10], [4, 20],
+                                                                                           [8, 10], [8, 20]]
+
+    from gui.reports import CompareDialog
+
+    dialog = CompareDialog([partial], str(tmp_path), window)
+    build = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
+    assert not build.isEnabled()  # a comparison needs two folders
+    dialog.list.addItem(str(folder))
+    assert build.isEnabled() and dialog.folders() == [partial, folder]
+    dialog.reject()
+    compare = window.compare_folders([partial, folder], tmp_path / "compare")
+    html = compare.read_text(encoding="utf-8")
+    assert "Comparison" in html and "data:image/png;base64," in html
+    assert (tmp_path / "compare" / "compare_decode_tok_s.png").exists()
+
+
+def test_quality_on_random_weights_fills_table_banner_and_scatter(qtbot, make_window, tmp_path):
+    window = make_window()
+    configure(window, ["hf", "hf-int8"], new_tokens=8, repeats=1, warmup=0)
+    text = tmp_path / "eval.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    tab = window.quality_tab
+    window.tabs.setCurrentWidget(tab)
+    tab.text_path.setText(str(tmp_path / "missing.txt"))
+    assert "does not exist" in tab.reason.text() and not tab.run_button.isEnabled()
+    tab.text_path.setText(str(text))
+    tab.max_length.setValue(32)
+    tab.stride.setValue(64)
+    assert "must not exceed the max length" in tab.reason.text()
+    tab.stride.setValue(16)
+
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
+        assert tab.start()
+        assert not window.sweep_tab.run_button.isEnabled()  # one job at a time
+    _result, quality = blocker.args[0]
+
+    assert [r.backend for r in quality.rows] == ["hf", "hf-int8"]
+    assert tab.table.rowCount() == 2
+    for row in range(2):
+        assert float(tab.table.item(row, 2).text()) > 1  # a perplexity number
+    assert tab.table.item(0, 3).text() == "reference" and "%" in tab.table.item(1, 3).text()
+    assert tab.banner.isVisible() and "meaningless" in tab.banner.text()
+    plot = tab.scatter.plots[0]
+    points = [item for item in plot.listDataItems() if item.getData()[0] is not None]
+    assert sorted(len(item.getData()[0]) for item in points) == [1, 1]  # one point per engine
+    colours = {item.opts["symbolBrush"].color().name() for item in points}
+    assert colours == {tab._colours["hf"].name(), tab._colours["hf-int8"].name()}  # the panes' colours
+    tab.table.selectRow(1)
+    assert "hf-int8" in tab.top.title.text()
+    if quality.divergences:
+        assert tab.top.table.rowCount() == 5
+
+    assert window.actions.export_report.isEnabled()
+    report = window.export_report(tmp_path / "report")
+    html = report.read_text(encoding="utf-8")
+    assert "data:image/png;base64," in html and "Quality" in html
+    assert (tmp_path / "report" / "data" / "quality" / "quality.csv").exists()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when the socket is: connections are refused
+
+
+def test_remote_settings_validate_the_url_and_never_keep_the_key(qtbot, make_window, tmp_path, monkeypatch):
+    from backends.engines.remote_engine import RemoteEngine
+
+    monkeypatch.setattr(RemoteEngine, "ACCEPTS_API_KEY", True, raising=False)  # the engine change asked for
+    window = make_window()
+    configure(window, ["remote"], new_tokens=4)
+    remote, setup = window.setup.remote, window.setup
+    assert remote.isVisible() and remote.key.echoMode() == remote.key.EchoMode.Password
+    for bad in ("ftp://127.0.0.1:9/v1", "127.0.0.1:8000/v1"):
+        remote.url.setText(bad)
+        assert "must start with http:// or https://" in setup.reason.text()
+        assert not setup.run_button.isEnabled() and window.start_run() is False
+    remote.url.setText(f"http://127.0.0.1:{_closed_port()}/v1")
+    remote.key_env.setText("NOT A NAME")
+    assert "not an environment variable name" in setup.reason.text()
+    remote.key_env.clear()
+    remote.key.setText(SECRET)
+    assert setup.reason.text() == ""
+    config = setup.config()
+    assert config.engine_options["remote"]["api_key"] == SECRET
+    assert SECRET not in json.dumps(config.as_dict())
+
+    result = run(qtbot, window)
+    assert [r.status for r in result.runs] == ["error"]
+    assert "connection refused" in window.grid.panes["remote"].text.toPlainText()
+    out = tmp_path / "export"
+    assert window.export_csv(out)
+    for name in ("runs.csv", "tokens.csv", "environment.json"):
+        assert SECRET not in (out / name).read_text(encoding="utf-8")
+    window.close()
+    saved = (tmp_path / "settings" / "whistle-stop.ini").read_text(encoding="utf-8")
+    assert "127.0.0.1" in saved and SECRET not in saved  # the URL is remembered, the key never
+
+
+def test_cancel_while_the_model_downloads_stops_it_without_falling_back(qtbot, make_window, tmp_path, monkeypatch):
+    """The tab's job resolves the model with a cancel event: the (fake) download stops at its
+    next progress report, and `auto`'s fallback to random weights is never taken."""
+    import threading
+
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    import backends.models as models
+    from gui.task_runner import CANCELLED
+
+    release, updates = threading.Event(), []
+
+    def slow_download(repo_id, allow_patterns=None, local_files_only=False, tqdm_class=None, **kwargs):
+        if local_files_only:
+            raise LocalEntryNotFoundError("not in the cache")
+        bar = tqdm_class(total=1000, desc="model.safetensors")
+        for _ in range(1000):
+            bar.update(1)  # raises DownloadCancelled once Cancel is pressed
+            updates.append(1)
+            if release.wait(0.01):  # the pace of a slow network
+                break
+        raise AssertionError("the download was not stopped")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", slow_download)
+    monkeypatch.setattr(models, "_random", lambda spec, asked: pytest.fail("fell back to random weights"))
+    window = make_window({"a": spec("a")})
+    configure(window, ["a"], repeats=1, warmup=0, model="auto")
+    tab = _sweep(window, tmp_path, "4", "3")
+    assert tab.start()
+    qtbot.waitUntil(lambda: "downloading model.safetensors" in tab.current.text(), timeout=TIMEOUT_MS)
+    with qtbot.waitSignal(tab.runner.failed, timeout=10_000) as blocker:
+        window.actions.cancel.trigger()
+    release.set()
+    assert blocker.args[0] == CANCELLED and len(updates) < 1000
+    assert not tab.running and "cancelled before the engines started" in tab.current.text()
