@@ -16,7 +16,7 @@ from typing import Callable
 
 from .engine import EngineOptions
 from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
-                     ScoreRequest, Shutdown, Started, Token, TopLogits, WorkerLost)
+                     ScoreRequest, Shutdown, Token, TopLogits, WorkerLost)
 from .models import ModelFiles
 from .registry import EngineSpec
 from .worker_child import child_main

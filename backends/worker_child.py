@@ -5,7 +5,6 @@ This module is what a spawned process imports first, so it must stay light: no t
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading

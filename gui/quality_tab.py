@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
                                QSplitter, QVBoxLayout, QWidget)
 
 from backends import figures, registry
@@ -30,7 +30,7 @@ from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
 from .task_runner import CANCELLED, JobContext, TaskRunner
 from .theme import Theme, current_theme, engine_colours, icon
-from .widgets import path_row, spin
+from .widgets import controls_column, path_row, spin
 
 RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
 
@@ -99,17 +99,7 @@ class QualityTab(QWidget):
         form.addRow("Text", path_row(self.text_path, browse))
         form.addRow("Max length", self.max_length)
         form.addRow("Stride", self.stride)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.run_button)
-        buttons.addWidget(self.cancel_button)
-        controls = QWidget()
-        left = QVBoxLayout(controls)
-        left.setContentsMargins(6, 6, 6, 6)
-        left.addLayout(form)
-        left.addLayout(buttons)
-        for widget in (self.reason, self.progress, self.status):
-            left.addWidget(widget)
-        left.addStretch(1)
+        controls = controls_column(form, self.run_button, self.cancel_button, status=(self.reason, self.progress, self.status))
 
         self.banner = QLabel(RANDOM_BANNER)
         self.banner.setObjectName("notice")

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget)
 
 from backends import figures, registry
@@ -30,7 +30,7 @@ from .setup_panel import SetupPanel
 from .sweep_grid import CellGrid, SweepPlanned, folder_sweep, parse_lengths
 from .task_runner import CANCELLED, JobContext, TaskRunner
 from .theme import Theme, current_theme, engine_colours, icon
-from .widgets import path_row, results_root
+from .widgets import controls_column, path_row, results_root
 
 PROMPT_SOURCES = ["bundled text, cut to each length", "the setup prompt, repeated to each length"]
 
@@ -105,19 +105,8 @@ class SweepTab(QWidget):
         form.addRow("New tokens", self.new_lengths)
         form.addRow("Prompt text", self.prompt_source)
         form.addRow("Output folder", path_row(self.folder, browse))
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.run_button)
-        buttons.addWidget(self.cancel_button)
-        controls = QWidget()
-        left = QVBoxLayout(controls)
-        left.setContentsMargins(6, 6, 6, 6)
-        left.addLayout(form)
-        for widget in (self.restart, self.measure):
-            left.addWidget(widget)
-        left.addLayout(buttons)
-        for widget in (self.reason, self.progress, self.current):
-            left.addWidget(widget)
-        left.addStretch(1)
+        controls = controls_column(form, self.run_button, self.cancel_button, (self.restart, self.measure),
+                                   (self.reason, self.progress, self.current))
 
         self.grid = CellGrid()
         self.log = QPlainTextEdit()

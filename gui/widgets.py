@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths
-from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLineEdit, QPushButton, QSpinBox, QWidget
+from typing import Sequence
+
+from PySide6.QtWidgets import (QDoubleSpinBox, QFormLayout, QHBoxLayout, QLineEdit, QPushButton, QSpinBox,
+                               QVBoxLayout, QWidget)
 
 
 def spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:
@@ -46,3 +49,22 @@ def path_row(edit: QLineEdit, button: QPushButton) -> QWidget:
     button.setFixedWidth(30)
     layout.addWidget(button)
     return row
+
+
+def controls_column(form: QFormLayout, run: QPushButton, cancel: QPushButton, options: Sequence[QWidget] = (),
+                    status: Sequence[QWidget] = ()) -> QWidget:
+    """The left column of a task tab: its form, options, Run/Cancel, then reason/progress/status."""
+    buttons = QHBoxLayout()
+    buttons.addWidget(run)
+    buttons.addWidget(cancel)
+    column = QWidget()
+    layout = QVBoxLayout(column)
+    layout.setContentsMargins(6, 6, 6, 6)
+    layout.addLayout(form)
+    for widget in options:
+        layout.addWidget(widget)
+    layout.addLayout(buttons)
+    for widget in status:
+        layout.addWidget(widget)
+    layout.addStretch(1)
+    return column

@@ -7,7 +7,7 @@ import pytest
 from backends.engine import EngineOptions
 from backends.events import RunRequest, Token
 from backends.sampling import SamplingParams
-from backends.session import BenchConfig, BenchSession, RunRecorded
+from backends.session import BenchConfig, BenchSession
 from backends.worker import Timeouts, Worker, WorkerError
 from tests import fake_engines
 from tests.conftest import live_workers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -31,6 +32,6 @@ def count_int8_linears(module: nn.Module) -> int:
                if isinstance(m, DynamicQuantLinear) and m.weight().dtype == torch.qint8)
 
 
-def logits_to_numpy(logits: torch.Tensor) -> "numpy.ndarray":  # noqa: F821
+def logits_to_numpy(logits: torch.Tensor) -> np.ndarray:
     """float32 numpy logits; `.cpu()` also synchronises a GPU before the caller reads a clock."""
     return logits.detach().to(torch.float32).cpu().numpy()
