@@ -20,6 +20,7 @@ def atomic_write(path: Path, mode: str = "w", **kwargs) -> Iterator[IO]:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes files private; exports are ordinary files
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -27,6 +28,15 @@ def atomic_write(path: Path, mode: str = "w", **kwargs) -> Iterator[IO]:
         except FileNotFoundError:
             pass
         raise
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it: done once, at import, before threads
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
 
 
 def check_writable_dir(path: Path) -> None:

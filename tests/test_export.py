@@ -35,6 +35,8 @@ def test_schema_of_the_three_files(result, tmp_path):
     assert {"app", "machine", "python", "libraries", "model", "settings"} <= set(env)
     assert env["machine"]["cores_logical"] >= 1 and env["model"]["weights_sha256_16"]
     assert not list(tmp_path.glob(".*.tmp"))
+    for name in ("runs.csv", "tokens.csv", "environment.json"):  # ordinary files, not mkstemp's 0600
+        assert (tmp_path / name).stat().st_mode & 0o044 == 0o044
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
