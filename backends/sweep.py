@@ -109,6 +109,9 @@ def fingerprint_differences(old: dict, new: dict) -> list[str]:
             if old.get(key) != new.get(key)]
 
 
+MAX_RESTARTS = 2  # per engine and sweep
+
+
 class SweepSession(BenchSession):
     """`prepare()` then `run()`; `cancel()` from any thread. With `out_dir`, writes after each cell."""
 
@@ -127,6 +130,7 @@ class SweepSession(BenchSession):
         self._completed: list[tuple[int, int]] = []
         self._engines: dict[str, dict] = {}
         self._base_environment: dict = {}
+        self._restarts: dict[str, int] = {}
 
     # --- planning ----------------------------------------------------------------------------
     def prepare(self, progress=None, cancel=None) -> SweepPlan:  # type: ignore[override]
@@ -217,6 +221,8 @@ class SweepSession(BenchSession):
         total = len(plan.cells)
         for index, cell in enumerate(plan.cells, start=1):
             p, n = cell.key
+            if index > 1:
+                self._revive(result, cell)
             self._emit(CellStarted(p, n, index, total))
             for repeat in range(1, self.config.repeats + 1):
                 order = self.config.backends if repeat % 2 else tuple(reversed(self.config.backends))
@@ -230,6 +236,21 @@ class SweepSession(BenchSession):
             self._completed.append(cell.key)
             self._save(result)
             self._emit(CellDone(p, n, index, total))
+
+    def _revive(self, result: BenchResult, cell: Cell) -> None:
+        """Start afresh a worker lost in an earlier cell (crash, hang), so one bad cell does not
+        cost an engine the rest of the sweep. Engines that never loaded are not retried, and each
+        engine is restarted at most MAX_RESTARTS times (a crash on every cell stays visible)."""
+        for name in self.config.backends:
+            worker = self._workers.get(name)
+            if self._cancelled.is_set() or worker is None or worker.ready is None or worker.lost is None:
+                continue
+            if self._restarts.get(name, 0) >= MAX_RESTARTS:
+                continue
+            self._restarts[name] = self._restarts.get(name, 0) + 1
+            self._emit(SweepNote(f"{name}: worker {worker.lost.reason} in an earlier cell; starting it again"))
+            if self._start(name, result, cell):
+                self._warm_up(name, result, cell)
 
     # --- records -----------------------------------------------------------------------------
     def environment(self, result: BenchResult) -> dict:

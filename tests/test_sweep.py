@@ -124,3 +124,20 @@ def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
         assert (out / f"{name}.png").stat().st_size > 1000
     assert main(["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,x", "--out", str(out)]) == 2
     assert "comma-separated whole numbers" in capsys.readouterr().err
+
+
+def test_a_worker_lost_in_one_cell_is_restarted_for_the_next(tiny_model, tmp_path):
+    # Crashes at its 21st token: cells with 3 new tokens run fine, cells with 30 crash.
+    specs = {"crashy": fake_engines.spec("crashy", crash_at=20), "calm": fake_engines.spec("calm")}
+    grid = SweepGrid(prompt_tokens=(4, 8, 16), new_tokens=(3, 30))
+    session, log = _session(tmp_path, specs=specs, grid=grid, repeats=1, warmup=1)
+    result = session.run()
+    crashy = {(r.prompt_tokens, r.new_tokens, r.is_warmup): r.status for r in result.runs if r.backend == "crashy"}
+    assert crashy[(4, 30, False)] == "crashed"
+    assert crashy[(8, 3, False)] == "ok"  # restarted after the crash in the cell before
+    assert crashy[(8, 30, False)] == "crashed"
+    assert crashy[(16, 3, False)] == "ok"  # second restart
+    assert (16, 30, False) in crashy  # one more crash...
+    assert log["ready"].count("crashy") == 3  # ...but no third restart: at most two per sweep
+    assert all(r.status == "ok" for r in result.runs if r.backend == "calm")
+    assert not live_workers()
