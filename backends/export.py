@@ -13,6 +13,9 @@ from .atomic import atomic_write, check_writable_dir
 from .records import RUN_COLUMNS, TOKEN_COLUMNS, RunRecord, TokenRecord
 
 TOKENS_CSV, RUNS_CSV, ENVIRONMENT_JSON = "tokens.csv", "runs.csv", "environment.json"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s")
+SUMMARY_COLUMNS = ["backend", "metric", "n", "median", "mean", "p90", "p99", "std", "ci95_low", "ci95_high", "min", "max"]
 
 
 def _cell(value) -> object:
@@ -34,15 +37,33 @@ def write_csv(path: Path, columns: list[str], rows: Iterable[object]) -> None:
             writer.writerow([_cell(data.get(c)) for c in columns])
 
 
-def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict) -> list[Path]:
-    """Write tokens.csv, runs.csv and environment.json into `out_dir`; return their paths."""
+def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict,
+                  summary: bool = True) -> list[Path]:
+    """Write tokens.csv, runs.csv, summary.csv (per engine, across measured repeats; left out for
+    sweeps, whose rows mix cells) and environment.json into `out_dir`; return their paths."""
     out_dir = Path(out_dir)
     check_writable_dir(out_dir)
     write_csv(out_dir / TOKENS_CSV, TOKEN_COLUMNS, tokens)
     write_csv(out_dir / RUNS_CSV, RUN_COLUMNS, runs)
+    paths = [out_dir / TOKENS_CSV, out_dir / RUNS_CSV]
+    if summary:
+        write_csv(out_dir / SUMMARY_CSV, SUMMARY_COLUMNS, summary_rows(runs))
+        paths.append(out_dir / SUMMARY_CSV)
     with atomic_write(out_dir / ENVIRONMENT_JSON, encoding="utf-8") as f:
         json.dump(environment, f, indent=2, default=str)
-    return [out_dir / TOKENS_CSV, out_dir / RUNS_CSV, out_dir / ENVIRONMENT_JSON]
+    return paths + [out_dir / ENVIRONMENT_JSON]
+
+
+def summary_rows(runs: list[RunRecord]) -> list[dict]:
+    """One row per engine and metric: the spread of that metric across measured runs."""
+    from .summary import summarize_backends
+
+    rows = []
+    for backend in summarize_backends(runs):
+        for metric in SUMMARY_METRICS:
+            stats = asdict(getattr(backend, metric))
+            rows.append({"backend": backend.backend, "metric": metric, **stats})
+    return rows
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

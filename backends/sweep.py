@@ -272,4 +272,4 @@ class SweepSession(BenchSession):
             runs, tokens = list(result.runs), list(result.tokens)
         if self.out_dir is not None:
             # environment.json is written last: its list of completed cells is what a resume trusts.
-            write_results(self.out_dir, runs, tokens, result.environment)
+            write_results(self.out_dir, runs, tokens, result.environment, summary=False)

@@ -34,6 +34,11 @@ def test_schema_of_the_three_files(result, tmp_path):
     env = json.loads((tmp_path / "environment.json").read_text())
     assert {"app", "machine", "python", "libraries", "model", "settings"} <= set(env)
     assert env["machine"]["cores_logical"] >= 1 and env["model"]["weights_sha256_16"]
+    with (tmp_path / "summary.csv").open() as f:
+        summary = {row["metric"]: row for row in csv.DictReader(f)}
+    assert summary["tpot_ms"]["n"] == "2"  # the warm-up is left out
+    assert float(summary["tpot_ms"]["ci95_low"]) <= float(summary["tpot_ms"]["mean"]) <= float(summary["tpot_ms"]["ci95_high"])
+    assert set(summary) == {"ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s"}
     assert not list(tmp_path.glob(".*.tmp"))
     for name in ("runs.csv", "tokens.csv", "environment.json"):  # ordinary files, not mkstemp's 0600
         assert (tmp_path / name).stat().st_mode & 0o044 == 0o044
