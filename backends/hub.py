@@ -10,6 +10,15 @@ from .errors import ModelError
 PATTERNS = ["config.json", "model.safetensors", "generation_config.json"]
 
 
+class HubUnreachable(ModelError):
+    """Not cached, and the hub could not be asked (offline, DNS, HTTP errors)."""
+
+    def __init__(self, repo_id: str, reason: str) -> None:
+        super().__init__(f"unknown model {repo_id!r}: not a local folder, not cached, and the hub could not be "
+                         f"reached ({reason})")
+        self.reason = reason
+
+
 class DownloadCancelled(ModelError):
     """The user stopped a hub download. Not "the hub is unreachable": `auto` must not fall back."""
 
@@ -51,10 +60,7 @@ def _download(repo_id: str, progress, cancel: threading.Event | None = None) -> 
         raise ModelError(f"unknown model {repo_id!r}: no such local folder or hub repository") from exc
     except Exception as exc:  # offline, DNS, HTTP errors: the hub's client raises many kinds
         _check(repo_id, cancel)  # the client may wrap our DownloadCancelled in its own error
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise ModelError(
-            f"unknown model {repo_id!r}: not a local folder, not cached, and the hub could not be reached ({reason})"
-        ) from exc
+        raise HubUnreachable(repo_id, _short_reason(exc)) from exc
     if not (folder / "model.safetensors").exists():
         raise ModelError(f"hub model {repo_id!r} has no model.safetensors; whistle-stop never loads pickled weights")
     return folder
@@ -83,3 +89,13 @@ def _progress_tqdm(progress, cancel: threading.Event | None = None, repo_id: str
             return shown
 
     return ReportingTqdm
+
+
+def _short_reason(exc: BaseException) -> str:
+    """'ConnectError: Name or service not known' rather than the client's whole first line."""
+    import re
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = re.sub(r"^Got:\s*", "", text)
+    text = re.sub(r"\[Errno -?\d+\]\s*", "", text)
+    return text[:120]

@@ -12,7 +12,7 @@ from typing import Callable
 
 from .atomic import atomic_write
 from .errors import ModelError
-from .hub import DownloadCancelled  # noqa: F401  (re-exported: callers catch it from here)
+from .hub import DownloadCancelled, HubUnreachable  # noqa: F401  (re-exported: callers catch them from here)
 from .paths import CONFIGS_DIR, cache_dir
 from .weights import CorruptWeights, check_against_config
 
@@ -71,9 +71,11 @@ def resolve_model(spec: str = "auto", progress: ProgressFn | None = None,
             raise  # the user said stop: not "the hub is unreachable"
         except ModelError as exc:
             model = _random(RANDOM_PREFIX + "gpt2", spec)
-            why = str(exc).split(":", 1)[-1].strip()
-            notice = f"gpt2 could not be had ({why}); using random:gpt2 ({RANDOM_LABEL})"
-            return _replace_notice(model, notice)
+            if isinstance(exc, HubUnreachable):
+                why = f"gpt2 is not cached and the hub cannot be reached ({exc.reason})"
+            else:
+                why = f"gpt2 could not be had ({str(exc).split(':', 1)[-1].strip()})"
+            return _replace_notice(model, f"{why}: using random:gpt2 ({RANDOM_LABEL})")
     if spec.startswith(RANDOM_PREFIX):
         return _random(spec, spec)
     path = Path(spec).expanduser()

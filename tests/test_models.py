@@ -100,3 +100,4 @@ def test_auto_falls_back_to_random_gpt2_with_one_warning(monkeypatch):
     model = resolve_model("auto")
     assert model.model_id == "random:gpt2" and model.is_random
     assert "random:gpt2" in model.notice and RANDOM_LABEL in model.notice and "\n" not in model.notice
+    assert "gpt2 is not cached and the hub cannot be reached" in model.notice
