@@ -22,11 +22,10 @@ from backends.models import DownloadCancelled
 from backends.registry import EngineSpec
 from backends.session import BenchConfig, BenchResult, BenchSession
 
+from .event_queue import CANCELLED, TICK_MS, drain_in_order
 from .model_probe import RESOLVE_LOCK, fetch_model
 
-TICK_MS = 33
 MAX_TICK_MS = 100
-CANCELLED_PREPARING = "cancelled before the engines started"
 
 
 @dataclass(frozen=True)
@@ -136,14 +135,14 @@ class BenchController(QObject):
                 fetch_model(session.config.model, progress, cancelled)  # the download Cancel can stop
                 model, ids = session.prepare(progress)  # finds the files cached
             if cancelled.is_set():
-                out.put(_Failed(CANCELLED_PREPARING))
+                out.put(_Failed(CANCELLED))
                 return
             out.put(_Prepared(model, ids))
             out.put(_Finished(session.run(model, ids)))
         except DownloadCancelled:
-            out.put(_Failed(CANCELLED_PREPARING))
+            out.put(_Failed(CANCELLED))
         except UsageError as exc:
-            out.put(_Failed(CANCELLED_PREPARING if cancelled.is_set() else str(exc)))
+            out.put(_Failed(CANCELLED if cancelled.is_set() else str(exc)))
         except Exception as exc:  # anything else must still end the run in the window, not the thread
             out.put(_Failed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
 
@@ -159,24 +158,7 @@ class BenchController(QObject):
             self._timer.setInterval(interval)
 
     def _drain(self) -> None:
-        batch: list = []
-        ended = False
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, (_PrepareProgress, _Prepared, _Finished, _Failed)):
-                if batch:
-                    self.events.emit(batch)
-                    batch = []
-                ended = self._control(item) or ended
-            else:
-                batch.append(item)
-        if batch:
-            self.events.emit(batch)
-        if ended:
-            self._end()
+        drain_in_order(self._queue, (_PrepareProgress, _Prepared, _Finished, _Failed), self.events.emit, self._control)
 
     def _control(self, item: object) -> bool:
         if isinstance(item, _PrepareProgress):

@@ -13,7 +13,7 @@ from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 
 from backends.records import RunRecord, TokenRecord
 
-from .controller import TICK_MS
+from .event_queue import TICK_MS
 from .live import LiveView, display_run
 
 

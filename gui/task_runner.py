@@ -19,9 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from backends.errors import UsageError
 from backends.models import DownloadCancelled
 
-from .controller import TICK_MS
-
-CANCELLED = "cancelled before the engines started"
+from .event_queue import CANCELLED, TICK_MS, drain_in_order
 
 
 @dataclass(frozen=True)
@@ -127,29 +125,18 @@ class TaskRunner(QObject):
             context.post(_Failed(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
 
     def drain(self) -> None:
-        batch: list = []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if not isinstance(item, (_Progress, _Finished, _Failed)):
-                batch.append(item)
-                continue
-            if batch:
-                self.events.emit(batch)
-                batch = []
-            if isinstance(item, _Progress):
-                self.progress.emit(item.message, item.fraction)
-                continue
-            self._end()
-            if isinstance(item, _Finished):
-                self.finished.emit(item.value)
-            else:
-                self.failed.emit(item.message)
-            return  # nothing comes after the end
-        if batch:
-            self.events.emit(batch)
+        drain_in_order(self._queue, (_Progress, _Finished, _Failed), self.events.emit, self._control)
+
+    def _control(self, item: object) -> bool:
+        if isinstance(item, _Progress):
+            self.progress.emit(item.message, item.fraction)
+            return False
+        self._end()
+        if isinstance(item, _Finished):
+            self.finished.emit(item.value)
+        else:
+            self.failed.emit(item.message)
+        return True  # nothing comes after the end
 
     def _end(self) -> None:
         if self._thread is not None:
