@@ -62,14 +62,21 @@ def hf_reference(tiny_model):
     return Reference()
 
 
-def run_engine_in_process(name, model, ids, new_tokens, sampling=None, threads=1):
-    """Load one engine in this process (no worker) and return its tokens: for parity tests."""
+def load_engine_in_process(name, model, threads=1):
+    """One engine created and loaded in this process (no worker), for tests that call it directly."""
     from backends import registry
     from backends.engine import EngineOptions
-    from backends.sampling import Sampler, SamplingParams
 
     engine = registry.create(name, EngineOptions(threads=threads))
     engine.load(model, lambda *a: None)
+    return engine
+
+
+def run_engine_in_process(name, model, ids, new_tokens, sampling=None, threads=1):
+    """Load one engine in this process (no worker) and return its tokens: for parity tests."""
+    from backends.sampling import Sampler, SamplingParams
+
+    engine = load_engine_in_process(name, model, threads)
     try:
         return list(engine.stream(ids, new_tokens, Sampler(sampling or SamplingParams())))
     finally:

@@ -5,7 +5,7 @@ import pytest
 from backends import registry
 from backends.engine import EngineOptions
 from backends.sampling import SamplingParams
-from tests.conftest import run_engine_in_process
+from tests.conftest import load_engine_in_process, run_engine_in_process
 
 N = 24
 
@@ -27,8 +27,7 @@ def test_low_precision_engines_report_agreement(name, tiny_model, prompt_ids, hf
 def test_hf_logits_match_transformers(tiny_model, prompt_ids, hf_reference):
     import numpy as np
 
-    engine = registry.create("hf", EngineOptions(threads=1))
-    engine.load(tiny_model, lambda *a: None)
+    engine = load_engine_in_process("hf", tiny_model)
     full = hf_reference.logits(prompt_ids + [5, 6, 7])
     np.testing.assert_allclose(engine.prefill(prompt_ids), full[len(prompt_ids) - 1], atol=1e-4)
     for offset, token in enumerate([5, 6, 7]):

@@ -7,20 +7,11 @@ import threading
 import numpy as np
 import pytest
 
-from backends.engine import EngineOptions
 from backends.sampling import Sampler, SamplingParams
-from tests.conftest import run_engine_in_process
+from tests.conftest import load_engine_in_process, run_engine_in_process
 
 pytest.importorskip("ctranslate2")
 pytestmark = pytest.mark.peers
-
-
-def _engine(name, model):
-    from backends import registry
-
-    engine = registry.create(name, EngineOptions(threads=1))
-    engine.load(model, lambda *a: None)
-    return engine
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
@@ -35,7 +26,7 @@ def test_int8_gives_exactly_n_tokens(tiny_model, prompt_ids):
 
 
 def test_forward_logits_match_hf(tiny_model, prompt_ids, hf_reference):
-    engine = _engine("ctranslate2", tiny_model)
+    engine = load_engine_in_process("ctranslate2", tiny_model)
     try:
         np.testing.assert_allclose(engine.forward_logits(prompt_ids), hf_reference.logits(prompt_ids), atol=1e-3)
     finally:
@@ -43,7 +34,7 @@ def test_forward_logits_match_hf(tiny_model, prompt_ids, hf_reference):
 
 
 def test_sampling_is_noted_and_cancel_stops(tiny_model, prompt_ids):
-    engine = _engine("ctranslate2", tiny_model)
+    engine = load_engine_in_process("ctranslate2", tiny_model)
     try:
         cancel = threading.Event()
         tokens = []
@@ -60,12 +51,12 @@ def test_sampling_is_noted_and_cancel_stops(tiny_model, prompt_ids):
 def test_conversion_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
     from backends import artifact_cache
 
-    first = _engine("ctranslate2", tiny_model)
+    first = load_engine_in_process("ctranslate2", tiny_model)
     folder = first.folder
     first.close()
     weights = folder / "model.bin"
     stamp = (weights.stat().st_ino, weights.stat().st_mtime_ns)
-    second = _engine("ctranslate2", tiny_model)
+    second = load_engine_in_process("ctranslate2", tiny_model)
     second.close()
     assert (weights.stat().st_ino, weights.stat().st_mtime_ns) == stamp  # not rebuilt
     with weights.open("r+b") as handle:

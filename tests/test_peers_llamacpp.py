@@ -7,22 +7,13 @@ import threading
 import numpy as np
 import pytest
 
-from backends.engine import EngineOptions
 from backends.sampling import Sampler, SamplingParams
-from tests.conftest import run_engine_in_process
+from tests.conftest import load_engine_in_process, run_engine_in_process
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.peers
 N = 24
-
-
-def _engine(name, model):
-    from backends import registry
-
-    engine = registry.create(name, EngineOptions(threads=1))
-    engine.load(model, lambda *a: None)
-    return engine
 
 
 def test_f32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
@@ -32,7 +23,7 @@ def test_f32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
 
 
 def test_f32_logits_close_to_hf(tiny_model, prompt_ids, hf_reference):
-    engine = _engine("llamacpp", tiny_model)
+    engine = load_engine_in_process("llamacpp", tiny_model)
     try:
         ids = list(prompt_ids)
         full = hf_reference.logits(ids + [11, 262])
@@ -57,7 +48,7 @@ def test_f16_agreement_with_hf(tiny_model, prompt_ids, hf_reference):
 
 @pytest.mark.parametrize("name", ["llamacpp-bf16", "llamacpp-q8_0", "llamacpp-q4_0"])
 def test_quantised_variants_give_n_tokens(tiny_model, prompt_ids, name):
-    engine = _engine(name, tiny_model)
+    engine = load_engine_in_process(name, tiny_model)
     try:
         cancel = threading.Event()
         tokens = list(engine.stream(prompt_ids, 9, Sampler(SamplingParams("sample", 0.9, 50, 0.95, 1)), cancel))
@@ -95,13 +86,13 @@ def test_gguf_metadata_and_tokenizer(tiny_model):
 def test_gguf_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
     from backends import artifact_cache
 
-    first = _engine("llamacpp-q8_0", tiny_model)
+    first = load_engine_in_process("llamacpp-q8_0", tiny_model)
     q8_folder = first.folder
     first.close()
     f32_file = q8_folder.parent / "f32" / "model.gguf"
     stamps = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (f32_file, q8_folder / "model.gguf")}
-    _engine("llamacpp-q8_0", tiny_model).close()
-    _engine("llamacpp", tiny_model).close()
+    load_engine_in_process("llamacpp-q8_0", tiny_model).close()
+    load_engine_in_process("llamacpp", tiny_model).close()
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stamps} == stamps  # nothing rebuilt
     with f32_file.open("r+b") as handle:
         handle.truncate(f32_file.stat().st_size // 3)

@@ -5,19 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.engine import EngineOptions
-from tests.conftest import run_engine_in_process
+from tests.conftest import load_engine_in_process, run_engine_in_process
 
 pytest.importorskip("openvino")
 pytestmark = pytest.mark.peers
-
-
-def _engine(name, model):
-    from backends import registry
-
-    engine = registry.create(name, EngineOptions(threads=1))
-    engine.load(model, lambda *a: None)
-    return engine
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
@@ -27,7 +18,7 @@ def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
 
 
 def test_prefill_and_decode_logits_match_hf(tiny_model, prompt_ids, hf_reference):
-    engine = _engine("openvino", tiny_model)
+    engine = load_engine_in_process("openvino", tiny_model)
     try:
         ids = list(prompt_ids)
         full = hf_reference.logits(ids + [11, 262, 318])
@@ -41,7 +32,7 @@ def test_prefill_and_decode_logits_match_hf(tiny_model, prompt_ids, hf_reference
 
 
 def test_int8_weights_compressed_and_n_tokens(tiny_model, prompt_ids):
-    engine = _engine("openvino-int8", tiny_model)
+    engine = load_engine_in_process("openvino-int8", tiny_model)
     try:
         runtime = engine.request.get_compiled_model().get_runtime_model()
         fc = [op for op in runtime.get_ops() if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
@@ -57,12 +48,12 @@ def test_int8_weights_compressed_and_n_tokens(tiny_model, prompt_ids):
 def test_ir_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
     from backends import artifact_cache
 
-    first = _engine("openvino", tiny_model)
+    first = load_engine_in_process("openvino", tiny_model)
     folder = first.folder
     first.close()
     weights = folder / "model.bin"
     stamp = (weights.stat().st_ino, weights.stat().st_mtime_ns)
-    _engine("openvino", tiny_model).close()
+    load_engine_in_process("openvino", tiny_model).close()
     assert (weights.stat().st_ino, weights.stat().st_mtime_ns) == stamp  # not rebuilt
     with weights.open("r+b") as handle:
         handle.truncate(weights.stat().st_size - 100)
