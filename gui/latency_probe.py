@@ -48,20 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.show and "QT_QPA_PLATFORM" not in os.environ:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
-    from PySide6.QtCore import QEventLoop, Qt, QTimer
+    from PySide6.QtCore import Qt, QTimer
 
     from .app import create_app
-    from .main_window import MainWindow
-    from .settings import settings_in
+    from .scripting import open_window, run_end_loop
 
     engines = args.engines.split(",") if args.engines else pick_engines(4)
     if len(engines) < 4:
         print(f"note: only {len(engines)} engines are available here ({', '.join(engines)}); using those")
     app = create_app()
     with tempfile.TemporaryDirectory() as settings_dir:
-        window = MainWindow(settings=settings_in(Path(settings_dir)))
-        window.resize(1600, 1000)
-        window.show()
+        window = open_window(Path(settings_dir))
         setup = window.setup
         setup.set_model_spec("random:tiny")
         setup.set_engines(engines)
@@ -89,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.setTimerType(Qt.TimerType.PreciseTimer)
         probe.setInterval(int(args.interval_ms))
         probe.timeout.connect(tick)
-        loop = QEventLoop()
-        outcome: dict = {}
-        window.controller.finished.connect(lambda result: (outcome.update(result=result), loop.quit()))
-        window.controller.failed.connect(lambda message: (outcome.update(error=message), loop.quit()))
+        loop, outcome = run_end_loop(window.controller)
         if not window.start_run():
             print(f"cannot run: {setup.problem()}", file=sys.stderr)
             return 2

@@ -8,10 +8,11 @@ Runs offscreen when there is no display. Settings go to a temporary folder, not 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
+
+from .scripting import offscreen_without_display
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,21 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1600x1000")
     parser.add_argument("--tab", default="Latency per token", help="the chart tab to show")
     args = parser.parse_args(argv)
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    offscreen_without_display()
 
-    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtCore import QTimer
 
     from .app import create_app
-    from .main_window import MainWindow
-    from .settings import settings_in
+    from .scripting import open_window, run_end_loop
 
     app = create_app()
     with tempfile.TemporaryDirectory() as settings_dir:
-        window = MainWindow(settings=settings_in(Path(settings_dir)))
-        width, height = (int(v) for v in args.size.split("x"))
-        window.resize(width, height)
-        window.show()
+        window = open_window(Path(settings_dir), args.size)
         setup = window.setup
         setup.set_model_spec(args.model)
         setup.set_engines(args.engines.split(","))
@@ -46,10 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         setup.new_tokens.setValue(args.new_tokens)
         setup.repeats.setValue(args.repeats)
         setup.warmup.setValue(1)
-        loop = QEventLoop()
-        outcome: dict = {}
-        window.controller.finished.connect(lambda result: (outcome.update(result=result), loop.quit()))
-        window.controller.failed.connect(lambda message: (outcome.update(error=message), loop.quit()))
+        loop, outcome = run_end_loop(window.controller)
         if not window.start_run():
             print(f"cannot run: {setup.problem()}", file=sys.stderr)
             return 1

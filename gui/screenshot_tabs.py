@@ -9,10 +9,11 @@ folder. The sweep draws its bandwidth limit lines only if the probe's result is 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
+
+from .scripting import offscreen_without_display
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dock-height", type=int, default=560)
     parser.add_argument("--only", choices=("sweep", "quality"), help="take one of the two screenshots")
     args = parser.parse_args(argv)
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    offscreen_without_display()
 
     from PySide6.QtCore import QEventLoop, Qt, QTimer
 
@@ -36,15 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     from backends.worker import default_threads
 
     from .app import create_app
-    from .main_window import MainWindow
-    from .settings import settings_in
+    from .scripting import open_window
 
     app = create_app()
     with tempfile.TemporaryDirectory() as scratch:
-        window = MainWindow(settings=settings_in(Path(scratch)))
-        width, height = (int(v) for v in args.size.split("x"))
-        window.resize(width, height)
-        window.show()
+        window = open_window(Path(scratch), args.size)
         window.resizeDocks([window.charts_dock], [args.dock_height], Qt.Orientation.Vertical)
         setup = window.setup
         setup.set_model_spec(args.model)
