@@ -11,9 +11,9 @@ import threading
 import time
 import traceback
 
-from .engine import EngineOptions
 import numpy as np
 
+from .engine import EngineOptions
 from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
                      ScoreProgress, ScoreRequest, Shutdown, Started, Token, TopLogits)
 from .models import ModelFiles
