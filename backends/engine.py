@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .models import ModelFiles
+from .sources.model_files import ModelFiles
 from .sampling import Sampler
 
 ProgressFn = Callable[[str, float | None], None]

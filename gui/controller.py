@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from backends.errors import UsageError
-from backends.models import DownloadCancelled
+from backends.sources.model_files import DownloadCancelled
 from backends.registry import EngineSpec
-from backends.session import BenchConfig, BenchResult, BenchSession
+from backends.runs.bench import BenchConfig, BenchResult, BenchSession
 
 from .event_queue import CANCELLED, TICK_MS, drain_in_order
 from .model_probe import RESOLVE_LOCK, fetch_model

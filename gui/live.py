@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backends.events import (BackendEvent, Failed, Progress, Ready, RunDone, RunRequest, RunStarted, Started,
+from backends.worker.events import (BackendEvent, Failed, Progress, Ready, RunDone, RunRequest, RunStarted, Started,
                              Token, WorkerLost)
-from backends.prompts import prompt_text
-from backends.records import RunRecord, TokenRecord
-from backends.session import RunRecorded, SessionStarted
-from backends.stats import run_metrics
+from backends.sources.prompts import prompt_text
+from backends.results.records import RunRecord, TokenRecord
+from backends.runs.bench import RunRecorded, SessionStarted
+from backends.results.stats import run_metrics
 
 from .buffers import GrowBuffer
 from .charts import LatencyChart, RaceChart

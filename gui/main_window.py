@@ -13,9 +13,9 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QLabel, QMainWindow, Q
 
 from backends import registry
 from backends.errors import UsageError
-from backends.prompts import prompt_text
+from backends.sources.prompts import prompt_text
 from backends.registry import EngineSpec
-from backends.session import BenchConfig, RunRecorded
+from backends.runs.bench import BenchConfig, RunRecorded
 
 from .actions import REPLAY_SPEEDS, build_actions
 from .charts import HistogramChart, LatencyChart, RaceChart

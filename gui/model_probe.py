@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from backends.errors import UsageError
-from backends.models import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, ProgressFn, resolve_model
-from backends.paths import CONFIGS_DIR
+from backends.sources.model_files import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, ProgressFn, resolve_model
+from backends.storage.paths import CONFIGS_DIR
 
 HUB_MODELS = ["gpt2", "distilgpt2", "gpt2-medium"]
 

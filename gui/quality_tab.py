@@ -15,14 +15,15 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
                                QSplitter, QVBoxLayout, QWidget)
 
-from backends import figures, registry
+from backends.report import figures
+from backends import registry
 from backends.errors import UsageError
-from backends.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
-from backends.models import ModelFiles
-from backends.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
+from backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
+from backends.sources.model_files import ModelFiles
+from backends.runs.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
                               quality_rows_as_dicts, write_quality)
 from backends.registry import EngineSpec
-from backends.session import BenchResult, RunRecorded
+from backends.runs.bench import BenchResult, RunRecorded
 
 from .figure_view import FigureGrid
 from .model_probe import RESOLVE_LOCK, fetch_model

@@ -1,7 +1,7 @@
 """HTML reports from the window: "Export report (HTML)…" (this session's bench, sweep and
 quality results) and "Open folders to compare…" (two or more results folders side by side).
 
-Both call `backends.report.build_report`, which embeds every figure as a PNG in one page.
+Both call `backends.report.html.build_report`, which embeds every figure as a PNG in one page.
 Results that live only in memory (the bench on screen, the quality table) are first written
 into the report folder's `data/` with the same writers `bench` and `quality` use.
 """
@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QHBoxLayo
                                QVBoxLayout, QWidget)
 
 from backends.errors import UsageError
-from backends.export import write_results
-from backends.report import build_report
+from backends.results.export import write_results
+from backends.report.html import build_report
 
 from .widgets import results_root
 

@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtCore import QEventLoop, Qt, QTimer
 
-    from backends.bandwidth import cached_bandwidth
-    from backends.worker import default_threads
+    from backends.results.bandwidth import cached_bandwidth
+    from backends.worker.process import default_threads
 
     from .app import create_app
     from .scripting import open_window

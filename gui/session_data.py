@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backends.models import RANDOM_LABEL
-from backends.prompts import prompt_of_length
-from backends.records import RunRecord, TokenRecord
-from backends.session import BenchResult
-from backends.summary import BackendSummary, markdown_table, summarize_backends
+from backends.sources.model_files import RANDOM_LABEL
+from backends.sources.prompts import prompt_of_length
+from backends.results.records import RunRecord, TokenRecord
+from backends.runs.bench import BenchResult
+from backends.results.summary import BackendSummary, markdown_table, summarize_backends
 
 
 @dataclass
@@ -89,7 +89,7 @@ class SessionData:
 
 
 def _bundled_prompt(tokens: object) -> str:
-    from backends.prompts import prompt_text
+    from backends.sources.prompts import prompt_text
 
     count = tokens if isinstance(tokens, int) and tokens > 0 else 50
     return prompt_text(prompt_of_length(count))

@@ -14,8 +14,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog
 
 from backends.errors import UsageError
-from backends.export import write_results
-from backends.results_io import load_results
+from backends.results.export import write_results
+from backends.results.reader import load_results
 
 from .session_data import SessionData
 

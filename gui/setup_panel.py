@@ -14,12 +14,12 @@ from PySide6.QtWidgets import (QButtonGroup, QComboBox, QFileDialog, QFormLayout
                                QWidget)
 
 from backends import registry
-from backends.models import RANDOM_LABEL, random_config_names
-from backends.prompts import example_prompts
+from backends.sources.model_files import RANDOM_LABEL, random_config_names
+from backends.sources.prompts import example_prompts
 from backends.registry import EngineSpec
 from backends.sampling import SamplingParams
-from backends.session import BenchConfig
-from backends.tokenizer import encode
+from backends.runs.bench import BenchConfig
+from backends.sources.tokenizer import encode
 
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
 from .remote_group import RemoteGroup

@@ -3,7 +3,7 @@
 Engines, model and generation settings come from the setup panel; the grid, the output folder
 and the run controls are here. A `SweepSession` runs in a thread (TaskRunner); after each cell
 it writes the folder, so running again into the same folder continues where a cancel stopped.
-The three sweep plots are `backends.figures` drawn with `backends.plots.draw`.
+The three sweep plots are `backends.report.figures` drawn with `backends.report.plots.draw`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget)
 
-from backends import figures, registry
-from backends.atomic import check_writable_dir
+from backends.report import figures
+from backends import registry
+from backends.storage.atomic import check_writable_dir
 from backends.errors import UsageError
-from backends.events import BackendEvent, Failed, Ready, WorkerLost
-from backends.export import RUNS_CSV
+from backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
+from backends.results.export import RUNS_CSV
 from backends.registry import EngineSpec
-from backends.session import BenchResult, RunRecorded
-from backends.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
+from backends.runs.bench import BenchResult, RunRecorded
+from backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
 
 from .figure_view import FigureGrid
 from .model_probe import RESOLVE_LOCK, fetch_model

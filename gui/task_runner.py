@@ -17,7 +17,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from backends.errors import UsageError
-from backends.models import DownloadCancelled
+from backends.sources.model_files import DownloadCancelled
 
 from .event_queue import CANCELLED, TICK_MS, drain_in_order
 

@@ -25,14 +25,14 @@ def isolated_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(isolated_cache):
-    from backends.models import resolve_model
+    from backends.sources.model_files import resolve_model
 
     return resolve_model("random:tiny")
 
 
 @pytest.fixture(scope="session")
 def prompt_ids():
-    from backends.prompts import prompt_of_length
+    from backends.sources.prompts import prompt_of_length
 
     return prompt_of_length(12)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backends import registry
-from backends.cli import main
+from backends.cli.main import main
 from tests import fake_engines
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,10 +10,10 @@ import huggingface_hub
 import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-import backends.models as models
+import backends.sources.model_files as models
 from backends.errors import ModelError
-from backends.hub import DownloadCancelled, fetch_safetensors_model
-from backends.models import resolve_model
+from backends.sources.hub import DownloadCancelled, fetch_safetensors_model
+from backends.sources.model_files import resolve_model
 
 
 class FakeHub:

@@ -15,8 +15,8 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 
-from backends.export import read_csv  # noqa: E402
-from backends.records import RUN_COLUMNS  # noqa: E402
+from backends.results.export import read_csv  # noqa: E402
+from backends.results.records import RUN_COLUMNS  # noqa: E402
 from tests.fake_engines import spec  # noqa: E402
 
 pytestmark = pytest.mark.gui
@@ -152,7 +152,7 @@ def test_model_download_shows_progress_and_cancel_ends_it(qtbot, make_window, mo
     """prepare() runs in the session thread with a progress callback; Cancel ends the run at once."""
     import threading
 
-    from backends.session import BenchSession
+    from backends.runs.bench import BenchSession
 
     release = threading.Event()
 
@@ -293,7 +293,7 @@ def test_race_mode_flags_contended_timings(qtbot, make_window):
 
 def test_live_batch_updates_each_curve_once_per_tick(make_window):
     """A batch of many tokens is drawn with one text insert and one setData per engine."""
-    from backends.events import BackendEvent, RunRequest, RunStarted, Token
+    from backends.worker.events import BackendEvent, RunRequest, RunStarted, Token
     from backends.sampling import SamplingParams
 
     window = make_window(FAST)  # shown: a hidden chart defers its drawing until its tab is shown

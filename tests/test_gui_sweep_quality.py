@@ -21,7 +21,7 @@ pytest.importorskip("pytestqt")
 import pyqtgraph as pg  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from backends.bandwidth import Bandwidth  # noqa: E402
+from backends.results.bandwidth import Bandwidth  # noqa: E402
 from tests.fake_engines import spec  # noqa: E402
 from tests.test_gui import configure, live_children, run  # noqa: E402
 
@@ -42,7 +42,7 @@ def private_qsettings(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def fake_bandwidth(monkeypatch):
     """The sweep's memory-bandwidth probe is a benchmark: a fixed answer instead."""
-    monkeypatch.setattr("backends.sweep.probe_bandwidth",
+    monkeypatch.setattr("backends.runs.sweep.probe_bandwidth",
                         lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
 
 
@@ -274,7 +274,7 @@ def test_cancel_while_the_model_downloads_stops_it_without_falling_back(qtbot, m
     import huggingface_hub
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    import backends.models as models
+    import backends.sources.model_files as models
     from gui.task_runner import CANCELLED
 
     release, updates = threading.Event(), []

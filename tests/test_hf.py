@@ -16,7 +16,7 @@ def test_hf_greedy_equals_generate(tiny_model, prompt_ids, hf_reference):
 
 @pytest.mark.parametrize("name", ["hf-bf16", "hf-int8"])
 def test_low_precision_engines_report_agreement(name, tiny_model, prompt_ids, hf_reference):
-    from backends.stats import agreement
+    from backends.results.stats import agreement
 
     tokens = run_engine_in_process(name, tiny_model, prompt_ids, N)
     assert len(tokens) == N and all(0 <= t < 50257 for t in tokens)
@@ -58,7 +58,7 @@ def test_shared_sampling_is_reproducible(tiny_model, prompt_ids):
 
 
 def test_prompt_at_the_context_limit(tiny_model):
-    from backends.prompts import prompt_of_length
+    from backends.sources.prompts import prompt_of_length
 
     ids = prompt_of_length(tiny_model.context - 1)
     assert len(run_engine_in_process("hf", tiny_model, ids, 1)) == 1

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from backends.engine import EngineOptions
-from backends.prompts import prompt_of_length
+from backends.sources.prompts import prompt_of_length
 from backends.sampling import SamplingParams
 from tests.conftest import run_engine_in_process
 
@@ -86,7 +86,7 @@ def test_weights_are_views_of_the_memory_map(engine):
 
 
 def test_pure_functions_stay_float32():
-    from backends.engines.gpt2_numpy import attention, gelu_new, layer_norm
+    from backends.engines.numpy_runtime.model import attention, gelu_new, layer_norm
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 8), dtype=np.float32)
@@ -155,8 +155,8 @@ def torch_blocked(tmp_path, monkeypatch):
 
 def test_runs_in_a_spawned_worker_where_torch_cannot_be_imported(torch_blocked, tiny_model, prompt_ids, hf_reference):
     from backends import registry
-    from backends.events import RunRequest
-    from backends.worker import Worker
+    from backends.worker.events import RunRequest
+    from backends.worker.process import Worker
 
     worker = Worker(registry.get("numpy"), tiny_model, EngineOptions(threads=1))
     try:

@@ -49,7 +49,7 @@ def test_sampling_is_noted_and_cancel_stops(tiny_model, prompt_ids):
 
 
 def test_conversion_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
-    from backends import artifact_cache
+    from backends.storage import artifact_cache
 
     first = load_engine_in_process("ctranslate2", tiny_model)
     folder = first.folder

@@ -10,13 +10,13 @@ import pytest
 
 from backends import registry
 from backends.engine import EngineOptions
-from backends.events import ScoreRequest
-from backends.quality import (DEFAULT_TEXT, QualitySession, QualitySettings, agreement_detail, read_quality,
+from backends.worker.events import ScoreRequest
+from backends.runs.quality import (DEFAULT_TEXT, QualitySession, QualitySettings, agreement_detail, read_quality,
                               strided_windows, write_quality)
 from backends.registry import EngineSpec
-from backends.session import BenchConfig
-from backends.tokenizer import encode
-from backends.worker import Worker
+from backends.runs.bench import BenchConfig
+from backends.sources.tokenizer import encode
+from backends.worker.process import Worker
 from tests import fake_engines
 from tests.fake_engines import VOCAB, ScriptedEngine
 
@@ -180,7 +180,7 @@ def test_quality_command_end_to_end_with_default_windows(tmp_path):
     import sys
     from pathlib import Path
 
-    from backends.models import resolve_model
+    from backends.sources.model_files import resolve_model
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "quality"

@@ -120,7 +120,7 @@ def test_streams_token_ids_and_asks_for_exactly_n(tiny_model, prompt_ids, monkey
 
 
 def test_text_only_server_is_retokenised_and_noted(tiny_model, prompt_ids):
-    from backends.tokenizer import encode
+    from backends.sources.tokenizer import encode
 
     with fake_server("text") as (_, url):
         engine, _ = remote(url, tiny_model)
@@ -188,8 +188,8 @@ def test_http_error_carries_the_servers_message_without_the_key(tiny_model, prom
 
 
 def _bench(url: str, out, new_tokens: int = 4):
-    from backends.export import write_results
-    from backends.session import BenchConfig, BenchSession
+    from backends.results.export import write_results
+    from backends.runs.bench import BenchConfig, BenchSession
 
     config = BenchConfig(model="random:tiny", backends=("remote",), prompt_tokens=6, new_tokens=new_tokens, repeats=1,
                          warmup=0, threads=1,
@@ -256,8 +256,8 @@ def test_real_llama_cpp_server(tiny_model, prompt_ids, hf_reference, tmp_path):
     pytest.importorskip("gguf")
     for module in ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings"):
         pytest.importorskip(module)
-    from backends.engines.llamacpp_engine import GGUF_FILE, ensure_gguf
-    from backends.tokenizer import decode
+    from backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
+    from backends.sources.tokenizer import decode
 
     path = ensure_gguf(tiny_model, "f32", 1, lambda *a: None) / GGUF_FILE
     with llama_cpp_server(path, tmp_path) as url:

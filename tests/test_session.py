@@ -1,8 +1,8 @@
 """Run order, warm-ups, race mode and agreement, with scripted engines."""
 
-from backends.events import BackendEvent, RunRequest
-from backends.session import BenchConfig, BenchSession
-from backends.summary import summarize_backends
+from backends.worker.events import BackendEvent, RunRequest
+from backends.runs.bench import BenchConfig, BenchSession
+from backends.results.summary import summarize_backends
 from tests import fake_engines
 
 

@@ -9,7 +9,7 @@ import torch
 from backends import registry
 from backends.engine import EngineOptions, gpt2_weight_bytes
 from backends.errors import UsageError
-from backends.prompts import prompt_of_length
+from backends.sources.prompts import prompt_of_length
 from backends.sampling import Sampler, SamplingParams
 from tests.conftest import run_engine_in_process
 
@@ -68,7 +68,7 @@ def test_loads_bf16_files_with_transformer_prefix_and_lm_head(tiny_model, tmp_pa
     """save_pretrained-style keys (`transformer.`, a stored lm_head) and bf16 storage load the same."""
     from safetensors.torch import save_file
 
-    from backends.engines.gpt2_torch import load_gpt2, read_tensors
+    from backends.engines.torch_static.model import load_gpt2, read_tensors
 
     tensors = {f"transformer.{k}": t.to(torch.bfloat16) for k, t in read_tensors(tiny_model.safetensors)}
     tensors["lm_head.weight"] = tensors["transformer.wte.weight"].clone()

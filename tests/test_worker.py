@@ -5,10 +5,10 @@ import threading
 import pytest
 
 from backends.engine import EngineOptions
-from backends.events import RunRequest, Token
+from backends.worker.events import RunRequest, Token
 from backends.sampling import SamplingParams
-from backends.session import BenchConfig, BenchSession
-from backends.worker import Timeouts, Worker, WorkerError
+from backends.runs.bench import BenchConfig, BenchSession
+from backends.worker.process import Timeouts, Worker, WorkerError
 from tests import fake_engines
 from tests.conftest import live_workers
 

@@ -12,7 +12,7 @@ from transformers.pytorch_utils import Conv1D
 from transformers.utils import logging as hf_logging
 
 from ..engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
-from ..models import ModelFiles
+from ..sources.model_files import ModelFiles
 from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}

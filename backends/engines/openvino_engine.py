@@ -19,10 +19,10 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from .. import artifact_cache
+from ..storage import artifact_cache
 from ..engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
-from ..models import ModelFiles
-from ..weights import mmap_numpy
+from ..sources.model_files import ModelFiles
+from ..sources.weights import mmap_numpy
 
 FORMAT = "ov-gpt2-3"
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "erf"}

@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..engine import Engine, EngineInfo, EngineOptions
-from ..models import ModelFiles
+from ..sources.model_files import ModelFiles
 from ..sampling import Sampler, SamplingParams
-from ..tokenizer import decode, encode
+from ..sources.tokenizer import decode, encode
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins

@@ -1,0 +1,143 @@
+"""ONNX Runtime engines: the project's own GPT-2 export with a key/value cache (fp32, int8, int4).
+
+Torch-free at run time: the artefacts come from the cache (onnx_cache), built in a child
+process when missing. The KV cache is one preallocated buffer per layer for keys and one for values, bound through
+an IOBinding as both past and present, so ORT's GroupQueryAttention appends to it in place: no
+step copies the cache, and a decode step rebinds nothing (its inputs are small numpy arrays
+written in place). Logits land in a preallocated buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from ...engine import Engine, EngineInfo, EngineOptions, ProgressFn, gpt2_weight_bytes
+from ...errors import UsageError
+from ...sources.model_files import ModelFiles
+from . import cache as onnx_cache
+
+_MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
+_PROVIDER = "CPUExecutionProvider"
+
+
+class OnnxEngine(Engine):
+    def __init__(self, options: EngineOptions, variant: str = "fp32") -> None:
+        super().__init__(options)
+        if variant not in onnx_cache.VARIANTS:
+            raise UsageError(f"unknown ONNX variant {variant!r}; known: {', '.join(onnx_cache.VARIANTS)}")
+        self.variant = variant
+        self.session: ort.InferenceSession | None = None
+        self._decode_binding: ort.IOBinding | None = None
+        self._length = 0  # tokens in the KV cache
+
+    def load(self, model: ModelFiles, progress: ProgressFn) -> EngineInfo:
+        config = model.config
+        self._context = int(config["n_positions"])
+        layers, heads = int(config["n_layer"]), int(config["n_head"])
+        # Zeroed pages are only mapped once written, so the full-context buffers cost RSS only
+        # for the positions a run really fills.
+        shape = (1, heads, self._context, int(config["n_embd"]) // heads)
+        self._buffers = [np.zeros(shape, np.float32) for _ in range(2 * layers)]
+        self._cache_values = [ort.OrtValue.ortvalue_from_numpy(b) for b in self._buffers]
+        self._past_names = [f"past_{i}_{kv}" for i in range(layers) for kv in "kv"]
+        self._present_names = [f"present_{i}_{kv}" for i in range(layers) for kv in "kv"]
+        self._logits = np.empty((1, int(config["vocab_size"])), np.float32)
+        # Decode-step inputs, bound once and overwritten in place each step.
+        self._next_id = np.zeros((1, 1), np.int64)
+        self._past_length = np.zeros(1, np.int64)
+        self._row_zero = np.zeros(1, np.int64)
+
+        artefact = onnx_cache.ensure(model, self.variant, progress)
+        try:
+            self.session = self._open(artefact)
+        except Exception as exc:  # noqa: BLE001 - ORT raises several types for an unreadable model
+            if artefact.built:
+                raise
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            progress(f"cached ONNX {self.variant} model is unusable ({why}); rebuilding", None)
+            artefact = onnx_cache.rebuild(model, self.variant, progress)
+            self.session = self._open(artefact)
+        build = artefact.manifest.get("build", {})
+        notes = [f"providers={','.join(self.session.get_providers())}", "opt=ORT_ENABLE_ALL at load",
+                 f"cache={'built' if artefact.built else 'hit'}", f"threads={self.options.threads or 'ort default'}",
+                 "iobinding, in-place KV cache (GroupQueryAttention)"]
+        if "quantisation" in build:
+            notes.append(build["quantisation"])
+        if self.options.device not in ("", "cpu"):
+            notes.append(f"device={self.options.device} not honoured: CPU execution provider only")
+        return EngineInfo(device="cpu", dtype=self.variant,
+                          weight_bytes_per_token=gpt2_weight_bytes(config, _MATRIX_BYTES[self.variant], 4),
+                          notes="; ".join(notes))
+
+    def _open(self, artefact: onnx_cache.Artefact) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = max(0, int(self.options.threads))  # 0: ORT's default (physical cores)
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # warnings about unused initialisers are noise here
+        return ort.InferenceSession(str(artefact.model_path), options, providers=[_PROVIDER])
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        ids = self._ids(token_ids)
+        self._run(ids, np.array([ids.shape[1] - 1], np.int64), self._logits)
+        self._decode_binding = self._binding(self._next_id, self._row_zero, self._logits)
+        return self._logits[0].copy()
+
+    def decode(self, token_id: int) -> np.ndarray:
+        if self._decode_binding is None:
+            raise RuntimeError("decode() before prefill()")
+        if self._length >= self._context:
+            raise ValueError(f"the sequence is at the model's context limit ({self._context} tokens)")
+        self._next_id[0, 0] = token_id
+        self._past_length[0] = self._length
+        self.session.run_with_iobinding(self._decode_binding)
+        self._length += 1
+        return self._logits[0].copy()
+
+    def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """All positions' logits [T, vocab] from the same graph (logit_index = 0..T-1).
+        It reuses the KV cache, so a sequence in progress has to be prefilled again."""
+        ids = self._ids(token_ids)
+        self._decode_binding = None
+        return self._run(ids, np.arange(ids.shape[1], dtype=np.int64), None)
+
+    def _ids(self, token_ids: Sequence[int]) -> np.ndarray:
+        if self.session is None:
+            raise RuntimeError("the engine is not loaded")
+        ids = np.asarray(list(token_ids), dtype=np.int64).reshape(1, -1)
+        if ids.shape[1] == 0:
+            raise ValueError("at least one token is needed")
+        if ids.shape[1] > self._context:
+            raise ValueError(f"{ids.shape[1]} tokens exceed the model's context of {self._context}")
+        return ids
+
+    def _run(self, ids: np.ndarray, rows: np.ndarray, logits: np.ndarray | None) -> np.ndarray:
+        """A new sequence from position 0 (prefill or scoring)."""
+        self._past_length[0] = 0
+        binding = self._binding(ids, rows, logits)
+        self.session.run_with_iobinding(binding)
+        self._length = ids.shape[1]
+        return logits if logits is not None else binding.get_outputs()[0].numpy()
+
+    def _binding(self, ids: np.ndarray, rows: np.ndarray, logits: np.ndarray | None) -> ort.IOBinding:
+        binding = self.session.io_binding()
+        binding.bind_cpu_input("input_ids", ids)  # no copy: the arrays stay ours, read at run time
+        binding.bind_cpu_input("logit_index", rows)
+        binding.bind_cpu_input("past_length", self._past_length)
+        if logits is not None:
+            binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
+        else:
+            binding.bind_output("logits", "cpu")  # first: get_outputs() follows binding order
+        for past, present, value in zip(self._past_names, self._present_names, self._cache_values):
+            binding.bind_ortvalue_input(past, value)
+            binding.bind_ortvalue_output(present, value)  # the same buffer: updated in place
+        return binding
+
+    def close(self) -> None:
+        self._decode_binding = None
+        self._cache_values = []
+        self.session = None

@@ -1,0 +1,152 @@
+"""The project's own PyTorch GPT-2 with a static KV cache: fp32, bf16, int8, compiled, CUDA.
+
+Decode avoids per-token Python and allocator work: the cache is preallocated, the token and
+position live in two small preallocated tensors filled in place, and the position is tracked
+as a Python int (no `.item()` sync). With `compile`, only the one-token decode step is compiled
+(fixed shapes through a masked attention over the whole cache); the compile and a warm-up run
+inside `load()`, so their cost shows up in load time and is reported as `compile_s`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ...engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ...errors import UsageError
+from ...sources.model_files import ModelFiles
+from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
+from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
+MATRIX_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
+CUDA_GRAPH_WARMUPS = 3  # cudagraph trees: warm-up run, record, then replay
+
+
+class TorchStaticEngine(Engine):
+    def __init__(self, options: EngineOptions, dtype: str = "fp32", compile: bool = False,
+                 device: str | None = None) -> None:
+        super().__init__(options)
+        if dtype not in DTYPES:
+            raise UsageError(f"torch-static dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.dtype = dtype
+        self.compile = compile
+        self.device = device or options.device or "cpu"  # the registry's kwarg wins over the user's option
+        self.model: GPT2 | None = None
+        self._decode_compiled = None
+        self._length = 0  # positions filled in the cache (a Python int: no device sync)
+        self._token: torch.Tensor | None = None  # [1, 1] input id, filled in place
+        self._pos: torch.Tensor | None = None  # [1] input position, filled in place
+
+    def _check_device(self) -> torch.device:
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            device = None
+        if device is None or device.type not in ("cpu", "cuda"):
+            raise UsageError(f"{self.name} runs on 'cpu' or 'cuda', not {self.device!r}")
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise UsageError(f"{self.name} needs a CUDA GPU, but torch {torch.__version__} sees none "
+                                 "(install a CUDA build of torch on a machine with an NVIDIA GPU)")
+            if self.dtype == "int8":
+                raise UsageError(f"{self.name}: torch dynamic int8 runs on the CPU only")
+        return device
+
+    def load(self, model: ModelFiles, progress) -> EngineInfo:
+        device = self._check_device()
+        threads = set_threads(self.options.threads)
+        torch.set_grad_enabled(False)
+        progress("loading safetensors", None)
+        net = load_gpt2(model.safetensors, model.config, DTYPES[self.dtype], device)
+        notes = []
+        if self.dtype == "int8":
+            quantize_linear_int8(net)
+            notes.append(f"{count_int8_linears(net)} int8 linears")
+        with torch.inference_mode():
+            net.setup_caches()
+            self._token = torch.zeros((1, 1), dtype=torch.long, device=device)
+            self._pos = torch.zeros((1,), dtype=torch.long, device=device)
+        self.model = net
+        notes.append(f"static KV cache {net.max_seq} positions")
+        if self.compile:
+            progress("compiling the decode step (torch.compile)", None)
+            notes.append(self._compile(device))
+        else:
+            notes.append("eager")
+        if device.type == "cuda":
+            notes.append(torch.cuda.get_device_name(device))
+        notes.append(f"threads={threads}")
+        other_bytes = 2 if self.dtype == "bf16" else 4
+        return EngineInfo(device=device.type, dtype=self.dtype,
+                          weight_bytes_per_token=gpt2_weight_bytes(model.config, MATRIX_BYTES[self.dtype], other_bytes),
+                          notes="; ".join(notes))
+
+    def _compile(self, device: torch.device) -> str:
+        """Compile decode and run it until it is warm (and captured, on CUDA); return a note."""
+        if device.type == "cuda":
+            # The cache is mutated inside the graph and the inputs are refilled in place: fixed
+            # addresses let the CUDA graphs keep them instead of copying (or skipping capture).
+            for tensor in [*self.model.buffers(), self._token, self._pos]:
+                torch._dynamo.mark_static_address(tensor)
+            # reduce-overhead = CUDA graphs: one replay per token instead of ~150 kernel launches.
+            self._decode_compiled = torch.compile(decode_masked, mode="reduce-overhead", fullgraph=True)
+            warmups, how, config = CUDA_GRAPH_WARMUPS, "mode=reduce-overhead (CUDA graphs)", contextlib.nullcontext()
+        else:
+            # Freezing folds the weights in as constants, so bf16 linears become prepacked oneDNN
+            # kernels. It must be the global inductor config while compiling (here, in warm-up):
+            # torch.compile(options={"freezing": True}) left plain addmm in torch 2.13.
+            self._decode_compiled = torch.compile(decode_masked, fullgraph=True)
+            import torch._inductor.config as inductor_config
+
+            warmups, how, config = 2, "inductor freezing", inductor_config.patch(freezing=True)
+        started = time.perf_counter()
+        with torch.inference_mode(), config:
+            for step in range(warmups):  # stale cache slots are harmless: prefill starts at 0
+                self._token.fill_(0)
+                self._pos.fill_(step)
+                logits_to_numpy(self._decode_compiled(self.model, self._token, self._pos))  # .cpu() syncs
+        self._length = 0
+        return f"compiled decode, {how}; compile_s={time.perf_counter() - started:.2f}"
+
+    @torch.inference_mode()
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        count = len(token_ids)
+        if not 0 < count <= self.model.max_seq:
+            raise UsageError(f"prompt of {count} tokens; this model takes 1 to {self.model.max_seq}")
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self._token.device)
+        logits = prefill(self.model, ids)  # rewrites cache slots 0..count-1; later ones are masked
+        self._length = count
+        return logits_to_numpy(logits[0])
+
+    @torch.inference_mode()
+    def decode(self, token_id: int) -> np.ndarray:
+        pos = self._length
+        if pos >= self.model.max_seq:
+            raise UsageError(f"the context is full ({self.model.max_seq} tokens); cannot decode further")
+        self._token.fill_(token_id)
+        self._pos.fill_(pos)
+        if self._decode_compiled is not None:
+            logits = self._decode_compiled(self.model, self._token, self._pos)
+        else:
+            logits = decode_one(self.model, self._token, self._pos, kv_len=pos + 1)
+        self._length = pos + 1
+        return logits_to_numpy(logits[0])
+
+    @torch.inference_mode()
+    def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        if not 0 < len(token_ids) <= self.model.config.n_positions:
+            raise UsageError(f"cannot score {len(token_ids)} tokens; this model takes 1 to "
+                             f"{self.model.config.n_positions}")
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self._token.device)
+        return logits_to_numpy(forward_all(self.model, ids))
+
+    def close(self) -> None:
+        self.model = None
+        self._decode_compiled = None
+        if self.device.startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.empty_cache()  # hand the cache and any CUDA graph pools back

@@ -1,0 +1,211 @@
+"""The data of every chart, Qt-free: sweeps, position, speed vs quality, comparisons.
+
+A `Figure` is plain data (series with 95% interval error bars, dashed limit lines); `plots`
+draws it into a pyqtgraph PlotItem (the GUI's own widgets) or a PNG (reports). Values are
+medians of measured runs with half the 95% interval of the mean as error bar, as in the tables.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ..results.records import RunRecord, TokenRecord
+from ..results.stats import Summary, summarize
+
+
+@dataclass
+class Series:
+    name: str
+    x: list[float]
+    y: list[float]
+    err: list[float] = field(default_factory=list)  # half-width of the 95% interval (0: none)
+    labels: list[str] = field(default_factory=list)  # per point (scatter), optional
+
+
+@dataclass
+class Limit:
+    """A dashed horizontal line: what memory bandwidth allows for one precision."""
+
+    label: str
+    value: float
+
+
+@dataclass
+class Figure:
+    name: str  # file stem, e.g. "ttft_vs_prompt"
+    title: str
+    x_label: str
+    y_label: str
+    series: list[Series] = field(default_factory=list)
+    limits: list[Limit] = field(default_factory=list)
+    kind: str = "line"  # "line", "scatter" or "bar" (x = category index, `categories` names them)
+    categories: list[str] = field(default_factory=list)
+    note: str = ""  # a caption line for reports
+
+    @property
+    def empty(self) -> bool:
+        return not any(s.y for s in self.series)
+
+
+def measured(runs: Iterable[RunRecord]) -> list[RunRecord]:
+    return [r for r in runs if not r.is_warmup and r.status == "ok"]
+
+
+def _half(summary: Summary) -> float:
+    if summary.n < 2 or math.isnan(summary.ci95_high):
+        return 0.0
+    return (summary.ci95_high - summary.ci95_low) / 2
+
+
+def _backends(runs: Sequence[RunRecord]) -> list[str]:
+    return list(dict.fromkeys(r.backend for r in runs))
+
+
+def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None = None) -> dict[str, tuple[str, float]]:
+    """{backend: (dtype, weight bytes per token)}: from environment.json's "engines" when the
+    sweep recorded it, else recovered from the runs (GB/s was computed as bytes x tok/s)."""
+    out: dict[str, tuple[str, float]] = {}
+    for name, info in ((environment or {}).get("engines") or {}).items():
+        if info.get("weight_bytes_per_token"):
+            out[name] = (info.get("dtype", ""), float(info["weight_bytes_per_token"]))
+    for name in _backends(runs):
+        if name in out:
+            continue
+        ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in runs
+                  if r.backend == name and r.bandwidth_gb_s and r.decode_tok_s]
+        if ratios:
+            dtype = next((r.dtype for r in runs if r.backend == name and r.dtype), "")
+            out[name] = (dtype, sorted(ratios)[len(ratios) // 2])
+    return out
+
+
+def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str) -> list[Limit]:
+    """One dashed line per precision. unit "ms": ms per weight read; "tok/s": reads per second."""
+    if not gb_s or gb_s <= 0:
+        return []
+    by_dtype: dict[str, float] = {}
+    for dtype, n_bytes in weights.values():
+        by_dtype.setdefault(dtype or "?", n_bytes)
+    out = []
+    for index, (dtype, n_bytes) in enumerate(sorted(by_dtype.items(), key=lambda kv: -kv[1])):
+        ms = n_bytes / (gb_s * 1e9) * 1e3
+        value = ms if unit == "ms" else 1e3 / ms
+        # The bandwidth is the same for every line: say it once, on the first label, keep the others short.
+        where = f" at {gb_s:.0f} GB/s" if index == 0 else ""
+        out.append(Limit(f"{dtype} limit{where}: {value:.3g} {unit}", value))
+    return out
+
+
+def _by_axis(runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_label: str, y_label: str,
+             name: str) -> Figure:
+    figure = Figure(name, title, x_label, y_label)
+    for backend in _backends(runs):
+        groups: dict[int, list[float]] = defaultdict(list)
+        for r in runs:
+            if r.backend == backend:
+                groups[getattr(r, axis)].append(getattr(r, metric))
+        series = Series(backend, [], [])
+        for x in sorted(groups):
+            s = summarize(groups[x])
+            if s.n:
+                series.x.append(float(x))
+                series.y.append(s.median)
+                series.err.append(_half(s))
+        figure.series.append(series)
+    return figure
+
+
+def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None,
+                   environment: dict | None = None) -> Figure:
+    """TTFT by prompt length (pooled over output lengths: the first token does not depend on them)."""
+    data = measured(runs)
+    figure = _by_axis(data, "prompt_tokens", "ttft_ms", "Time to first token vs prompt length",
+                      "prompt tokens", "TTFT (ms)", "ttft_vs_prompt")
+    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
+    figure.note = "dashed: one read of the weights at the measured bandwidth (a floor for prefill)"
+    return figure
+
+
+def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None,
+                     environment: dict | None = None) -> Figure:
+    """Decode tokens/s by output length, at the shortest prompt (longer prompts shift the curve)."""
+    data = measured(runs)
+    shortest = min((r.prompt_tokens for r in data), default=0)
+    data = [r for r in data if r.prompt_tokens == shortest]
+    figure = _by_axis(data, "new_tokens", "decode_tok_s", f"Decode speed vs output length ({shortest}-token prompt)",
+                      "new tokens", "decode tokens/s", "decode_vs_output")
+    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "tok/s")
+    figure.note = "dashed: the most tokens/s memory bandwidth allows when every weight is read per token"
+    return figure
+
+
+def itl_vs_position(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], gb_s: float | None = None,
+                    environment: dict | None = None, bins: int = 48) -> Figure:
+    """ms/token by position in the sequence (prompt + index): the KV cache grows as it goes.
+
+    Positions are binned; each run contributes its median ITL per bin, and the bin's value is
+    the median across runs with the 95% interval across them."""
+    data = {r.run_id: r for r in measured(runs)}
+    positions = [data[t.run_id].prompt_tokens + t.token_index for t in tokens
+                 if t.run_id in data and t.itl_ms is not None]
+    figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
+    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
+    figure.note = "dashed: one read of the weights per token at the measured bandwidth (decode's floor)"
+    if not positions:
+        return figure
+    width = max(1, math.ceil((max(positions) + 1) / bins))
+    per_run: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in tokens:
+        run = data.get(t.run_id)
+        if run is not None and t.itl_ms is not None:
+            per_run[(run.backend, (run.prompt_tokens + t.token_index) // width)][t.run_id].append(t.itl_ms)
+    for backend in _backends(list(data.values())):
+        series = Series(backend, [], [])
+        for b in sorted(k[1] for k in per_run if k[0] == backend):
+            s = summarize([statistics.median(v) for v in per_run[(backend, b)].values()])
+            series.x.append((b + 0.5) * width)
+            series.y.append(s.median)
+            series.err.append(_half(s))
+        figure.series.append(series)
+    return figure
+
+
+def speed_vs_quality(rows: Sequence[dict], random_weights: bool = False) -> Figure:
+    """One point per engine: decode tokens/s (x) against perplexity (y; lower is better)."""
+    figure = Figure("speed_vs_quality", "Speed vs quality", "decode tokens/s", "perplexity", kind="scatter")
+    for row in rows:
+        speed, ppl = row.get("decode_tok_s"), row.get("perplexity")
+        if speed is None or ppl is None or not math.isfinite(speed) or not math.isfinite(ppl):
+            continue
+        figure.series.append(Series(row["backend"], [float(speed)], [float(ppl)], [0.0], [row["backend"]]))
+    if random_weights:
+        figure.note = "random weights - timing only: perplexity is meaningless here"
+    return figure
+
+
+def bars(title: str, y_label: str, groups: dict[str, dict[str, Summary]], name: str) -> Figure:
+    """Grouped bars: {series (e.g. a results folder): {category (an engine): Summary}}."""
+    categories = list(dict.fromkeys(c for per in groups.values() for c in per))
+    figure = Figure(name, title, "", y_label, kind="bar", categories=categories)
+    for label, per in groups.items():
+        series = Series(label, [], [])
+        for index, category in enumerate(categories):
+            s = per.get(category)
+            if s is not None and s.n:
+                series.x.append(float(index))
+                series.y.append(s.median)
+                series.err.append(_half(s))
+        figure.series.append(series)
+    return figure
+
+
+def bench_bars(runs: Sequence[RunRecord], metric: str = "decode_tok_s", label: str = "this run") -> Figure:
+    data = measured(runs)
+    per = {b: summarize([getattr(r, metric) for r in data if r.backend == b]) for b in _backends(data)}
+    titles = {"decode_tok_s": ("Decode speed", "decode tokens/s"), "ttft_ms": ("Time to first token", "TTFT (ms)")}
+    title, y_label = titles.get(metric, (metric, metric))
+    return bars(title, y_label, {label: per}, f"bench_{metric}")

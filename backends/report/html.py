@@ -1,0 +1,249 @@
+"""Reports: results folders (bench, sweep or quality) -> one self-contained HTML page plus PNGs.
+
+The page embeds every figure as a base64 PNG and needs no other file or network. With two or
+more folders it adds a side-by-side comparison and lists where their environments differ
+(CPU, library versions, git commit, settings...).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import figures as fg
+from ..storage.atomic import atomic_write, check_writable_dir
+from ..errors import UsageError
+from ..runs.quality import read_quality
+from ..results.records import RunRecord, TokenRecord
+from ..results.reader import load_results
+from ..results.stats import summarize
+from ..results.summary import SUMMARY_HEADERS, fmt, summarize_backends, summary_rows
+
+REPORT_HTML = "report.html"
+# Differences that say nothing about the machine or the settings.
+_VOLATILE = ("finished_at", "measured_at", "cancelled", "model.folder", "sweep.completed", "sweep.pending",
+             "machine.hostname", "bandwidth.cached")
+
+
+@dataclass
+class FolderData:
+    path: Path
+    runs: list[RunRecord]
+    tokens: list[TokenRecord]
+    environment: dict
+    quality: list[dict] = field(default_factory=list)
+    divergences: list[dict] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        if self.quality:
+            return "quality"
+        return "sweep" if "sweep" in self.environment else "bench"
+
+    @property
+    def label(self) -> str:
+        return self.path.name or str(self.path)
+
+    @property
+    def gb_s(self) -> float | None:
+        return (self.environment.get("bandwidth") or {}).get("gb_s")
+
+    @property
+    def backends(self) -> list[str]:
+        settings = self.environment.get("settings") or {}
+        return list(settings.get("backends") or dict.fromkeys(r.backend for r in self.runs))
+
+
+def load_folder(folder: Path) -> FolderData:
+    folder = Path(folder)
+    quality, divergences = read_quality(folder)
+    if quality and not (folder / "runs.csv").exists():
+        environment = json.loads((folder / "environment.json").read_text(encoding="utf-8")) \
+            if (folder / "environment.json").exists() else {}
+        return FolderData(folder, [], [], environment, quality, divergences)
+    runs, tokens, environment = load_results(folder)
+    return FolderData(folder, runs, tokens, environment, quality, divergences)
+
+
+def folder_figures(data: FolderData) -> list[fg.Figure]:
+    env, gb_s = data.environment, data.gb_s
+    if data.kind == "sweep":
+        return [fg.ttft_vs_prompt(data.runs, gb_s, env), fg.decode_vs_output(data.runs, gb_s, env),
+                fg.itl_vs_position(data.runs, data.tokens, gb_s, env)]
+    out = []
+    if data.kind == "quality":
+        out.append(fg.speed_vs_quality(data.quality, (env.get("model") or {}).get("weights") == "random"))
+    if data.runs:
+        out += [fg.bench_bars(data.runs, "decode_tok_s", data.label), fg.bench_bars(data.runs, "ttft_ms", data.label),
+                fg.itl_vs_position(data.runs, data.tokens, gb_s, env)]
+    return out
+
+
+def comparison_figures(folders: list[FolderData]) -> list[fg.Figure]:
+    out = []
+    for metric, title, unit in (("decode_tok_s", "Decode speed by folder", "decode tokens/s"),
+                                ("ttft_ms", "Time to first token by folder", "TTFT (ms)")):
+        groups = {}
+        for index, data in enumerate(folders, start=1):
+            measured = fg.measured(data.runs)
+            groups[f"{index}: {data.label}"] = {b: summarize([getattr(r, metric) for r in measured if r.backend == b])
+                                                 for b in dict.fromkeys(r.backend for r in measured)}
+        out.append(fg.bars(title, unit, groups, f"compare_{metric}"))
+    return out
+
+
+def flatten(data, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+    else:
+        text = json.dumps(data, default=str) if isinstance(data, (list, tuple)) else ("" if data is None else str(data))
+        out[prefix[:-1]] = text if len(text) <= 160 else text[:157] + "..."
+    return out
+
+
+def environment_differences(environments: list[dict]) -> list[tuple[str, list[str]]]:
+    """[(key, [value in each folder])] for every key whose values are not all equal."""
+    flat = [flatten(env) for env in environments]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    rows = []
+    for key in keys:
+        if any(key == v or key.endswith("." + v) or key.startswith(v + ".") for v in _VOLATILE):
+            continue
+        values = [f.get(key, "(absent)") for f in flat]
+        if len(set(values)) > 1:
+            rows.append((key, values))
+    return rows
+
+
+# --- HTML ----------------------------------------------------------------------------------
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(path: Path, figure: fg.Figure) -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    note = f"<figcaption>{html.escape(figure.note)}</figcaption>" if figure.note else ""
+    return f'<figure><img alt="{html.escape(figure.title)}" src="data:image/png;base64,{data}">{note}</figure>'
+
+
+def _num(value, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _sweep_table(data: FolderData) -> str:
+    measured = fg.measured(data.runs)
+    backends = list(dict.fromkeys(r.backend for r in measured))
+    cells = sorted({(r.prompt_tokens, r.new_tokens) for r in measured})
+    rows = []
+    for p, n in cells:
+        row = [str(p), str(n)]
+        for b in backends:
+            mine = [r for r in measured if r.backend == b and (r.prompt_tokens, r.new_tokens) == (p, n)]
+            ttft, speed = summarize([r.ttft_ms for r in mine]), summarize([r.decode_tok_s for r in mine])
+            row.append(f"{fmt(ttft.median)} ms · {fmt(speed.median)} tok/s" if mine else "-")
+        rows.append(row)
+    return _table(["prompt", "new"] + [f"{b}: TTFT · decode" for b in backends], rows)
+
+
+def _quality_html(data: FolderData) -> str:
+    rows = []
+    for r in data.quality:
+        share = r.get("agree_share")
+        agree = "-" if share is None else f"{r.get('agree_tokens')}/{r.get('compared_tokens')} ({100 * share:.0f}%)"
+        delta = "reference" if r.get("backend") == r.get("reference") else _num(r.get("ppl_diff_pct"))
+        status = r.get("status") or ""
+        rows.append([r.get("backend") or "", r.get("dtype") or "", _num(r.get("perplexity"), 3), delta,
+                     _num(r.get("decode_tok_s"), 1), agree, _num(r.get("first_divergence")),
+                     status if status in ("ok", "") else f"{status}: {r.get('error') or ''}"[:80]])
+    parts = ["<h3>Quality</h3>", _table(["backend", "dtype", "perplexity", "Δ vs reference %", "tok/s",
+                                         "agree (share)", "first divergence", "status"], rows)]
+    note = (data.environment.get("quality") or {}).get("note")
+    if note:
+        parts.append(f"<p class=warn>{html.escape(note)}</p>")
+    for d in data.divergences:
+        tops = []
+        for label, key in ((d.get("reference", "reference"), "reference_top"), (d.get("backend", ""), "top")):
+            items = ", ".join(f"{t['text']!r} {t['logit']:.3f}" for t in d.get(key) or [])
+            tops.append(f"<li>{html.escape(label)}: {html.escape(items or d.get('error') or '-')}</li>")
+        parts.append(f"<p>{html.escape(d['backend'])} diverges from {html.escape(d['reference'])} at generated token "
+                     f"{d['position']}: {html.escape(repr(d['reference_token']['text']))} vs "
+                     f"{html.escape(repr(d['token']['text']))}; top-5 logits on the common prefix:</p><ul>{''.join(tops)}</ul>")
+    return "".join(parts)
+
+
+def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
+    env = data.environment
+    model, machine, app = env.get("model") or {}, env.get("machine") or {}, env.get("app") or {}
+    facts = [f"kind: {data.kind}", f"model: {model.get('id', '?')} ({model.get('weights', '?')} weights)",
+             f"CPU: {machine.get('cpu', '?')}", f"threads: {env.get('threads_resolved', '?')}",
+             f"git: {app.get('git_commit') or '?'}", f"finished: {env.get('finished_at', '?')}"]
+    if data.gb_s:
+        facts.append(f"memory bandwidth: {data.gb_s:.1f} GB/s")
+    parts = [f"<section><h2>{index}: {html.escape(data.label)}</h2><p class=facts>{html.escape(' · '.join(facts))}</p>"]
+    if model.get("weights") == "random":
+        parts.append("<p class=warn>random weights - timing only: perplexity and text are meaningless</p>")
+    for skipped in (env.get("sweep") or {}).get("skipped", []):
+        parts.append(f"<p class=note>skipped: {html.escape(skipped.get('reason', ''))}</p>")
+    if data.kind == "sweep":
+        parts.append(_sweep_table(data))
+    elif data.runs:
+        summaries = summarize_backends(data.runs, data.backends)
+        parts.append(_table(SUMMARY_HEADERS, summary_rows(summaries, env.get("reference"))))
+    if data.quality:
+        parts.append(_quality_html(data))
+    parts += images
+    parts.append("</section>")
+    return "".join(parts)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.6em 0;
+font-size:.85em}th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}th{background:#f3f3f3}
+td:first-child{text-align:left}img{max-width:100%;border:1px solid #eee}.facts{color:#555}.warn{color:#b00;
+font-weight:bold}.note{color:#666}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:1.5em}
+figcaption{color:#666;font-size:.8em}"""
+
+
+def build_report(folders: list[Path], out_dir: Path) -> Path:
+    """Write report.html and every figure as PNG into out_dir; return the HTML's path."""
+    if not folders:
+        raise UsageError("report needs at least one results folder")
+    datas = [load_folder(Path(f)) for f in folders]
+    out_dir = Path(out_dir)
+    try:
+        check_writable_dir(out_dir)
+    except OSError as exc:
+        raise UsageError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from exc
+    from .plots import render_png
+
+    sections = []
+    if len(datas) > 1:
+        images = [_img(render_png(f, out_dir / f"{f.name}.png"), f) for f in comparison_figures(datas)]
+        diffs = environment_differences([d.environment for d in datas])
+        headers = ["setting"] + [f"{i}: {d.label}" for i, d in enumerate(datas, start=1)]
+        table = _table(headers, [[k] + v for k, v in diffs]) if diffs else "<p>no differences</p>"
+        sections.append(f"<section><h2>Comparison</h2>{''.join(images)}<h3>Environment differences</h3>{table}</section>")
+    columns = []
+    for index, data in enumerate(datas, start=1):
+        images = [_img(render_png(f, out_dir / f"{index}-{f.name}.png"), f) for f in folder_figures(data)]
+        columns.append(_folder_html(index, data, images))
+    sections.append(f"<div class=grid>{''.join(columns)}</div>")
+    title = "whistle-stop report: " + ", ".join(d.label for d in datas)
+    page = (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"
+            f"</head><body><h1>{html.escape(title)}</h1><p class=facts>generated {time.strftime('%Y-%m-%d %H:%M')} · "
+            "values are medians of measured runs, ± / error bars half the 95% interval of the mean across repeats"
+            f"</p>{''.join(sections)}</body></html>")
+    path = out_dir / REPORT_HTML
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(page)
+    return path

@@ -1,0 +1,90 @@
+"""What machine and software a result came from (environment.json)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from .. import __version__
+
+LIBRARIES = ("numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "onnx",
+             "onnxruntime", "llama_cpp_python", "ctranslate2", "openvino", "PySide6_Essentials", "pyqtgraph")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_names() -> list[str]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    except (OSError, subprocess.SubprocessError):
+        return []
+
+
+def git_commit() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def collect_environment(model=None, settings: dict | None = None, extra: dict | None = None) -> dict:
+    memory = psutil.virtual_memory()
+    env = {
+        "app": {"name": "whistle-stop", "version": __version__, "git_commit": git_commit()},
+        "machine": {
+            "cpu": cpu_model(),
+            "cores_logical": psutil.cpu_count(logical=True),
+            "cores_physical": psutil.cpu_count(logical=False),
+            "memory_gb": round(memory.total / 2**30, 1),
+            "gpus": gpu_names(),
+            "os": platform.platform(),
+            "hostname": platform.node(),
+        },
+        "python": sys.version.split()[0],
+        "libraries": library_versions(),
+        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+    }
+    if model is not None:
+        env["model"] = {"id": model.model_id, "spec": model.spec, "weights": model.weights,
+                        "weights_sha256_16": model.weights_hash, "folder": str(model.folder),
+                        "n_layer": model.config.get("n_layer"), "n_embd": model.config.get("n_embd"),
+                        "context": model.context}
+    if settings is not None:
+        env["settings"] = settings
+    if extra:
+        env.update(extra)
+    return env

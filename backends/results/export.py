@@ -1,0 +1,71 @@
+"""CSV and JSON export of a result set, written atomically."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterable
+
+from ..storage.atomic import atomic_write, check_writable_dir
+from .records import RUN_COLUMNS, TOKEN_COLUMNS, RunRecord, TokenRecord
+
+TOKENS_CSV, RUNS_CSV, ENVIRONMENT_JSON = "tokens.csv", "runs.csv", "environment.json"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s")
+SUMMARY_COLUMNS = ["backend", "metric", "n", "median", "mean", "p90", "p99", "std", "ci95_low", "ci95_high", "min", "max"]
+
+
+def _cell(value) -> object:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.1f}"
+    return value
+
+
+def write_csv(path: Path, columns: list[str], rows: Iterable[object]) -> None:
+    with atomic_write(path, newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for row in rows:
+            data = asdict(row) if not isinstance(row, dict) else row
+            writer.writerow([_cell(data.get(c)) for c in columns])
+
+
+def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict,
+                  summary: bool = True) -> list[Path]:
+    """Write tokens.csv, runs.csv, summary.csv (per engine, across measured repeats; left out for
+    sweeps, whose rows mix cells) and environment.json into `out_dir`; return their paths."""
+    out_dir = Path(out_dir)
+    check_writable_dir(out_dir)
+    write_csv(out_dir / TOKENS_CSV, TOKEN_COLUMNS, tokens)
+    write_csv(out_dir / RUNS_CSV, RUN_COLUMNS, runs)
+    paths = [out_dir / TOKENS_CSV, out_dir / RUNS_CSV]
+    if summary:
+        write_csv(out_dir / SUMMARY_CSV, SUMMARY_COLUMNS, summary_rows(runs))
+        paths.append(out_dir / SUMMARY_CSV)
+    with atomic_write(out_dir / ENVIRONMENT_JSON, encoding="utf-8") as f:
+        json.dump(environment, f, indent=2, default=str)
+    return paths + [out_dir / ENVIRONMENT_JSON]
+
+
+def summary_rows(runs: list[RunRecord]) -> list[dict]:
+    """One row per engine and metric: the spread of that metric across measured runs."""
+    from .summary import summarize_backends
+
+    rows = []
+    for backend in summarize_backends(runs):
+        for metric in SUMMARY_METRICS:
+            stats = asdict(getattr(backend, metric))
+            rows.append({"backend": backend.backend, "metric": metric, **stats})
+    return rows
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with Path(path).open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))

@@ -1,0 +1,100 @@
+"""The records every number in the app comes from: one row per token, one row per run."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from ..worker.events import Token
+from .stats import run_metrics
+
+
+@dataclass
+class TokenRecord:
+    run_id: str
+    backend: str
+    repeat: int
+    is_warmup: bool
+    token_index: int
+    token_id: int
+    text: str
+    t_ms: float  # since the request started
+    itl_ms: float | None  # gap since the previous token; None for the first token
+    phase: str  # "prefill" (first token, includes the prompt) or "decode"
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    backend: str
+    model: str
+    weights: str
+    device: str
+    dtype: str
+    threads: int
+    prompt_tokens: int
+    new_tokens: int
+    decoding: str
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    repeat: int
+    is_warmup: bool
+    import_s: float | None
+    load_s: float | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    itl_p50_ms: float | None
+    itl_p90_ms: float | None
+    itl_p99_ms: float | None
+    decode_tok_s: float | None
+    e2e_s: float | None
+    peak_rss_mb: float | None
+    status: str
+    error: str = ""
+    # Beyond the core schema: context a reader needs to trust the row.
+    tokens_generated: int = 0
+    cold_start_s: float | None = None  # worker spawned -> first token (first run of a worker only)
+    bandwidth_gb_s: float | None = None  # weight bytes per token x decode tokens/s
+    concurrent: bool = False  # race mode: timings are contended
+    reference: str = ""  # the engine this run's tokens are compared with
+    agree_tokens: int | None = None  # tokens equal to the reference before the first divergence
+    first_divergence: int | None = None
+    notes: str = ""
+
+
+TOKEN_COLUMNS = [f.name for f in fields(TokenRecord)]
+RUN_COLUMNS = [f.name for f in fields(RunRecord)]
+
+
+def token_records(run_id: str, backend: str, repeat: int, is_warmup: bool, start_ns: int,
+                  tokens: list[Token]) -> list[TokenRecord]:
+    rows = []
+    previous = None
+    for token in tokens:
+        rows.append(TokenRecord(
+            run_id, backend, repeat, is_warmup, token.index, token.token_id, token.text,
+            (token.t_ns - start_ns) / 1e6, None if previous is None else (token.t_ns - previous) / 1e6,
+            "prefill" if token.index == 0 else "decode",
+        ))
+        previous = token.t_ns
+    return rows
+
+
+def fill_metrics(record: RunRecord, start_ns: int, tokens: list[Token], weight_bytes_per_token: int) -> None:
+    metrics = run_metrics(start_ns, [t.t_ns for t in tokens])
+    record.tokens_generated = metrics.tokens
+    record.ttft_ms = _finite(metrics.ttft_ms)
+    record.tpot_ms = _finite(metrics.tpot_ms)
+    record.itl_p50_ms = _finite(metrics.itl_p50_ms)
+    record.itl_p90_ms = _finite(metrics.itl_p90_ms)
+    record.itl_p99_ms = _finite(metrics.itl_p99_ms)
+    record.decode_tok_s = _finite(metrics.decode_tok_s)
+    record.e2e_s = _finite(metrics.e2e_s)
+    if record.decode_tok_s and weight_bytes_per_token:
+        record.bandwidth_gb_s = weight_bytes_per_token * record.decode_tok_s / 1e9
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)

@@ -1,0 +1,41 @@
+"""Prompts: the user's text, or the bundled text cut to an exact number of tokens."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from ..errors import UsageError
+from ..storage.paths import PROMPTS_DIR
+from .tokenizer import decode, encode
+
+
+@lru_cache(maxsize=1)
+def _source_ids() -> tuple[int, ...]:
+    return tuple(encode((PROMPTS_DIR / "bench.txt").read_text(encoding="utf-8")))
+
+
+def prompt_of_length(n_tokens: int) -> list[int]:
+    """The first `n_tokens` tokens of the bundled text (repeated if it is shorter)."""
+    if n_tokens < 1:
+        raise UsageError(f"prompt must have at least 1 token, got {n_tokens}")
+    source = _source_ids()
+    repeats = -(-n_tokens // len(source))
+    return list((source * repeats)[:n_tokens])
+
+
+def prompt_ids(text: str | None, n_tokens: int | None) -> list[int]:
+    """Token ids for a bench or GUI run. Explicit text wins; otherwise the bundled text."""
+    if text is not None:
+        if not text.strip():
+            raise UsageError("the prompt is empty")
+        return encode(text)
+    return prompt_of_length(n_tokens or 50)
+
+
+def example_prompts() -> dict[str, str]:
+    return json.loads((PROMPTS_DIR / "examples.json").read_text(encoding="utf-8"))
+
+
+def prompt_text(ids: list[int]) -> str:
+    return decode(ids)

@@ -1,0 +1,153 @@
+"""What a worker process tells its parent: small picklable dataclasses.
+
+Timestamps are `time.monotonic_ns()`, one clock for every process on the machine, so runs in
+different workers can be laid side by side on one time axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..sampling import SamplingParams
+
+
+# Parent -> child
+@dataclass(frozen=True)
+class RunRequest:
+    run_id: str
+    prompt_ids: tuple[int, ...]
+    new_tokens: int
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Score text with the engine's own forward pass (perplexity).
+
+    `targets[i]` is how many trailing tokens of `windows[i]` are scored (HF's strided method:
+    only the part of a window that earlier windows did not cover). A window's first token is
+    never scored: nothing predicts it.
+    """
+
+    run_id: str
+    windows: tuple[tuple[int, ...], ...]
+    targets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LogitsRequest:
+    """The top-k logits after teacher-forcing `prefix_ids` (what the engine predicts next)."""
+
+    run_id: str
+    prefix_ids: tuple[int, ...]
+    k: int = 5
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# Child -> parent
+@dataclass(frozen=True)
+class Started:
+    """The child's interpreter is up (spawn cost = t_ns - the parent's spawn time)."""
+
+    t_ns: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    message: str
+    fraction: float | None = None  # None: indeterminate
+
+
+@dataclass(frozen=True)
+class Ready:
+    import_s: float
+    load_s: float
+    t_ns: int
+    device: str
+    dtype: str
+    threads: int
+    weight_bytes_per_token: int
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    t_ns: int  # request start: the clock TTFT is measured from
+
+
+@dataclass(frozen=True)
+class Token:
+    run_id: str
+    index: int
+    token_id: int
+    text: str  # incremental text delta (may be empty while a character is incomplete)
+    t_ns: int  # taken once the token id is on the CPU
+
+
+@dataclass(frozen=True)
+class RunDone:
+    run_id: str
+    t_ns: int
+    tokens: int
+    peak_rss_mb: float
+    cancelled: bool = False
+    notes: str = ""  # what the engine could not honour in this run
+
+
+@dataclass(frozen=True)
+class ScoreProgress:
+    """Sent while scoring, so a long evaluation is not mistaken for a hang."""
+
+    run_id: str
+    windows_done: int
+    windows_total: int
+
+
+@dataclass(frozen=True)
+class ScoreDone:
+    run_id: str
+    nll_sum: float  # summed negative log-likelihood (natural log) over the scored tokens
+    tokens: int  # tokens scored
+    seconds: float
+    method: str  # "forward_logits" or "prefill+decode"
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class TopLogits:
+    run_id: str
+    token_ids: tuple[int, ...]  # best first
+    logits: tuple[float, ...]
+    logprobs: tuple[float, ...]  # log-softmax over the whole vocabulary
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An exception in the child, during load (run_id None) or during a run."""
+
+    message: str
+    traceback: str = ""
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    """Made by the parent: the child crashed, hung past its timeout, or was killed on cancel."""
+
+    reason: str  # "crashed", "timeout", "killed"
+    detail: str = ""
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendEvent:
+    """An event tagged with the backend (and worker slot) it came from: what the GUI consumes."""
+
+    backend: str
+    event: object
+    extra: dict = field(default_factory=dict)

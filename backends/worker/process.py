@@ -1,0 +1,260 @@
+"""The parent side of a worker: spawn one engine in its own process and read its events.
+
+Each engine runs in a spawned child so that cold start is real, peak memory is its own, and a
+crash or a hang takes down nothing but that child. The thread that calls `start`/`run` reads
+the pipe; `cancel` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..engine import EngineOptions
+from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
+                     ScoreRequest, Shutdown, Token, TopLogits, WorkerLost)
+from ..sources.model_files import ModelFiles
+from ..registry import EngineSpec
+from .child import child_main
+
+EventSink = Callable[[object], None]
+
+# BLAS/OpenMP libraries read these once, when first imported. A spawned child imports numpy
+# while unpickling its arguments, before any of its own code runs, so the variables must be in
+# the environment it inherits. The lock keeps concurrent starts (race mode) from mixing them.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+_SPAWN_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds without any event from the child before it counts as hung and is killed."""
+
+    load_s: float = 900.0  # progress events (downloads, ONNX export) reset this clock
+    token_s: float = 120.0  # the first token includes prefill
+    cancel_grace_s: float = 5.0  # after Cancel, how long a run may take to stop by itself
+    score_s: float = 900.0  # one perplexity window (a teacher-forced fallback decodes it token by token)
+
+
+@dataclass
+class RunOutcome:
+    request: RunRequest
+    started_ns: int = 0
+    tokens: list[Token] = field(default_factory=list)
+    done: RunDone | None = None
+    failure: Failed | WorkerLost | None = None
+
+    @property
+    def status(self) -> str:
+        if isinstance(self.failure, WorkerLost):
+            return self.failure.reason
+        if self.failure is not None:
+            return "error"
+        if self.done is not None and self.done.cancelled:
+            return "cancelled"
+        return "ok" if self.done is not None else "error"
+
+
+@dataclass
+class ScoreOutcome:
+    request: ScoreRequest
+    done: ScoreDone | None = None
+    failure: Failed | WorkerLost | None = None
+
+    @property
+    def status(self) -> str:
+        if isinstance(self.failure, WorkerLost):
+            return self.failure.reason
+        if self.failure is not None or self.done is None:
+            return "error"
+        return "cancelled" if self.done.cancelled else "ok"
+
+    @property
+    def error(self) -> str:
+        if isinstance(self.failure, Failed):
+            return self.failure.message
+        if isinstance(self.failure, WorkerLost):
+            return f"worker {self.failure.reason}: {self.failure.detail}"
+        return ""
+
+
+class WorkerError(RuntimeError):
+    def __init__(self, event: Failed | WorkerLost) -> None:
+        super().__init__(event.message if isinstance(event, Failed) else f"worker {event.reason}: {event.detail}")
+        self.event = event
+
+
+class Worker:
+    def __init__(self, spec: EngineSpec, model: ModelFiles, options: EngineOptions,
+                 on_event: EventSink | None = None, timeouts: Timeouts = Timeouts()) -> None:
+        self.spec, self.model, self.options, self.timeouts = spec, model, options, timeouts
+        self._on_event = on_event or (lambda event: None)
+        self._context = mp.get_context("spawn")
+        self._cancel = self._context.Event()
+        self._cancel_requested_at: float | None = None
+        self._conn = None
+        self._process = None
+        self.spawn_ns = 0
+        self.ready: Ready | None = None
+        self.lost: WorkerLost | None = None
+        self.produced_tokens = False  # set by the session after the first run that yields a token
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> Ready:
+        """Spawn the child and wait for Ready; raise WorkerError if it fails or hangs."""
+        parent_conn, child_conn = self._context.Pipe(duplex=True)
+        self._conn = parent_conn
+        self._process = self._context.Process(
+            target=child_main, args=(child_conn, self._cancel, self.spec, self.model, self.options),
+            name=f"whistle-stop:{self.spec.name}", daemon=True,
+        )
+        with _SPAWN_LOCK:
+            saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+            os.environ.update({name: str(self.options.threads) for name in THREAD_VARIABLES})
+            try:
+                self.spawn_ns = time.monotonic_ns()
+                self._process.start()
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+        child_conn.close()
+        while True:
+            event = self._next_event(self.timeouts.load_s, run_id=None)
+            self._on_event(event)
+            if isinstance(event, Ready):
+                self.ready = event
+                return event
+            if isinstance(event, (Failed, WorkerLost)):
+                self._reap()
+                raise WorkerError(event)
+
+    def run(self, request: RunRequest) -> RunOutcome:
+        """Send one run and collect its events until it ends, fails, or the worker is lost."""
+        outcome = RunOutcome(request)
+        if self.lost is not None or self._conn is None:
+            outcome.failure = self.lost or WorkerLost("crashed", "the worker is not running", request.run_id)
+            return outcome
+        self._cancel.clear()
+        self._cancel_requested_at = None
+        try:
+            self._conn.send(request)
+        except (OSError, EOFError) as exc:
+            outcome.failure = self._lose("crashed", f"could not send the run: {exc}", request.run_id)
+            return outcome
+        while True:
+            event = self._next_event(self.timeouts.token_s, run_id=request.run_id)
+            self._on_event(event)
+            if isinstance(event, Token):
+                outcome.tokens.append(event)
+            elif isinstance(event, RunDone):
+                outcome.done = event
+                return outcome
+            elif isinstance(event, (Failed, WorkerLost)):
+                outcome.failure = event
+                return outcome
+            elif isinstance(event, RunStarted):
+                outcome.started_ns = event.t_ns
+
+    def score(self, request: ScoreRequest) -> ScoreOutcome:
+        """Perplexity windows through the engine's own forward pass (see worker_child.score_window)."""
+        outcome = ScoreOutcome(request)
+        final = self._exchange(request, self.timeouts.score_s, (ScoreDone,))
+        if isinstance(final, ScoreDone):
+            outcome.done = final
+        else:
+            outcome.failure = final
+        return outcome
+
+    def top_logits(self, request: LogitsRequest) -> TopLogits | Failed | WorkerLost:
+        """The engine's k best next tokens after `request.prefix_ids` (teacher-forced)."""
+        return self._exchange(request, self.timeouts.token_s, (TopLogits,))
+
+    def _exchange(self, request, timeout_s: float, answers: tuple[type, ...]):
+        """Send one request; pass events on until one of `answers`, a failure, or a lost worker."""
+        if self.lost is not None or self._conn is None:
+            return self.lost or WorkerLost("crashed", "the worker is not running", request.run_id)
+        self._cancel.clear()
+        self._cancel_requested_at = None
+        try:
+            self._conn.send(request)
+        except (OSError, EOFError) as exc:
+            return self._lose("crashed", f"could not send the request: {exc}", request.run_id)
+        while True:
+            event = self._next_event(timeout_s, run_id=request.run_id)
+            self._on_event(event)
+            if isinstance(event, answers + (Failed, WorkerLost)):
+                return event
+
+    def cancel(self) -> None:
+        """Ask the current run to stop after its current token (safe from any thread)."""
+        self._cancel.set()
+        self._cancel_requested_at = time.monotonic()
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Ask the child to exit; kill it if it does not within `grace_s`."""
+        if self._process is None:
+            return
+        if self._process.is_alive() and self._conn is not None:
+            try:
+                self._conn.send(Shutdown())
+            except (OSError, EOFError, ValueError):
+                pass
+        self._process.join(grace_s)
+        self._reap()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    # --- internals -------------------------------------------------------------------------
+    def _next_event(self, timeout_s: float, run_id: str | None) -> object:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            wait = min(deadline - now, 0.1)
+            if self._cancel_requested_at is not None and now - self._cancel_requested_at > self.timeouts.cancel_grace_s:
+                return self._lose("killed", "did not stop within the cancel grace period", run_id)
+            if wait <= 0:
+                return self._lose("timeout", f"no answer for {timeout_s:g} s", run_id)
+            try:
+                if self._conn.poll(wait):
+                    event = self._conn.recv()
+                    if isinstance(event, Progress):
+                        deadline = time.monotonic() + timeout_s  # progress proves life
+                    return event
+            except (EOFError, OSError):
+                self._process.join(1.0)
+                code = self._process.exitcode
+                return self._lose("crashed", f"worker process exited (exit code {code})", run_id)
+            if not self._process.is_alive() and not self._conn.poll(0):
+                return self._lose("crashed", f"worker process exited (exit code {self._process.exitcode})", run_id)
+
+    def _lose(self, reason: str, detail: str, run_id: str | None) -> WorkerLost:
+        self.lost = WorkerLost(reason, detail, run_id)
+        self._reap()
+        return self.lost
+
+    def _reap(self) -> None:
+        if self._process is None:
+            return
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5.0)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def default_threads() -> int:
+    return os.cpu_count() or 1
