@@ -1,0 +1,1 @@
+"""The command line: argument parsing (`main`) and what each command does (`commands`)."""

@@ -1,0 +1,1 @@
+"""Run orchestration: benchmark sessions, sweeps and quality runs over spawned engine workers."""

@@ -1,0 +1,1 @@
+"""Our own PyTorch GPT-2 (`model`) with a static KV cache, and the engine that runs it (`engine`)."""

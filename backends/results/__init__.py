@@ -1,0 +1,1 @@
+"""Results: run and token records, statistics, summaries, export and reading back, environment, bandwidth."""
