@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import numpy as np
 
+from .engines.options import EngineSettings
+from .progress import ProgressFn
 from .sources.model_files import ModelFiles
 from .sampling import Sampler
-
-ProgressFn = Callable[[str, float | None], None]
 
 
 @dataclass
@@ -27,7 +27,7 @@ class EngineOptions:
 
     threads: int = 0  # 0: all cores
     device: str = "cpu"
-    extra: dict = field(default_factory=dict)  # engine-specific (e.g. a server's URL)
+    settings: EngineSettings | None = None  # the engine's own typed settings (e.g. a server's URL), if any
 
 
 @dataclass
@@ -80,13 +80,3 @@ class Engine(ABC):
     def close(self) -> None:
         """Free resources; the worker process exits afterwards anyway."""
 
-
-def gpt2_weight_bytes(config: dict, matrix_bytes: float, other_bytes: float = 4) -> int:
-    """Weights read per decoded token: the 4 matrices of every layer and the tied lm_head
-    at `matrix_bytes` per element, biases and norms at `other_bytes`. Position embeddings are
-    one row per token and are left out."""
-    d, v, layers = config["n_embd"], config["vocab_size"], config["n_layer"]
-    inner = config.get("n_inner") or 4 * d
-    matrices = layers * (d * 3 * d + d * d + 2 * d * inner) + v * d
-    vectors = layers * (3 * d + d + inner + d + 4 * d) + 2 * d
-    return int(matrices * matrix_bytes + vectors * other_bytes)

@@ -26,7 +26,7 @@ class EngineSpec:
     precision: str = "fp32"
     kwargs: dict = field(default_factory=dict)
     needs: str = ""  # "cuda" for GPU-only variants
-    reference_exact: bool = False  # fp32: must equal the reference's greedy tokens
+    options: str = ""  # "package.module:Class" of its typed settings (an EngineSettings), if any
 
 
 _CORE = 'pip install -e .'
@@ -34,9 +34,9 @@ _PEERS = 'pip install -e ".[peers]"'
 
 
 def _spec(name, target, description, requires, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
-    needs = kwargs.pop("needs", "")
+    needs, options = kwargs.pop("needs", ""), kwargs.pop("options", "")
     return EngineSpec(name, target, description, tuple(requires), install, precision, kwargs, needs,
-                      reference_exact=precision == "fp32")
+                      options=options)
 
 
 _TORCH = ("torch",)
@@ -51,7 +51,7 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf-int8", "backends.engines.hf:HFEngine", "transformers, Conv1D->Linear, torch dynamic int8", _HF, "int8", dtype="int8"),
     _spec("torch-static", "backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, preallocated static KV cache", _TORCH),
     _spec("torch-static-bf16", "backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 in bfloat16", _TORCH, "bf16", dtype="bf16"),
-    _spec("torch-static-int8", "backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, all 49 matmuls dynamic int8", _TORCH, "int8", dtype="int8"),
+    _spec("torch-static-int8", "backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, every matmul dynamic int8 (4 per layer + lm_head)", _TORCH, "int8", dtype="int8"),
     _spec("torch-static-compile", "backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, torch.compile'd decode (CUDA graphs + bf16 on a GPU)", _TORCH, "bf16", compile=True, dtype="bf16"),
     _spec("torch-static-cuda", "backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, fp32, static KV cache", _TORCH, device="cuda", needs="cuda"),
     _spec("torch-static-cuda-graphs", "backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, bf16, decode captured in CUDA graphs", _TORCH, "bf16", compile=True, dtype="bf16", device="cuda", needs="cuda"),
@@ -69,7 +69,8 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("ctranslate2-int8", "backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8"),
     _spec("openvino", "backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32"),
     _spec("openvino-int8", "backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, int8 weight compression", _OV, "int8", install=_PEERS, weight_format="int8"),
-    _spec("remote", "backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", (), "server"),
+    _spec("remote", "backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", (), "server",
+          options="backends.engines.remote_options:RemoteOptions"),
 ]}
 
 

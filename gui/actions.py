@@ -1,20 +1,35 @@
-"""The window's actions, with their shortcuts, in the menu bar and the toolbar."""
+"""The window's actions, with their shortcuts, in the menu bar and the toolbar.
+
+They need only the slots they trigger (`ActionSlots`), not the window's class: the window
+imports this module, never the other way round."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QComboBox, QLabel, QToolBar
+from PySide6.QtWidgets import QComboBox, QLabel, QMainWindow, QMenu, QToolBar
 
 from .theme import icon
 
-if TYPE_CHECKING:
-    from .main_window import MainWindow
-
 REPLAY_SPEEDS = {"1×": 1.0, "½×": 0.5, "¼×": 0.25, "⅒×": 0.1}
+
+
+class ActionSlots(Protocol):
+    """What the actions trigger (the main window provides them)."""
+
+    def start_run(self) -> bool: ...
+    def cancel(self) -> None: ...
+    def replay(self) -> bool: ...
+    def export_csv(self) -> bool: ...
+    def export_charts(self) -> list: ...
+    def save_session(self) -> bool: ...
+    def open_session(self) -> bool: ...
+    def copy_markdown(self) -> str: ...
+    def export_report(self) -> object: ...
+    def compare_folders(self) -> object: ...
 
 
 @dataclass
@@ -31,6 +46,7 @@ class Actions:
     compare: QAction
     quit: QAction
     replay_speed: QComboBox
+    view_menu: QMenu  # the window adds its docks' toggles
 
     def set_state(self, running: bool, can_run: bool, has_results: bool, can_replay: bool, replaying: bool,
                   can_report: bool = False) -> None:
@@ -45,7 +61,7 @@ class Actions:
         self.compare.setEnabled(not running)
 
 
-def _action(window: "MainWindow", text: str, icon_name: str, slot, shortcut: QKeySequence | str | None = None,
+def _action(window: QMainWindow, text: str, icon_name: str, slot: Callable[[], object], shortcut: QKeySequence | str | None = None,
             tip: str = "") -> QAction:
     action = QAction(icon(icon_name), text, window)
     if shortcut is not None:
@@ -58,31 +74,33 @@ def _action(window: "MainWindow", text: str, icon_name: str, slot, shortcut: QKe
     return action
 
 
-def build_actions(window: "MainWindow") -> Actions:
+def build_actions(window: QMainWindow, slots: ActionSlots) -> Actions:
+    """The actions, in `window`'s menu bar and a toolbar of its own."""
     speed = QComboBox()
     speed.addItems(list(REPLAY_SPEEDS))
     speed.setToolTip("replay speed: slow it down to watch fast engines")
     actions = Actions(
-        run=_action(window, "Run", "run", window.start_run, "Ctrl+Return", "Run the selected engines"),
-        cancel=_action(window, "Cancel", "cancel", window.cancel, "Esc", "Stop after the current token"),
-        replay=_action(window, "Replay", "replay", window.replay, "Ctrl+R",
+        run=_action(window, "Run", "run", slots.start_run, "Ctrl+Return", "Run the selected engines"),
+        cancel=_action(window, "Cancel", "cancel", slots.cancel, "Esc", "Stop after the current token"),
+        replay=_action(window, "Replay", "replay", slots.replay, "Ctrl+R",
                        "Replay the measured runs side by side on their recorded time axis"),
-        export_csv=_action(window, "Export CSV…", "export", window.export_csv, "Ctrl+E",
+        export_csv=_action(window, "Export CSV…", "export", slots.export_csv, "Ctrl+E",
                            "Write tokens.csv, runs.csv and environment.json into a folder"),
-        export_charts=_action(window, "Export charts as PNG…", "chart", window.export_charts, None,
+        export_charts=_action(window, "Export charts as PNG…", "chart", slots.export_charts, None,
                               "Save every chart as a PNG image"),
-        save_session=_action(window, "Save session…", "save", window.save_session, QKeySequence.StandardKey.Save,
+        save_session=_action(window, "Save session…", "save", slots.save_session, QKeySequence.StandardKey.Save,
                              "Save this session's records into a folder"),
-        open_session=_action(window, "Open session…", "open", window.open_session, QKeySequence.StandardKey.Open,
+        open_session=_action(window, "Open session…", "open", slots.open_session, QKeySequence.StandardKey.Open,
                              "Open a saved session (or any bench --out folder)"),
-        copy_markdown=_action(window, "Copy summary as Markdown", "copy", window.copy_markdown, "Ctrl+Shift+C",
+        copy_markdown=_action(window, "Copy summary as Markdown", "copy", slots.copy_markdown, "Ctrl+Shift+C",
                               "Copy the summary table as Markdown"),
-        export_report=_action(window, "Export report (HTML)…", "chart", window.export_report, None,
+        export_report=_action(window, "Export report (HTML)…", "chart", slots.export_report, None,
                               "One self-contained HTML page of this session's bench, sweep and quality results"),
-        compare=_action(window, "Open folders to compare…", "open", window.compare_folders, None,
+        compare=_action(window, "Open folders to compare…", "open", slots.compare_folders, None,
                         "Build a comparison report of two or more results folders and open it"),
         quit=_action(window, "Quit", "", window.close, QKeySequence.StandardKey.Quit),
         replay_speed=speed,
+        view_menu=QMenu("&View", window),
     )
     menu = window.menuBar()
     file_menu = menu.addMenu("&File")
@@ -92,7 +110,7 @@ def build_actions(window: "MainWindow") -> Actions:
     run_menu = menu.addMenu("&Run")
     for action in (actions.run, actions.cancel, actions.replay):
         run_menu.addAction(action)
-    window.view_menu = menu.addMenu("&View")
+    menu.addMenu(actions.view_menu)
 
     toolbar = QToolBar("Actions")
     toolbar.setObjectName("actionsToolbar")

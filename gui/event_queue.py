@@ -1,4 +1,4 @@
-"""What the GUI's job runners share: the drain tick, and emptying a job's queue in order.
+"""The GUI's drain tick (the job runner's and the replay's), and emptying a job's queue in order.
 
 A job's threads only put items into a queue; the GUI thread empties it once per tick. Plain
 events leave as one batch; a control item (progress, prepared, finished, failed) is handed on

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backends.worker.events import (BackendEvent, Failed, Progress, Ready, RunDone, RunRequest, RunStarted, Started,
-                             Token, WorkerLost)
+from backends.worker.events import (BackendEvent, Failed, Progress, Ready, RunContext, RunDone, RunRequest,
+                                    RunStarted, Started, Token, WorkerLost)
 from backends.sources.prompts import prompt_text
 from backends.results.records import RunRecord, TokenRecord
 from backends.runs.bench import RunRecorded, SessionStarted
@@ -128,8 +128,8 @@ class LiveView:
             self._flush_one(name)
             self.start_trace(name, event.run_id, event.t_ns, self._labels.get(name, ""))
         elif isinstance(event, RunRequest):
-            self._labels[name] = run_label(wrapped.extra.get("repeat", 1), wrapped.extra.get("is_warmup", False),
-                                           self.repeats)
+            context = wrapped.context or RunContext(1, False)
+            self._labels[name] = run_label(context.repeat, context.is_warmup, self.repeats)
             self._totals[name] = event.new_tokens
         elif isinstance(event, Started):
             pane.set_tag("starting")

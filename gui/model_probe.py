@@ -1,7 +1,7 @@
 """What the setup panel can know about a model source before Run: its context and whether its
 weights are random. Bundled configs answer at once; a local folder is validated in a thread.
-Hub ids and `auto` are resolved (downloaded if needed) only when the user presses Run, through
-`fetch_model`, which a Cancel stops cleanly (see `resolve_model`'s `cancel`)."""
+Hub ids and `auto` are resolved (downloaded if needed) only when the user presses Run, by the
+job itself (`JobContext.prepare`), which a Cancel stops cleanly (see `resolve_model`'s `cancel`)."""
 
 from __future__ import annotations
 
@@ -13,20 +13,13 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from backends.errors import UsageError
-from backends.sources.model_files import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, ProgressFn, resolve_model
+from backends.sources.model_files import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, resolve_model
 from backends.storage.paths import CONFIGS_DIR
 
 HUB_MODELS = ["gpt2", "distilgpt2", "gpt2-medium"]
 
 # resolve_model may write a random model or download one: never twice at the same time.
 RESOLVE_LOCK = threading.Lock()
-
-
-def fetch_model(spec: str, progress: ProgressFn | None, cancel: threading.Event) -> ModelFiles:
-    """Resolve (download if needed) before a session's own `prepare`, which then finds the files
-    cached. Setting `cancel` stops a download with DownloadCancelled: `auto` does not fall back
-    to random weights because of it. The caller holds RESOLVE_LOCK."""
-    return resolve_model(spec, progress, cancel)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Engines, model and generation settings come from the setup panel (a short greedy bench gives
 tokens/s and the token streams compared with the reference); the text, max length and stride
-are here. A `QualitySession` runs in a thread (TaskRunner) like the bench controller's.
+are here. A `QualitySession` runs in a thread on a JobRunner, like the bench.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from backends.registry import EngineSpec
 from backends.runs.bench import BenchResult, RunRecorded
 
 from .figure_view import FigureGrid
-from .model_probe import RESOLVE_LOCK, fetch_model
+from .event_queue import CANCELLED
+from .job_controls import JobControls
+from .job_manager import JobKind, JobManager
+from .job_runner import JobContext
 from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
-from .task_runner import CANCELLED, JobContext, TaskRunner
-from .theme import Theme, current_theme, engine_colours, icon
+from .theme import Theme, current_theme, engine_colours
 from .widgets import controls_column, path_row, spin
 
 RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
@@ -43,32 +45,29 @@ class QualityPrepared:
 
 
 class QualityTab(QWidget):
-    running_changed = Signal(bool)
     message = Signal(str)
     error = Signal(str, str)
     finished = Signal(object)  # (BenchResult, QualityResult)
 
-    def __init__(self, setup: SetupPanel, extra_specs: dict[str, EngineSpec] | None = None,
+    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.extra_specs = setup, dict(extra_specs or {})
-        self.runner = TaskRunner("quality evaluation", self)
-        self.blocked = ""
+        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
         self.result: BenchResult | None = None
         self.quality: QualityResult | None = None
         self.model: ModelFiles | None = None
-        self._colours: dict[str, QColor] = {}
+        self.colours: dict[str, QColor] = {}  # the engines' pane colours
         self._totals = (0, 0)  # runs, windows expected
         self._runs_done = 0
         self._windows_done: dict[str, int] = {}
         self._build()
         self.runner.events.connect(self._on_events)
-        self.runner.progress.connect(lambda message, fraction: self.status.setText(
-            message + (f" {fraction * 100:.0f}%" if fraction is not None else "")))
+        self.runner.ready.connect(self._on_prepared)
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)
         self.runner.running_changed.connect(self._on_running)
         setup.changed.connect(self.refresh)
+        jobs.changed.connect(self.refresh)  # another job started or ended
         self.refresh()
 
     def _build(self) -> None:
@@ -82,13 +81,6 @@ class QualityTab(QWidget):
         self.stride = spin(1, 4096, DEFAULT_STRIDE, "tokens between window starts (HF's strided perplexity)")
         for box in (self.max_length, self.stride):
             box.valueChanged.connect(self.refresh)
-        self.run_button = QPushButton(icon("run"), " Run quality")
-        self.run_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton(icon("cancel"), " Cancel")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.cancel_button.setEnabled(False)
-        self.reason = QLabel()
-        self.reason.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
@@ -96,11 +88,15 @@ class QualityTab(QWidget):
                              "fair bench with the setup's settings (agreement needs greedy decoding).")
         self.status.setObjectName("muted")
         self.status.setWordWrap(True)
+        self.job = JobControls(self.jobs, JobKind.QUALITY, "quality evaluation", " Run quality", self.status,
+                               "cancelling…")
+        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.run_button.clicked.connect(self.start)
         form = QFormLayout()
         form.addRow("Text", path_row(self.text_path, browse))
         form.addRow("Max length", self.max_length)
         form.addRow("Stride", self.stride)
-        controls = controls_column(form, self.run_button, self.cancel_button, status=(self.reason, self.progress, self.status))
+        controls = controls_column(form, self.run_button, self.job.cancel_button, status=(self.reason, self.progress, self.status))
 
         self.banner = QLabel(RANDOM_BANNER)
         self.banner.setObjectName("notice")
@@ -139,10 +135,9 @@ class QualityTab(QWidget):
                                max_length=self.max_length.value() or None, stride=self.stride.value())
 
     def problem(self) -> str:
-        if self.running:
-            return "a quality evaluation is running"
-        if self.blocked:
-            return self.blocked
+        blocked = self.job.blocker()
+        if blocked:
+            return blocked
         problem = self.setup.problem()
         if problem:
             return problem
@@ -158,10 +153,7 @@ class QualityTab(QWidget):
         return ""
 
     def refresh(self) -> None:
-        problem = self.problem()
-        self.run_button.setEnabled(not problem)
-        self.reason.setText("" if problem == "a quality evaluation is running" else problem)
-        self.reason.setStyleSheet(f"color: {current_theme().error};")
+        self.job.show_problem(self.problem())
         random = self.model.is_random if self.model is not None else bool(self.setup.model_info.is_random)
         self.banner.setVisible(random)
 
@@ -180,7 +172,7 @@ class QualityTab(QWidget):
             self.error.emit("Cannot run the quality evaluation", str(exc))
             return False
         self.result = self.quality = self.model = None
-        self._colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self.colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
         self._totals = (len(config.backends) * (config.warmup + config.repeats), 0)
         self._runs_done, self._windows_done = 0, {}
         self.table.set_rows([], {}, QColor())
@@ -190,12 +182,8 @@ class QualityTab(QWidget):
         self.status.setText(f"resolving the model {config.model}…")
 
         def work(context: JobContext) -> tuple[BenchResult, QualityResult]:
-            with RESOLVE_LOCK:
-                fetch_model(config.model, context.progress, context.cancelled)  # Cancel stops a download
-                model, ids = session.prepare(context.progress)
-            if context.cancelled.is_set():
-                raise UsageError(CANCELLED)
-            context.post(QualityPrepared(model, dict(session.text_info)))
+            model, ids = context.prepare(config.model, session.prepare)
+            context.ready(QualityPrepared(model, dict(session.text_info)))
             result = session.run(model, ids)
             return result, session.quality
 
@@ -203,25 +191,19 @@ class QualityTab(QWidget):
         self.message.emit("quality evaluation running…")
         return True
 
-    def cancel(self) -> None:
-        if self.running:
-            self.status.setText("cancelling…")
-            self.runner.cancel()
-
-    def shutdown(self) -> None:
-        self.runner.shutdown()
-
     # --- events (GUI thread) ----------------------------------------------------------------------
+    def _on_prepared(self, prepared: QualityPrepared) -> None:
+        self.model = prepared.model
+        info = prepared.text_info
+        self._totals = (self._totals[0], info["windows"] * len(self.colours))
+        self.status.setText(f"{prepared.model.label}: {info['text_tokens']} text tokens, {info['windows']} "
+                            f"window(s) of {info['max_length']} (stride {info['stride']}); bench first")
+        self.refresh()
+        self._show_progress()
+
     def _on_events(self, batch: list) -> None:
         for event in batch:
-            if isinstance(event, QualityPrepared):
-                self.model = event.model
-                info = event.text_info
-                self._totals = (self._totals[0], info["windows"] * len(self._colours))
-                self.status.setText(f"{event.model.label}: {info['text_tokens']} text tokens, {info['windows']} "
-                                    f"window(s) of {info['max_length']} (stride {info['stride']}); bench first")
-                self.refresh()
-            elif isinstance(event, RunRecorded):
+            if isinstance(event, RunRecorded):
                 self._runs_done += 1
                 self.status.setText(f"bench: {self._runs_done}/{self._totals[0]} runs")
             elif isinstance(event, BackendEvent) and isinstance(event.event, ScoreProgress):
@@ -232,6 +214,9 @@ class QualityTab(QWidget):
                 self.status.setText(f"{event.backend}: {event.event.message}")
             elif isinstance(event, BackendEvent) and isinstance(event.event, (Failed, WorkerLost)):
                 self.status.setText(f"{event.backend}: failed")
+        self._show_progress()
+
+    def _show_progress(self) -> None:
         total = sum(self._totals)
         if total and self._totals[1]:
             self.progress.setRange(0, total)
@@ -261,19 +246,17 @@ class QualityTab(QWidget):
             self.error.emit("The quality evaluation could not run", message)
 
     def _on_running(self, running: bool) -> None:
-        self.cancel_button.setEnabled(running)
         for widget in (self.text_path, self.max_length, self.stride):
             widget.setEnabled(not running)
         self.refresh()
-        self.running_changed.emit(running)
 
     # --- results ---------------------------------------------------------------------------------
     def show_results(self) -> None:
         if self.quality is None or self.model is None:
             return
-        self.table.set_rows(self.quality.rows, self._colours, QColor(current_theme().error))
+        self.table.set_rows(self.quality.rows, self.colours, QColor(current_theme().error))
         figure = figures.speed_vs_quality(quality_rows_as_dicts(self.quality.rows), self.model.is_random)
-        self.scatter.show_figures([figure], self._colours)
+        self.scatter.show_figures([figure], self.colours)
         self.refresh()
         diverging = [i for i, r in enumerate(self.quality.rows) if r.first_divergence is not None]
         others = [i for i, r in enumerate(self.quality.rows) if r.backend != r.reference]
@@ -288,6 +271,9 @@ class QualityTab(QWidget):
             return
         row = next(r for r in self.quality.rows if r.backend == name)
         self.top.show_for(row, next((d for d in self.quality.divergences if d.backend == name), None))
+
+    def has_results(self) -> bool:
+        return self.quality is not None
 
     def write_results(self, folder: Path) -> Path | None:
         """quality.csv, divergence.json and the session's records (for a report); None if none yet."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable, Protocol
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
@@ -20,6 +21,9 @@ from backends.errors import UsageError
 from backends.results.export import write_results
 from backends.report.html import build_report
 
+from .messages import Messages
+from .session_data import SessionData
+from .settings import Store
 from .widgets import results_root
 
 
@@ -71,70 +75,87 @@ def report_dir(kind: str) -> Path:
     return results_root() / "reports" / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-class ReportsMixin:
-    """Mixed into MainWindow (uses its data, sweep and quality tabs, store and message helpers)."""
+class SweepResults(Protocol):
+    def results_folder(self) -> Path | None: ...
 
-    def report_sources(self, data_dir: Path) -> list[Path]:
+
+class QualityResults(Protocol):
+    def has_results(self) -> bool: ...
+
+    def write_results(self, folder: Path) -> Path | None: ...
+
+
+class ReportsController:
+    """The two report actions. `bench` gives the session on screen when asked (the window
+    replaces it with every run); the Sweep and Quality tabs give their own results."""
+
+    def __init__(self, parent: QWidget, store: Store, messages: Messages, bench: Callable[[], SessionData],
+                 sweep: SweepResults, quality: QualityResults) -> None:
+        self.parent, self.store, self.messages = parent, store, messages
+        self.bench, self.sweep, self.quality = bench, sweep, quality
+
+    def sources(self, data_dir: Path) -> list[Path]:
         """Folders holding this session's results, writing in-memory ones under `data_dir` first."""
         folders: list[Path] = []
-        if self.data.runs and self.data.finished:
+        data = self.bench()
+        if data.runs and data.finished:
             bench = data_dir / "bench"
-            write_results(bench, self.data.runs, self.data.tokens, self.data.environment)
+            write_results(bench, data.runs, data.tokens, data.environment)
             folders.append(bench)
-        sweep = self.sweep_tab.results_folder()
+        sweep = self.sweep.results_folder()
         if sweep is not None:
             folders.append(sweep)
-        quality = self.quality_tab.write_results(data_dir / "quality")
+        quality = self.quality.write_results(data_dir / "quality")
         if quality is not None:
             folders.append(quality)
         return folders
 
     def can_report(self) -> bool:
-        return bool((self.data.runs and self.data.finished) or self.sweep_tab.results_folder()
-                    or self.quality_tab.quality is not None)
+        data = self.bench()
+        return bool((data.runs and data.finished) or self.sweep.results_folder() or self.quality.has_results())
 
     def export_report(self, folder: Path | None = None) -> Path | None:
         """One HTML page of this session's bench, sweep and quality results; opened when asked
         for from the menu (a folder passed in, as tests and scripts do, is not opened)."""
         interactive = folder is None
         if interactive:  # a new folder inside the chosen one: report.html, its PNGs and data/
-            chosen = QFileDialog.getExistingDirectory(self, "Where to put the report (a new folder is made inside)",
-                                                      self.store.last_folder())
+            chosen = QFileDialog.getExistingDirectory(self.parent, "Where to put the report (a new folder is made "
+                                                      "inside)", self.store.last_folder())
             folder = Path(chosen) / report_dir("report").name if chosen else None
         if folder is None:
             return None
-        return self._build(lambda: self.report_sources(Path(folder) / "data"), Path(folder), interactive)
+        return self._build(lambda: self.sources(Path(folder) / "data"), Path(folder), interactive)
 
     def compare_folders(self, folders: list[Path] | None = None, out: Path | None = None) -> Path | None:
         """The comparison report of two or more results folders, opened in the browser when
         picked from the menu."""
         interactive = folders is None
         if interactive:
-            known = [f for f in (self.sweep_tab.results_folder(),) if f is not None]
-            dialog = CompareDialog(known, self.store.last_folder(), self)
+            known = [f for f in (self.sweep.results_folder(),) if f is not None]
+            dialog = CompareDialog(known, self.store.last_folder(), self.parent)
             if dialog.exec() != QDialog.DialogCode.Accepted:
                 return None
             folders = dialog.folders()
         if len(folders) < 2:
-            self._report("Cannot compare", "choose two or more results folders")
+            self.messages.report("Cannot compare", "choose two or more results folders")
             return None
         return self._build(lambda: list(folders), Path(out) if out else report_dir("compare"), interactive)
 
-    def _build(self, sources, out_dir: Path, open_it: bool) -> Path | None:
+    def _build(self, sources: Callable[[], list[Path]], out_dir: Path, open_it: bool) -> Path | None:
         QGuiApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
         try:
             folders = sources()
             if not folders:
                 raise UsageError("nothing to report yet: run a benchmark, a sweep or a quality evaluation first")
-            self._say(f"building the report from {len(folders)} folder(s)…")
+            self.messages.say(f"building the report from {len(folders)} folder(s)…")
             path = build_report(folders, out_dir)
         except Exception as exc:  # a bad folder must not lose what is on screen
             why = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
-            self._report("The report could not be built", why)
+            self.messages.report("The report could not be built", why)
             return None
         finally:
             QGuiApplication.restoreOverrideCursor()
-        self._say(f"Wrote {path}")
+        self.messages.say(f"Wrote {path}")
         if open_it:
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
         return path

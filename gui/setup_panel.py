@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (QButtonGroup, QComboBox, QFileDialog, QFormLayout
                                QWidget)
 
 from backends import registry
+from backends.engines.options import options_class
 from backends.sources.model_files import RANDOM_LABEL, random_config_names
 from backends.sources.prompts import example_prompts
 from backends.registry import EngineSpec
@@ -21,8 +22,8 @@ from backends.sampling import SamplingParams
 from backends.runs.bench import BenchConfig
 from backends.sources.tokenizer import encode
 
+from .engine_options_form import EngineOptionsForm
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
-from .remote_group import RemoteGroup
 from .theme import current_theme, icon
 from .widgets import dspin, spin
 
@@ -52,9 +53,13 @@ class SetupPanel(QWidget):
         layout.setSpacing(10)
         layout.addWidget(self._model_group())
         layout.addWidget(self._engines_group())
-        self.remote = RemoteGroup()  # shown while the remote engine is ticked
-        self.remote.changed.connect(self._changed)
-        layout.addWidget(self.remote)
+        self.option_forms: dict[str, EngineOptionsForm] = {}  # per engine with settings, shown while ticked
+        for spec in self._specs():
+            settings_class = options_class(spec.options)
+            if settings_class is not None:
+                form = self.option_forms[spec.name] = EngineOptionsForm(settings_class)
+                form.changed.connect(self._changed)
+                layout.addWidget(form)
         layout.addWidget(self._prompt_group())
         layout.addWidget(self._generation_group())
         layout.addWidget(self._mode_group())
@@ -104,8 +109,7 @@ class SetupPanel(QWidget):
         box = QGroupBox("Engines")
         form = QVBoxLayout(box)
         self.engines = QListWidget()
-        specs = list(registry.ENGINES.values()) + list(self.extra_specs.values())
-        for spec in specs:
+        for spec in self._specs():
             ok, why = (True, "") if spec.name in self.extra_specs else registry.available(spec.name)
             item = QListWidgetItem(f"{spec.name}  ·  {spec.precision}")
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
@@ -127,6 +131,9 @@ class SetupPanel(QWidget):
         form.addWidget(self.engines)
         form.addLayout(row)
         return box
+
+    def _specs(self) -> list[EngineSpec]:
+        return list(registry.ENGINES.values()) + list(self.extra_specs.values())
 
     def _prompt_group(self) -> QGroupBox:
         box = QGroupBox("Prompt")
@@ -211,21 +218,25 @@ class SetupPanel(QWidget):
 
     def config(self) -> BenchConfig:
         engines = tuple(self.selected_engines())
-        options = {"remote": self.remote.options()} if "remote" in engines else {}
+        options = {name: form.settings() for name, form in self.option_forms.items() if name in engines}
         return BenchConfig(model=self.model_spec(), backends=engines, prompt=self.prompt.toPlainText(),
                            new_tokens=self.new_tokens.value(), sampling=self.sampling(), repeats=self.repeats.value(),
                            warmup=self.warmup.value(), threads=self.threads.value(), mode=self.mode(),
                            engine_options=options)
 
     def settings_problem(self) -> str:
-        """What is wrong with the model, engines or remote settings (shared by Run, Sweep, Quality)."""
+        """What is wrong with the model, engines or engine settings (shared by Run, Sweep, Quality)."""
         if self.model_info.error:
             return self.model_info.error
         if self.model_info.pending:
             return "checking the model folder…"
         if not self.selected_engines():
             return "select at least one engine"
-        return self.remote.problem() if "remote" in self.selected_engines() else ""
+        for name in self.selected_engines():
+            problem = self.option_forms[name].problem() if name in self.option_forms else ""
+            if problem:
+                return problem
+        return ""
 
     def problem(self) -> str:
         """Why Run cannot start now, or ""."""
@@ -270,7 +281,7 @@ class SetupPanel(QWidget):
         self.running = running
         for widget in (self.model_combo, self.engines, self.threads, self.prompt, self.examples, self.new_tokens,
                        self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
-                       self.warmup, self.fair, self.race, self.remote):
+                       self.warmup, self.fair, self.race, *self.option_forms.values()):
             widget.setEnabled(not running)
         if not running:
             self._on_decoding(self.decoding.currentText())
@@ -282,7 +293,7 @@ class SetupPanel(QWidget):
                 "new_tokens": self.new_tokens.value(), "decoding": self.decoding.currentText(),
                 "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
                 "seed": self.seed.value(), "repeats": self.repeats.value(), "warmup": self.warmup.value(),
-                "mode": self.mode(), "remote": self.remote.params()}
+                "mode": self.mode(), **{name: form.params() for name, form in self.option_forms.items()}}
 
     def set_params(self, params: dict) -> None:
         """Restore saved parameters; anything missing or of the wrong type keeps its default."""
@@ -310,14 +321,17 @@ class SetupPanel(QWidget):
         if get("prompt", str) is not None:
             self.prompt.setPlainText(params["prompt"])
         (self.race if params.get("mode") == "race" else self.fair).setChecked(True)
-        self.remote.set_params(params.get("remote"))
+        for name, form in self.option_forms.items():
+            form.set_params(params.get(name))
         self._count_tokens()
 
     # --- reactions --------------------------------------------------------------------------
     def _changed(self, *_args) -> None:
         if not self._built:
             return
-        self.remote.setVisible("remote" in self.selected_engines())
+        selected = self.selected_engines()
+        for name, form in self.option_forms.items():
+            form.setVisible(name in selected)
         problem = self.problem()
         self.run_button.setEnabled(not problem)
         self.run_button.setToolTip(problem or "Run the selected engines (Ctrl+Return)")

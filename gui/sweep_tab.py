@@ -1,7 +1,7 @@
 """The Sweep tab: every selected engine over a grid of (prompt tokens, new tokens), resumable.
 
 Engines, model and generation settings come from the setup panel; the grid, the output folder
-and the run controls are here. A `SweepSession` runs in a thread (TaskRunner); after each cell
+and the run controls are here. A `SweepSession` runs in a thread (JobRunner); after each cell
 it writes the folder, so running again into the same folder continues where a cancel stopped.
 The three sweep plots are `backends.report.figures` drawn with `backends.report.plots.draw`.
 """
@@ -26,28 +26,27 @@ from backends.runs.bench import BenchResult, RunRecorded
 from backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
 
 from .figure_view import FigureGrid
-from .model_probe import RESOLVE_LOCK, fetch_model
+from .event_queue import CANCELLED
+from .job_controls import JobControls
+from .job_manager import JobKind, JobManager
+from .job_runner import JobContext
 from .setup_panel import SetupPanel
 from .sweep_grid import CellGrid, SweepPlanned, folder_sweep, parse_lengths
-from .task_runner import CANCELLED, JobContext, TaskRunner
-from .theme import Theme, current_theme, engine_colours, icon
+from .theme import Theme, engine_colours
 from .widgets import controls_column, path_row, results_root
 
 PROMPT_SOURCES = ["bundled text, cut to each length", "the setup prompt, repeated to each length"]
 
 
 class SweepTab(QWidget):
-    running_changed = Signal(bool)
     message = Signal(str)  # a status-bar line
     error = Signal(str, str)  # title, message: the window shows it
     finished = Signal(object)  # the BenchResult (cancelled ones too)
 
-    def __init__(self, setup: SetupPanel, extra_specs: dict[str, EngineSpec] | None = None,
+    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.extra_specs = setup, dict(extra_specs or {})
-        self.runner = TaskRunner("sweep", self)
-        self.blocked = ""  # why another job keeps the sweep from starting
+        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
         self.result: BenchResult | None = None
         self.runs: list = []
         self.tokens: list = []
@@ -58,12 +57,12 @@ class SweepTab(QWidget):
         self._preview_key: tuple = ()
         self._build()
         self.runner.events.connect(self._on_events)
-        self.runner.progress.connect(lambda message, fraction: self.current.setText(
-            message + (f" {fraction * 100:.0f}%" if fraction is not None else "")))
+        self.runner.ready.connect(self._on_planned)
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)
         self.runner.running_changed.connect(self._on_running)
         setup.changed.connect(self.refresh)
+        jobs.changed.connect(self.refresh)  # another job started or ended
         self.refresh()
 
     # --- building -----------------------------------------------------------------------------
@@ -86,13 +85,6 @@ class SweepTab(QWidget):
         self.restart.toggled.connect(self.refresh)
         self.measure = QCheckBox("Measure memory bandwidth (limit lines; once per machine)")
         self.measure.setChecked(True)
-        self.run_button = QPushButton(icon("run"), " Run sweep")
-        self.run_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton(icon("cancel"), " Cancel")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.cancel_button.setEnabled(False)
-        self.reason = QLabel()
-        self.reason.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m cells")
         self.progress.setRange(0, 1)
@@ -100,13 +92,17 @@ class SweepTab(QWidget):
         self.current = QLabel()
         self.current.setObjectName("muted")
         self.current.setWordWrap(True)
+        self.job = JobControls(self.jobs, JobKind.SWEEP, "sweep", " Run sweep", self.current,
+                               "cancelling: the current run stops after its token; finished cells are kept")
+        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.run_button.clicked.connect(self.start)
 
         form = QFormLayout()
         form.addRow("Prompt tokens", self.prompt_lengths)
         form.addRow("New tokens", self.new_lengths)
         form.addRow("Prompt text", self.prompt_source)
         form.addRow("Output folder", path_row(self.folder, browse))
-        controls = controls_column(form, self.run_button, self.cancel_button, (self.restart, self.measure),
+        controls = controls_column(form, self.run_button, self.job.cancel_button, (self.restart, self.measure),
                                    (self.reason, self.progress, self.current))
 
         self.grid = CellGrid()
@@ -139,10 +135,9 @@ class SweepTab(QWidget):
 
     def problem(self) -> str:
         """Why Run sweep cannot start now, or ""."""
-        if self.running:
-            return "a sweep is running"
-        if self.blocked:
-            return self.blocked
+        blocked = self.job.blocker()
+        if blocked:
+            return blocked
         prompts, news, why = self.lengths()
         problem = why or self.setup.settings_problem()
         if problem:
@@ -163,10 +158,7 @@ class SweepTab(QWidget):
         if not self.running and (replan or key != self._preview_key):
             self._preview_key = key
             self._preview()
-        problem = self.problem()
-        self.run_button.setEnabled(not problem)
-        self.reason.setText("" if problem in ("a sweep is running",) else problem)
-        self.reason.setStyleSheet(f"color: {current_theme().error};")
+        self.job.show_problem(self.problem())
 
     def _preview(self) -> None:
         """Cells beyond the context are skipped; cells finished in the folder are kept by a resume."""
@@ -211,33 +203,19 @@ class SweepTab(QWidget):
         self.current.setText(f"resolving the model {config.model}…")
 
         def work(context: JobContext) -> BenchResult:
-            with RESOLVE_LOCK:
-                fetch_model(config.model, context.progress, context.cancelled)  # Cancel stops a download
-                plan = session.prepare(context.progress)
-            if context.cancelled.is_set():
-                raise UsageError(CANCELLED)
-            context.post(SweepPlanned(plan))
+            plan = context.prepare(config.model, session.prepare)
+            context.ready(SweepPlanned(plan))
             return session.run(plan)
 
         self.runner.start(work, session.cancel)
         self.message.emit(f"sweep into {folder}…")
         return True
 
-    def cancel(self) -> None:
-        if self.running:
-            self.current.setText("cancelling: the current run stops after its token; finished cells are kept")
-            self.runner.cancel()
-
-    def shutdown(self) -> None:
-        self.runner.shutdown()
-
     # --- events (GUI thread) ----------------------------------------------------------------------
     def _on_events(self, batch: list) -> None:
         redraw = False
         for event in batch:
-            if isinstance(event, SweepPlanned):
-                redraw = self._planned(event.plan) or redraw
-            elif isinstance(event, CellStarted):
+            if isinstance(event, CellStarted):
                 self.grid.set_state((event.prompt_tokens, event.new_tokens), "running")
                 self.current.setText(f"cell {event.index}/{event.total}: prompt {event.prompt_tokens} · "
                                      f"new {event.new_tokens}")
@@ -257,6 +235,10 @@ class SweepTab(QWidget):
             elif isinstance(event, BackendEvent) and isinstance(event.event, (Failed, WorkerLost)):
                 self.current.setText(f"{event.backend}: failed (see the log)")
         if redraw:
+            self.draw()
+
+    def _on_planned(self, planned: SweepPlanned) -> None:
+        if self._planned(planned.plan):
             self.draw()
 
     def _planned(self, plan: SweepPlan) -> bool:
@@ -312,12 +294,10 @@ class SweepTab(QWidget):
             self.error.emit("The sweep could not run", message)
 
     def _on_running(self, running: bool) -> None:
-        self.cancel_button.setEnabled(running)
         for widget in (self.prompt_lengths, self.new_lengths, self.prompt_source, self.folder, self.restart,
                        self.measure):
             widget.setEnabled(not running)
         self.refresh()
-        self.running_changed.emit(running)
 
     def _stop_running_cells(self) -> None:
         for key, state in list(self.grid.states.items()):

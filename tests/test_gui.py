@@ -66,7 +66,7 @@ def configure(window, engines, new_tokens=20, repeats=1, warmup=0, mode="fair", 
 
 
 def run(qtbot, window):
-    with qtbot.waitSignal(window.controller.finished, timeout=RUN_TIMEOUT_MS) as blocker:
+    with qtbot.waitSignal(window.bench.finished, timeout=RUN_TIMEOUT_MS) as blocker:
         assert window.start_run(), window.setup.problem()
     return blocker.args[0]
 
@@ -136,7 +136,7 @@ def test_cancel_mid_run_keeps_partial_results_and_no_worker(qtbot, make_window):
     assert window.start_run()
     pane = window.grid.panes["slow"]
     qtbot.waitUntil(lambda: pane.token_count >= 5, timeout=RUN_TIMEOUT_MS)
-    with qtbot.waitSignal(window.controller.finished, timeout=30_000) as blocker:
+    with qtbot.waitSignal(window.bench.finished, timeout=30_000) as blocker:
         window.actions.cancel.trigger()
     result = blocker.args[0]
 
@@ -144,7 +144,7 @@ def test_cancel_mid_run_keeps_partial_results_and_no_worker(qtbot, make_window):
     assert 5 <= result.runs[0].tokens_generated < 500
     assert window.table.runs.rowCount() == len(result.runs) >= 1
     assert window.actions.export_csv.isEnabled()  # partial results can be exported
-    assert not window.controller.running
+    assert not window.bench.running
     qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
 
 
@@ -169,10 +169,10 @@ def test_model_download_shows_progress_and_cancel_ends_it(qtbot, make_window, mo
     assert window.start_run()
     qtbot.waitUntil(lambda: window.prepare_bar.isVisible() and window.prepare_bar.value() > 0, timeout=20_000)
     assert "downloading model.safetensors" in window.state.text()
-    with qtbot.waitSignal(window.controller.failed, timeout=5_000) as blocker:
+    with qtbot.waitSignal(window.bench.failed, timeout=5_000) as blocker:
         window.actions.cancel.trigger()
     assert "cancelled" in blocker.args[0]
-    assert not window.controller.running and not window.prepare_bar.isVisible()
+    assert not window.bench.running and not window.prepare_bar.isVisible()
     assert window.actions.run.isEnabled()
     release.set()
 
@@ -184,7 +184,7 @@ def test_closing_the_window_mid_run_leaves_no_child_process(qtbot, make_window):
     qtbot.waitUntil(lambda: window.grid.panes["slow"].token_count >= 3, timeout=RUN_TIMEOUT_MS)
     assert live_children()
     window.close()
-    assert not window.controller.running
+    assert not window.bench.running
     qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
 
 
@@ -293,18 +293,18 @@ def test_race_mode_flags_contended_timings(qtbot, make_window):
 
 def test_live_batch_updates_each_curve_once_per_tick(make_window):
     """A batch of many tokens is drawn with one text insert and one setData per engine."""
-    from backends.worker.events import BackendEvent, RunRequest, RunStarted, Token
+    from backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
     from backends.sampling import SamplingParams
 
     window = make_window(FAST)  # shown: a hidden chart defers its drawing until its tab is shown
-    window._show_engines(["fast"])
+    window.show_engines(["fast"])
     window.live.begin("prompt", "fast", True, 1)
     calls = {"setData": 0, "append": 0}
     curve, pane = window.latency.curves["fast"], window.grid.panes["fast"]
     original_set, original_append = curve.setData, pane.append
     curve.setData = lambda *a, **k: (calls.__setitem__("setData", calls["setData"] + 1), original_set(*a, **k))
     pane.append = lambda texts: (calls.__setitem__("append", calls["append"] + 1), original_append(texts))
-    batch = [BackendEvent("fast", RunRequest("fast/r1", (1, 2), 200, SamplingParams()), {"repeat": 1}),
+    batch = [BackendEvent("fast", RunRequest("fast/r1", (1, 2), 200, SamplingParams()), RunContext(1, False)),
              BackendEvent("fast", RunStarted("fast/r1", 1_000_000))]
     batch += [BackendEvent("fast", Token("fast/r1", i, 300 + i, "x", 2_000_000 + i * 1_000_000)) for i in range(200)]
     window.live.apply(batch)
@@ -361,14 +361,59 @@ def test_theme_follows_the_system_scheme(qapp, make_window, monkeypatch):
     window = make_window(show=False)
     try:
         monkeypatch.setattr(theme, "system_is_dark", lambda app: True)
-        window._on_scheme_changed()
+        window.on_scheme_changed()
         assert window.theme is theme.DARK
         assert window.latency.backgroundBrush().color().name() == theme.DARK.plot_bg
         assert pg.getConfigOption("background") == theme.DARK.plot_bg
         monkeypatch.setattr(theme, "system_is_dark", lambda app: False)
-        window._on_scheme_changed()
+        window.on_scheme_changed()
         assert window.theme is theme.LIGHT
         assert window.latency.backgroundBrush().color().name() == theme.LIGHT.plot_bg
     finally:
         monkeypatch.undo()
         theme.apply_theme(qapp)
+
+
+def test_job_runner_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
+    """Events and control signals arrive in the order the job posted them; while one job runs,
+    another kind is refused; a cancel before "ready" ends the job at once."""
+    import threading
+
+    from backends.errors import UsageError
+    from gui.event_queue import CANCELLED
+    from gui.job_manager import JobKind, JobManager
+    from gui.job_runner import JobStatus
+
+    jobs = JobManager()
+    bench, sweep = jobs.runner(JobKind.BENCH, "benchmark run"), jobs.runner(JobKind.SWEEP, "sweep")
+    seen: list = []
+    bench.events.connect(seen.extend)
+    bench.ready.connect(lambda value: seen.append(("ready", value)))
+    release = threading.Event()
+    post = bench.sink()
+
+    def work(context):
+        post(1)
+        context.ready("r")
+        post(2)
+        release.wait(30)
+        return "done"
+
+    bench.start(work, release.set)
+    assert bench.status is JobStatus.PREPARING and jobs.busy()
+    assert jobs.blocker(JobKind.SWEEP) == JobKind.BENCH.reason
+    with pytest.raises(UsageError, match="benchmark run is in progress"):
+        sweep.sink()
+    qtbot.waitUntil(lambda: bench.status is JobStatus.RUNNING, timeout=10_000)
+    with qtbot.waitSignal(bench.finished, timeout=10_000) as blocker:
+        assert jobs.cancel()  # engines running: the job ends when they stop (here: at once)
+    assert blocker.args == ["done"] and seen == [1, ("ready", "r"), 2]
+    assert not jobs.busy() and jobs.blocker(JobKind.SWEEP) == ""
+
+    stuck = threading.Event()
+    sweep.sink()
+    sweep.start(lambda context: stuck.wait(30), lambda: None)  # never "ready": still preparing
+    with qtbot.waitSignal(sweep.failed, timeout=1_000) as blocker:
+        sweep.cancel()
+    stuck.set()
+    assert blocker.args == [CANCELLED] and sweep.status is JobStatus.IDLE

@@ -213,7 +213,7 @@ def test_quality_on_random_weights_fills_table_banner_and_scatter(qtbot, make_wi
     points = [item for item in plot.listDataItems() if item.getData()[0] is not None]
     assert sorted(len(item.getData()[0]) for item in points) == [1, 1]  # one point per engine
     colours = {item.opts["symbolBrush"].color().name() for item in points}
-    assert colours == {tab._colours["hf"].name(), tab._colours["hf-int8"].name()}  # the panes' colours
+    assert colours == {tab.colours["hf"].name(), tab.colours["hf-int8"].name()}  # the panes' colours
     tab.table.selectRow(1)
     assert "hf-int8" in tab.top.title.text()
     if quality.divergences:
@@ -232,26 +232,24 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed when the socket is: connections are refused
 
 
-def test_remote_settings_validate_the_url_and_never_keep_the_key(qtbot, make_window, tmp_path, monkeypatch):
-    from backends.engines.remote_engine import RemoteEngine
-
-    monkeypatch.setattr(RemoteEngine, "ACCEPTS_API_KEY", True, raising=False)  # the engine change asked for
+def test_remote_settings_validate_the_url_and_never_keep_the_key(qtbot, make_window, tmp_path):
     window = make_window()
     configure(window, ["remote"], new_tokens=4)
-    remote, setup = window.setup.remote, window.setup
-    assert remote.isVisible() and remote.key.echoMode() == remote.key.EchoMode.Password
+    remote, setup = window.setup.option_forms["remote"], window.setup
+    url, key, key_env = (remote.edits[name] for name in ("url", "api_key", "api_key_env"))
+    assert remote.isVisible() and key.echoMode() == key.EchoMode.Password
     for bad in ("ftp://127.0.0.1:9/v1", "127.0.0.1:8000/v1"):
-        remote.url.setText(bad)
+        url.setText(bad)
         assert "must start with http:// or https://" in setup.reason.text()
         assert not setup.run_button.isEnabled() and window.start_run() is False
-    remote.url.setText(f"http://127.0.0.1:{_closed_port()}/v1")
-    remote.key_env.setText("NOT A NAME")
+    url.setText(f"http://127.0.0.1:{_closed_port()}/v1")
+    key_env.setText("NOT A NAME")
     assert "not an environment variable name" in setup.reason.text()
-    remote.key_env.clear()
-    remote.key.setText(SECRET)
+    key_env.clear()
+    key.setText(SECRET)
     assert setup.reason.text() == ""
     config = setup.config()
-    assert config.engine_options["remote"]["api_key"] == SECRET
+    assert config.engine_options["remote"].api_key == SECRET
     assert SECRET not in json.dumps(config.as_dict())
 
     result = run(qtbot, window)
@@ -275,7 +273,7 @@ def test_cancel_while_the_model_downloads_stops_it_without_falling_back(qtbot, m
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     import backends.sources.model_files as models
-    from gui.task_runner import CANCELLED
+    from gui.event_queue import CANCELLED
 
     release, updates = threading.Event(), []
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.engine import EngineOptions, gpt2_weight_bytes
+from backends.engine import EngineOptions
 from backends.sampling import SamplingParams
+from backends.storage import artifact_cache
 from tests.conftest import run_engine_in_process
 
 pytest.importorskip("onnxruntime")
@@ -59,6 +60,11 @@ def fp32(tiny_model):
     engine, recorder, info = load(tiny_model)
     yield engine, recorder, info
     engine.close()
+
+
+def valid(folder: Path, model, variant: str) -> bool:
+    """Whole, unchanged and built for this model and variant."""
+    return artifact_cache.check(folder, onnx_cache.meta(model, variant)) == ""
 
 
 def model_files(folder: Path) -> dict[str, int]:
@@ -122,7 +128,7 @@ def test_context_limit(fp32, hf_reference):
 
 def test_info(fp32, tiny_model):
     _, _, info = fp32
-    assert info.weight_bytes_per_token == gpt2_weight_bytes(tiny_model.config, 4, 4)
+    assert info.weight_bytes_per_token == tiny_model.gpt2_config.weight_bytes(4, 4)
     assert "providers=CPUExecutionProvider" in info.notes and "cache=" in info.notes
 
 
@@ -132,7 +138,7 @@ def test_info(fp32, tiny_model):
 def test_quantised_runs_and_reports_agreement(variant, matrix_bytes, tiny_model, prompt_ids, hf_reference, fp32):
     engine, _, info = load(tiny_model, variant)
     try:
-        assert info.weight_bytes_per_token == gpt2_weight_bytes(tiny_model.config, matrix_bytes, 4)
+        assert info.weight_bytes_per_token == tiny_model.gpt2_config.weight_bytes(matrix_bytes, 4)
         tokens = greedy(engine, prompt_ids, 30)
         reference = hf_reference.greedy(prompt_ids, 30)
         agree = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), len(tokens))
@@ -161,7 +167,7 @@ def test_cache_reused_without_rebuild(fp32, tiny_model):
 
 
 def test_build_reports_progress_and_leaves_only_finished_files(tiny_model, fp32):
-    onnx_cache.discard(onnx_cache.variant_dir(tiny_model, "int8"))
+    artifact_cache.discard(onnx_cache.variant_dir(tiny_model, "int8"))
     fractions: list[float] = []
     recorder = Recorder()
     artefact = onnx_cache.ensure(tiny_model, "int8",
@@ -169,8 +175,8 @@ def test_build_reports_progress_and_leaves_only_finished_files(tiny_model, fp32)
     assert artefact.built
     assert any("quantising int8" in m for m in recorder.messages), recorder.messages
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
-    manifest = json.loads((artefact.folder / onnx_cache.MANIFEST).read_text())
-    assert set(manifest["files"]) == {p.name for p in artefact.folder.iterdir()} - {onnx_cache.MANIFEST}
+    manifest = json.loads((artefact.folder / artifact_cache.MANIFEST).read_text())
+    assert set(manifest["files"]) == {p.name for p in artefact.folder.iterdir()} - {artifact_cache.MANIFEST}
     assert not [p for p in artefact.folder.parent.iterdir() if p.name.startswith(".")]
 
 
@@ -183,7 +189,7 @@ def test_rebuilt_after_truncation(tiny_model, fp32):
     engine, recorder, info = load(tiny_model, "int8")
     engine.close()
     assert recorder.built() and "cache=built" in info.notes
-    assert onnx_cache.read_valid_manifest(folder, tiny_model, "int8") is not None
+    assert valid(folder, tiny_model, "int8")
 
 
 def test_rebuilt_when_the_session_cannot_open(tiny_model, fp32):
@@ -202,9 +208,12 @@ def test_rebuilt_when_the_session_cannot_open(tiny_model, fp32):
 @pytest.mark.parametrize("field", ["format", "weights_hash", "files"])
 def test_rebuilt_when_the_manifest_disagrees(field, tiny_model, fp32):
     load(tiny_model, "int8")[0].close()
-    path = onnx_cache.variant_dir(tiny_model, "int8") / onnx_cache.MANIFEST
+    path = onnx_cache.variant_dir(tiny_model, "int8") / artifact_cache.MANIFEST
     manifest = json.loads(path.read_text())
-    manifest[field] = {"format": 0, "weights_hash": "0" * 16, "files": {}}[field]
+    if field == "weights_hash":  # what it was built for
+        manifest["meta"][field] = "0" * 16
+    else:
+        manifest[field] = {"format": 0, "files": {}}[field]
     path.write_text(json.dumps(manifest))
     engine, recorder, info = load(tiny_model, "int8")
     engine.close()
@@ -218,7 +227,7 @@ def test_same_bytes_edited_in_place_are_caught(tiny_model, fp32):
     data = bytearray(path.read_bytes())
     data[-100] ^= 0xFF  # same size, new mtime: the sha256 is checked
     path.write_bytes(bytes(data))
-    assert onnx_cache.read_valid_manifest(folder, tiny_model, "int8") is None
+    assert not valid(folder, tiny_model, "int8")
 
 
 def test_separate_cache_for_different_weights(tmp_path, tiny_model, fp32, prompt_ids):
@@ -235,7 +244,7 @@ def test_separate_cache_for_different_weights(tmp_path, tiny_model, fp32, prompt
         assert not np.allclose(engine.prefill(prompt_ids), fp32[0].prefill(prompt_ids))
     finally:
         engine.close()
-    assert onnx_cache.read_valid_manifest(onnx_cache.variant_dir(tiny_model, "fp32"), tiny_model, "fp32")
+    assert valid(onnx_cache.variant_dir(tiny_model, "fp32"), tiny_model, "fp32")
 
 
 def test_abandoned_build_folders_are_removed(tiny_model, fp32):
@@ -245,7 +254,7 @@ def test_abandoned_build_folders_are_removed(tiny_model, fp32):
     leftover = parent / f".int8.build-{dead.pid}-deadbeef"
     leftover.mkdir()
     (leftover / "model.onnx").write_bytes(b"half")
-    onnx_cache._remove_abandoned(parent)
+    artifact_cache.remove_abandoned(parent)
     assert not leftover.exists()
 
 
@@ -265,7 +274,7 @@ def test_builder_exits_when_its_parent_goes(tmp_path, tiny_model):
 
 def test_failed_build_says_why_and_leaves_nothing(tiny_model, monkeypatch, tmp_path):
     monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))
-    monkeypatch.setattr(onnx_cache, "ensure", lambda *a: onnx_cache.Artefact(tmp_path / "missing", {}, True))
+    monkeypatch.setattr(onnx_cache, "ensure", lambda *a: artifact_cache.Artifact(tmp_path / "missing", {}, True))
     with pytest.raises(onnx_cache.OnnxBuildError, match="int8"):
         onnx_cache.rebuild(tiny_model, "int8", Recorder())
     folder = onnx_cache.variant_dir(tiny_model, "int8")
@@ -292,7 +301,7 @@ def test_build_lock_waits_for_a_live_builder_and_breaks_a_dead_ones(holder_alive
     import threading
 
     folder = onnx_cache.variant_dir(tiny_model, "int8")
-    onnx_cache.discard(folder)
+    artifact_cache.discard(folder)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     if not holder_alive:
         holder.kill()
@@ -340,7 +349,7 @@ def test_cancelled_worker_leaves_no_half_cache(tmp_path, monkeypatch, tiny_model
     assert not alive, "the builder outlived its worker"
     folder = onnx_cache.variant_dir(tiny_model, "fp32")
     assert not folder.exists()  # only a hidden staging folder may remain, removed by the next build
-    onnx_cache._remove_abandoned(folder.parent)
+    artifact_cache.remove_abandoned(folder.parent)
     assert not [p for p in folder.parent.iterdir() if ".build-" in p.name]
 
 

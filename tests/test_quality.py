@@ -11,8 +11,10 @@ import pytest
 from backends import registry
 from backends.engine import EngineOptions
 from backends.worker.events import ScoreRequest
-from backends.runs.quality import (DEFAULT_TEXT, QualitySession, QualitySettings, agreement_detail, read_quality,
-                              strided_windows, write_quality)
+from backends.results.agreement import agreement_detail
+from backends.runs.perplexity import strided_windows
+from backends.runs.quality import DEFAULT_TEXT, QualitySession, QualitySettings
+from backends.runs.quality_files import read_quality, write_quality
 from backends.registry import EngineSpec
 from backends.runs.bench import BenchConfig
 from backends.sources.tokenizer import encode

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from backends.engine import EngineOptions
+from backends.engines.remote_options import RemoteOptions
 from backends.sampling import Sampler, SamplingParams
 
 pytestmark = pytest.mark.peers
@@ -93,10 +94,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def remote(url: str, tiny_model, **extra):
+def remote(url: str, tiny_model, **settings):
     from backends import registry
 
-    engine = registry.create("remote", EngineOptions(threads=1, extra={"url": url, "model": "m", **extra}))
+    engine = registry.create("remote", EngineOptions(threads=1, settings=RemoteOptions(url=url, model="m", **settings)))
     info = engine.load(tiny_model, lambda *a: None)
     return engine, info
 
@@ -193,7 +194,7 @@ def _bench(url: str, out, new_tokens: int = 4):
 
     config = BenchConfig(model="random:tiny", backends=("remote",), prompt_tokens=6, new_tokens=new_tokens, repeats=1,
                          warmup=0, threads=1,
-                         engine_options={"remote": {"url": url, "model": "m", "api_key_env": KEY_ENV}})
+                         engine_options={"remote": RemoteOptions(url=url, model="m", api_key_env=KEY_ENV)})
     result = BenchSession(config).run()
     write_results(out, result.runs, result.tokens, result.environment)
     return result

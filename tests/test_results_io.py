@@ -11,6 +11,7 @@ import pytest
 from backends.results.export import RUNS_CSV, TOKENS_CSV, write_results
 from backends.results.records import RunRecord, TokenRecord
 from backends.results.reader import ResultsError, load_results
+from backends.status import RunStatus
 
 
 def _run(run_id: str, **changes) -> RunRecord:
@@ -18,7 +19,7 @@ def _run(run_id: str, **changes) -> RunRecord:
         run_id=run_id, backend="hf", model="random:tiny", weights="random", device="cpu", dtype="fp32", threads=2,
         prompt_tokens=12, new_tokens=3, decoding="greedy", temperature=1.0, top_k=0, top_p=0.9, seed=7,
         repeat=1, is_warmup=False, import_s=1.25, load_s=0.5, ttft_ms=12.5, tpot_ms=1.5, itl_p50_ms=1.4,
-        itl_p90_ms=1.9, itl_p99_ms=2.0, decode_tok_s=666.0, e2e_s=0.0155, peak_rss_mb=371.5, status="ok",
+        itl_p90_ms=1.9, itl_p99_ms=2.0, decode_tok_s=666.0, e2e_s=0.0155, peak_rss_mb=371.5, status=RunStatus.OK,
         tokens_generated=3, cold_start_s=None, bandwidth_gb_s=0.125, concurrent=True, reference="hf",
         agree_tokens=3, first_divergence=None, notes="attn=sdpa; threads=2",
     )
@@ -34,7 +35,7 @@ def _tokens(run_id: str) -> list[TokenRecord]:
 
 
 def test_round_trip_keeps_values_and_types(tmp_path):
-    runs = [_run("hf/r1"), _run("hf/w1", is_warmup=True, status="crashed", error="worker crashed: exit 3",
+    runs = [_run("hf/r1"), _run("hf/w1", is_warmup=True, status=RunStatus.CRASHED, error="worker crashed: exit 3",
                                  ttft_ms=None, tpot_ms=None, agree_tokens=None, first_divergence=2, concurrent=False)]
     tokens = _tokens("hf/r1")
     env = {"reference": "hf", "settings": {"prompt": "Hi"}}
@@ -52,6 +53,16 @@ def test_round_trip_keeps_values_and_types(tmp_path):
     assert runs_back[1].ttft_ms is None and runs_back[0].cold_start_s is None
     assert isinstance(runs_back[0].threads, int) and isinstance(runs_back[0].ttft_ms, float)
     assert tokens_back[0].itl_ms is None and tokens_back[1].text == ""
+    assert runs_back[1].status is RunStatus.CRASHED  # the plain word in the file reads back as the enum
+    assert "crashed" in (tmp_path / RUNS_CSV).read_text().splitlines()[2].split(",")
+
+
+def test_a_status_word_from_a_newer_file_reads_as_an_error(tmp_path):
+    write_results(tmp_path, [_run("hf/r1")], [], {})
+    path = tmp_path / RUNS_CSV
+    path.write_text(path.read_text().replace(",ok,", ",exploded,"))
+    (run,) = load_results(tmp_path)[0]
+    assert run.status is RunStatus.ERROR and run.status.is_failure
 
 
 def test_missing_optional_files_give_empty_results(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from backends import registry
-from backends.engine import EngineOptions, gpt2_weight_bytes
+from backends.engine import EngineOptions
 from backends.errors import UsageError
 from backends.sources.prompts import prompt_of_length
 from backends.sampling import Sampler, SamplingParams
@@ -73,8 +73,8 @@ def test_loads_bf16_files_with_transformer_prefix_and_lm_head(tiny_model, tmp_pa
     tensors = {f"transformer.{k}": t.to(torch.bfloat16) for k, t in read_tensors(tiny_model.safetensors)}
     tensors["lm_head.weight"] = tensors["transformer.wte.weight"].clone()
     save_file(tensors, str(tmp_path / "model.safetensors"))
-    ours = load_gpt2(tmp_path / "model.safetensors", tiny_model.config)
-    original = load_gpt2(tiny_model.safetensors, tiny_model.config)
+    ours = load_gpt2(tmp_path / "model.safetensors", tiny_model.gpt2_config)
+    original = load_gpt2(tiny_model.safetensors, tiny_model.gpt2_config)
     assert ours.lm_head.weight is ours.wte.weight  # tied, stored once
     for (name, got), (_, want) in zip(ours.state_dict().items(), original.state_dict().items()):
         assert got.dtype == torch.float32
@@ -129,7 +129,7 @@ def test_int8_quantises_every_matmul(tiny_model):
 def test_engine_info(name, matrix, other, tiny_model):
     _, info = loaded(name, tiny_model, threads=2)
     assert info.device == "cpu"
-    assert info.weight_bytes_per_token == gpt2_weight_bytes(tiny_model.config, matrix, other)
+    assert info.weight_bytes_per_token == tiny_model.gpt2_config.weight_bytes(matrix, other)
     assert "threads=2" in info.notes and "static KV cache 1024" in info.notes
     assert torch.get_num_threads() == 2
     torch.set_num_threads(1)

@@ -1,1 +1,2 @@
-"""The command line: argument parsing (`main`) and what each command does (`commands`)."""
+"""The command line: arguments (`parser`, with each engine's own flags from `engine_flags`),
+dispatch (`main`), a module per command, and what the run commands share (`common`)."""

@@ -1,112 +1,67 @@
-"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `report`."""
+"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `report`.
+
+Each command's module is imported only when that command runs, so `main.py backends` does
+not pay for the benchmark machinery.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+from typing import Callable
 
-from .. import __version__
 from ..errors import UsageError
+from .parser import build_parser
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like our own usage errors
-        raise UsageError(message)
+def _gui(_args: argparse.Namespace) -> int:
+    from gui.app import run_app
+
+    return run_app()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="main.py", description="whistle-stop: which way of running GPT-2 is fastest here, "
-                     "and what the speed costs in quality.")
-    parser.add_argument("--version", action="version", version=f"whistle-stop {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("gui", help="open the desktop app (the default)")
-    sub.add_parser("backends", help="list every engine, available or not, and why not")
-    bench = sub.add_parser("bench", help="benchmark engines headless and write CSV/JSON records")
-    add_run_arguments(bench)
-    bench.add_argument("--out", default="results", help="folder for tokens.csv, runs.csv, environment.json")
-    sweep = sub.add_parser("sweep", help="benchmark engines over prompt x output lengths (resumable), with plots")
-    add_run_arguments(sweep, sweep=True)
-    sweep.add_argument("--out", default="sweep", help="folder for the records, environment.json and plots")
-    sweep.add_argument("--restart", action="store_true", help="discard an unfinished sweep in --out instead of resuming")
-    sweep.add_argument("--no-plots", action="store_true", help="write records only")
-    quality = sub.add_parser("quality", help="perplexity per engine, agreement with the reference, speed beside it")
-    add_run_arguments(quality)
-    quality.set_defaults(new_tokens=32, repeats=2)
-    quality.add_argument("--text", type=Path, help="text file to score (default: the bundled English text)")
-    quality.add_argument("--max-length", type=int, help="window length in tokens (default: the model's context)")
-    quality.add_argument("--stride", type=int, default=512, help="tokens between window starts")
-    quality.add_argument("--bench", type=Path, help="take tokens/s and token streams from this results folder")
-    quality.add_argument("--out", default="quality", help="folder for quality.csv, divergence.json and the records")
-    report = sub.add_parser("report", help="turn results folders into a self-contained HTML page and PNGs")
-    report.add_argument("folders", nargs="+", type=Path, help="bench, sweep or quality results folders")
-    report.add_argument("--out", default="report", type=Path, help="folder for report.html and the PNGs")
-    return parser
+def _backends(args: argparse.Namespace) -> int:
+    from .backends_command import backends_command
+
+    return backends_command(args)
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
+def _bench(args: argparse.Namespace) -> int:
+    from .bench_command import bench_command
+
+    return bench_command(args)
 
 
-def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
-    """The generation options; with `sweep`, lengths are comma-separated lists and mode is fair only."""
-    p.add_argument("--model", default="auto", help="auto | hub id (gpt2, distilgpt2, ...) | local folder | random:<config>")
-    p.add_argument("--backends", default="hf", help="comma-separated engine names (see `main.py backends`)")
-    p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
-    p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
-    if sweep:
-        p.add_argument("--prompt-tokens", type=_int_list, default=[16, 64, 256, 512], help="prompt lengths, e.g. 16,64,256,512")
-        p.add_argument("--new-tokens", type=_int_list, default=[16, 64, 256], help="output lengths, e.g. 16,64,256")
-    else:
-        p.add_argument("--prompt-tokens", type=int, default=50, help="length of the bundled prompt in tokens")
-        p.add_argument("--new-tokens", type=int, default=100, help="tokens to generate (no early stop)")
-    p.add_argument("--decoding", choices=["greedy", "sample"], default="greedy")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="0: no limit")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=3, help="measured runs per engine")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up runs per engine (recorded, not summarised)")
-    p.add_argument("--threads", type=int, default=0, help="threads per engine (0: all cores)")
-    if not sweep:
-        p.add_argument("--mode", choices=["fair", "race"], default="fair")
-    p.add_argument("--reference", help="engine whose tokens the others are compared with (default: hf)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung")
-    remote = p.add_argument_group("the `remote` engine (any OpenAI-compatible server)")
-    remote.add_argument("--remote-url", help="base URL, e.g. http://127.0.0.1:8000/v1")
-    remote.add_argument("--remote-model", help="model name the server knows")
-    remote.add_argument("--remote-api-key-env", default="OPENAI_API_KEY",
-                        help="environment variable holding the API key (the key is never recorded)")
+def _sweep(args: argparse.Namespace) -> int:
+    from .sweep_command import sweep_command
+
+    return sweep_command(args)
+
+
+def _quality(args: argparse.Namespace) -> int:
+    from .quality_command import quality_command
+
+    return quality_command(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report_command import report_command
+
+    return report_command(args)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "gui": _gui, "backends": _backends, "bench": _bench, "sweep": _sweep, "quality": _quality, "report": _report,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = build_parser().parse_args(argv)
-        command = args.command or "gui"
-        if command == "gui":
-            from gui.app import run_app
-
-            return run_app()
-        if command == "backends":
-            from .commands import list_backends
-
-            return list_backends()
-        if command in ("sweep", "quality", "report"):
-            from . import commands as cli_commands
-
-            return getattr(cli_commands, f"{command}_command")(args)
-        from .commands import bench
-
-        return bench(args)
+        return COMMANDS[args.command or "gui"](args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..storage import artifact_cache
-from ..engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
 from ..storage.paths import TOKENIZER_DIR
 from ..sampling import Sampler
@@ -57,19 +57,20 @@ class CTranslate2Engine(Engine):
         self.folder: Path | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
+        config = model.gpt2_config.require_supported(self.name)
         threads = self.options.threads or os.cpu_count() or 1
         version = self.ct2.__version__
         self.folder = artifact_cache.ensure(
             "ctranslate2", model.weights_hash, self.compute_type,
             lambda out: convert(model, out, self.compute_type, progress),
-            progress, meta={"format": FORMAT, "ctranslate2": version, "compute_type": self.compute_type})
+            progress, meta={"format": FORMAT, "ctranslate2": version, "compute_type": self.compute_type}).folder
         self.vocab = json.loads((self.folder / "vocabulary.json").read_text())
         self.generator = self.ct2.Generator(str(self.folder), device="cpu", compute_type=self.compute_type,
                                             inter_threads=1, intra_threads=threads)
         matrix_bytes = 4 if self.compute_type == "float32" else 1
         notes = [self._backend_note, f"threads={threads}", f"ctranslate2 {version}", "tokens from generate_tokens"]
         return EngineInfo(device="cpu", dtype="fp32" if self.compute_type == "float32" else "int8",
-                          weight_bytes_per_token=gpt2_weight_bytes(model.config, matrix_bytes),
+                          weight_bytes_per_token=config.weight_bytes(matrix_bytes),
                           notes="; ".join(notes))
 
     def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,

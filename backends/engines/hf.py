@@ -11,7 +11,7 @@ from transformers import GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 from transformers.utils import logging as hf_logging
 
-from ..engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
 from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 
@@ -45,6 +45,7 @@ class HFEngine(Engine):
         self._past = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
+        config = model.gpt2_config.require_supported(self.name)
         threads = set_threads(self.options.threads)
         torch.set_grad_enabled(False)
         hf_logging.disable_progress_bar()
@@ -58,7 +59,7 @@ class HFEngine(Engine):
         bytes_per_matrix_element = {"fp32": 4, "bf16": 2, "int8": 1}[self.dtype]
         other = 2 if self.dtype == "bf16" else 4
         return EngineInfo(device="cpu", dtype=self.dtype,
-                          weight_bytes_per_token=gpt2_weight_bytes(model.config, bytes_per_matrix_element, other),
+                          weight_bytes_per_token=config.weight_bytes(bytes_per_matrix_element, other),
                           notes="; ".join(notes + [f"threads={threads}"]))
 
     @torch.inference_mode()

@@ -20,14 +20,13 @@ import openvino as ov
 import openvino.opset13 as ops
 
 from ..storage import artifact_cache
-from ..engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ..engine import Engine, EngineInfo, EngineOptions
+from ..gpt2_config import GPT2Config
 from ..sources.model_files import ModelFiles
 from ..sources.weights import mmap_numpy
 
 FORMAT = "ov-gpt2-3"
-_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "erf"}
 _BEAM = np.zeros(1, dtype=np.int32)  # batch 1: keep the one cached sequence
-_UNSUPPORTED = ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn")
 
 
 class OpenVinoEngine(Engine):
@@ -41,26 +40,26 @@ class OpenVinoEngine(Engine):
         self.folder: Path | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
-        check_supported(model.config)
+        config = model.gpt2_config.require_supported(self.name)
         threads = self.options.threads or os.cpu_count() or 1
         self.folder = artifact_cache.ensure(
             "openvino", model.weights_hash, self.weight_format,
             lambda out: _build(model, out, self.weight_format, progress), progress,
-            meta={"format": FORMAT, "openvino": ov.get_version(), "weights": self.weight_format})
-        config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "PERFORMANCE_HINT": "LATENCY",
+            meta={"format": FORMAT, "openvino": ov.get_version(), "weights": self.weight_format}).folder
+        settings = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "PERFORMANCE_HINT": "LATENCY",
                   "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads),
                   "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
         core = ov.Core()
-        compiled = core.compile_model(core.read_model(self.folder / "model.xml"), "CPU", config)
+        compiled = core.compile_model(core.read_model(self.folder / "model.xml"), "CPU", settings)
         self.request = compiled.create_infer_request()
-        self.context = int(model.config.get("n_positions", 1024))
+        self.context = config.n_positions
         notes = [f"threads={threads}", f"openvino {ov.get_version().split('-')[0]}", "stateful KV cache",
                  f"precision {_name(compiled.get_property('INFERENCE_PRECISION_HINT'))}",
                  f"kv cache {_name(compiled.get_property('KV_CACHE_PRECISION'))}"]
         if self.weight_format == "int8":
             notes.append("int8 weights per output row, activations fp32 (DYNAMIC_QUANTIZATION_GROUP_SIZE=0)")
         return EngineInfo(device="cpu", dtype=self.weight_format,
-                          weight_bytes_per_token=gpt2_weight_bytes(model.config, 4 if self.weight_format == "fp32" else 1),
+                          weight_bytes_per_token=config.weight_bytes(4 if self.weight_format == "fp32" else 1),
                           notes="; ".join(notes))
 
     def _infer(self, token_ids: Sequence[int]) -> np.ndarray:
@@ -89,15 +88,9 @@ def _name(value: object) -> str:
     return value.to_string() if hasattr(value, "to_string") else str(value)
 
 
-def check_supported(config: dict) -> None:
-    unusual = [key for key in _UNSUPPORTED if config.get(key)]
-    if unusual or config.get("activation_function", "gelu_new") not in _GELU or not config.get("scale_attn_weights", True):
-        raise ValueError(f"the OpenVINO graph does not implement this GPT-2 variant ({', '.join(unusual) or 'activation'})")
-
-
 def _build(model: ModelFiles, out: Path, weight_format: str, progress) -> None:
     progress(f"building the OpenVINO {weight_format} model", None)
-    graph = build_graph(mmap_numpy(model.safetensors), model.config, weight_format == "int8")
+    graph = build_graph(mmap_numpy(model.safetensors), model.gpt2_config, weight_format == "int8")
     ov.save_model(graph, out / "model.xml", compress_to_fp16=False)  # the default would halve fp32
 
 
@@ -143,13 +136,12 @@ def _i64(*values: int) -> ov.Node:
     return ops.constant(np.array(values, dtype=np.int64))
 
 
-def build_graph(tensors: dict[str, np.ndarray], config: dict, int8: bool) -> ov.Model:
+def build_graph(tensors: dict[str, np.ndarray], config: GPT2Config, int8: bool) -> ov.Model:
     """GPT-2 with inputs input_ids/position_ids [1, T], output logits [1, vocab] of the last
     position, and the KV cache of every layer kept in the model's state."""
-    check_supported(config)
-    d, heads, layers = config["n_embd"], config["n_head"], config["n_layer"]
-    eps = float(config.get("layer_norm_epsilon", 1e-5))
-    head_dim = d // heads
+    config.require_supported("the OpenVINO graph")
+    d, heads, layers = config.n_embd, config.n_head, config.n_layer
+    eps, head_dim = config.layer_norm_epsilon, config.head_dim
     w = _Weights(tensors, int8)
     input_ids = ops.parameter([1, -1], np.int64, name="input_ids")
     position_ids = ops.parameter([1, -1], np.int64, name="position_ids")
@@ -177,7 +169,7 @@ def build_graph(tensors: dict[str, np.ndarray], config: dict, int8: bool) -> ov.
         a = ops.reshape(ops.transpose(a, _i64(0, 2, 1, 3)), _i64(1, -1, d), False)
         x = ops.add(x, _linear(a, w, f"{p}.attn.c_proj"))
         h = _layer_norm(x, w, f"{p}.ln_2", eps)
-        h = ops.gelu(_linear(h, w, f"{p}.mlp.c_fc"), _GELU[config.get("activation_function", "gelu_new")])
+        h = ops.gelu(_linear(h, w, f"{p}.mlp.c_fc"), "tanh")  # every admitted activation is the tanh form
         x = ops.add(x, _linear(h, w, f"{p}.mlp.c_proj"))
     last = ops.gather(x, _i64(-1), 1)  # only the last position needs the 50k-wide lm_head
     last = _layer_norm(last, w, "ln_f", eps)

@@ -27,6 +27,7 @@ from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
 from ..sampling import Sampler, SamplingParams
 from ..sources.tokenizer import decode, encode
+from .remote_options import RemoteOptions
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins
@@ -54,17 +55,15 @@ class RemoteError(RuntimeError):
 
 
 class RemoteEngine(Engine):
-    ACCEPTS_API_KEY = True  # the GUI may pass a typed key as extra["api_key"] (redacted from records)
-
     def __init__(self, options: EngineOptions) -> None:
         super().__init__(options)
-        extra = options.extra or {}
-        self.url = str(extra.get("url") or "")
-        self.model_name = str(extra.get("model") or "")
-        self.api_key_env = str(extra.get("api_key_env") or "")
-        self.api_key = str(extra.get("api_key") or "")
-        self.connect_timeout = float(extra.get("connect_timeout_s") or CONNECT_TIMEOUT_S)
-        self.read_timeout = float(extra.get("timeout_s") or READ_TIMEOUT_S)
+        settings = options.settings if isinstance(options.settings, RemoteOptions) else RemoteOptions()
+        self.url = settings.url or ""
+        self.model_name = settings.model or ""
+        self.api_key_env = settings.api_key_env or ""
+        self.api_key = settings.api_key or ""  # typed in the GUI; redacted from records
+        self.connect_timeout = float(settings.connect_timeout_s or CONNECT_TIMEOUT_S)
+        self.read_timeout = float(settings.timeout_s or READ_TIMEOUT_S)
         self._key = ""
         self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
         self._ids_prompt = True  # falls back to text if the server wants a string prompt

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..errors import UsageError
+from ..status import RunStatus
 from .export import ENVIRONMENT_JSON, RUNS_CSV, TOKENS_CSV
 from .records import RunRecord, TokenRecord
 
@@ -88,6 +89,8 @@ def _parser(hint: Any) -> Callable[[str], Any]:
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         optional = True
         hint = next(a for a in args if a is not type(None))
+    if hint is RunStatus:
+        return RunStatus.parse  # a word from a newer version reads as an error, never as a crash
     base = {int: _int, float: _float, bool: _bool, str: str}.get(hint)
     if base is None:
         raise TypeError(f"no CSV parser for {hint!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from ..status import RunStatus
 from ..worker.events import Token
 from .stats import run_metrics
 
@@ -51,7 +52,7 @@ class RunRecord:
     decode_tok_s: float | None
     e2e_s: float | None
     peak_rss_mb: float | None
-    status: str
+    status: RunStatus
     error: str = ""
     # Beyond the core schema: context a reader needs to trust the row.
     tokens_generated: int = 0
@@ -62,6 +63,10 @@ class RunRecord:
     agree_tokens: int | None = None  # tokens equal to the reference before the first divergence
     first_divergence: int | None = None
     notes: str = ""
+
+    def __post_init__(self) -> None:
+        # A record built by hand or from an older file may carry a plain word: make it the enum.
+        self.status = RunStatus.parse(self.status)
 
 
 TOKEN_COLUMNS = [f.name for f in fields(TokenRecord)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..status import RunStatus
 from .records import RunRecord
 from .stats import Summary, summarize
 
@@ -13,7 +14,7 @@ from .stats import Summary, summarize
 class BackendSummary:
     backend: str
     runs: int  # measured runs that finished
-    status: str  # "ok", or the worst status seen
+    status: RunStatus  # OK, or the first failure seen
     error: str
     weights: str
     dtype: str
@@ -39,9 +40,9 @@ def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None)
         mine = [r for r in runs if r.backend == name]
         if not mine:
             continue
-        measured = [r for r in mine if not r.is_warmup and r.status == "ok"]
-        failures = [r for r in mine if r.status not in ("ok", "cancelled")]
-        status = failures[0].status if failures else ("ok" if measured else (mine[-1].status))
+        measured = [r for r in mine if not r.is_warmup and r.status == RunStatus.OK]
+        failures = [r for r in mine if r.status.is_failure]
+        status = failures[0].status if failures else (RunStatus.OK if measured else mine[-1].status)
         first = next((r for r in mine if r.cold_start_s is not None), None)
         rss = [r.peak_rss_mb for r in mine if r.peak_rss_mb is not None]
         agree = [r.agree_tokens for r in measured if r.agree_tokens is not None]
@@ -89,7 +90,7 @@ def summary_rows(summaries: list[BackendSummary], reference: str | None = None) 
         agree = "-" if s.agree_tokens is None else f"{s.agree_tokens}/{s.new_tokens}"
         if reference and s.backend == reference:
             agree = "reference"
-        status = s.status if s.status == "ok" else f"{s.status}: {s.error}"[:80]
+        status = s.status.value if s.status == RunStatus.OK else f"{s.status}: {s.error}"[:80]
         rows.append([s.backend, s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
                      fmt(s.cold_start_s, 2), fmt_spread(s.ttft_ms), fmt_spread(s.itl_p50_ms, 2),
                      fmt_spread(s.tpot_ms, 2), fmt_spread(s.decode_tok_s), fmt(s.bandwidth_gb_s.median),

@@ -8,10 +8,11 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..storage.atomic import atomic_write
 from ..errors import ModelError
+from ..gpt2_config import GPT2Config
+from ..progress import ProgressFn  # noqa: F401  (re-exported: the GUI imports it from here)
 from .hub import DownloadCancelled, HubUnreachable  # noqa: F401  (re-exported: callers catch them from here)
 from ..storage.paths import CONFIGS_DIR, cache_dir
 from .weights import CorruptWeights, check_against_config
@@ -21,8 +22,6 @@ RANDOM_LABEL = "random weights - timing only"
 DEFAULT_HUB_MODEL = "gpt2"
 WEIGHT_FILE = "model.safetensors"
 PICKLED_FILES = ("pytorch_model.bin", "model.bin", "pytorch_model.pt", "model.pt", "model.ckpt")
-
-ProgressFn = Callable[[str, float | None], None]  # (message, fraction or None)
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,11 @@ class ModelFiles:
     @property
     def safetensors(self) -> Path:
         return self.folder / WEIGHT_FILE
+
+    @property
+    def gpt2_config(self) -> GPT2Config:
+        """The architecture as the engines read it (config.json with transformers' defaults)."""
+        return GPT2Config.from_dict(self.config)
 
     @property
     def context(self) -> int:

@@ -1,9 +1,16 @@
-"""Cached build artefacts (GGUF files, converted models): build once per weights hash, validate on load.
+"""Cached build artefacts (ONNX models, GGUF files, converted models): built once, validated on load.
 
-A folder is built under a temporary name and renamed into place, with a manifest of sizes and
-sha256 written last, so a crash mid-build never leaves a folder that validates. On load, sizes
-are always checked; a file is re-hashed only when its mtime differs from the manifest's (full
-hashing on every load would cost ~1 s per 500 MB, more than some engines take to load).
+    <cache>/<kind>/<key>/<variant>/...files...
+                                  manifest.json   (written last: its presence means "whole")
+
+One builder per artefact across processes: a lock file beside the folder holds the builder's
+pid, and whoever waits for it finds the finished folder afterwards instead of building it again
+(in a race, onnx and onnx-int8 both want the fp32 export). The build fills a hidden staging
+folder, the manifest (sizes, mtimes, sha256 and the settings it was built with) is written
+last, and the folder is renamed into place: a build killed at any point leaves no folder that
+validates, only a hidden one that the next build removes. On load sizes are always checked; a
+file is re-hashed only when its mtime differs from the manifest's (hashing on every load costs
+~1 s per 500 MB, more than some engines take to load).
 """
 
 from __future__ import annotations
@@ -12,132 +19,197 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from ..progress import ProgressFn, silent
+from .atomic import atomic_write
 from .paths import cache_dir
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-
-ProgressFn = Callable[[str, float | None], None]
-BuildFn = Callable[[Path], None]  # fills an empty folder
+BuildFn = Callable[[Path], dict | None]  # fills an empty folder; may return details for the manifest
+_STALE_LOCK_S = 3600.0  # no single build takes this long; an older lock's pid has been reused
+# Hidden siblings of a variant folder that carry their creator's pid (".building-": older versions).
+_PID_MARKERS = (".build-", ".building-", ".old-")
 
 
 class ArtifactError(RuntimeError):
     """A cached artefact is missing, corrupt, or could not be built."""
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+@dataclass(frozen=True)
+class Artifact:
+    folder: Path
+    manifest: dict
+    built: bool  # True when this call built it, False on a cache hit
+
+    @property
+    def details(self) -> dict:
+        """What the build function returned (tool versions, quantisation settings)."""
+        return self.manifest.get("build", {})
 
 
-def write_manifest(folder: Path, meta: dict | None = None) -> None:
-    """Record every file in `folder` (recursively); call it last."""
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
-        stat = path.stat()
-        files[path.relative_to(folder).as_posix()] = {
-            "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(path)}
-    data = {"format": FORMAT, "files": files, "meta": meta or {}}
-    tmp = folder / f".{MANIFEST}.tmp"
-    with tmp.open("w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / MANIFEST)
+def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
+           meta: dict | None = None) -> Artifact:
+    """The folder cache_dir(kind, key)/variant, built by `build(empty folder)` unless it is whole
+    and was built with `meta` (a dict of settings that must match, e.g. a format version)."""
+    folder = cache_dir(kind, key) / variant
+    manifest, _ = _validate(folder, meta)
+    if manifest is not None:
+        return Artifact(folder, manifest, built=False)
+    with _build_lock(folder, f"{kind}/{variant}", progress):
+        manifest, problem = _validate(folder, meta)  # built by another process meanwhile?
+        if manifest is not None:
+            return Artifact(folder, manifest, built=False)
+        if folder.exists():
+            progress(f"rebuilding cached {kind}/{variant}: {problem}", None)
+        return _build(folder, f"{kind}/{variant}", build, progress, meta)
+
+
+def rebuild(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
+            meta: dict | None = None) -> Artifact:
+    """Throw the cached folder away and build it again (e.g. it validates but will not open)."""
+    folder = cache_dir(kind, key) / variant
+    with _build_lock(folder, f"{kind}/{variant}", progress):
+        discard(folder)
+        return _build(folder, f"{kind}/{variant}", build, progress, meta)
 
 
 def check(folder: Path, meta: dict | None = None) -> str:
     """Why `folder` is not whole or not current (one line), or "" when it is."""
+    return _validate(folder, meta)[1]
+
+
+def discard(folder: Path) -> None:
+    """Move a folder out of the way first (atomic), then delete it."""
+    if folder.exists():
+        doomed = folder.with_name(f".{folder.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        os.replace(folder, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+
+def remove_abandoned(parent: Path) -> None:
+    """Hidden staging or trash folders whose process is gone (killed mid-build)."""
+    import psutil
+
+    for entry in parent.glob(".*-*"):
+        marker = next((m for m in _PID_MARKERS if m in entry.name), None)
+        if marker is None:
+            continue
+        try:
+            pid = int(entry.name.split(marker, 1)[1].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not psutil.pid_exists(pid):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _validate(folder: Path, meta: dict | None) -> tuple[dict | None, str]:
+    """(manifest, "") when every file it lists is there, whole and unchanged, else (None, why)."""
     try:
-        data = json.loads((folder / MANIFEST).read_text())
-        files = data["files"]
+        manifest = json.loads((folder / MANIFEST).read_text())
+        files = manifest["files"]
     except FileNotFoundError:
-        return "no manifest (never finished building)"
+        return None, "no manifest (never finished building)"
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"unreadable manifest: {exc}"
-    if data.get("format") != FORMAT or not files:
-        return "manifest of another format"
-    stale = [k for k, v in (meta or {}).items() if data.get("meta", {}).get(k) != v]
+        return None, f"unreadable manifest: {exc}"
+    if manifest.get("format") != FORMAT or not isinstance(files, dict) or not files:
+        return None, "manifest of another format"
+    built_with = manifest.get("meta") or {}
+    stale = [k for k, v in (meta or {}).items() if built_with.get(k) != v]
     if stale:
-        return f"built with other settings ({', '.join(stale)})"
+        return None, f"built with other settings ({', '.join(stale)})"
     for name, entry in files.items():
         path = folder / name
         try:
             stat = path.stat()
         except OSError:
-            return f"{name} is missing"
-        if stat.st_size != entry["size"]:
-            return f"{name} has {stat.st_size} bytes, the manifest says {entry['size']}"
-        if stat.st_mtime_ns != entry.get("mtime_ns") and _sha256(path) != entry["sha256"]:
-            return f"{name} does not match its sha256"
-    return ""
+            return None, f"{name} is missing"
+        if stat.st_size != entry.get("size"):
+            return None, f"{name} has {stat.st_size} bytes, the manifest says {entry.get('size')}"
+        # Unchanged since the build (same size and mtime): trust the recorded hash. Any rewrite
+        # or copy changes the mtime and forces a re-hash.
+        if stat.st_mtime_ns != entry.get("mtime_ns") and _sha256(path) != entry.get("sha256"):
+            return None, f"{name} does not match its sha256"
+    return manifest, ""
 
 
-def manifest_meta(folder: Path) -> dict:
-    return json.loads((folder / MANIFEST).read_text()).get("meta", {})
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn | None = None,
-           meta: dict | None = None) -> Path:
-    """The folder cache_dir(kind, key, variant), built by `build(tmp)` unless it is already whole."""
-    progress = progress or (lambda message, fraction=None: None)
-    parent = cache_dir(kind, key)
-    folder = parent / variant
-    problem = check(folder, meta) if folder.exists() else "not built yet"
-    if not problem:
-        return folder
-    if folder.exists():
-        progress(f"rebuilding cached {kind}/{variant}: {problem}", None)
-    _remove_abandoned(parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{variant}.building-{os.getpid()}-", dir=parent))
+def _build(folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: dict | None) -> Artifact:
+    """Build into a hidden staging folder and rename it into place (the lock is held)."""
+    remove_abandoned(folder.parent)
+    staging = folder.with_name(f".{folder.name}.build-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    staging.mkdir()
     try:
-        build(tmp)
-        write_manifest(tmp, meta)
-        _install(tmp, folder, meta)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        details = build(staging) or {}
+        progress(f"checking the {what} files", None)
+        manifest = _write_manifest(staging, meta, details)
+        discard(folder)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     problem = check(folder, meta)
     if problem:  # e.g. the disk filled up under us
-        raise ArtifactError(f"cached {kind}/{variant} is still not whole after building: {problem}")
-    return folder
+        raise ArtifactError(f"cached {what} is still not whole after building: {problem}")
+    return Artifact(folder, manifest, built=True)
 
 
-def _install(tmp: Path, folder: Path, meta: dict | None) -> None:
-    """Rename `tmp` to `folder`, moving a corrupt old folder aside; a concurrent builder may win."""
-    for _ in range(3):
-        try:
-            os.rename(tmp, folder)
-            return
-        except OSError:
-            if folder.exists() and not check(folder, meta):  # someone else finished first: use theirs
-                shutil.rmtree(tmp, ignore_errors=True)
-                return
-            if folder.exists():
-                trash = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-{os.getpid()}-", dir=folder.parent))
-                try:
-                    os.rename(folder, trash / "old")
-                except FileNotFoundError:
-                    pass
-                shutil.rmtree(trash, ignore_errors=True)
-    raise ArtifactError(f"could not move the built artefact into {folder}")
+def _write_manifest(folder: Path, meta: dict | None, details: dict) -> dict:
+    """Record every file in `folder` (recursively); called last, so its presence means whole."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        stat = path.stat()
+        files[path.relative_to(folder).as_posix()] = {
+            "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(path)}
+    manifest = {"format": FORMAT, "files": files, "meta": meta or {}, "build": details}
+    with atomic_write(folder / MANIFEST) as handle:
+        json.dump(manifest, handle, indent=1)
+    return manifest
 
 
-def _remove_abandoned(parent: Path) -> None:
-    """Hidden build or trash folders whose process is gone (killed mid-build)."""
+@contextmanager
+def _build_lock(folder: Path, what: str, progress: ProgressFn) -> Iterator[None]:
+    """One builder per artefact across processes.
+
+    The lock file holds its owner's pid; a lock whose owner is gone (a worker killed mid-build)
+    or that is older than _STALE_LOCK_S (a reused pid) is broken. Waiting reports progress now
+    and then, so the worker's load timeout does not fire while another process builds.
+    """
     import psutil
 
-    for entry in parent.glob(".*-*"):
-        for marker in (".building-", ".old-"):
-            if marker in entry.name:
-                try:
-                    pid = int(entry.name.split(marker, 1)[1].split("-", 1)[0])
-                except ValueError:
-                    break
-                if pid != os.getpid() and not psutil.pid_exists(pid):
-                    shutil.rmtree(entry, ignore_errors=True)
-                break
+    lock = folder.with_name(f".{folder.name}.lock")
+    last_report = 0.0
+    while True:
+        try:
+            handle = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                age = time.time() - lock.stat().st_mtime
+                text = lock.read_text().strip()
+            except OSError:
+                continue  # released just now: try again
+            owner = int(text) if text.isdigit() else 0  # half-written (or garbage): no owner
+            if age > _STALE_LOCK_S or (owner and not psutil.pid_exists(owner)) or (not owner and age > 10):
+                lock.unlink(missing_ok=True)
+                continue
+            if time.monotonic() - last_report > 10:
+                progress(f"waiting for another process to finish building {what}", None)
+                last_report = time.monotonic()
+            time.sleep(0.25)
+            continue
+        with os.fdopen(handle, "w") as f:
+            f.write(str(os.getpid()))
+        break
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)

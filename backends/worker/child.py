@@ -15,11 +15,12 @@ import numpy as np
 
 from ..engine import EngineOptions
 from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
-                     ScoreProgress, ScoreRequest, Shutdown, Started, Token, TopLogits)
+                     ScoreProgress, ScoreRequest, Shutdown, Started, Token)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..sampling import Sampler
 from ..sources.tokenizer import IncrementalDetokenizer
+from .scoring import score_window, top_logits
 
 
 def peak_rss_mb() -> float:
@@ -107,55 +108,11 @@ def _serve_score(conn, cancel: threading.Event, engine, request: ScoreRequest) -
     conn.send(ScoreDone(request.run_id, nll, count, time.perf_counter() - started, method))
 
 
-def score_window(engine, window: tuple[int, ...], target: int) -> tuple[float, int, str]:
-    """(summed NLL, tokens scored, method) of the last `target` tokens of one window.
-
-    Position p is predicted by the logits of position p - 1, so the window's first token is
-    never scored. Engines without `forward_logits` are teacher-forced: prefill the unscored
-    head, then decode the window's own tokens one by one.
-    """
-    first = max(1, len(window) - target)  # first scored position
-    labels = np.asarray(window[first:], dtype=np.int64)
-    if labels.size == 0:
-        return 0.0, 0, "forward_logits"
-    try:
-        logits = np.asarray(engine.forward_logits(window))[first - 1 : len(window) - 1]
-        method = "forward_logits"
-    except NotImplementedError:
-        rows = [np.asarray(engine.prefill(window[:first]))]
-        for token in window[first : len(window) - 1]:
-            rows.append(np.asarray(engine.decode(int(token))))
-        logits = np.stack(rows)
-        method = "prefill+decode"
-    return nll_of(logits, labels), int(labels.size), method
-
-
-def nll_of(logits: np.ndarray, labels: np.ndarray, chunk: int = 128) -> float:
-    """Summed -log softmax(logits)[label] in float64, a chunk of rows at a time (bounded memory)."""
-    total = 0.0
-    for start in range(0, len(labels), chunk):
-        rows = logits[start : start + chunk].astype(np.float64)
-        peak = rows.max(axis=1, keepdims=True)
-        log_z = peak[:, 0] + np.log(np.exp(rows - peak).sum(axis=1))
-        picked = rows[np.arange(len(rows)), labels[start : start + chunk]]
-        total += float((log_z - picked).sum())
-    return total
-
-
 def _serve_logits(conn, engine, request: LogitsRequest) -> None:
     try:
         conn.send(top_logits(request.run_id, np.asarray(engine.prefill(request.prefix_ids)), request.k))
     except Exception as exc:
         conn.send(Failed(_one_line(exc), traceback.format_exc(), request.run_id))
-
-
-def top_logits(run_id: str, logits: np.ndarray, k: int) -> TopLogits:
-    values = logits.astype(np.float64)
-    order = np.argsort(-values, kind="stable")[:k]
-    peak = values.max()
-    log_z = peak + np.log(np.exp(values - peak).sum())
-    return TopLogits(run_id, tuple(int(i) for i in order), tuple(float(values[i]) for i in order),
-                     tuple(float(values[i] - log_z) for i in order))
 
 
 def _one_line(exc: BaseException) -> str:

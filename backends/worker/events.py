@@ -6,9 +6,10 @@ different workers can be laid side by side on one time axis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..sampling import SamplingParams
+from ..status import RunStatus
 
 
 # Parent -> child
@@ -139,9 +140,20 @@ class Failed:
 class WorkerLost:
     """Made by the parent: the child crashed, hung past its timeout, or was killed on cancel."""
 
-    reason: str  # "crashed", "timeout", "killed"
+    reason: RunStatus  # CRASHED, TIMEOUT or KILLED
     detail: str = ""
     run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a run request sits in the session, for a display to label it (sent with it)."""
+
+    repeat: int
+    is_warmup: bool
+    cell: str = ""  # a sweep cell's tag ("p64n16"); "" in a bench
+    prompt_tokens: int | None = None  # the cell's lengths, in a sweep only
+    new_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -150,4 +162,4 @@ class BackendEvent:
 
     backend: str
     event: object
-    extra: dict = field(default_factory=dict)
+    context: RunContext | None = None  # set on RunRequest events only

@@ -19,6 +19,7 @@ from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest
                      ScoreRequest, Shutdown, Token, TopLogits, WorkerLost)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
+from ..status import RunStatus
 from .child import child_main
 
 EventSink = Callable[[object], None]
@@ -40,51 +41,58 @@ class Timeouts:
     score_s: float = 900.0  # one perplexity window (a teacher-forced fallback decodes it token by token)
 
 
+def outcome_status(done: RunDone | ScoreDone | None, failure: Failed | WorkerLost | None) -> RunStatus:
+    """How a request ended: a lost worker says why, an engine exception is an error, a cancel is not one."""
+    if isinstance(failure, WorkerLost):
+        return failure.reason
+    if failure is not None or done is None:
+        return RunStatus.ERROR
+    return RunStatus.CANCELLED if done.cancelled else RunStatus.OK
+
+
+def failure_text(failure: Failed | WorkerLost | None) -> str:
+    """The one line a record's `error` column shows ("" when nothing failed)."""
+    if isinstance(failure, Failed):
+        return failure.message
+    if isinstance(failure, WorkerLost):
+        return f"worker {failure.reason}: {failure.detail}"
+    return ""
+
+
+class _Ended:
+    """`status` and `error` of a request, from how it ended (what both outcomes share)."""
+
+    done: RunDone | ScoreDone | None
+    failure: Failed | WorkerLost | None
+
+    @property
+    def status(self) -> RunStatus:
+        return outcome_status(self.done, self.failure)
+
+    @property
+    def error(self) -> str:
+        return failure_text(self.failure)
+
+
 @dataclass
-class RunOutcome:
+class RunOutcome(_Ended):
     request: RunRequest
     started_ns: int = 0
     tokens: list[Token] = field(default_factory=list)
     done: RunDone | None = None
     failure: Failed | WorkerLost | None = None
 
-    @property
-    def status(self) -> str:
-        if isinstance(self.failure, WorkerLost):
-            return self.failure.reason
-        if self.failure is not None:
-            return "error"
-        if self.done is not None and self.done.cancelled:
-            return "cancelled"
-        return "ok" if self.done is not None else "error"
-
 
 @dataclass
-class ScoreOutcome:
+class ScoreOutcome(_Ended):
     request: ScoreRequest
     done: ScoreDone | None = None
     failure: Failed | WorkerLost | None = None
 
-    @property
-    def status(self) -> str:
-        if isinstance(self.failure, WorkerLost):
-            return self.failure.reason
-        if self.failure is not None or self.done is None:
-            return "error"
-        return "cancelled" if self.done.cancelled else "ok"
-
-    @property
-    def error(self) -> str:
-        if isinstance(self.failure, Failed):
-            return self.failure.message
-        if isinstance(self.failure, WorkerLost):
-            return f"worker {self.failure.reason}: {self.failure.detail}"
-        return ""
-
 
 class WorkerError(RuntimeError):
     def __init__(self, event: Failed | WorkerLost) -> None:
-        super().__init__(event.message if isinstance(event, Failed) else f"worker {event.reason}: {event.detail}")
+        super().__init__(failure_text(event))
         self.event = event
 
 
@@ -139,14 +147,14 @@ class Worker:
         """Send one run and collect its events until it ends, fails, or the worker is lost."""
         outcome = RunOutcome(request)
         if self.lost is not None or self._conn is None:
-            outcome.failure = self.lost or WorkerLost("crashed", "the worker is not running", request.run_id)
+            outcome.failure = self.lost or WorkerLost(RunStatus.CRASHED, "the worker is not running", request.run_id)
             return outcome
         self._cancel.clear()
         self._cancel_requested_at = None
         try:
             self._conn.send(request)
         except (OSError, EOFError) as exc:
-            outcome.failure = self._lose("crashed", f"could not send the run: {exc}", request.run_id)
+            outcome.failure = self._lose(RunStatus.CRASHED, f"could not send the run: {exc}", request.run_id)
             return outcome
         while True:
             event = self._next_event(self.timeouts.token_s, run_id=request.run_id)
@@ -163,7 +171,7 @@ class Worker:
                 outcome.started_ns = event.t_ns
 
     def score(self, request: ScoreRequest) -> ScoreOutcome:
-        """Perplexity windows through the engine's own forward pass (see worker_child.score_window)."""
+        """Perplexity windows through the engine's own forward pass (see scoring.score_window)."""
         outcome = ScoreOutcome(request)
         final = self._exchange(request, self.timeouts.score_s, (ScoreDone,))
         if isinstance(final, ScoreDone):
@@ -179,13 +187,13 @@ class Worker:
     def _exchange(self, request, timeout_s: float, answers: tuple[type, ...]):
         """Send one request; pass events on until one of `answers`, a failure, or a lost worker."""
         if self.lost is not None or self._conn is None:
-            return self.lost or WorkerLost("crashed", "the worker is not running", request.run_id)
+            return self.lost or WorkerLost(RunStatus.CRASHED, "the worker is not running", request.run_id)
         self._cancel.clear()
         self._cancel_requested_at = None
         try:
             self._conn.send(request)
         except (OSError, EOFError) as exc:
-            return self._lose("crashed", f"could not send the request: {exc}", request.run_id)
+            return self._lose(RunStatus.CRASHED, f"could not send the request: {exc}", request.run_id)
         while True:
             event = self._next_event(timeout_s, run_id=request.run_id)
             self._on_event(event)
@@ -224,9 +232,9 @@ class Worker:
             now = time.monotonic()
             wait = min(deadline - now, 0.1)
             if self._cancel_requested_at is not None and now - self._cancel_requested_at > self.timeouts.cancel_grace_s:
-                return self._lose("killed", "did not stop within the cancel grace period", run_id)
+                return self._lose(RunStatus.KILLED, "did not stop within the cancel grace period", run_id)
             if wait <= 0:
-                return self._lose("timeout", f"no answer for {timeout_s:g} s", run_id)
+                return self._lose(RunStatus.TIMEOUT, f"no answer for {timeout_s:g} s", run_id)
             try:
                 if self._conn.poll(wait):
                     event = self._conn.recv()
@@ -236,11 +244,11 @@ class Worker:
             except (EOFError, OSError):
                 self._process.join(1.0)
                 code = self._process.exitcode
-                return self._lose("crashed", f"worker process exited (exit code {code})", run_id)
+                return self._lose(RunStatus.CRASHED, f"worker process exited (exit code {code})", run_id)
             if not self._process.is_alive() and not self._conn.poll(0):
-                return self._lose("crashed", f"worker process exited (exit code {self._process.exitcode})", run_id)
+                return self._lose(RunStatus.CRASHED, f"worker process exited (exit code {self._process.exitcode})", run_id)
 
-    def _lose(self, reason: str, detail: str, run_id: str | None) -> WorkerLost:
+    def _lose(self, reason: RunStatus, detail: str, run_id: str | None) -> WorkerLost:
         self.lost = WorkerLost(reason, detail, run_id)
         self._reap()
         return self.lost

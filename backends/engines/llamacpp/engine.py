@@ -45,11 +45,11 @@ class LlamaCppEngine(Engine):
         self.context = 0
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
-        gguf_export.check_supported(model.config)
+        config = model.gpt2_config.require_supported(self.name)
         threads = self.options.threads or os.cpu_count() or 1
         self.folder = ensure_gguf(model, self.quant, threads, progress)
         info = json.loads((self.folder / INFO_FILE).read_text())
-        self.context = int(model.config.get("n_positions", 1024))
+        self.context = config.n_positions
         # llama.cpp keeps its KV cache in f16 by default; f32 weights get an f32 cache so that
         # this variant computes in fp32 throughout, like the other fp32 engines.
         kv = {"type_k": llama_cpp.GGML_TYPE_F32, "type_v": llama_cpp.GGML_TYPE_F32} if self.quant == "f32" else {}
@@ -98,7 +98,7 @@ def ensure_gguf(model: ModelFiles, quant: str, threads: int, progress) -> Path:
     meta = {"format": gguf_export.FORMAT, "quant": quant}
     if quant != "f32":  # the quantiser's choices may change between llama.cpp versions
         meta["llama_cpp_python"] = llama_cpp.__version__
-    return artifact_cache.ensure("gguf", model.weights_hash, quant, build, progress, meta=meta)
+    return artifact_cache.ensure("gguf", model.weights_hash, quant, build, progress, meta=meta).folder
 
 
 def quantize(source: Path, target: Path, quant: str, threads: int) -> None:

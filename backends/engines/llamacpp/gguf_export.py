@@ -32,18 +32,6 @@ _BLOCK = {
 }
 _TOP = {"wte.weight": "token_embd.weight", "wpe.weight": "position_embd.weight",
         "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias"}
-_UNSUPPORTED = ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn")
-
-
-def check_supported(config: dict) -> None:
-    """llama.cpp's GPT-2 graph: tanh-GELU, 1/sqrt(d) attention scaling, tied embeddings."""
-    unusual = [key for key in _UNSUPPORTED if config.get(key)]
-    if config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
-        unusual.append(f"activation_function={config.get('activation_function')}")
-    if not config.get("scale_attn_weights", True):
-        unusual.append("scale_attn_weights=false")
-    if unusual:
-        raise ValueError(f"llama.cpp's GPT-2 graph cannot run this model ({', '.join(unusual)})")
 
 
 def gguf_tensors(tensors: dict[str, np.ndarray], n_layer: int) -> dict[str, np.ndarray]:
@@ -77,19 +65,17 @@ def write_gguf(model: ModelFiles, path: Path) -> None:
     """Write model.gguf (all f32) for `model` to `path`."""
     import gguf
 
-    config = model.config
-    check_supported(config)
-    d, layers = config["n_embd"], config["n_layer"]
+    config = model.gpt2_config.require_supported("llama.cpp's GPT-2 graph")
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GPT2])
     writer.add_name(model.model_id)
-    writer.add_context_length(int(config.get("n_positions", 1024)))
-    writer.add_embedding_length(d)
-    writer.add_feed_forward_length(config.get("n_inner") or 4 * d)
-    writer.add_block_count(layers)
-    writer.add_head_count(config["n_head"])
-    writer.add_layer_norm_eps(float(config.get("layer_norm_epsilon", 1e-5)))
+    writer.add_context_length(config.n_positions)
+    writer.add_embedding_length(config.n_embd)
+    writer.add_feed_forward_length(config.n_inner)
+    writer.add_block_count(config.n_layer)
+    writer.add_head_count(config.n_head)
+    writer.add_layer_norm_eps(config.layer_norm_epsilon)
     writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
-    tokens, types, merges = tokenizer_tables(int(config["vocab_size"]))
+    tokens, types, merges = tokenizer_tables(config.vocab_size)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -98,7 +84,7 @@ def write_gguf(model: ModelFiles, path: Path) -> None:
     writer.add_bos_token_id(EOS_ID)
     writer.add_eos_token_id(EOS_ID)
     writer.add_add_bos_token(False)  # GPT-2 prompts start without a BOS token
-    for name, array in gguf_tensors(mmap_numpy(model.safetensors), layers).items():
+    for name, array in gguf_tensors(mmap_numpy(model.safetensors), config.n_layer).items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from ...worker.blas import OpenBLAS, blas_name
-from ...engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy, read_header
 from .model import GPT2, file_mapping, nest_params
@@ -36,18 +36,15 @@ class NumpyEngine(Engine):
         self.model: GPT2 | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
-        config = model.config
-        activation = config.get("activation_function", "gelu_new")
-        if activation not in ("gelu_new", "gelu_pytorch_tanh"):  # the same tanh formula; others are not built
-            raise ValueError(f"the numpy engine implements gelu_new only, this model uses {activation!r}")
+        config = model.gpt2_config.require_supported(self.name)  # its gelu_new is every admitted activation
         progress("mapping weights", None)
         flat = mmap_numpy(model.safetensors)
         _read_ahead(flat["wte.weight"])
-        self.model = GPT2(nest_params(flat, config["n_layer"]), n_head=config["n_head"],
-                          eps=np.float32(config.get("layer_norm_epsilon", 1e-5)), max_seq=model.context)
+        self.model = GPT2(nest_params(flat, config.n_layer), n_head=config.n_head,
+                          eps=np.float32(config.layer_norm_epsilon), max_seq=config.n_positions)
         widened = sorted({info.dtype for info in read_header(model.safetensors).values()} - {"F32"})
         notes = ["mmap zero-copy" if not widened else f"{'/'.join(widened)} widened to fp32 (copied)"]
-        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=gpt2_weight_bytes(config, 4, 4),
+        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=config.weight_bytes(4, 4),
                           notes="; ".join(notes + self._set_threads()))
 
     def _set_threads(self) -> list[str]:

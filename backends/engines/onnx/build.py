@@ -1,4 +1,4 @@
-"""Build one ONNX artefact in a child process: `python -m backends.engines.onnx_build ...`.
+"""Build one ONNX artefact in a child process: `python -m backends.engines.onnx.build ...`.
 
 A separate process because exporting imports torch and holds the fp32 weights several times
 over (~1.2 GB peak for GPT-2 small); the engine's worker then never imports torch and its peak
@@ -18,13 +18,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-MODEL_FILE = "model.onnx"
-Report = Callable[[str, float | None], None]
+from ...gpt2_config import GPT2Config
+from ...progress import ProgressFn
+
+MODEL_FILE = "model.onnx"  # the graph; its weights go beside it in model.onnx.data
 
 
-def build_fp32(safetensors: Path, config: dict, out_dir: Path, report: Report) -> dict:
+def build_fp32(safetensors: Path, config: GPT2Config, out_dir: Path, report: ProgressFn) -> dict:
     """The plain export; the session applies ORT's own graph optimisations (level ALL) at load.
 
     Not onnxruntime.transformers' optimize_model(model_type="gpt2"): on this export its only
@@ -39,7 +41,7 @@ def build_fp32(safetensors: Path, config: dict, out_dir: Path, report: Report) -
     return {"exporter": "torch.onnx.export(dynamo=True)"}
 
 
-def build_int8(source: Path, out_dir: Path, report: Report) -> dict:
+def build_int8(source: Path, out_dir: Path, report: ProgressFn) -> dict:
     """Dynamic int8: int8 weights for every MatMul (the lm_head included), activations quantised
     per call. The embedding Gather keeps fp32 rows (in the mmapped data file, so only the rows
     looked up become resident): quantising it too cut greedy agreement with fp32 from ~41 to 6
@@ -53,7 +55,7 @@ def build_int8(source: Path, out_dir: Path, report: Report) -> dict:
     return {"quantisation": "quantize_dynamic QInt8 per-tensor, MatMul only"}
 
 
-def build_int4(source: Path, out_dir: Path, report: Report, block_size: int = 32) -> dict:
+def build_int4(source: Path, out_dir: Path, report: ProgressFn, block_size: int = 32) -> dict:
     """4-bit weight-only (MatMulNBits), int8 compute (accuracy level 4) where the CPU has it."""
     report("quantising int4 (MatMulNBits)", 0.1)
     import onnx
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     if args.variant == "fp32":
-        details = build_fp32(args.weights, json.loads(args.config.read_text()), args.out, report)
+        details = build_fp32(args.weights, GPT2Config.from_json(args.config), args.out, report)
     elif args.variant == "int8":
         details = build_int8(args.source, args.out, report)
     else:

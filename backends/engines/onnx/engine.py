@@ -1,6 +1,6 @@
 """ONNX Runtime engines: the project's own GPT-2 export with a key/value cache (fp32, int8, int4).
 
-Torch-free at run time: the artefacts come from the cache (onnx_cache), built in a child
+Torch-free at run time: the artefacts come from the cache (onnx/cache.py), built in a child
 process when missing. The KV cache is one preallocated buffer per layer for keys and one for values, bound through
 an IOBinding as both past and present, so ORT's GroupQueryAttention appends to it in place: no
 step copies the cache, and a decode step rebinds nothing (its inputs are small numpy arrays
@@ -14,9 +14,11 @@ from typing import Sequence
 import numpy as np
 import onnxruntime as ort
 
-from ...engine import Engine, EngineInfo, EngineOptions, ProgressFn, gpt2_weight_bytes
+from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
+from ...progress import ProgressFn
 from ...sources.model_files import ModelFiles
+from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
 
 _MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
@@ -34,17 +36,17 @@ class OnnxEngine(Engine):
         self._length = 0  # tokens in the KV cache
 
     def load(self, model: ModelFiles, progress: ProgressFn) -> EngineInfo:
-        config = model.config
-        self._context = int(config["n_positions"])
-        layers, heads = int(config["n_layer"]), int(config["n_head"])
+        config = model.gpt2_config.require_supported(self.name)
+        self._context = config.n_positions
+        layers = config.n_layer
         # Zeroed pages are only mapped once written, so the full-context buffers cost RSS only
         # for the positions a run really fills.
-        shape = (1, heads, self._context, int(config["n_embd"]) // heads)
+        shape = (1, config.n_head, self._context, config.head_dim)
         self._buffers = [np.zeros(shape, np.float32) for _ in range(2 * layers)]
         self._cache_values = [ort.OrtValue.ortvalue_from_numpy(b) for b in self._buffers]
         self._past_names = [f"past_{i}_{kv}" for i in range(layers) for kv in "kv"]
         self._present_names = [f"present_{i}_{kv}" for i in range(layers) for kv in "kv"]
-        self._logits = np.empty((1, int(config["vocab_size"])), np.float32)
+        self._logits = np.empty((1, config.vocab_size), np.float32)
         # Decode-step inputs, bound once and overwritten in place each step.
         self._next_id = np.zeros((1, 1), np.int64)
         self._past_length = np.zeros(1, np.int64)
@@ -60,7 +62,7 @@ class OnnxEngine(Engine):
             progress(f"cached ONNX {self.variant} model is unusable ({why}); rebuilding", None)
             artefact = onnx_cache.rebuild(model, self.variant, progress)
             self.session = self._open(artefact)
-        build = artefact.manifest.get("build", {})
+        build = artefact.details
         notes = [f"providers={','.join(self.session.get_providers())}", "opt=ORT_ENABLE_ALL at load",
                  f"cache={'built' if artefact.built else 'hit'}", f"threads={self.options.threads or 'ort default'}",
                  "iobinding, in-place KV cache (GroupQueryAttention)"]
@@ -69,17 +71,17 @@ class OnnxEngine(Engine):
         if self.options.device not in ("", "cpu"):
             notes.append(f"device={self.options.device} not honoured: CPU execution provider only")
         return EngineInfo(device="cpu", dtype=self.variant,
-                          weight_bytes_per_token=gpt2_weight_bytes(config, _MATRIX_BYTES[self.variant], 4),
+                          weight_bytes_per_token=config.weight_bytes(_MATRIX_BYTES[self.variant], 4),
                           notes="; ".join(notes))
 
-    def _open(self, artefact: onnx_cache.Artefact) -> ort.InferenceSession:
+    def _open(self, artefact: Artifact) -> ort.InferenceSession:
         options = ort.SessionOptions()
         options.intra_op_num_threads = max(0, int(self.options.threads))  # 0: ORT's default (physical cores)
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # warnings about unused initialisers are noise here
-        return ort.InferenceSession(str(artefact.model_path), options, providers=[_PROVIDER])
+        return ort.InferenceSession(str(onnx_cache.model_path(artefact)), options, providers=[_PROVIDER])
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         ids = self._ids(token_ids)

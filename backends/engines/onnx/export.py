@@ -25,9 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...gpt2_config import GPT2Config
 from ...sources.weights import mmap_numpy
-
-_TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
 def input_names(n_layer: int) -> list[str]:
@@ -38,32 +37,15 @@ def output_names(n_layer: int) -> list[str]:
     return ["logits"] + [f"present_{i}_{kv}" for i in range(n_layer) for kv in "kv"]
 
 
-def check_supported(config: dict) -> None:
-    """Refuse configs this module would silently get wrong."""
-    act = config.get("activation_function", "gelu_new")
-    if act not in _TANH_GELU + ("gelu",):
-        raise ValueError(f"activation {act!r} is not supported by the ONNX export")
-    if config.get("reorder_and_upcast_attn"):
-        raise ValueError("reorder_and_upcast_attn is not supported by the ONNX export")
-    if config["n_embd"] % config["n_head"]:
-        raise ValueError("n_embd must be a multiple of n_head")
-
-
 class GPT2WithPast(nn.Module):
     """GPT-2 (batch 1) on 2-D activations [T, d]: the same math as HF's eager attention."""
 
-    def __init__(self, weights: dict[str, np.ndarray], config: dict) -> None:
+    def __init__(self, weights: dict[str, np.ndarray], config: GPT2Config) -> None:
         super().__init__()
-        check_supported(config)
-        self.n_layer, self.n_head, self.d = config["n_layer"], config["n_head"], config["n_embd"]
-        self.eps = float(config.get("layer_norm_epsilon", 1e-5))
-        self.approximate = "tanh" if config.get("activation_function", "gelu_new") in _TANH_GELU else "none"
-        head = self.d // self.n_head
-        self.scales = [
-            (1 / math.sqrt(head) if config.get("scale_attn_weights", True) else 1.0)
-            / ((i + 1) if config.get("scale_attn_by_inverse_layer_idx") else 1)
-            for i in range(self.n_layer)
-        ]
+        config.require_supported("the ONNX export")
+        self.n_layer, self.n_head, self.d = config.n_layer, config.n_head, config.n_embd
+        self.eps = config.layer_norm_epsilon
+        self.scale = 1 / math.sqrt(config.head_dim)
 
         def param(array: np.ndarray) -> nn.Parameter:
             return nn.Parameter(torch.tensor(np.ascontiguousarray(array), dtype=torch.float32), requires_grad=False)
@@ -121,16 +103,16 @@ class GPT2WithPast(nn.Module):
             h = f"h_{i}_"
             q, k, v = self._linear(self._norm(x, h + "ln_1"), h + "attn_c_attn").split(self.d, dim=1)
             attended, present_k, present_v = self._attention(
-                q, k, v, past[2 * i], past[2 * i + 1], past_length, total, self.scales[i])
+                q, k, v, past[2 * i], past[2 * i + 1], past_length, total, self.scale)
             presents += [present_k, present_v]
             x = x + self._linear(attended, h + "attn_c_proj")
             m = self._linear(self._norm(x, h + "ln_2"), h + "mlp_c_fc")
-            x = x + self._linear(nn.functional.gelu(m, approximate=self.approximate), h + "mlp_c_proj")
+            x = x + self._linear(nn.functional.gelu(m, approximate="tanh"), h + "mlp_c_proj")  # all admitted activations
         x = self._norm(torch.index_select(x, 0, logit_index), "ln_f")
         return (x @ self.wte_t, *presents)
 
 
-def export_gpt2(safetensors: Path, config: dict, out: Path) -> None:
+def export_gpt2(safetensors: Path, config: GPT2Config, out: Path) -> None:
     """Write `out` (the graph) and `out`.data (the weights).
 
     External data always, not only past protobuf's 2 GB cap: ORT memory-maps it, so rows of the
@@ -138,8 +120,8 @@ def export_gpt2(safetensors: Path, config: dict, out: Path) -> None:
     """
     torch.set_grad_enabled(False)
     module = GPT2WithPast(mmap_numpy(safetensors), config).eval()
-    n_layer, heads = config["n_layer"], config["n_head"]
-    head, context = config["n_embd"] // heads, config["n_positions"]
+    n_layer, heads = config.n_layer, config.n_head
+    head, context = config.head_dim, config.n_positions
     # Example shapes must be distinct and > 1 so the exporter keeps every axis symbolic.
     t, capacity = 5, 11
     ids = torch.zeros((1, t), dtype=torch.long)

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ...engine import Engine, EngineInfo, EngineOptions, gpt2_weight_bytes
+from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
 from ...sources.model_files import ModelFiles
 from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
@@ -61,8 +61,9 @@ class TorchStaticEngine(Engine):
         device = self._check_device()
         threads = set_threads(self.options.threads)
         torch.set_grad_enabled(False)
+        config = model.gpt2_config.require_supported(self.name)
         progress("loading safetensors", None)
-        net = load_gpt2(model.safetensors, model.config, DTYPES[self.dtype], device)
+        net = load_gpt2(model.safetensors, config, DTYPES[self.dtype], device)
         notes = []
         if self.dtype == "int8":
             quantize_linear_int8(net)
@@ -83,7 +84,7 @@ class TorchStaticEngine(Engine):
         notes.append(f"threads={threads}")
         other_bytes = 2 if self.dtype == "bf16" else 4
         return EngineInfo(device=device.type, dtype=self.dtype,
-                          weight_bytes_per_token=gpt2_weight_bytes(model.config, MATRIX_BYTES[self.dtype], other_bytes),
+                          weight_bytes_per_token=config.weight_bytes(MATRIX_BYTES[self.dtype], other_bytes),
                           notes="; ".join(notes))
 
     def _compile(self, device: torch.device) -> str:

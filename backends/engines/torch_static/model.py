@@ -11,7 +11,6 @@ Shapes: B batch (1), T new tokens, S cache length (n_positions), C n_embd, H hea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -20,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...gpt2_config import GPT2Config
 from ...sources.weights import normalised_header
 
 # HF Conv1D weights, stored [in, out]: transposed to nn.Linear's [out, in] on load.
@@ -27,32 +27,6 @@ _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c
 # numpy stand-ins for reading; bf16 is read as int16 and reinterpreted by torch.
 _READ = {"F32": (np.float32, None), "F16": (np.float16, None), "BF16": (np.int16, torch.bfloat16),
          "F64": (np.float64, None)}
-_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "none"}
-
-
-@dataclass(frozen=True)
-class GPT2Config:
-    n_layer: int
-    n_head: int
-    n_embd: int
-    vocab_size: int
-    n_positions: int
-    n_inner: int
-    eps: float = 1e-5
-    gelu: str = "tanh"  # F.gelu's `approximate`
-
-    @classmethod
-    def from_hf(cls, config: dict) -> "GPT2Config":
-        activation = config.get("activation_function", "gelu_new")
-        if activation not in _GELU:
-            raise ValueError(f"unsupported GPT-2 activation {activation!r}")
-        d = config["n_embd"]
-        return cls(config["n_layer"], config["n_head"], d, config["vocab_size"], config["n_positions"],
-                   config.get("n_inner") or 4 * d, config.get("layer_norm_epsilon", 1e-5), _GELU[activation])
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
 
 
 class KVCache(nn.Module):
@@ -105,18 +79,18 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, cfg.n_inner)
         self.c_proj = nn.Linear(cfg.n_inner, cfg.n_embd)
-        self.gelu = cfg.gelu
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.gelu))
+        # tanh: every activation GPT2Config.supported() admits is this approximation
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
 
 class Block(nn.Module):
     def __init__(self, cfg: GPT2Config) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.eps)
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.attn = Attention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.eps)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.mlp = MLP(cfg)
 
     def forward(self, x: Tensor, input_pos: Tensor | None, kv_len: int | None, mask: Tensor | None) -> Tensor:
@@ -131,7 +105,7 @@ class GPT2(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.n_positions, cfg.n_embd)
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.eps)
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied; a separate module so int8 can quantise it
 
@@ -194,7 +168,7 @@ def read_tensors(path: Path) -> Iterator[tuple[str, Tensor]]:
             yield key, tensor.view(torch_view) if torch_view is not None else tensor
 
 
-def load_gpt2(safetensors: Path, config: dict, dtype: torch.dtype = torch.float32,
+def load_gpt2(safetensors: Path, config: GPT2Config, dtype: torch.dtype = torch.float32,
               device: str | torch.device = "cpu") -> GPT2:
     """Build the module from HF safetensors (hub or `transformer.`-prefixed keys, any float dtype)."""
     state: dict[str, Tensor] = {}
@@ -204,7 +178,7 @@ def load_gpt2(safetensors: Path, config: dict, dtype: torch.dtype = torch.float3
         state[key] = tensor.to(device=device, dtype=dtype).contiguous()
     state["lm_head.weight"] = state["wte.weight"]
     with torch.device("meta"):  # no random init of ~124M parameters that are overwritten anyway
-        model = GPT2(GPT2Config.from_hf(config))
+        model = GPT2(config)
     model.load_state_dict(state, assign=True)
     model.lm_head.weight = model.wte.weight  # assign=True made two Parameters: tie them again
     return model.eval().requires_grad_(False)

@@ -1,6 +1,6 @@
 """How responsive the window stays while four engines stream 1,000 tokens each at once.
 
-    python -m gui.latency_probe [--engines a,b,c,d] [--tokens 1000] [--show]
+    python -m scripts.latency_probe [--engines a,b,c,d] [--tokens 1000] [--show]
 
 Opens the real window (offscreen unless there is a display or --show), runs the engines in
 Race mode on random:tiny, and measures the event loop's lateness: a 10 ms QTimer records
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtCore import Qt, QTimer
 
-    from .app import create_app
+    from gui.app import create_app
+
     from .scripting import open_window, run_end_loop
 
     engines = args.engines.split(",") if args.engines else pick_engines(4)
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.setTimerType(Qt.TimerType.PreciseTimer)
         probe.setInterval(int(args.interval_ms))
         probe.timeout.connect(tick)
-        loop, outcome = run_end_loop(window.controller)
+        loop, outcome = run_end_loop(window.bench)
         if not window.start_run():
             print(f"cannot run: {setup.problem()}", file=sys.stderr)
             return 2

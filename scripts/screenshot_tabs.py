@@ -1,6 +1,6 @@
 """Save screenshots of the Sweep and Quality tabs after a tiny real run (for the README):
 
-    python -m gui.screenshot_tabs [docs/sweep.png] [docs/quality.png] [--engines hf,hf-int8]
+    python -m scripts.screenshot_tabs [docs/sweep.png] [docs/quality.png] [--engines hf,hf-int8]
 
 Runs offscreen when there is no display. Settings and the sweep folder go to a temporary
 folder. The sweep draws its bandwidth limit lines only if the probe's result is cached: this never runs it.
@@ -30,13 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     offscreen_without_display()
 
-    from PySide6.QtCore import QEventLoop, Qt, QTimer
+    from PySide6.QtCore import Qt
 
     from backends.results.bandwidth import cached_bandwidth
     from backends.worker.process import default_threads
+    from gui.app import create_app
 
-    from .app import create_app
-    from .scripting import open_window
+    from .scripting import close_window, open_window, run_end_loop, settle_and_grab
 
     app = create_app()
     with tempfile.TemporaryDirectory() as scratch:
@@ -49,50 +49,36 @@ def main(argv: list[str] | None = None) -> int:
         setup.repeats.setValue(3)
         setup.warmup.setValue(1)
         setup.flush()
-        loop = QEventLoop()
 
-        def wait(tab) -> object:
-            """The tab's result, or None (and why, printed) if its job failed."""
-            box: dict = {}
-            tab.finished.connect(lambda value: (box.update(value=value), loop.quit()))
-            tab.runner.failed.connect(lambda message: (print(message, file=sys.stderr), loop.quit()))
+        def run_and_grab(tab, out: str) -> bool:
+            """Start the tab's job, wait for it, then grab the charts dock; False (and why) if it failed."""
+            window.tabs.setCurrentWidget(tab)
+            loop, outcome = run_end_loop(tab.runner)
+            if not tab.start():
+                print(f"cannot start: {tab.reason.text()}", file=sys.stderr)
+                return False
             loop.exec()
-            return box.get("value")
-
-        def settle_and_grab(widget, out: str) -> None:
-            QTimer.singleShot(400, loop.quit)  # let the last layout and paint settle
-            loop.exec()
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            widget.grab().save(out)
-            print(f"wrote {out} ({widget.width()}x{widget.height()})")
+            if "error" in outcome:
+                print(outcome["error"], file=sys.stderr)
+                return False
+            settle_and_grab(window.charts_dock, Path(out), 400)
+            return True
 
         if args.only != "quality":
             sweep = window.sweep_tab
-            window.tabs.setCurrentWidget(sweep)
             sweep.prompt_lengths.setText(args.prompts)
             sweep.new_lengths.setText(args.news)
             sweep.folder.setText(str(Path(scratch) / "sweep"))
             sweep.measure.setChecked(cached_bandwidth(default_threads()) is not None)  # never a probe here
-            if not sweep.start():
-                print(f"cannot sweep: {sweep.reason.text()}", file=sys.stderr)
+            if not run_and_grab(sweep, args.sweep_out):
                 return 1
-            if wait(sweep) is None:
-                return 1
-            settle_and_grab(window.charts_dock, args.sweep_out)
         if args.only != "sweep":
             quality = window.quality_tab
-            window.tabs.setCurrentWidget(quality)
             quality.max_length.setValue(256)
             quality.stride.setValue(256)
-            if not quality.start():
-                print(f"cannot evaluate: {quality.reason.text()}", file=sys.stderr)
+            if not run_and_grab(quality, args.quality_out):
                 return 1
-            if wait(quality) is None:
-                return 1
-            settle_and_grab(window.charts_dock, args.quality_out)
-        window.close()
-        window.deleteLater()
-        app.processEvents()
+        close_window(window, app)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Save a screenshot of the window after a real run (for the README):
 
-    python -m gui.screenshot [docs/screenshot.png] [--engines hf,hf-int8] [--model random:tiny]
+    python -m scripts.screenshot [docs/screenshot.png] [--engines hf,hf-int8] [--model random:tiny]
 
 Runs offscreen when there is no display. Settings go to a temporary folder, not the user's.
 """
@@ -27,10 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     offscreen_without_display()
 
-    from PySide6.QtCore import QTimer
+    from backends.sources.prompts import example_prompts
+    from gui.app import create_app
 
-    from .app import create_app
-    from .scripting import open_window, run_end_loop
+    from .scripting import close_window, open_window, run_end_loop, settle_and_grab
 
     app = create_app()
     with tempfile.TemporaryDirectory() as settings_dir:
@@ -38,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         setup = window.setup
         setup.set_model_spec(args.model)
         setup.set_engines(args.engines.split(","))
-        setup.prompt.setPlainText(next(iter(setup._examples.values())))
+        setup.prompt.setPlainText(next(iter(example_prompts().values())))
         setup.new_tokens.setValue(args.new_tokens)
         setup.repeats.setValue(args.repeats)
         setup.warmup.setValue(1)
-        loop, outcome = run_end_loop(window.controller)
+        loop, outcome = run_end_loop(window.bench)
         if not window.start_run():
             print(f"cannot run: {setup.problem()}", file=sys.stderr)
             return 1
@@ -53,15 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(window.tabs.count()):
             if window.tabs.tabText(index) == args.tab:
                 window.tabs.setCurrentIndex(index)
-        QTimer.singleShot(300, loop.quit)  # let the last layout settle before grabbing
-        loop.exec()
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        window.grab().save(str(out))
-        print(f"wrote {out} ({window.width()}x{window.height()})")
-        window.close()
-        window.deleteLater()
-        app.processEvents()
+        settle_and_grab(window, Path(args.out), 300)
+        close_window(window, app)
     return 0
 
 

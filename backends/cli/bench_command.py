@@ -1,0 +1,67 @@
+"""`main.py bench`: benchmark engines headless, print a summary and write CSV/JSON records."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+from rich.table import Table
+
+from ..results.export import write_results
+from ..results.summary import SUMMARY_HEADERS, summarize_backends, summary_rows
+from ..runs.bench import BenchResult, BenchSession
+from .common import (add_cached_bandwidth, check_reference, config_from_args, in_thread,
+                     out_dir, progress_printer, stderr_console, stdout_console)
+from .main import EXIT_OK, EXIT_RUN_FAILED
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    err = stderr_console()
+    config = config_from_args(args)
+    out = out_dir(args.out)
+    check_reference(config)
+    session = BenchSession(config, on_event=progress_printer(err))
+    model, prompt_ids = session.prepare()
+    if model.notice:
+        err.print(f"[yellow]warning:[/] {model.notice}")
+    err.print(f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
+              f"{config.sampling.decoding} · {session.threads} threads · {config.mode} mode")
+    _warn_if_busy(session.threads, err)
+    result = in_thread(lambda: session.run(model, prompt_ids), session, err)
+    add_cached_bandwidth(result.environment, session.threads)
+    paths = write_results(out, result.runs, result.tokens, result.environment)
+    print_summary(result, stdout_console())
+    err.print("wrote " + ", ".join(str(p) for p in paths))
+    if result.cancelled:
+        err.print("[yellow]cancelled:[/] partial results were written")
+    return EXIT_RUN_FAILED if result.failed else EXIT_OK
+
+
+def _warn_if_busy(threads: int, err: Console) -> None:
+    """Timings on an oversubscribed machine are meaningless for every engine: say so up front."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return
+    cores = os.cpu_count() or 1
+    if load + threads > cores + 0.5:
+        err.print(f"[yellow]warning:[/] load average {load:.1f} on {cores} cores: other processes compete with the "
+                  f"engines ({threads} threads each), so timings will be noisy")
+
+
+def print_summary(result: BenchResult, console: Console) -> None:
+    title = f"{result.model.label}: {len(result.prompt_ids)}-token prompt, {result.config.new_tokens} new tokens"
+    table = Table(title=title)
+    for header in SUMMARY_HEADERS:
+        table.add_column(header, justify="left" if header in ("backend", "dtype", "status") else "right")
+    reference = result.environment.get("reference")
+    summaries = summarize_backends(result.runs, list(result.config.backends))
+    for row in summary_rows(summaries, reference):
+        table.add_row(*row)
+    console.print(table)
+    console.print("medians of measured runs (warm-ups excluded); ±: half the 95% interval of the mean across "
+                  "repeats; ms/token = median inter-token latency; GB/s = weight bytes per token x tok/s"
+                  + ("; [bold]random weights - timing only[/]" if result.model.is_random else ""))
+    if any(s.concurrent for s in summaries):
+        console.print("[yellow]race mode: engines ran at the same time, so timings are contended[/]")

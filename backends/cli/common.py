@@ -1,0 +1,127 @@
+"""What the run commands (`bench`, `sweep`, `quality`) share: the config from the arguments,
+checked folders, progress on stderr, and running in a thread that Ctrl+C can cancel."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from rich.console import Console
+from rich.markup import escape
+
+from .. import registry
+from ..errors import UsageError
+from ..runs.bench import BenchConfig, BenchSession, RunRecorded
+from ..sampling import SamplingParams
+from ..storage.atomic import check_writable_dir
+from ..worker.events import BackendEvent, Progress, Ready
+from ..worker.process import Timeouts
+from .engine_flags import settings_from_args
+
+T = TypeVar("T")
+
+
+def stderr_console() -> Console:
+    """Progress goes to stderr; wide when it is a file or a pipe, so lines are not wrapped."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def stdout_console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    prompt = args.prompt
+    if args.prompt_file is not None:
+        try:
+            prompt = args.prompt_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read --prompt-file: {exc}") from exc
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    for name in backends:
+        registry.get(name)  # unknown names fail here, listing the known ones
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0, got {args.timeout}")
+    sampling = SamplingParams(args.decoding, args.temperature, args.top_k, args.top_p, args.seed)
+    return BenchConfig(
+        model=args.model, backends=backends, prompt=prompt, prompt_tokens=args.prompt_tokens,
+        new_tokens=args.new_tokens, sampling=sampling, repeats=args.repeats, warmup=args.warmup,
+        threads=args.threads, mode=getattr(args, "mode", "fair"), reference=args.reference,
+        timeouts=Timeouts(token_s=args.timeout), engine_options=settings_from_args(args, backends),
+    ).validate()
+
+
+def check_reference(config: BenchConfig) -> None:
+    if config.reference and config.reference not in config.backends:
+        raise UsageError(f"--reference {config.reference!r} is not among --backends")
+
+
+def out_dir(path) -> Path:
+    """--out as a folder we can write to, made if needed; else a UsageError before anything runs."""
+    out = Path(path)
+    try:
+        check_writable_dir(out)
+    except OSError as exc:
+        raise UsageError(f"cannot write to --out {out}: {exc.strerror or exc}") from exc
+    return out
+
+
+def add_cached_bandwidth(environment: dict, threads: int) -> None:
+    """Record the machine's bandwidth if a sweep or quality run measured it before (never measures here)."""
+    from ..results.bandwidth import cached_bandwidth
+
+    cached = cached_bandwidth(threads)
+    if cached is not None:
+        environment.setdefault("bandwidth", cached.as_dict())
+
+
+def in_thread(run: Callable[[], T], session: BenchSession, err: Console) -> T:
+    """Run in a thread so that Ctrl+C cancels cleanly and partial results are still written."""
+    box: dict = {}
+    finished = threading.Event()
+
+    def target() -> None:
+        try:
+            box["result"] = run()
+        except BaseException as exc:  # re-raised in the main thread (e.g. a UsageError)
+            box["error"] = exc
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    # Wait on an Event, not Thread.join: a join interrupted by Ctrl+C can later return while the
+    # thread still runs (CPython), and the partial results would be lost.
+    try:
+        while not finished.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        err.print("[yellow]cancelling...[/]")
+        session.cancel()
+        while not finished.wait(0.2):
+            pass
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def progress_printer(console: Console) -> Callable[[object], None]:
+    def on_event(event) -> None:
+        if isinstance(event, BackendEvent):
+            inner = event.event
+            if isinstance(inner, Ready):
+                console.print(f"  {event.backend}: loaded (import {inner.import_s:.2f} s, load {inner.load_s:.2f} s)")
+            elif isinstance(inner, Progress):
+                pct = f" {inner.fraction * 100:.0f}%" if inner.fraction is not None else ""
+                console.print(f"  {event.backend}: {inner.message}{pct}")
+        elif isinstance(event, RunRecorded):
+            r = event.record
+            if r.status == "ok":
+                console.print(f"  {r.run_id}{' (warm-up)' if r.is_warmup else ''}: TTFT {r.ttft_ms or 0:.1f} ms, "
+                              f"{r.itl_p50_ms or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s")
+            else:
+                console.print(f"  [red]{r.run_id}: {r.status}[/] {escape(r.error)}")
+    return on_event

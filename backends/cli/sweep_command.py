@@ -1,0 +1,81 @@
+"""`main.py sweep`: engines over prompt x output lengths, resumable, with plots."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from ..runs.bench import BenchResult
+from .common import (check_reference, config_from_args, in_thread, out_dir,
+                     progress_printer, stderr_console, stdout_console)
+from .main import EXIT_OK, EXIT_RUN_FAILED
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    from ..report.figures import decode_vs_output, itl_vs_position, ttft_vs_prompt
+    from ..runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepSession
+
+    err = stderr_console()
+    first = argparse.Namespace(**{**vars(args), "prompt_tokens": args.prompt_tokens[0], "new_tokens": args.new_tokens[0]})
+    config = config_from_args(first)
+    check_reference(config)
+    grid = SweepGrid(tuple(args.prompt_tokens), tuple(args.new_tokens)).validate()
+    out = out_dir(args.out)
+    printer = progress_printer(err)
+
+    def on_event(event) -> None:
+        if isinstance(event, CellStarted):
+            err.print(f"[bold]cell {event.index}/{event.total}[/]: prompt {event.prompt_tokens}, new {event.new_tokens}")
+        elif isinstance(event, CellDone):
+            err.print(f"  cell {event.index}/{event.total} written to {out}")
+        elif isinstance(event, SweepNote):
+            err.print(f"  {event.message}")
+        else:
+            printer(event)
+
+    session = SweepSession(config, grid, out, restart=args.restart, on_event=on_event)
+    plan = session.prepare()
+    if plan.model.notice:
+        err.print(f"[yellow]warning:[/] {plan.model.notice}")
+    for skipped in plan.skipped:
+        err.print(f"[yellow]skipped:[/] prompt {skipped.prompt_tokens}, new {skipped.new_tokens}: {skipped.reason}")
+    if plan.completed:
+        err.print(f"resuming: {len(plan.completed)} cell(s) already complete in {out}, {len(plan.cells)} to run")
+    err.print(f"model {plan.model.label} · {len(plan.cells)} cells · {config.repeats} repeats · "
+              f"{config.sampling.decoding} · {session.threads} threads")
+    result = in_thread(lambda: session.run(plan), session, err)
+    if not args.no_plots and result.runs:
+        from ..report.plots import render_all
+
+        gb_s = (result.environment.get("bandwidth") or {}).get("gb_s")
+        figures = [ttft_vs_prompt(result.runs, gb_s, result.environment),
+                   decode_vs_output(result.runs, gb_s, result.environment),
+                   itl_vs_position(result.runs, result.tokens, gb_s, result.environment)]
+        err.print("plots: " + ", ".join(str(p) for p in render_all(figures, out)))
+    _print_sweep(result, stdout_console())
+    if result.cancelled:
+        err.print("[yellow]cancelled:[/] finished cells are saved; run the same command again to resume")
+    return EXIT_RUN_FAILED if result.failed else EXIT_OK
+
+
+def _print_sweep(result: BenchResult, console: Console) -> None:
+    from ..results.stats import summarize
+    from ..results.summary import fmt
+
+    measured = [r for r in result.runs if not r.is_warmup and r.status == "ok"]
+    backends = list(result.config.backends)
+    table = Table(title=f"{result.model.label}: sweep (median TTFT ms · decode tok/s)")
+    for header in ["prompt", "new"] + backends:
+        table.add_column(header, justify="right")
+    for p, n in sorted({(r.prompt_tokens, r.new_tokens) for r in measured}):
+        cells = []
+        for b in backends:
+            mine = [r for r in measured if r.backend == b and (r.prompt_tokens, r.new_tokens) == (p, n)]
+            cells.append(f"{fmt(summarize([r.ttft_ms for r in mine]).median)} · "
+                         f"{fmt(summarize([r.decode_tok_s for r in mine]).median)}" if mine else "-")
+        table.add_row(str(p), str(n), *cells)
+    console.print(table)
+    if result.model.is_random:
+        console.print("[bold]random weights - timing only[/]")

@@ -1,0 +1,67 @@
+"""How far each engine's tokens follow the reference engine's: per run, and in detail."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..status import RunStatus
+from .records import RunRecord, TokenRecord
+from .stats import agreement
+
+
+def fill_agreement(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], reference: str) -> None:
+    """Set `reference`, `agree_tokens` and `first_divergence` of every run that has tokens,
+    against the reference engine's first complete run of the same cell (a bench has one cell;
+    a sweep compares like with like)."""
+    by_run: dict[str, list[int]] = {}
+    for token in tokens:
+        by_run.setdefault(token.run_id, []).append(token.token_id)
+    cells: dict[tuple[int, int], list[RunRecord]] = {}
+    for record in runs:
+        cells.setdefault((record.prompt_tokens, record.new_tokens), []).append(record)
+    for records in cells.values():
+        ref_runs = [r for r in records if r.backend == reference and r.status == RunStatus.OK]
+        ref_runs.sort(key=lambda r: (r.is_warmup, r.repeat))  # measured runs first
+        if not ref_runs:
+            continue
+        ref_tokens = by_run.get(ref_runs[0].run_id, [])
+        for record in records:
+            if record.run_id in by_run:
+                record.reference = reference
+                record.agree_tokens, record.first_divergence = agreement(ref_tokens, by_run[record.run_id])
+
+
+@dataclass(frozen=True)
+class AgreementDetail:
+    agree_tokens: int  # equal tokens before the first divergence
+    first_divergence: int | None
+    compared: int  # reference length
+    agree_share: float  # agree_tokens / compared: the share generated before the outputs part
+    identical_share: float  # positions holding the same token (after a divergence, mostly chance)
+
+
+def agreement_detail(reference: Sequence[int], tokens: Sequence[int]) -> AgreementDetail:
+    agree, first = agreement(reference, tokens)
+    n = len(reference)
+    same = sum(1 for a, b in zip(reference, tokens) if a == b)
+    return AgreementDetail(agree, first, n, agree / n if n else math.nan, same / n if n else math.nan)
+
+
+def first_streams(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> dict[str, tuple[RunRecord, list[int]]]:
+    """Each backend's first measured complete run (warm-ups only if there is none), in the
+    reference cell: the prompt/new-token setting of the first such run."""
+    by_run: dict[str, list[int]] = {}
+    for t in sorted(tokens, key=lambda t: t.token_index):
+        by_run.setdefault(t.run_id, []).append(t.token_id)
+    ok = sorted((r for r in runs if r.status == RunStatus.OK and r.run_id in by_run),
+                key=lambda r: (r.is_warmup, r.repeat))
+    if not ok:
+        return {}
+    cell = (ok[0].prompt_tokens, ok[0].new_tokens)
+    out: dict[str, tuple[RunRecord, list[int]]] = {}
+    for r in ok:
+        if (r.prompt_tokens, r.new_tokens) == cell and r.backend not in out:
+            out[r.backend] = (r, by_run[r.run_id])
+    return out

@@ -1,0 +1,80 @@
+"""What a session runs: the settings of a bench (or of every cell of a sweep) and one cell."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+from ..engines.options import EngineSettings
+from ..errors import UsageError
+from ..sampling import SamplingParams
+from ..worker.process import Timeouts
+
+Mode = Literal["fair", "race"]
+
+
+@dataclass
+class BenchConfig:
+    model: str = "auto"
+    backends: tuple[str, ...] = ("hf",)
+    prompt: str | None = None  # explicit text; otherwise the bundled text cut to prompt_tokens
+    prompt_tokens: int = 50
+    new_tokens: int = 100
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    repeats: int = 3
+    warmup: int = 1
+    threads: int = 0  # 0: all cores
+    mode: Mode = "fair"
+    reference: str | None = None  # default: hf if selected, else the first backend
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    engine_options: dict[str, EngineSettings] = field(default_factory=dict)  # per backend: its typed settings
+
+    def validate(self) -> "BenchConfig":
+        """Checks that need no model. The context check follows once the model is known."""
+        if not self.backends:
+            raise UsageError("no backends selected")
+        if len(set(self.backends)) != len(self.backends):
+            raise UsageError("a backend is listed twice")
+        if self.new_tokens < 1:
+            raise UsageError(f"--new-tokens must be >= 1, got {self.new_tokens}")
+        if self.prompt is None and self.prompt_tokens < 1:
+            raise UsageError(f"--prompt-tokens must be >= 1, got {self.prompt_tokens}")
+        if self.prompt is not None and not self.prompt.strip():
+            raise UsageError("the prompt is empty")
+        if self.repeats < 1:
+            raise UsageError(f"--repeats must be >= 1, got {self.repeats}")
+        if self.warmup < 0:
+            raise UsageError(f"--warmup must be >= 0, got {self.warmup}")
+        if self.threads < 0:
+            raise UsageError(f"--threads must be >= 0, got {self.threads}")
+        if self.mode not in ("fair", "race"):
+            raise UsageError(f"--mode must be 'fair' or 'race', not {self.mode!r}")
+        self.sampling.validate()
+        return self
+
+    @property
+    def reference_backend(self) -> str:
+        """The engine every other one's tokens are compared with."""
+        if self.reference:
+            return self.reference
+        return "hf" if "hf" in self.backends else self.backends[0]
+
+    def as_dict(self) -> dict:
+        """Settings for environment.json; secrets (API keys) are never written."""
+        data = asdict(replace(self, engine_options={}))  # asdict would copy the secrets too
+        data["backends"] = list(self.backends)
+        data["engine_options"] = {name: opts.record() for name, opts in self.engine_options.items()}
+        return data
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (prompt, new tokens) setting; a bench has one, a sweep many. `tag` goes into run ids."""
+
+    prompt_ids: tuple[int, ...]
+    new_tokens: int
+    tag: str = ""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return len(self.prompt_ids), self.new_tokens

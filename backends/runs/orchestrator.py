@@ -1,0 +1,184 @@
+"""The workers of one session, the order they run in, and the records they produce.
+
+Every session (bench, sweep, quality) holds one `Orchestrator`. It owns the fair order:
+engines load one at a time, each followed by its warm-up runs; then the measured repeats are
+interleaved A B C, C B A, ... so slow drift (heat, caches, other load) falls on every engine
+alike. `cancel()` may be called from any thread; everything else runs on the session's thread
+(race mode adds one thread per engine).
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+from ..engine import EngineOptions
+from ..registry import EngineSpec
+from ..results.records import RunRecord, TokenRecord
+from ..worker.events import (BackendEvent, Failed, LogitsRequest, Ready, RunContext, RunRequest, ScoreRequest,
+                             TopLogits, WorkerLost)
+from ..worker.process import ScoreOutcome, Worker, WorkerError, default_threads
+from .config import BenchConfig, Cell
+from .events import EventSink, RunRecorded
+from .preparation import engine_specs
+from .recording import RecordContext, cold_start_s, load_failure_record, run_records
+from .result import BenchResult
+
+
+def fair_order(backends: tuple[str, ...], repeat: int) -> tuple[str, ...]:
+    """Odd repeats in the given order, even ones reversed: A B C, C B A, A B C, ..."""
+    return backends if repeat % 2 else tuple(reversed(backends))
+
+
+class Orchestrator:
+    """Starts, runs and closes the workers of one session; `session(result)` binds where records go."""
+
+    def __init__(self, config: BenchConfig, on_event: EventSink | None = None,
+                 specs: dict[str, EngineSpec] | None = None) -> None:
+        self.config = config
+        self.emit: EventSink = on_event or (lambda event: None)
+        self.specs = engine_specs(config, specs)
+        self.threads = config.threads or default_threads()
+        self._cancelled = threading.Event()
+        self._workers: dict[str, Worker] = {}
+        self._lock = threading.Lock()  # workers and records: race mode adds from several threads
+        self._result: BenchResult | None = None
+        self._records: RecordContext | None = None
+
+    @contextmanager
+    def session(self, result: BenchResult) -> Iterator[None]:
+        """Records go into `result` inside the block; every worker is closed on the way out."""
+        self._result = result
+        self._records = RecordContext(self.config, result.model, self.threads)
+        try:
+            yield
+        finally:
+            self.close_all()
+
+    # --- cancel ------------------------------------------------------------------------------
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Stop after the current token of every running engine; no further runs start."""
+        self._cancelled.set()
+        with self._lock:
+            workers = list(self._workers.values())
+        for worker in workers:
+            worker.cancel()
+
+    # --- orders ------------------------------------------------------------------------------
+    def run_bench(self, cell: Cell) -> None:
+        """The whole bench of one cell, in the configured mode."""
+        if self.config.mode == "race":
+            self.run_race(cell)
+        else:
+            self.load(cell)
+            self.run_repeats(cell)
+
+    def load(self, cell: Cell, warm_up: bool = True) -> bool:
+        """Start the engines one at a time (a load never competes with another), each warmed up on
+        `cell`. False when a cancel stopped it before every engine had its turn."""
+        for name in self.config.backends:
+            if self.cancelled:
+                return False
+            if self.start(name, cell) and warm_up:
+                self.warm_up(name, cell)
+        return True
+
+    def run_repeats(self, cell: Cell) -> None:
+        """The measured repeats of `cell`, interleaved in the fair order."""
+        for repeat in range(1, self.config.repeats + 1):
+            for name in fair_order(self.config.backends, repeat):
+                if self.cancelled:
+                    return
+                if self.usable(name):
+                    self.run_once(name, repeat, False, cell)
+
+    def run_race(self, cell: Cell) -> None:
+        """Every engine at once, for the spectacle; records are flagged concurrent."""
+        def race(name: str) -> None:
+            if not self.start(name, cell):
+                return
+            self.warm_up(name, cell)
+            for repeat in range(1, self.config.repeats + 1):
+                if self.cancelled or not self.usable(name):
+                    return
+                self.run_once(name, repeat, False, cell)
+
+        threads = [threading.Thread(target=race, args=(n,), name=f"race:{n}", daemon=True) for n in self.config.backends]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def warm_up(self, name: str, cell: Cell) -> None:
+        for index in range(1, self.config.warmup + 1):
+            if self.cancelled or not self.usable(name):
+                return
+            self.run_once(name, index, True, cell)
+
+    # --- one engine --------------------------------------------------------------------------
+    def start(self, name: str, cell: Cell) -> bool:
+        """Spawn (or spawn again) the engine's worker; a failed load is recorded against `cell`."""
+        options = EngineOptions(threads=self.threads, settings=self.config.engine_options.get(name))
+        sink = lambda event: self.emit(BackendEvent(name, event))  # noqa: E731
+        worker = Worker(self.specs[name], self._result.model, options, sink, self.config.timeouts)
+        with self._lock:
+            self._workers[name] = worker
+        if self.cancelled:
+            worker.cancel()
+        try:
+            worker.start()
+            return True
+        except WorkerError as exc:
+            self._add(load_failure_record(self._records, name, worker.ready, cell, exc), [])
+            return False
+
+    def run_once(self, name: str, repeat: int, is_warmup: bool, cell: Cell) -> None:
+        worker = self._workers[name]
+        run_id = f"{name}/{cell.tag + '/' if cell.tag else ''}{'w' if is_warmup else 'r'}{repeat}"
+        request = RunRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling)
+        context = (RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids), cell.new_tokens) if cell.tag
+                   else RunContext(repeat, is_warmup))
+        self.emit(BackendEvent(name, request, context))
+        outcome = worker.run(request)
+        record, tokens = run_records(self._records, name, worker.ready, repeat, is_warmup, cell, outcome)
+        if not worker.produced_tokens and outcome.tokens and worker.ready is not None:
+            worker.produced_tokens = True  # this worker's first run: the one its cold start belongs to
+            record.cold_start_s = cold_start_s(worker.ready, worker.spawn_ns, record)
+        self._add(record, tokens)
+
+    def score(self, name: str, request: ScoreRequest) -> ScoreOutcome:
+        return self._workers[name].score(request)
+
+    def top_logits(self, name: str, request: LogitsRequest) -> TopLogits | Failed | WorkerLost:
+        return self._workers[name].top_logits(request)
+
+    # --- state -------------------------------------------------------------------------------
+    def usable(self, name: str) -> bool:
+        worker = self._workers.get(name)
+        return worker is not None and worker.ready is not None and worker.lost is None
+
+    def ready(self, name: str) -> Ready | None:
+        worker = self._workers.get(name)
+        return worker.ready if worker is not None else None
+
+    def lost(self, name: str) -> WorkerLost | None:
+        """Why a worker that had loaded is gone (crash, hang); None if it is up or never loaded."""
+        worker = self._workers.get(name)
+        return worker.lost if worker is not None and worker.ready is not None else None
+
+    def close_all(self) -> None:
+        with self._lock:
+            workers = list(self._workers.values())
+        for worker in workers:
+            worker.close()
+
+    def _add(self, record: RunRecord, tokens: list[TokenRecord]) -> None:
+        with self._lock:
+            self._result.runs.append(record)
+            self._result.tokens.extend(tokens)
+        self.emit(RunRecorded(record, tokens))

@@ -1,0 +1,118 @@
+"""The rows of quality.csv and divergence.json, built from a session's runs and scores."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from ..results.agreement import agreement_detail, first_streams
+from ..results.records import RunRecord
+from ..results.stats import summarize
+from ..sources.model_files import RANDOM_LABEL
+from ..status import RunStatus
+from ..worker.process import ScoreOutcome
+from .result import BenchResult
+
+RANDOM_NOTE = f"perplexity is meaningless on random weights ({RANDOM_LABEL})"
+
+
+@dataclass
+class QualityRow:
+    backend: str
+    dtype: str = ""
+    perplexity: float | None = None
+    nll_sum: float | None = None
+    scored_tokens: int = 0
+    windows: int = 0
+    method: str = ""
+    score_s: float | None = None
+    reference: str = ""
+    ppl_diff: float | None = None  # perplexity - the reference's
+    ppl_diff_pct: float | None = None
+    decode_tok_s: float | None = None  # median of measured runs
+    decode_tok_s_ci95_low: float | None = None
+    decode_tok_s_ci95_high: float | None = None
+    agree_tokens: int | None = None
+    compared_tokens: int | None = None
+    agree_share: float | None = None
+    identical_share: float | None = None
+    first_divergence: int | None = None
+    status: RunStatus = RunStatus.OK
+    error: str = ""
+    note: str = ""
+
+
+QUALITY_COLUMNS = list(QualityRow.__dataclass_fields__)
+
+
+@dataclass
+class Divergence:
+    backend: str
+    reference: str
+    run_id: str
+    position: int  # index among the generated tokens
+    prompt_tokens: int
+    reference_token: dict
+    token: dict
+    reference_top: list[dict] = field(default_factory=list)
+    top: list[dict] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class QualityResult:
+    rows: list[QualityRow]
+    divergences: list[Divergence]
+    info: dict  # environment.json's "quality" section
+
+
+def all_greedy(runs: Sequence[RunRecord]) -> bool:
+    """Token streams are comparable (and divergence logits meaningful) only without sampling."""
+    return all(r.decoding == "greedy" for r in runs if r.status == RunStatus.OK)
+
+
+def quality_rows(result: BenchResult, reference: str, scores: dict[str, ScoreOutcome], windows: int,
+                 cancelled: bool) -> list[QualityRow]:
+    """One row per selected backend: perplexity, its difference to the reference, speed, agreement."""
+    streams = first_streams(result.runs, result.tokens)
+    ref_stream = streams.get(reference)
+    greedy = all_greedy(result.runs)
+    rows = []
+    for name in result.config.backends:
+        row = QualityRow(name, reference=reference, windows=windows)
+        mine = [r for r in result.runs if r.backend == name]
+        row.dtype = next((r.dtype for r in mine if r.dtype), "")
+        speed = summarize([r.decode_tok_s for r in mine if not r.is_warmup and r.status == RunStatus.OK])
+        if speed.n:
+            row.decode_tok_s = speed.median
+            if speed.n > 1:
+                row.decode_tok_s_ci95_low, row.decode_tok_s_ci95_high = speed.ci95_low, speed.ci95_high
+        outcome = scores.get(name)
+        if outcome is None:
+            failed = next((r for r in mine if r.status.is_failure), None)
+            row.status = failed.status if failed else (RunStatus.CANCELLED if cancelled else RunStatus.ERROR)
+            row.error = failed.error if failed else "not scored"
+        else:
+            row.status, row.error = outcome.status, outcome.error
+            done = outcome.done
+            if done is not None and done.tokens and not done.cancelled:
+                row.nll_sum, row.scored_tokens, row.method, row.score_s = done.nll_sum, done.tokens, done.method, done.seconds
+                row.perplexity = math.exp(done.nll_sum / done.tokens)
+        if greedy and ref_stream is not None and name in streams:
+            detail = agreement_detail(ref_stream[1], streams[name][1])
+            row.agree_tokens, row.first_divergence = detail.agree_tokens, detail.first_divergence
+            row.compared_tokens, row.agree_share, row.identical_share = detail.compared, detail.agree_share, detail.identical_share
+        if result.model.is_random:
+            row.note = RANDOM_NOTE
+        rows.append(row)
+    ref_row = next((r for r in rows if r.backend == reference), None)
+    for row in rows:
+        if ref_row is not None and ref_row.perplexity and row.perplexity is not None:
+            row.ppl_diff = row.perplexity - ref_row.perplexity
+            row.ppl_diff_pct = 100 * row.ppl_diff / ref_row.perplexity
+    return rows
+
+
+def quality_rows_as_dicts(rows: Sequence[QualityRow]) -> list[dict]:
+    return [asdict(r) for r in rows]

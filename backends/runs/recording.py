@@ -1,0 +1,67 @@
+"""Turn what a worker answered into the rows of runs.csv and tokens.csv."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..results.records import RunRecord, TokenRecord, fill_metrics, token_records
+from ..sources.model_files import ModelFiles
+from ..status import RunStatus
+from ..worker.events import Ready
+from ..worker.process import RunOutcome, WorkerError, outcome_status
+from .config import BenchConfig, Cell
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    """What every record of one session shares."""
+
+    config: BenchConfig
+    model: ModelFiles
+    threads: int
+
+
+def base_record(ctx: RecordContext, name: str, ready: Ready | None, repeat: int, is_warmup: bool,
+                cell: Cell) -> RunRecord:
+    """A row with the settings filled in and no measurement yet (status ERROR until told otherwise)."""
+    s = ctx.config.sampling
+    return RunRecord(
+        run_id=f"{name}/load", backend=name, model=ctx.model.model_id, weights=ctx.model.weights,
+        device=ready.device if ready else "", dtype=ready.dtype if ready else "", threads=ctx.threads,
+        prompt_tokens=len(cell.prompt_ids), new_tokens=cell.new_tokens,
+        decoding="greedy" if s.is_greedy else "sample", temperature=s.temperature, top_k=s.top_k,
+        top_p=s.top_p, seed=s.seed, repeat=repeat, is_warmup=is_warmup,
+        import_s=ready.import_s if ready else None, load_s=ready.load_s if ready else None,
+        ttft_ms=None, tpot_ms=None, itl_p50_ms=None, itl_p90_ms=None, itl_p99_ms=None,
+        decode_tok_s=None, e2e_s=None, peak_rss_mb=None, status=RunStatus.ERROR,
+        concurrent=ctx.config.mode == "race", notes=ready.notes if ready else "",
+    )
+
+
+def load_failure_record(ctx: RecordContext, name: str, ready: Ready | None, cell: Cell, exc: WorkerError) -> RunRecord:
+    """The one row of an engine that did not load (repeat 0)."""
+    record = base_record(ctx, name, ready, 0, False, cell)
+    record.status = outcome_status(None, exc.event)
+    record.error = f"load failed: {exc}"
+    return record
+
+
+def run_records(ctx: RecordContext, name: str, ready: Ready | None, repeat: int, is_warmup: bool, cell: Cell,
+                outcome: RunOutcome) -> tuple[RunRecord, list[TokenRecord]]:
+    """The run's row and its tokens' rows; the cold start is the caller's (it knows the worker's first run)."""
+    record = base_record(ctx, name, ready, repeat, is_warmup, cell)
+    record.run_id = outcome.request.run_id
+    record.status, record.error = outcome.status, outcome.error
+    if outcome.done is not None:
+        record.peak_rss_mb = outcome.done.peak_rss_mb
+        if outcome.done.notes:
+            record.notes = "; ".join(n for n in (record.notes, outcome.done.notes) if n)
+    tokens = token_records(record.run_id, name, repeat, is_warmup, outcome.started_ns, outcome.tokens)
+    if outcome.tokens:
+        fill_metrics(record, outcome.started_ns, outcome.tokens, ready.weight_bytes_per_token)
+    return record, tokens
+
+
+def cold_start_s(ready: Ready, spawn_ns: int, record: RunRecord) -> float:
+    """Worker spawned -> engine ready, plus the first run's TTFT."""
+    return (ready.t_ns - spawn_ns) / 1e9 + (record.ttft_ms or 0) / 1e3

@@ -1,0 +1,139 @@
+"""A sweep's plan: the grid of (prompt tokens, new tokens) cells, and what an earlier run of the
+same sweep in the output folder already finished (so a resume skips it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+from ..results.environment import cpu_model
+from ..results.export import ENVIRONMENT_JSON, RUNS_CSV
+from ..results.reader import load_results
+from ..results.records import RunRecord, TokenRecord
+from ..sources.model_files import ModelFiles
+from ..sources.prompts import prompt_of_length
+from ..sources.tokenizer import encode
+from .config import BenchConfig, Cell
+
+DEFAULT_PROMPT_TOKENS = (16, 64, 256, 512)
+DEFAULT_NEW_TOKENS = (16, 64, 256)
+SWEEP_KEY = "sweep"  # environment.json's section for the sweep
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    prompt_tokens: tuple[int, ...] = DEFAULT_PROMPT_TOKENS
+    new_tokens: tuple[int, ...] = DEFAULT_NEW_TOKENS
+
+    def validate(self) -> "SweepGrid":
+        for label, values in (("--prompt-tokens", self.prompt_tokens), ("--new-tokens", self.new_tokens)):
+            if not values:
+                raise UsageError(f"{label} needs at least one length")
+            if min(values) < 1:
+                raise UsageError(f"{label} lengths must be >= 1, got {min(values)}")
+        return self
+
+    def keys(self) -> list[tuple[int, int]]:
+        return [(p, n) for p in sorted(set(self.prompt_tokens)) for n in sorted(set(self.new_tokens))]
+
+
+@dataclass(frozen=True)
+class SkippedCell:
+    prompt_tokens: int
+    new_tokens: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PreviousSweep:
+    """What an earlier, interrupted run of the same sweep left in the folder."""
+
+    completed: frozenset[tuple[int, int]] = frozenset()
+    runs: tuple[RunRecord, ...] = ()
+    tokens: tuple[TokenRecord, ...] = ()
+    engines: dict = field(default_factory=dict)
+    bandwidth: dict | None = None
+
+
+@dataclass
+class SweepPlan:
+    model: ModelFiles
+    fingerprint: dict
+    cells: list[Cell]  # still to run, in order
+    completed: list[tuple[int, int]]  # finished earlier (resumed)
+    skipped: list[SkippedCell]
+    previous_runs: list[RunRecord] = field(default_factory=list)
+    previous_tokens: list[TokenRecord] = field(default_factory=list)
+    previous_engines: dict = field(default_factory=dict)
+    previous_bandwidth: dict | None = None
+
+
+def cell_tag(prompt_tokens: int, new_tokens: int) -> str:
+    return f"p{prompt_tokens}n{new_tokens}"
+
+
+def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, reference: str) -> dict:
+    """What must not change between a sweep and its resumption (JSON-normalised)."""
+    settings = config.as_dict()
+    prompt = None if config.prompt is None else hashlib.sha256(config.prompt.encode()).hexdigest()[:16]
+    data = {"model": model.model_id, "weights_sha256_16": model.weights_hash, "backends": list(config.backends),
+            "repeats": config.repeats, "sampling": settings["sampling"], "threads": threads,
+            "prompt_sha256_16": prompt, "engine_options": settings["engine_options"], "reference": reference,
+            "cpu": cpu_model()}
+    return json.loads(json.dumps(data))
+
+
+def fingerprint_differences(old: dict, new: dict) -> list[str]:
+    return [f"{key}: {old.get(key)!r} then, {new.get(key)!r} now" for key in sorted(set(old) | set(new))
+            if old.get(key) != new.get(key)]
+
+
+def plan_sweep(config: BenchConfig, grid: SweepGrid, model: ModelFiles, fingerprint: dict,
+               previous: PreviousSweep) -> SweepPlan:
+    """The cells still to run (in grid order), those finished earlier, and those beyond the context."""
+    cells, skipped = [], []
+    for p, n in grid.keys():
+        if p + n > model.context:
+            skipped.append(SkippedCell(p, n, f"{p} + {n} tokens exceed the context of {model.context}"))
+        elif (p, n) not in previous.completed:
+            cells.append(Cell(tuple(cell_prompt(config, p)), n, cell_tag(p, n)))
+    return SweepPlan(model, fingerprint, cells, sorted(previous.completed), skipped, list(previous.runs),
+                     list(previous.tokens), dict(previous.engines), previous.bandwidth)
+
+
+def cell_prompt(config: BenchConfig, n_tokens: int) -> list[int]:
+    if config.prompt is None:
+        return prompt_of_length(n_tokens)
+    source = encode(config.prompt)  # the user's text, repeated to the cell's length
+    return (source * -(-n_tokens // len(source)))[:n_tokens]
+
+
+def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> PreviousSweep:
+    """Completed cells and their records from an earlier run of the same sweep in out_dir."""
+    if out_dir is None or restart:
+        return PreviousSweep()
+    env_path, runs_path = out_dir / ENVIRONMENT_JSON, out_dir / RUNS_CSV
+    if not env_path.exists() and not runs_path.exists():
+        return PreviousSweep()
+    advice = f"use --restart to discard what is in {out_dir}, or choose another --out"
+    try:
+        environment = json.loads(env_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{env_path} cannot be read ({exc}); {advice}") from exc
+    sweep = environment.get(SWEEP_KEY) if isinstance(environment, dict) else None
+    if not isinstance(sweep, dict) or "fingerprint" not in sweep:
+        raise UsageError(f"{out_dir} holds results that are not from a sweep; {advice}")
+    differences = fingerprint_differences(sweep["fingerprint"], fingerprint)
+    if differences:
+        raise UsageError(f"{out_dir} holds a sweep with other settings ({'; '.join(differences[:3])}); "
+                         f"run the same command to resume it, or {advice}")
+    completed = frozenset((int(p), int(n)) for p, n in sweep.get("completed", []))
+    runs, tokens, _ = load_results(out_dir) if runs_path.exists() else ([], [], {})
+    # Rows of a cell that was cut short are dropped: that cell runs again from the start.
+    runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) in completed]
+    kept = {r.run_id for r in runs}
+    return PreviousSweep(completed, tuple(runs), tuple(t for t in tokens if t.run_id in kept),
+                         dict(environment.get("engines") or {}), environment.get("bandwidth"))

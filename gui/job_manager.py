@@ -1,0 +1,86 @@
+"""One job at a time: the bench, a sweep, a quality evaluation and a replay exclude each other
+(each spawns engines that would contend for the cores, and Cancel/Esc must mean one thing).
+
+The manager creates the job runners, follows the replay, says why a job may not start now
+(`blocker`) and cancels whichever job runs. Widgets listen to `changed` to enable their Run
+buttons with the reason shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+from PySide6.QtCore import QObject, Signal, SignalInstance
+
+from .job_runner import JobRunner
+
+
+class JobKind(Enum):
+    BENCH = "a benchmark run is in progress"
+    REPLAY = "a replay is running"
+    SWEEP = "a sweep is running"
+    QUALITY = "a quality evaluation is running"
+
+    @property
+    def reason(self) -> str:
+        """Why another job cannot start while this one runs."""
+        return self.value
+
+
+@dataclass(frozen=True)
+class _Job:
+    is_running: Callable[[], bool]
+    stop: Callable[[], None]
+    runner: JobRunner | None  # None: followed only (the replay has no thread)
+
+
+class JobManager(QObject):
+    changed = Signal()  # a job started or ended
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._jobs: dict[JobKind, _Job] = {}
+
+    def runner(self, kind: JobKind, name: str) -> JobRunner:
+        """The runner of `kind`'s jobs; its `start` refuses while another job runs."""
+        runner = JobRunner(name, lambda: self.blocker(kind), self)
+        self._add(kind, _Job(lambda: runner.running, runner.cancel, runner), runner.running_changed)
+        return runner
+
+    def follow(self, kind: JobKind, is_running: Callable[[], bool], stop: Callable[[], None],
+               *signals: SignalInstance) -> None:
+        """A job that is not a thread (the replay): `signals` say that it started or ended."""
+        self._add(kind, _Job(is_running, stop, None), *signals)
+
+    def running(self, kind: JobKind) -> bool:
+        job = self._jobs.get(kind)
+        return job is not None and job.is_running()
+
+    def busy(self) -> bool:
+        """An engine job runs (the bench, a sweep or a quality evaluation)."""
+        return any(job.runner is not None and job.is_running() for job in self._jobs.values())
+
+    def blocker(self, kind: JobKind) -> str:
+        """Why a `kind` job cannot start now because another one runs ("" when it may)."""
+        return next((other.reason for other in JobKind if other is not kind and self.running(other)), "")
+
+    def cancel(self) -> bool:
+        """Stop whichever job runs (only one can); False if none does."""
+        for kind in JobKind:
+            if self.running(kind):
+                self._jobs[kind].stop()
+                return True
+        return False
+
+    def shutdown(self) -> None:
+        """Cancel every runner and wait for its thread (it closes its workers)."""
+        for job in self._jobs.values():
+            if job.runner is not None:
+                job.runner.shutdown()
+
+    def _add(self, kind: JobKind, job: _Job, *signals: SignalInstance) -> None:
+        self._jobs[kind] = job
+        for signal in signals:
+            signal.connect(lambda *_args: self.changed.emit())

@@ -1,0 +1,65 @@
+"""The one artefact cache every converting engine builds into (ONNX's behaviour is in test_onnx)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from backends.storage import artifact_cache
+
+
+def _write(out: Path, text: str = "data") -> dict:
+    (out / "sub").mkdir()
+    (out / "sub" / "file.bin").write_text(text)
+    return {"tool": "test"}
+
+
+def test_built_once_then_hit_with_details(isolated_cache):
+    first = artifact_cache.ensure("test", "k1", "v", _write, meta={"format": "t1"})
+    second = artifact_cache.ensure("test", "k1", "v", lambda out: 1 / 0, meta={"format": "t1"})
+    assert first.built and not second.built and second.folder == first.folder
+    assert second.details == {"tool": "test"} and "sub/file.bin" in second.manifest["files"]
+    assert not [p for p in first.folder.parent.iterdir() if p.name.startswith(".")]  # no staging, no lock
+
+
+def test_rebuilt_when_corrupt_or_built_with_other_settings(isolated_cache):
+    folder = artifact_cache.ensure("test", "k2", "v", _write, meta={"format": "t1"}).folder
+    (folder / "sub" / "file.bin").write_text("dat")  # shorter
+    messages: list[str] = []
+    again = artifact_cache.ensure("test", "k2", "v", _write, lambda m, f=None: messages.append(m), meta={"format": "t1"})
+    assert again.built and any("rebuilding cached test/v: sub/file.bin has 3 bytes" in m for m in messages)
+    assert artifact_cache.check(folder, {"format": "t2"}).startswith("built with other settings")
+    assert artifact_cache.ensure("test", "k2", "v", _write, meta={"format": "t2"}).built
+
+
+def test_failed_build_leaves_nothing(isolated_cache):
+    def broken(out: Path) -> None:
+        (out / "half").write_text("x")
+        raise RuntimeError("boom")
+
+    try:
+        artifact_cache.ensure("test", "k3", "v", broken)
+    except RuntimeError:
+        pass
+    parent = artifact_cache.cache_dir("test", "k3")
+    assert list(parent.iterdir()) == []
+
+
+def test_concurrent_builders_build_once(isolated_cache):
+    calls: list[int] = []
+
+    def slow(out: Path) -> None:
+        calls.append(1)
+        time.sleep(0.5)
+        _write(out)
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(artifact_cache.ensure("test", "k4", "v", slow)))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and sorted(r.built for r in results) == [False, False, True]
+    assert artifact_cache.check(results[0].folder) == ""

@@ -1,0 +1,109 @@
+"""Typed engine settings: CLI flags built from the dataclass, validation, and secrets kept out
+of records (the GUI form's round trip is in test_engine_options_form.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from backends import registry
+from backends.cli.common import config_from_args
+from backends.cli.main import COMMANDS
+from backends.cli.parser import build_parser
+from backends.engines.options import EngineSettings, option
+from backends.engines.remote_options import RemoteOptions
+from backends.errors import UsageError
+from backends.registry import EngineSpec
+from backends.runs.config import BenchConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "sk-options-test-0123456789"
+
+
+@dataclass(frozen=True)
+class ToySettings(EngineSettings):
+    CLI_TITLE: ClassVar[str] = "the toy engine"
+
+    host: str = option("", label="Host", flag="--toy-host", required=True, placeholder="toy.local")
+    port: int | None = option(None, label="Port", flag="--toy-port", help="a port")
+    ratio: float | None = option(None, flag="--toy-ratio", cli_default=0.5)
+    password: str | None = option(None, label="Password", secret=True)
+    token_s: float | None = option(None)
+
+    def with_token_timeout(self, token_s: float) -> "ToySettings":
+        return replace(self, token_s=token_s)
+
+
+@pytest.fixture
+def toy_engine(monkeypatch):
+    spec = EngineSpec("toy", "tests.fake_engines:ScriptedEngine", "toy", options="tests.test_engine_options:ToySettings")
+    monkeypatch.setitem(registry.ENGINES, "toy", spec)
+
+
+def _config(*args: str) -> BenchConfig:
+    return config_from_args(build_parser().parse_args(["bench", *args]))
+
+
+def test_flags_come_from_the_dataclass_with_types_and_defaults(toy_engine):
+    config = _config("--backends", "hf,toy", "--toy-host", "h", "--toy-port", "8080", "--timeout", "30")
+    settings = config.engine_options["toy"]
+    assert settings == ToySettings(host="h", port=8080, ratio=0.5, token_s=30.0)
+    assert set(config.engine_options) == {"toy"}  # hf has no settings
+    help_text = build_parser()._subparsers._group_actions[0].choices["bench"].format_help()
+    assert "the toy engine" in help_text and "--toy-port" in help_text and "--password" not in help_text
+    with pytest.raises(UsageError, match=r"^the toy backend needs --toy-host \(e.g. toy.local\)$"):
+        _config("--backends", "toy")
+
+
+def test_settings_are_built_only_for_selected_engines(toy_engine):
+    assert _config("--backends", "hf").engine_options == {}
+
+
+def test_remote_flags_keep_their_names_defaults_and_message():
+    with pytest.raises(UsageError, match=r"^the remote backend needs --remote-url \(e.g. http://127.0.0.1:8000/v1\)$"):
+        _config("--backends", "remote")
+    settings = _config("--backends", "remote", "--remote-url", "http://h:1/v1").engine_options["remote"]
+    assert settings == RemoteOptions(url="http://h:1/v1", model="", api_key_env="OPENAI_API_KEY", timeout_s=108.0)
+    # what environment.json and sweep fingerprints said before the settings were typed
+    assert settings.record() == {"url": "http://h:1/v1", "model": "", "api_key_env": "<redacted>", "timeout_s": 108.0}
+    named = _config("--backends", "remote", "--remote-url", "u", "--remote-model", "m", "--remote-api-key-env", "K")
+    assert (named.engine_options["remote"].model, named.engine_options["remote"].api_key_env) == ("m", "K")
+
+
+def test_secrets_stay_out_of_records_and_repr():
+    config = BenchConfig(backends=("remote",), engine_options={"remote": RemoteOptions(url="http://h/v1", api_key=SECRET)})
+    data = config.as_dict()
+    assert data["engine_options"] == {"remote": {"url": "http://h/v1", "model": "", "api_key": "<redacted>"}}
+    assert SECRET not in json.dumps(data) and SECRET not in repr(config)
+    assert config.engine_options["remote"].api_key == SECRET  # the engine still gets it
+
+
+@pytest.mark.parametrize("settings, problem", [
+    (RemoteOptions(), "needs its server's URL"),
+    (RemoteOptions(url="ftp://h/v1"), "must start with http:// or https://"),
+    (RemoteOptions(url="http://h:99999/v1"), "port is not a number"),
+    (RemoteOptions(url="http://h/v1", api_key="k", api_key_env="K"), "not both"),
+    (RemoteOptions(url="http://h/v1", api_key_env="NOT A NAME"), "not an environment variable name"),
+    (RemoteOptions(url="http://h/v1", api_key_env="K"), ""),
+])
+def test_remote_problem(settings, problem):
+    assert problem in settings.problem() and bool(problem) == bool(settings.problem())
+
+
+def test_every_command_has_an_entry_in_the_dispatch_table():
+    subcommands = build_parser()._subparsers._group_actions[0].choices
+    assert set(COMMANDS) == set(subcommands)
+
+
+def test_parsing_imports_no_engine():
+    code = ("import sys; from backends.cli.parser import build_parser; build_parser(); "
+            "print([m for m in sys.modules if m.startswith('backends.engines.') and 'options' not in m])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
