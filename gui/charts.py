@@ -153,12 +153,15 @@ class LatencyChart(_Chart):
             self._follow(x.size, float(np.log10(positive.min())), float(np.log10(positive.max())), fixed_x=self._live)
 
     def _on_mouse(self, event) -> None:
-        position: QPointF = event[0]
+        self.hover_at(event[0])
+
+    def hover_at(self, position: QPointF) -> str:
+        """Show the values under a scene position; returns the label's HTML ("" when hidden)."""
         view = self.plotItem.vb
         if not self.plotItem.sceneBoundingRect().contains(position) or not self.values:
             self._label.setVisible(False)
             self._cursor.setVisible(False)
-            return
+            return ""
         index = int(round(view.mapSceneToView(position).x()))
         lines = []
         for name, values in self.values.items():
@@ -170,14 +173,16 @@ class LatencyChart(_Chart):
                              f"<b>{values[index]:.2f} ms</b> {token}")
         if not lines:
             self._label.setVisible(False)
-            return
-        self._label.setHtml(f"<div style='color:{self.theme.plot_fg}; background:{self.theme.plot_bg};'>"
-                            f"token {index}<br>{'<br>'.join(lines)}</div>")
+            return ""
+        text = (f"<div style='color:{self.theme.plot_fg}; background:{self.theme.plot_bg};'>"
+                f"token {index}<br>{'<br>'.join(lines)}</div>")
+        self._label.setHtml(text)
         _, (_, y1) = view.viewRange()
         self._cursor.setPos(index)
         self._label.setPos(index, y1)
         self._cursor.setVisible(True)
         self._label.setVisible(True)
+        return text
 
 
 class RaceChart(_Chart):

@@ -33,7 +33,7 @@ from .job_runner import JobContext
 from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
 from .theme import Theme, current_theme, engine_colours
-from .widgets import controls_column, path_row, spin
+from .widgets import controls_column, path_row, spin, three_panes
 
 RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
 
@@ -115,14 +115,7 @@ class QualityTab(QWidget):
         column.addWidget(self.banner)
         column.addWidget(results, 1)
         self.scatter = FigureGrid(1)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        for widget in (controls, middle, self.scatter):
-            splitter.addWidget(widget)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([300, 700, 480])
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(splitter)
+        three_panes(self, (controls, middle, self.scatter), stretch=1, sizes=(300, 700, 480))
 
     # --- inputs -------------------------------------------------------------------------------
     @property

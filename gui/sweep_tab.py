@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLabel, QLineEdit,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QWidget)
 
 from backends.report import figures
 from backends import registry
@@ -33,7 +33,7 @@ from .job_runner import JobContext
 from .setup_panel import SetupPanel
 from .sweep_grid import CellGrid, SweepPlanned, folder_sweep, parse_lengths
 from .theme import Theme, engine_colours
-from .widgets import controls_column, path_row, results_root
+from .widgets import controls_column, path_row, results_root, three_panes
 
 PROMPT_SOURCES = ["bundled text, cut to each length", "the setup prompt, repeated to each length"]
 
@@ -114,14 +114,7 @@ class SweepTab(QWidget):
         middle.addWidget(self.log)
         middle.setSizes([170, 120])
         self.figures = FigureGrid(3)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        for widget in (controls, middle, self.figures):
-            splitter.addWidget(widget)
-        splitter.setStretchFactor(2, 1)
-        splitter.setSizes([330, 250, 1000])
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(splitter)
+        three_panes(self, (controls, middle, self.figures), stretch=2, sizes=(330, 250, 1000))
 
     # --- reading the inputs ---------------------------------------------------------------------
     @property

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QStandardPaths
 from typing import Sequence
 
+from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtWidgets import (QDoubleSpinBox, QFormLayout, QHBoxLayout, QLineEdit, QPushButton, QSpinBox,
-                               QVBoxLayout, QWidget)
+                               QSplitter, QVBoxLayout, QWidget)
 
 
 def spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:
@@ -68,3 +68,16 @@ def controls_column(form: QFormLayout, run: QPushButton, cancel: QPushButton, op
         layout.addWidget(widget)
     layout.addStretch(1)
     return column
+
+
+def three_panes(owner: QWidget, panes: Sequence[QWidget], stretch: int, sizes: Sequence[int]) -> QSplitter:
+    """A tab's controls | results | figures, side by side in a splitter that fills `owner`."""
+    splitter = QSplitter(Qt.Orientation.Horizontal)
+    for widget in panes:
+        splitter.addWidget(widget)
+    splitter.setStretchFactor(stretch, 1)
+    splitter.setSizes(list(sizes))
+    layout = QVBoxLayout(owner)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(splitter)
+    return splitter

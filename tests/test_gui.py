@@ -317,9 +317,8 @@ def test_live_batch_updates_each_curve_once_per_tick(make_window):
     view = window.latency.plotItem.vb
     view.autoRange()  # normally done at the next paint
     scene_pos = view.mapViewToScene(QPointF(10, 0.0))
-    window.latency._on_mouse((scene_pos,))
-    assert window.latency._label.isVisible()
-    assert "token 10" in window.latency._label.toHtml() and "1.00 ms" in window.latency._label.toHtml()
+    shown = window.latency.hover_at(scene_pos)
+    assert "token 10" in shown and "1.00 ms" in shown
 
 
 def test_parameters_persist_between_sessions(make_window):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -339,7 +340,7 @@ def test_cancelled_worker_leaves_no_half_cache(tmp_path, monkeypatch, tiny_model
         if isinstance(event, Progress) and "exporting" in event.message and not exporting.is_set():
             builders.extend(psutil.Process(worker.pid).children(recursive=True))
             exporting.set()
-            worker._process.kill()
+            os.kill(worker.pid, signal.SIGKILL)
 
     worker = Worker(registry.get("onnx"), tiny_model, EngineOptions(threads=1), on_event=on_event)
     with pytest.raises(WorkerError):

@@ -64,7 +64,7 @@ class RemoteEngine(Engine):
         self.api_key = settings.api_key or ""  # typed in the GUI; redacted from records
         self.connect_timeout = float(settings.connect_timeout_s or CONNECT_TIMEOUT_S)
         self.read_timeout = float(settings.timeout_s or READ_TIMEOUT_S)
-        self._key = ""
+        self.resolved_key = ""
         self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
         self._ids_prompt = True  # falls back to text if the server wants a string prompt
 
@@ -85,11 +85,11 @@ class RemoteEngine(Engine):
                  "asks for exactly N tokens (ignore_eos, min_tokens: servers honouring min_tokens mask "
                  "end-of-text until N, so they pick the next-best token where other engines emit it)"]
         if self.api_key:
-            self._key = self.api_key
+            self.resolved_key = self.api_key
             notes.append("API key given in the app")
         elif self.api_key_env:
-            self._key = os.environ.get(self.api_key_env, "")
-            notes.append(f"API key from ${self.api_key_env}" if self._key else f"${self.api_key_env} not set: no API key")
+            self.resolved_key = os.environ.get(self.api_key_env, "")
+            notes.append(f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key")
         return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,
                           notes="; ".join(notes))
 
@@ -118,7 +118,7 @@ class RemoteEngine(Engine):
             except _Rejected as exc:
                 reader.close()
                 if not self._fallback(exc, notes):
-                    raise RemoteError(self._scrub(str(exc))) from None
+                    raise RemoteError(self.scrub(str(exc))) from None
                 continue
             except BaseException:
                 reader.close()
@@ -176,15 +176,15 @@ class RemoteEngine(Engine):
         if "error" in event:
             error = event["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            raise RemoteError(self._scrub(f"{self.label} reported an error mid-stream: {message}"))
+            raise RemoteError(self.scrub(f"{self.label} reported an error mid-stream: {message}"))
         choices = event.get("choices")
         if not isinstance(choices, list):
-            raise RemoteError(self._scrub(f"malformed event from {self.label} (no 'choices'): {_short(event)}"))
+            raise RemoteError(self.scrub(f"malformed event from {self.label} (no 'choices'): {_short(event)}"))
         if not choices:  # e.g. a final usage-only chunk
             return [], None
         choice = choices[0]
         if not isinstance(choice, dict):
-            raise RemoteError(self._scrub(f"malformed event from {self.label}: {_short(event)}"))
+            raise RemoteError(self.scrub(f"malformed event from {self.label}: {_short(event)}"))
         finish = choice.get("finish_reason")
         for ids in (choice.get("token_ids"), event.get("tokens"), choice.get("tokens")):
             if isinstance(ids, list) and all(isinstance(i, int) for i in ids) and ids:
@@ -195,14 +195,14 @@ class RemoteEngine(Engine):
         if not isinstance(text, str):
             if finish is not None:
                 return [], finish
-            raise RemoteError(self._scrub(f"malformed event from {self.label} (no text): {_short(event)}"))
+            raise RemoteError(self.scrub(f"malformed event from {self.label} (no text): {_short(event)}"))
         if text:
             notes.append("server returned text only: token ids re-tokenised locally (counts and agreement approximate)")
         return encode(text) if text else [], finish
 
-    def _scrub(self, text: str) -> str:
-        if self._key:
-            text = text.replace(self._key, "<redacted>")
+    def scrub(self, text: str) -> str:
+        if self.resolved_key:
+            text = text.replace(self.resolved_key, "<redacted>")
         return text
 
 
@@ -256,11 +256,11 @@ class _Reader:
             self._request(body)
             self.events.put(("end", None))
         except RemoteError as exc:
-            exc.args = (self.engine._scrub(str(exc)),)  # a server may echo the key back
+            exc.args = (self.engine.scrub(str(exc)),)  # a server may echo the key back
             self.events.put(("error", exc))
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message
             if not self.closed.is_set():
-                self.events.put(("error", RemoteError(self.engine._scrub(self._describe(exc)))))
+                self.events.put(("error", RemoteError(self.engine.scrub(self._describe(exc)))))
 
     def _describe(self, exc: Exception) -> str:
         e = self.engine
@@ -287,8 +287,8 @@ class _Reader:
             return
         conn.sock.settimeout(e.read_timeout)  # from here on: the longest silence we accept
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "whistle-stop"}
-        if e._key:
-            headers["Authorization"] = f"Bearer {e._key}"
+        if e.resolved_key:
+            headers["Authorization"] = f"Bearer {e.resolved_key}"
         conn.request("POST", e.path, body=body, headers=headers)
         response = conn.getresponse()
         if response.status >= 400:
@@ -296,11 +296,11 @@ class _Reader:
             # llama-cpp-python's server answers a request it cannot validate with a 500
             rejected = response.status in (400, 422) or (response.status == 500 and "validation" in message.lower())
             error_cls = _Rejected if rejected else RemoteError
-            raise error_cls(e._scrub(f"HTTP {response.status} {response.reason} from {e.label}: {message}"))
+            raise error_cls(e.scrub(f"HTTP {response.status} {response.reason} from {e.label}: {message}"))
         kind = response.getheader("Content-Type", "")
         if "text/event-stream" not in kind:
             sample = response.read(2000).decode("utf-8", "replace")
-            raise RemoteError(e._scrub(f"{e.label} did not stream (Content-Type {kind or 'none'}): {sample[:200]}"))
+            raise RemoteError(e.scrub(f"{e.label} did not stream (Content-Type {kind or 'none'}): {sample[:200]}"))
         self._read_events(response)
 
     def _read_events(self, response: http.client.HTTPResponse) -> None:
