@@ -4,7 +4,7 @@ import sys
 
 
 def _main() -> int:
-    from backends.cli.main import main
+    from whistle_stop.backends.cli.main import main
 
     return main()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.registry import EngineSpec
-from backends.runs.bench import BenchConfig, BenchResult, BenchSession
-from backends.sources.model_files import ModelFiles
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, BenchSession
+from whistle_stop.backends.sources.model_files import ModelFiles
 
 from .job_runner import JobContext, JobRunner
 

@@ -11,7 +11,7 @@ import dataclasses
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QLineEdit, QWidget
 
-from backends.engines.options import EngineSettings, OptionMeta
+from whistle_stop.backends.engines.options import EngineSettings, OptionMeta
 
 
 class EngineOptionsForm(QGroupBox):

@@ -1,4 +1,4 @@
-"""Figures from `backends.report.figures` drawn with `backends.report.plots.draw` into the window's own plots,
+"""Figures from `whistle_stop.backends.report.figures` drawn with `whistle_stop.backends.report.plots.draw` into the window's own plots,
 so the Sweep and Quality tabs show exactly what a report or `sweep --out` renders."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pyqtgraph as pg
 import pyqtgraph.exporters
 from PySide6.QtGui import QColor
 
-from backends.report import plots
-from backends.report.figures import Figure
+from whistle_stop.backends.report import plots
+from whistle_stop.backends.report.figures import Figure
 
 from .theme import Theme, current_theme
 

@@ -21,8 +21,8 @@ from typing import Callable, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from backends.errors import UsageError
-from backends.sources.model_files import DownloadCancelled, ProgressFn, resolve_model
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.sources.model_files import DownloadCancelled, ProgressFn, resolve_model
 
 from .event_queue import CANCELLED, TICK_MS, drain_in_order
 from .model_probe import RESOLVE_LOCK

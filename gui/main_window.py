@@ -11,11 +11,11 @@ from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget
 
-from backends import registry
-from backends.errors import UsageError
-from backends.registry import EngineSpec
-from backends.runs.bench import BenchConfig, BenchResult, RunRecorded
-from backends.sources.prompts import prompt_text
+from whistle_stop.backends import registry
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
+from whistle_stop.backends.sources.prompts import prompt_text
 
 from .actions import REPLAY_SPEEDS, build_actions
 from .bench_job import BenchPrepared, start_bench

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from backends.errors import UsageError
-from backends.sources.model_files import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, resolve_model
-from backends.storage.paths import CONFIGS_DIR
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.sources.model_files import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, resolve_model
+from whistle_stop.backends.storage.paths import CONFIGS_DIR
 
 HUB_MODELS = ["gpt2", "distilgpt2", "gpt2-medium"]
 

@@ -15,15 +15,15 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
                                QSplitter, QVBoxLayout, QWidget)
 
-from backends.report import figures
-from backends import registry
-from backends.errors import UsageError
-from backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
-from backends.sources.model_files import ModelFiles
-from backends.runs.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
+from whistle_stop.backends.report import figures
+from whistle_stop.backends import registry
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
+from whistle_stop.backends.sources.model_files import ModelFiles
+from whistle_stop.backends.runs.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
                               quality_rows_as_dicts, write_quality)
-from backends.registry import EngineSpec
-from backends.runs.bench import BenchResult, RunRecorded
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 
 from .figure_view import FigureGrid
 from .event_queue import CANCELLED

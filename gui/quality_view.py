@@ -10,7 +10,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout,
                                QWidget)
 
-from backends.runs.quality import Divergence, QualityRow
+from whistle_stop.backends.runs.quality import Divergence, QualityRow
 
 COLUMNS = ["engine", "dtype", "perplexity", "Δ vs reference", "tokens/s", "agreement", "first divergence", "status"]
 

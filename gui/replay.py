@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 
-from backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
 
 from .event_queue import TICK_MS
 from .live import LiveView, display_run

@@ -1,7 +1,7 @@
 """HTML reports from the window: "Export report (HTML)…" (this session's bench, sweep and
 quality results) and "Open folders to compare…" (two or more results folders side by side).
 
-Both call `backends.report.html.build_report`, which embeds every figure as a PNG in one page.
+Both call `whistle_stop.backends.report.html.build_report`, which embeds every figure as a PNG in one page.
 Results that live only in memory (the bench on screen, the quality table) are first written
 into the report folder's `data/` with the same writers `bench` and `quality` use.
 """
@@ -17,9 +17,9 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QLabel, QListWidget, QPushButton,
                                QVBoxLayout, QWidget)
 
-from backends.errors import UsageError
-from backends.results.export import write_results
-from backends.report.html import build_report
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.results.export import write_results
+from whistle_stop.backends.report.html import build_report
 
 from .messages import Messages
 from .session_data import SessionData

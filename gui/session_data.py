@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backends.sources.model_files import RANDOM_LABEL
-from backends.sources.prompts import prompt_of_length
-from backends.results.records import RunRecord, TokenRecord
-from backends.runs.bench import BenchResult
-from backends.results.summary import BackendSummary, markdown_table, summarize_backends
+from whistle_stop.backends.sources.model_files import RANDOM_LABEL
+from whistle_stop.backends.sources.prompts import prompt_of_length
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.runs.bench import BenchResult
+from whistle_stop.backends.results.summary import BackendSummary, markdown_table, summarize_backends
 
 
 @dataclass
@@ -89,7 +89,7 @@ class SessionData:
 
 
 def _bundled_prompt(tokens: object) -> str:
-    from backends.sources.prompts import prompt_text
+    from whistle_stop.backends.sources.prompts import prompt_text
 
     count = tokens if isinstance(tokens, int) and tokens > 0 else 50
     return prompt_text(prompt_of_length(count))

@@ -14,9 +14,9 @@ from typing import Protocol
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from backends.errors import UsageError
-from backends.results.export import write_results
-from backends.results.reader import load_results
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.results.export import write_results
+from whistle_stop.backends.results.reader import load_results
 
 from .messages import Messages
 from .session_data import SessionData

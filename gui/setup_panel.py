@@ -13,14 +13,14 @@ from PySide6.QtWidgets import (QButtonGroup, QComboBox, QFileDialog, QFormLayout
                                QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
                                QWidget)
 
-from backends import registry
-from backends.engines.options import options_class
-from backends.sources.model_files import RANDOM_LABEL, random_config_names
-from backends.sources.prompts import example_prompts
-from backends.registry import EngineSpec
-from backends.sampling import SamplingParams
-from backends.runs.bench import BenchConfig
-from backends.sources.tokenizer import encode
+from whistle_stop.backends import registry
+from whistle_stop.backends.engines.options import options_class
+from whistle_stop.backends.sources.model_files import RANDOM_LABEL, random_config_names
+from whistle_stop.backends.sources.prompts import example_prompts
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.sources.tokenizer import encode
 
 from .engine_options_form import EngineOptionsForm
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe

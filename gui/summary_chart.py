@@ -14,8 +14,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from backends.results.stats import Summary
-from backends.results.summary import SUMMARY_HEADERS, BackendSummary, summary_rows
+from whistle_stop.backends.results.stats import Summary
+from whistle_stop.backends.results.summary import SUMMARY_HEADERS, BackendSummary, summary_rows
 
 from .theme import Theme, current_theme
 

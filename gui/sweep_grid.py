@@ -12,8 +12,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
-from backends.results.export import ENVIRONMENT_JSON
-from backends.runs.sweep import SweepPlan
+from whistle_stop.backends.results.export import ENVIRONMENT_JSON
+from whistle_stop.backends.runs.sweep import SweepPlan
 
 from .theme import Theme, current_theme
 

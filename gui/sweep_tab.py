@@ -3,7 +3,7 @@
 Engines, model and generation settings come from the setup panel; the grid, the output folder
 and the run controls are here. A `SweepSession` runs in a thread (JobRunner); after each cell
 it writes the folder, so running again into the same folder continues where a cancel stopped.
-The three sweep plots are `backends.report.figures` drawn with `backends.report.plots.draw`.
+The three sweep plots are `whistle_stop.backends.report.figures` drawn with `whistle_stop.backends.report.plots.draw`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLabel, QLineEdit,
                                QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QWidget)
 
-from backends.report import figures
-from backends import registry
-from backends.storage.atomic import check_writable_dir
-from backends.errors import UsageError
-from backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
-from backends.results.export import RUNS_CSV
-from backends.registry import EngineSpec
-from backends.runs.bench import BenchResult, RunRecorded
-from backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
+from whistle_stop.backends.report import figures
+from whistle_stop.backends import registry
+from whistle_stop.backends.storage.atomic import check_writable_dir
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
+from whistle_stop.backends.results.export import RUNS_CSV
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
+from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
 
 from .figure_view import FigureGrid
 from .event_queue import CANCELLED

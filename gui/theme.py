@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
-from backends.storage.paths import RESOURCES
+from whistle_stop.backends.storage.paths import RESOURCES
 
 ICONS_DIR: Path = RESOURCES / "icons"
 

@@ -22,7 +22,7 @@ PREFERRED = ("hf", "hf-int8", "hf-bf16")  # then the registry's order
 
 def pick_engines(count: int) -> list[str]:
     """`count` distinct available engines (no engine twice): hf's three first, then any other."""
-    from backends import registry
+    from whistle_stop.backends import registry
 
     names = list(PREFERRED) + [n for n in registry.names() if n not in PREFERRED]
     return [n for n in names if registry.available(n)[0]][:count]
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtCore import Qt, QTimer
 
-    from gui.app import create_app
+    from whistle_stop.gui.app import create_app
 
     from .scripting import open_window, run_end_loop
 

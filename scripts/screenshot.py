@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     offscreen_without_display()
 
-    from backends.sources.prompts import example_prompts
-    from gui.app import create_app
+    from whistle_stop.backends.sources.prompts import example_prompts
+    from whistle_stop.gui.app import create_app
 
     from .scripting import close_window, open_window, run_end_loop, settle_and_grab
 

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from PySide6.QtCore import QEventLoop
     from PySide6.QtWidgets import QApplication, QWidget
 
-    from gui.job_runner import JobRunner
-    from gui.main_window import MainWindow
+    from whistle_stop.gui.job_runner import JobRunner
+    from whistle_stop.gui.main_window import MainWindow
 
 
 def offscreen_without_display() -> None:
@@ -24,8 +24,8 @@ def offscreen_without_display() -> None:
 
 def open_window(settings_dir: Path, size: str = "1600x1000") -> "MainWindow":
     """A shown MainWindow of `size` ("WxH") whose preferences live in `settings_dir`, not the user's."""
-    from gui.main_window import MainWindow
-    from gui.settings import settings_in
+    from whistle_stop.gui.main_window import MainWindow
+    from whistle_stop.gui.settings import settings_in
 
     window = MainWindow(settings=settings_in(Path(settings_dir)))
     width, height = (int(v) for v in size.split("x"))

@@ -25,14 +25,14 @@ def isolated_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(isolated_cache):
-    from backends.sources.model_files import resolve_model
+    from whistle_stop.backends.sources.model_files import resolve_model
 
     return resolve_model("random:tiny")
 
 
 @pytest.fixture(scope="session")
 def prompt_ids():
-    from backends.sources.prompts import prompt_of_length
+    from whistle_stop.backends.sources.prompts import prompt_of_length
 
     return prompt_of_length(12)
 
@@ -64,8 +64,8 @@ def hf_reference(tiny_model):
 
 def load_engine_in_process(name, model, threads=1):
     """One engine created and loaded in this process (no worker), for tests that call it directly."""
-    from backends import registry
-    from backends.engine import EngineOptions
+    from whistle_stop.backends import registry
+    from whistle_stop.backends.engine import EngineOptions
 
     engine = registry.create(name, EngineOptions(threads=threads))
     engine.load(model, lambda *a: None)
@@ -74,7 +74,7 @@ def load_engine_in_process(name, model, threads=1):
 
 def run_engine_in_process(name, model, ids, new_tokens, sampling=None, threads=1):
     """Load one engine in this process (no worker) and return its tokens: for parity tests."""
-    from backends.sampling import Sampler, SamplingParams
+    from whistle_stop.backends.sampling import Sampler, SamplingParams
 
     engine = load_engine_in_process(name, model, threads)
     try:

@@ -12,8 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
-from backends.engine import Engine, EngineInfo, EngineOptions
-from backends.registry import EngineSpec
+from whistle_stop.backends.engine import Engine, EngineInfo, EngineOptions
+from whistle_stop.backends.registry import EngineSpec
 
 VOCAB = 50257
 

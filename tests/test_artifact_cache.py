@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from backends.storage import artifact_cache
+from whistle_stop.backends.storage import artifact_cache
 
 
 def _write(out: Path, text: str = "data") -> dict:

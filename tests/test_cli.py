@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backends import registry
-from backends.cli.main import main
+from whistle_stop.backends import registry
+from whistle_stop.backends.cli.main import main
 from tests import fake_engines
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,10 +10,10 @@ import huggingface_hub
 import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-import backends.sources.model_files as models
-from backends.errors import ModelError
-from backends.sources.hub import DownloadCancelled, fetch_safetensors_model
-from backends.sources.model_files import resolve_model
+import whistle_stop.backends.sources.model_files as models
+from whistle_stop.backends.errors import ModelError
+from whistle_stop.backends.sources.hub import DownloadCancelled, fetch_safetensors_model
+from whistle_stop.backends.sources.model_files import resolve_model
 
 
 class FakeHub:

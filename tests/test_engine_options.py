@@ -14,15 +14,15 @@ from typing import ClassVar
 
 import pytest
 
-from backends import registry
-from backends.cli.common import config_from_args
-from backends.cli.main import COMMANDS
-from backends.cli.parser import build_parser
-from backends.engines.options import EngineSettings, option
-from backends.engines.remote_options import RemoteOptions
-from backends.errors import UsageError
-from backends.registry import EngineSpec
-from backends.runs.config import BenchConfig
+from whistle_stop.backends import registry
+from whistle_stop.backends.cli.common import config_from_args
+from whistle_stop.backends.cli.main import COMMANDS
+from whistle_stop.backends.cli.parser import build_parser
+from whistle_stop.backends.engines.options import EngineSettings, option
+from whistle_stop.backends.engines.remote_options import RemoteOptions
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.config import BenchConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-options-test-0123456789"
@@ -106,8 +106,8 @@ def test_every_command_has_an_entry_in_the_dispatch_table():
 
 
 def test_parsing_imports_no_engine():
-    code = ("import sys; from backends.cli.parser import build_parser; build_parser(); "
-            "print([m for m in sys.modules if m.startswith('backends.engines.') and 'options' not in m])")
+    code = ("import sys; from whistle_stop.backends.cli.parser import build_parser; build_parser(); "
+            "print([m for m in sys.modules if m.startswith('whistle_stop.backends.engines.') and 'options' not in m])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

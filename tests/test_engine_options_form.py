@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from backends.engines.remote_options import RemoteOptions  # noqa: E402
-from gui.engine_options_form import EngineOptionsForm  # noqa: E402
+from whistle_stop.backends.engines.remote_options import RemoteOptions  # noqa: E402
+from whistle_stop.gui.engine_options_form import EngineOptionsForm  # noqa: E402
 
 pytestmark = pytest.mark.gui
 SECRET = "sk-form-test-0123456789"

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from backends.storage.atomic import atomic_write
-from backends.results.export import write_results
-from backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.storage.atomic import atomic_write
+from whistle_stop.backends.results.export import write_results
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from tests import fake_engines
 
 RUN_COLUMNS_REQUIRED = ("run_id, backend, model, weights, device, dtype, threads, prompt_tokens, new_tokens, decoding, "

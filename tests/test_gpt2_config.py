@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from backends import registry
-from backends.gpt2_config import TANH_GELU, GPT2Config
-from backends.sources.model_files import resolve_model
-from backends.storage.paths import CONFIGS_DIR
+from whistle_stop.backends import registry
+from whistle_stop.backends.gpt2_config import TANH_GELU, GPT2Config
+from whistle_stop.backends.sources.model_files import resolve_model
+from whistle_stop.backends.storage.paths import CONFIGS_DIR
 from tests.conftest import load_engine_in_process, run_engine_in_process
 
 _CORE = ["hf", "torch-static", "onnx", "numpy"]

@@ -15,8 +15,8 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 
-from backends.results.export import read_csv  # noqa: E402
-from backends.results.records import RUN_COLUMNS  # noqa: E402
+from whistle_stop.backends.results.export import read_csv  # noqa: E402
+from whistle_stop.backends.results.records import RUN_COLUMNS  # noqa: E402
 from tests.fake_engines import spec  # noqa: E402
 
 pytestmark = pytest.mark.gui
@@ -33,14 +33,14 @@ def private_qsettings(tmp_path_factory):
 
 @pytest.fixture
 def settings(tmp_path):
-    from gui.settings import settings_in
+    from whistle_stop.gui.settings import settings_in
 
     return settings_in(tmp_path / "settings")
 
 
 @pytest.fixture
 def make_window(qtbot, settings):
-    from gui.main_window import MainWindow
+    from whistle_stop.gui.main_window import MainWindow
 
     def make(extra_specs=None, show=True):
         window = MainWindow(extra_specs=extra_specs, settings=settings)
@@ -152,7 +152,7 @@ def test_model_download_shows_progress_and_cancel_ends_it(qtbot, make_window, mo
     """prepare() runs in the session thread with a progress callback; Cancel ends the run at once."""
     import threading
 
-    from backends.runs.bench import BenchSession
+    from whistle_stop.backends.runs.bench import BenchSession
 
     release = threading.Event()
 
@@ -222,7 +222,7 @@ def test_invalid_input_is_refused_with_a_reason(qtbot, make_window, tmp_path):
 
 
 def test_unavailable_engines_are_greyed_with_the_reason(make_window):
-    from backends import registry
+    from whistle_stop.backends import registry
 
     window = make_window({"fake": spec("fake")}, show=False)
     items = {window.setup.engines.item(i).data(Qt.ItemDataRole.UserRole): window.setup.engines.item(i)
@@ -293,8 +293,8 @@ def test_race_mode_flags_contended_timings(qtbot, make_window):
 
 def test_live_batch_updates_each_curve_once_per_tick(make_window):
     """A batch of many tokens is drawn with one text insert and one setData per engine."""
-    from backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
-    from backends.sampling import SamplingParams
+    from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
+    from whistle_stop.backends.sampling import SamplingParams
 
     window = make_window(FAST)  # shown: a hidden chart defers its drawing until its tab is shown
     window.show_engines(["fast"])
@@ -334,14 +334,14 @@ def test_parameters_persist_between_sessions(make_window):
 
 
 def test_grid_reflows_with_the_engine_count():
-    from gui.streams_grid import grid_columns
+    from whistle_stop.gui.streams_grid import grid_columns
 
     assert [grid_columns(n, 1400) for n in (1, 2, 3, 4, 5, 6)] == [1, 2, 3, 2, 3, 3]
     assert grid_columns(4, 500) == 1 and grid_columns(2, 700) == 2
 
 
 def test_run_app_without_a_display_says_how_and_returns_2(monkeypatch, capsys):
-    from gui import app
+    from whistle_stop.gui import app
 
     for variable in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
         monkeypatch.delenv(variable, raising=False)
@@ -355,7 +355,7 @@ def test_theme_follows_the_system_scheme(qapp, make_window, monkeypatch):
     """A change of the system's colour scheme restyles the widgets and pyqtgraph's backgrounds."""
     import pyqtgraph as pg
 
-    from gui import theme
+    from whistle_stop.gui import theme
 
     window = make_window(show=False)
     try:
@@ -378,10 +378,10 @@ def test_job_runner_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
     another kind is refused; a cancel before "ready" ends the job at once."""
     import threading
 
-    from backends.errors import UsageError
-    from gui.event_queue import CANCELLED
-    from gui.job_manager import JobKind, JobManager
-    from gui.job_runner import JobStatus
+    from whistle_stop.backends.errors import UsageError
+    from whistle_stop.gui.event_queue import CANCELLED
+    from whistle_stop.gui.job_manager import JobKind, JobManager
+    from whistle_stop.gui.job_runner import JobStatus
 
     jobs = JobManager()
     bench, sweep = jobs.runner(JobKind.BENCH, "benchmark run"), jobs.runner(JobKind.SWEEP, "sweep")

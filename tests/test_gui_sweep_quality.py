@@ -21,7 +21,7 @@ pytest.importorskip("pytestqt")
 import pyqtgraph as pg  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from backends.results.bandwidth import Bandwidth  # noqa: E402
+from whistle_stop.backends.results.bandwidth import Bandwidth  # noqa: E402
 from tests.fake_engines import spec  # noqa: E402
 from tests.test_gui import configure, live_children, run  # noqa: E402
 
@@ -42,20 +42,20 @@ def private_qsettings(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def fake_bandwidth(monkeypatch):
     """The sweep's memory-bandwidth probe is a benchmark: a fixed answer instead."""
-    monkeypatch.setattr("backends.runs.sweep.probe_bandwidth",
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth",
                         lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
 
 
 @pytest.fixture
 def settings(tmp_path):
-    from gui.settings import settings_in
+    from whistle_stop.gui.settings import settings_in
 
     return settings_in(tmp_path / "settings")
 
 
 @pytest.fixture
 def make_window(qtbot, settings):
-    from gui.main_window import MainWindow
+    from whistle_stop.gui.main_window import MainWindow
 
     def make(extra_specs=None):
         window = MainWindow(extra_specs=extra_specs, settings=settings)
@@ -169,7 +169,7 @@ def test_cancelled_sweep_resumes_without_repeating_finished_cells(qtbot, make_wi
     assert json.loads((folder / "environment.json").read_text())["sweep"]["completed"] == [[4, 10], [4, 20],
                                                                                            [8, 10], [8, 20]]
 
-    from gui.reports import CompareDialog
+    from whistle_stop.gui.reports import CompareDialog
 
     dialog = CompareDialog([partial], str(tmp_path), window)
     build = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
@@ -272,8 +272,8 @@ def test_cancel_while_the_model_downloads_stops_it_without_falling_back(qtbot, m
     import huggingface_hub
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    import backends.sources.model_files as models
-    from gui.event_queue import CANCELLED
+    import whistle_stop.backends.sources.model_files as models
+    from whistle_stop.gui.event_queue import CANCELLED
 
     release, updates = threading.Event(), []
 

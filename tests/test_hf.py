@@ -2,9 +2,9 @@
 
 import pytest
 
-from backends import registry
-from backends.engine import EngineOptions
-from backends.sampling import SamplingParams
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.sampling import SamplingParams
 from tests.conftest import load_engine_in_process, run_engine_in_process
 
 N = 24
@@ -16,7 +16,7 @@ def test_hf_greedy_equals_generate(tiny_model, prompt_ids, hf_reference):
 
 @pytest.mark.parametrize("name", ["hf-bf16", "hf-int8"])
 def test_low_precision_engines_report_agreement(name, tiny_model, prompt_ids, hf_reference):
-    from backends.results.stats import agreement
+    from whistle_stop.backends.results.stats import agreement
 
     tokens = run_engine_in_process(name, tiny_model, prompt_ids, N)
     assert len(tokens) == N and all(0 <= t < 50257 for t in tokens)
@@ -38,7 +38,7 @@ def test_int8_really_quantises_every_matmul(tiny_model):
     import torch
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
 
-    from backends.engines.torch_util import count_int8_linears
+    from whistle_stop.backends.engines.torch_util import count_int8_linears
 
     engine = registry.create("hf-int8", EngineOptions(threads=1))
     info = engine.load(tiny_model, lambda *a: None)
@@ -58,7 +58,7 @@ def test_shared_sampling_is_reproducible(tiny_model, prompt_ids):
 
 
 def test_prompt_at_the_context_limit(tiny_model):
-    from backends.sources.prompts import prompt_of_length
+    from whistle_stop.backends.sources.prompts import prompt_of_length
 
     ids = prompt_of_length(tiny_model.context - 1)
     assert len(run_engine_in_process("hf", tiny_model, ids, 1)) == 1

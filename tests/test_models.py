@@ -3,10 +3,10 @@ import shutil
 
 import pytest
 
-from backends.errors import ModelError
-from backends.sources.model_files import RANDOM_LABEL, resolve_model, validate_folder
-from backends.sources.random_weights import gpt2_shapes
-from backends.sources.weights import mmap_numpy, read_header
+from whistle_stop.backends.errors import ModelError
+from whistle_stop.backends.sources.model_files import RANDOM_LABEL, resolve_model, validate_folder
+from whistle_stop.backends.sources.random_weights import gpt2_shapes
+from whistle_stop.backends.sources.weights import mmap_numpy, read_header
 
 
 def test_random_tiny_is_cached_and_labelled(tiny_model):
@@ -18,7 +18,7 @@ def test_random_tiny_is_cached_and_labelled(tiny_model):
 
 
 def test_random_weights_are_seeded(tiny_model, tmp_path):
-    from backends.sources.random_weights import write_random_model
+    from whistle_stop.backends.sources.random_weights import write_random_model
 
     write_random_model(tiny_model.config, tmp_path)
     a, b = mmap_numpy(tmp_path / "model.safetensors"), mmap_numpy(tiny_model.safetensors)
@@ -94,7 +94,7 @@ def test_unknown_models():
 
 
 def test_auto_falls_back_to_random_gpt2_with_one_warning(monkeypatch):
-    import backends.sources.model_files as models
+    import whistle_stop.backends.sources.model_files as models
 
     monkeypatch.setattr(models, "_random", lambda spec, asked: models.ModelFiles(asked, spec, models.Path("."), "random", "x", {}))
     model = resolve_model("auto")

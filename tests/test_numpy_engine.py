@@ -11,9 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from backends.engine import EngineOptions
-from backends.sources.prompts import prompt_of_length
-from backends.sampling import SamplingParams
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.sources.prompts import prompt_of_length
+from whistle_stop.backends.sampling import SamplingParams
 from tests.conftest import run_engine_in_process
 
 # fp32 against fp32 with different summation orders: logits of the tiny model reach ~10, and
@@ -23,7 +23,7 @@ ATOL, RTOL = 1e-4, 1e-5
 
 @pytest.fixture()
 def engine(tiny_model):
-    from backends import registry
+    from whistle_stop.backends import registry
 
     engine = registry.create("numpy", EngineOptions(threads=1))
     engine.load(tiny_model, lambda *a: None)
@@ -86,7 +86,7 @@ def test_weights_are_views_of_the_memory_map(engine):
 
 
 def test_pure_functions_stay_float32():
-    from backends.engines.numpy_runtime.model import attention, gelu_new, layer_norm
+    from whistle_stop.backends.engines.numpy_runtime.model import attention, gelu_new, layer_norm
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 8), dtype=np.float32)
@@ -154,9 +154,9 @@ def torch_blocked(tmp_path, monkeypatch):
 
 
 def test_runs_in_a_spawned_worker_where_torch_cannot_be_imported(torch_blocked, tiny_model, prompt_ids, hf_reference):
-    from backends import registry
-    from backends.worker.events import RunRequest
-    from backends.worker.process import Worker
+    from whistle_stop.backends import registry
+    from whistle_stop.backends.worker.events import RunRequest
+    from whistle_stop.backends.worker.process import Worker
 
     worker = Worker(registry.get("numpy"), tiny_model, EngineOptions(threads=1))
     try:

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.engine import EngineOptions
-from backends.sampling import SamplingParams
-from backends.storage import artifact_cache
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.storage import artifact_cache
 from tests.conftest import run_engine_in_process
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from backends.engines.onnx import cache as onnx_cache
-from backends.engines.onnx.engine import OnnxEngine  # noqa: E402
+from whistle_stop.backends.engines.onnx import cache as onnx_cache
+from whistle_stop.backends.engines.onnx.engine import OnnxEngine  # noqa: E402
 
 # fp32 logits vs transformers' eager fp32: same math, different kernels and summation order.
 # Measured max |diff| ~5e-6 on random:tiny (logits of magnitude ~10); 1e-4 leaves headroom.
@@ -108,7 +108,7 @@ def test_sampling_same_as_hf_with_one_seed(tiny_model, prompt_ids):
 
 
 def test_context_limit(fp32, hf_reference):
-    from backends.sources.prompts import prompt_of_length
+    from whistle_stop.backends.sources.prompts import prompt_of_length
 
     engine, _, _ = fp32
     ids = prompt_of_length(1023)
@@ -232,8 +232,8 @@ def test_same_bytes_edited_in_place_are_caught(tiny_model, fp32):
 
 
 def test_separate_cache_for_different_weights(tmp_path, tiny_model, fp32, prompt_ids):
-    from backends.sources.model_files import resolve_model
-    from backends.sources.random_weights import write_random_model
+    from whistle_stop.backends.sources.model_files import resolve_model
+    from whistle_stop.backends.sources.random_weights import write_random_model
 
     write_random_model(tiny_model.config, tmp_path / "other", seed=1)
     other = resolve_model(str(tmp_path / "other"))
@@ -262,7 +262,7 @@ def test_abandoned_build_folders_are_removed(tiny_model, fp32):
 def test_builder_exits_when_its_parent_goes(tmp_path, tiny_model):
     """A worker killed mid-export closes the builder's stdin: the builder must stop, not finish."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "backends.engines.onnx.build", "--variant", "fp32", "--out", str(tmp_path),
+        [sys.executable, "-m", "whistle_stop.backends.engines.onnx.build", "--variant", "fp32", "--out", str(tmp_path),
          "--weights", str(tiny_model.safetensors), "--config", str(tiny_model.folder / "config.json")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         cwd=Path(__file__).resolve().parents[1],
@@ -285,9 +285,9 @@ def test_failed_build_says_why_and_leaves_nothing(tiny_model, monkeypatch, tmp_p
 def test_cache_hit_does_not_import_torch(fp32, tiny_model):
     code = (
         "import sys\n"
-        "from backends.sources.model_files import resolve_model\n"
-        "from backends.engine import EngineOptions\n"
-        "from backends.engines.onnx.engine import OnnxEngine\n"
+        "from whistle_stop.backends.sources.model_files import resolve_model\n"
+        "from whistle_stop.backends.engine import EngineOptions\n"
+        "from whistle_stop.backends.engines.onnx.engine import OnnxEngine\n"
         "info = OnnxEngine(EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
         "print('cache=hit' in info.notes, 'torch' in sys.modules)\n"
     )
@@ -328,9 +328,9 @@ def test_cancelled_worker_leaves_no_half_cache(tmp_path, monkeypatch, tiny_model
 
     import psutil
 
-    from backends import registry
-    from backends.worker.events import Progress
-    from backends.worker.process import Worker, WorkerError
+    from whistle_stop.backends import registry
+    from whistle_stop.backends.worker.events import Progress
+    from whistle_stop.backends.worker.process import Worker, WorkerError
 
     monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))  # a cold cache; the worker inherits it
     exporting = threading.Event()
@@ -357,8 +357,8 @@ def test_cancelled_worker_leaves_no_half_cache(tmp_path, monkeypatch, tiny_model
 @pytest.mark.slow
 def test_gpt2_size_greedy_equals_hf():
     """GPT-2 small's shapes (12 layers, 12 heads, 768 wide): 50 greedy tokens equal to HF's."""
-    from backends.sources.model_files import resolve_model
-    from backends.sources.prompts import prompt_of_length
+    from whistle_stop.backends.sources.model_files import resolve_model
+    from whistle_stop.backends.sources.prompts import prompt_of_length
 
     model = resolve_model("random:gpt2")
     ids = prompt_of_length(50)

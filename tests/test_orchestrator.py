@@ -4,12 +4,12 @@ import math
 
 import numpy as np
 
-from backends.runs.bench import BenchConfig
-from backends.runs.orchestrator import fair_order
-from backends.runs.sweep import SweepGrid, SweepSession
-from backends.status import RunStatus
-from backends.worker.events import BackendEvent, RunContext, RunRequest
-from backends.worker.scoring import nll_of, top_logits
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.runs.orchestrator import fair_order
+from whistle_stop.backends.runs.sweep import SweepGrid, SweepSession
+from whistle_stop.backends.status import RunStatus
+from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest
+from whistle_stop.backends.worker.scoring import nll_of, top_logits
 from tests import fake_engines
 
 

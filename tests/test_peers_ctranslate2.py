@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends.sampling import Sampler, SamplingParams
 from tests.conftest import load_engine_in_process, run_engine_in_process
 
 pytest.importorskip("ctranslate2")
@@ -49,7 +49,7 @@ def test_sampling_is_noted_and_cancel_stops(tiny_model, prompt_ids):
 
 
 def test_conversion_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
-    from backends.storage import artifact_cache
+    from whistle_stop.backends.storage import artifact_cache
 
     first = load_engine_in_process("ctranslate2", tiny_model)
     folder = first.folder

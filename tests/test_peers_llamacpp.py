@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends.sampling import Sampler, SamplingParams
 from tests.conftest import load_engine_in_process, run_engine_in_process
 
 pytest.importorskip("llama_cpp")
@@ -63,8 +63,8 @@ def test_gguf_metadata_and_tokenizer(tiny_model):
     import gguf
     import llama_cpp
 
-    from backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
-    from backends.sources.tokenizer import encode
+    from whistle_stop.backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
+    from whistle_stop.backends.sources.tokenizer import encode
 
     path = ensure_gguf(tiny_model, "f32", 1, lambda *a: None) / GGUF_FILE
     reader = gguf.GGUFReader(str(path))
@@ -84,7 +84,7 @@ def test_gguf_metadata_and_tokenizer(tiny_model):
 
 
 def test_gguf_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
-    from backends.storage import artifact_cache
+    from whistle_stop.backends.storage import artifact_cache
 
     first = load_engine_in_process("llamacpp-q8_0", tiny_model)
     q8_folder = first.folder

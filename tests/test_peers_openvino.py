@@ -46,7 +46,7 @@ def test_int8_weights_compressed_and_n_tokens(tiny_model, prompt_ids):
 
 
 def test_ir_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
-    from backends.storage import artifact_cache
+    from whistle_stop.backends.storage import artifact_cache
 
     first = load_engine_in_process("openvino", tiny_model)
     folder = first.folder

@@ -8,17 +8,17 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from backends import registry
-from backends.engine import EngineOptions
-from backends.worker.events import ScoreRequest
-from backends.results.agreement import agreement_detail
-from backends.runs.perplexity import strided_windows
-from backends.runs.quality import DEFAULT_TEXT, QualitySession, QualitySettings
-from backends.runs.quality_files import read_quality, write_quality
-from backends.registry import EngineSpec
-from backends.runs.bench import BenchConfig
-from backends.sources.tokenizer import encode
-from backends.worker.process import Worker
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.worker.events import ScoreRequest
+from whistle_stop.backends.results.agreement import agreement_detail
+from whistle_stop.backends.runs.perplexity import strided_windows
+from whistle_stop.backends.runs.quality import DEFAULT_TEXT, QualitySession, QualitySettings
+from whistle_stop.backends.runs.quality_files import read_quality, write_quality
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.sources.tokenizer import encode
+from whistle_stop.backends.worker.process import Worker
 from tests import fake_engines
 from tests.fake_engines import VOCAB, ScriptedEngine
 
@@ -182,7 +182,7 @@ def test_quality_command_end_to_end_with_default_windows(tmp_path):
     import sys
     from pathlib import Path
 
-    from backends.sources.model_files import resolve_model
+    from whistle_stop.backends.sources.model_files import resolve_model
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "quality"

@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from backends.engine import EngineOptions
-from backends.engines.remote_options import RemoteOptions
-from backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.engines.remote_options import RemoteOptions
+from whistle_stop.backends.sampling import Sampler, SamplingParams
 
 pytestmark = pytest.mark.peers
 SECRET = "sk-whistle-test-0123456789abcdef"
@@ -95,7 +95,7 @@ def free_port() -> int:
 
 
 def remote(url: str, tiny_model, **settings):
-    from backends import registry
+    from whistle_stop.backends import registry
 
     engine = registry.create("remote", EngineOptions(threads=1, settings=RemoteOptions(url=url, model="m", **settings)))
     info = engine.load(tiny_model, lambda *a: None)
@@ -121,7 +121,7 @@ def test_streams_token_ids_and_asks_for_exactly_n(tiny_model, prompt_ids, monkey
 
 
 def test_text_only_server_is_retokenised_and_noted(tiny_model, prompt_ids):
-    from backends.sources.tokenizer import encode
+    from whistle_stop.backends.sources.tokenizer import encode
 
     with fake_server("text") as (_, url):
         engine, _ = remote(url, tiny_model)
@@ -139,7 +139,7 @@ def test_server_rejecting_extensions_gets_a_plain_request(tiny_model, prompt_ids
 
 
 def test_connection_refused_is_a_clear_error(tiny_model, prompt_ids):
-    from backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_engine import RemoteError
 
     engine, _ = remote(f"http://127.0.0.1:{free_port()}/v1", tiny_model)
     with pytest.raises(RemoteError, match="connection refused"):
@@ -147,7 +147,7 @@ def test_connection_refused_is_a_clear_error(tiny_model, prompt_ids):
 
 
 def test_stalled_server_times_out(tiny_model, prompt_ids):
-    from backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_engine import RemoteError
 
     with fake_server("stall") as (server, url):
         engine, _ = remote(url, tiny_model, timeout_s=0.5)
@@ -168,7 +168,7 @@ def test_cancel_while_the_server_stalls_returns(tiny_model, prompt_ids):
 @pytest.mark.parametrize("mode, message", [("garbage_sse", "malformed server-sent event"),
                                            ("garbage_http", "malformed HTTP response")])
 def test_garbage_is_a_clear_error(tiny_model, prompt_ids, mode, message):
-    from backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_engine import RemoteError
 
     with fake_server(mode) as (_, url):
         engine, _ = remote(url, tiny_model)
@@ -177,7 +177,7 @@ def test_garbage_is_a_clear_error(tiny_model, prompt_ids, mode, message):
 
 
 def test_http_error_carries_the_servers_message_without_the_key(tiny_model, prompt_ids, monkeypatch):
-    from backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_engine import RemoteError
 
     monkeypatch.setenv(KEY_ENV, SECRET)
     with fake_server("error401") as (_, url):
@@ -189,8 +189,8 @@ def test_http_error_carries_the_servers_message_without_the_key(tiny_model, prom
 
 
 def _bench(url: str, out, new_tokens: int = 4):
-    from backends.results.export import write_results
-    from backends.runs.bench import BenchConfig, BenchSession
+    from whistle_stop.backends.results.export import write_results
+    from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 
     config = BenchConfig(model="random:tiny", backends=("remote",), prompt_tokens=6, new_tokens=new_tokens, repeats=1,
                          warmup=0, threads=1,
@@ -257,8 +257,8 @@ def test_real_llama_cpp_server(tiny_model, prompt_ids, hf_reference, tmp_path):
     pytest.importorskip("gguf")
     for module in ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings"):
         pytest.importorskip(module)
-    from backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
-    from backends.sources.tokenizer import decode
+    from whistle_stop.backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
+    from whistle_stop.backends.sources.tokenizer import decode
 
     path = ensure_gguf(tiny_model, "f32", 1, lambda *a: None) / GGUF_FILE
     with llama_cpp_server(path, tmp_path) as url:

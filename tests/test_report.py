@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from backends.results import bandwidth as bw
-from backends.report import figures as fg
-from backends.cli.main import main
-from backends.results.export import write_csv, write_results
-from backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
-from backends.results.records import RunRecord, TokenRecord
-from backends.report.html import build_report, environment_differences
+from whistle_stop.backends.results import bandwidth as bw
+from whistle_stop.backends.report import figures as fg
+from whistle_stop.backends.cli.main import main
+from whistle_stop.backends.results.export import write_csv, write_results
+from whistle_stop.backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.report.html import build_report, environment_differences
 
 WEIGHT_BYTES = {"hf": ("fp32", 4e8), "hf-int8": ("int8", 1e8)}
 
@@ -58,7 +58,7 @@ def test_sweep_figures_hold_medians_intervals_and_limits():
 def test_plots_render_offscreen_to_pngs_of_the_right_size(tmp_path):
     from PySide6.QtGui import QImage
 
-    from backends.report.plots import render_png
+    from whistle_stop.backends.report.plots import render_png
 
     runs, tokens = _records()
     figures = [fg.ttft_vs_prompt(runs, 10.0), fg.itl_vs_position(runs, tokens, 10.0), fg.bench_bars(runs),

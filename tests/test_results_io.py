@@ -8,10 +8,10 @@ from dataclasses import fields
 
 import pytest
 
-from backends.results.export import RUNS_CSV, TOKENS_CSV, write_results
-from backends.results.records import RunRecord, TokenRecord
-from backends.results.reader import ResultsError, load_results
-from backends.status import RunStatus
+from whistle_stop.backends.results.export import RUNS_CSV, TOKENS_CSV, write_results
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.reader import ResultsError, load_results
+from whistle_stop.backends.status import RunStatus
 
 
 def _run(run_id: str, **changes) -> RunRecord:
@@ -103,7 +103,7 @@ def test_nan_in_required_float_reads_back_as_nan(tmp_path):
 
 def test_real_bench_folder(tmp_path, tiny_model):
     """A folder written by a real session of scripted engines reads back whole."""
-    from backends.runs.bench import BenchConfig, BenchSession
+    from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
     from tests.fake_engines import spec
 
     config = BenchConfig(model="random:tiny", backends=("fast", "slow"), prompt="Hello", new_tokens=5,

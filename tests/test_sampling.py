@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from backends.errors import UsageError
-from backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.sampling import Sampler, SamplingParams
 
 
 def _logits(seed=0, scale=3.0):

@@ -1,8 +1,8 @@
 """Run order, warm-ups, race mode and agreement, with scripted engines."""
 
-from backends.worker.events import BackendEvent, RunRequest
-from backends.runs.bench import BenchConfig, BenchSession
-from backends.results.summary import summarize_backends
+from whistle_stop.backends.worker.events import BackendEvent, RunRequest
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.results.summary import summarize_backends
 from tests import fake_engines
 
 

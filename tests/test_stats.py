@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from backends.results.stats import agreement, run_metrics, summarize
+from whistle_stop.backends.results.stats import agreement, run_metrics, summarize
 
 
 def test_vllm_definitions():

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from backends import registry
-from backends.results.bandwidth import Bandwidth
-from backends.cli.main import main
-from backends.errors import UsageError
-from backends.worker.events import BackendEvent, Ready, RunRequest
-from backends.runs.bench import BenchConfig
-from backends.runs.sweep import CellDone, SweepGrid, SweepSession
+from whistle_stop.backends import registry
+from whistle_stop.backends.results.bandwidth import Bandwidth
+from whistle_stop.backends.cli.main import main
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepSession
 from tests import fake_engines
 from tests.conftest import live_workers
 
@@ -111,7 +111,7 @@ def test_a_bench_folder_is_not_mistaken_for_a_sweep(tiny_model, tmp_path):
 def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
     monkeypatch.setattr(registry, "available", lambda name: (True, ""))
-    monkeypatch.setattr("backends.runs.sweep.probe_bandwidth",
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth",
                         lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
     out = tmp_path / "sweep"
     code = main(["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,8,1020",

@@ -1,4 +1,4 @@
-from backends.sources.tokenizer import REPLACEMENT, IncrementalDetokenizer, decode, encode
+from whistle_stop.backends.sources.tokenizer import REPLACEMENT, IncrementalDetokenizer, decode, encode
 
 
 def test_real_gpt2_tokenizer_is_shipped():

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from backends import registry
-from backends.engine import EngineOptions
-from backends.errors import UsageError
-from backends.sources.prompts import prompt_of_length
-from backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.sources.prompts import prompt_of_length
+from whistle_stop.backends.sampling import Sampler, SamplingParams
 from tests.conftest import run_engine_in_process
 
 VOCAB = 50257
@@ -68,7 +68,7 @@ def test_loads_bf16_files_with_transformer_prefix_and_lm_head(tiny_model, tmp_pa
     """save_pretrained-style keys (`transformer.`, a stored lm_head) and bf16 storage load the same."""
     from safetensors.torch import save_file
 
-    from backends.engines.torch_static.model import load_gpt2, read_tensors
+    from whistle_stop.backends.engines.torch_static.model import load_gpt2, read_tensors
 
     tensors = {f"transformer.{k}": t.to(torch.bfloat16) for k, t in read_tensors(tiny_model.safetensors)}
     tensors["lm_head.weight"] = tensors["transformer.wte.weight"].clone()
@@ -114,7 +114,7 @@ def test_sampling_with_a_seed_equals_hf(tiny_model, prompt_ids):
 def test_int8_quantises_every_matmul(tiny_model):
     from torch import nn
 
-    from backends.engines.torch_util import count_int8_linears
+    from whistle_stop.backends.engines.torch_util import count_int8_linears
 
     engine, info = loaded("torch-static-int8", tiny_model)
     expected = 4 * tiny_model.config["n_layer"] + 1  # c_attn, c_proj, c_fc, mlp.c_proj per layer + lm_head

@@ -4,11 +4,11 @@ import threading
 
 import pytest
 
-from backends.engine import EngineOptions
-from backends.worker.events import RunRequest, Token
-from backends.sampling import SamplingParams
-from backends.runs.bench import BenchConfig, BenchSession
-from backends.worker.process import Timeouts, Worker, WorkerError
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.worker.events import RunRequest, Token
+from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError
 from tests import fake_engines
 from tests.conftest import live_workers
 

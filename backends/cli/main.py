@@ -17,7 +17,7 @@ EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _gui(_args: argparse.Namespace) -> int:
-    from gui.app import run_app
+    from whistle_stop.gui.app import run_app
 
     return run_app()
 

@@ -18,7 +18,7 @@ def engine_specs(config: BenchConfig, specs: dict[str, EngineSpec] | None) -> di
 def check_available(specs: dict[str, EngineSpec]) -> None:
     """Refuse a built-in engine whose packages are missing, before anything is downloaded."""
     for name, spec in specs.items():
-        if spec.target.startswith("backends."):
+        if spec.target.startswith("whistle_stop.backends."):
             ok, why = registry.available(name)
             if not ok:
                 raise UsageError(f"backend {name!r} is unavailable: {why}")

@@ -1,4 +1,4 @@
-"""Build one ONNX artefact in a child process: `python -m backends.engines.onnx.build ...`.
+"""Build one ONNX artefact in a child process: `python -m whistle_stop.backends.engines.onnx.build ...`.
 
 A separate process because exporting imports torch and holds the fp32 weights several times
 over (~1.2 GB peak for GPT-2 small); the engine's worker then never imports torch and its peak
