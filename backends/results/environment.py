@@ -41,6 +41,8 @@ def gpu_names() -> list[str]:
 
 def git_commit() -> str:
     root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():  # an installed copy (site-packages may sit inside some other repository)
+        return ""
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=5)
