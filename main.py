@@ -24,7 +24,7 @@ use_checkout()  # at import: spawned workers re-run this file (as __mp_main__) b
 
 
 def _main() -> int:
-    from whistle_stop.backends.cli.main import main
+    from whistle_stop.backends.cli.launcher import main
 
     return main()
 
