@@ -23,6 +23,9 @@ def create_app(argv: list[str] | None = None):
     """The QApplication (created once), themed to follow the system."""
     from PySide6.QtWidgets import QApplication
 
+    from whistle_stop.backends import __version__
+    from whistle_stop.backends.cli.desktop_entry import DESKTOP_ID
+
     from .settings import APPLICATION, ORGANISATION
     from .theme import apply_theme, icon
 
@@ -32,6 +35,8 @@ def create_app(argv: list[str] | None = None):
     app.setOrganizationName(ORGANISATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName("whistle-stop")
+    app.setApplicationVersion(__version__)
+    app.setDesktopFileName(DESKTOP_ID)  # Wayland app id = the menu entry of `--install-desktop-entry`
     app.setWindowIcon(icon("app"))
     apply_theme(app)
     return app
@@ -47,8 +52,10 @@ def run_app(argv: list[str] | None = None) -> int:
         print(f"error: cannot start the GUI: {exc}; try `xvfb-run python main.py` or QT_QPA_PLATFORM=offscreen",
               file=sys.stderr)
         return EXIT_NO_DISPLAY
+    from .about_dialog import add_about_action
     from .main_window import MainWindow
 
     window = MainWindow()
+    add_about_action(window)
     window.show()
     return int(app.exec())
