@@ -16,7 +16,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="main.py", description="whistle-stop: which way of running GPT-2 is fastest here, "
+    parser = _Parser(description="whistle-stop: which way of running GPT-2 is fastest here, "
                      "and what the speed costs in quality.")
     parser.add_argument("--version", action="version", version=f"whistle-stop {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
