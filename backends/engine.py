@@ -36,8 +36,12 @@ class EngineInfo:
 
     device: str = "cpu"
     dtype: str = "float32"
-    weight_bytes_per_token: int = 0  # bytes of weights read to decode one token
+    weight_bytes_per_token: int = 0  # bytes of weights read to decode one token, at their stored size (scales included)
     notes: str = ""  # settings it could not honour, implementation details
+    kv_bytes_per_position: int = 0  # KV-cache bytes read per cached position in one decode step (all layers, K and V)
+    build_s: float = 0.0  # part of load spent building cached artefacts (export, conversion, quantisation)
+    artifact_cache: str = "none"  # "hit", "miss" (built now) or "none" (the engine builds nothing)
+    samples_natively: bool = False  # picks tokens in its own code (not the shared Sampler): sampled timings differ
 
 
 class Engine(ABC):

@@ -27,7 +27,7 @@ def test_schema_of_the_three_files(result, tmp_path):
     with (tmp_path / "tokens.csv").open() as f:
         tokens = list(csv.DictReader(f))
     assert list(runs[0])[: len(RUN_COLUMNS_REQUIRED)] == RUN_COLUMNS_REQUIRED
-    assert list(tokens[0]) == TOKEN_COLUMNS_REQUIRED
+    assert list(tokens[0])[: len(TOKEN_COLUMNS_REQUIRED)] == TOKEN_COLUMNS_REQUIRED  # the core schema leads
     assert len(runs) == 3 and [r["is_warmup"] for r in runs] == ["true", "false", "false"]
     assert len(tokens) == 12 and tokens[0]["itl_ms"] == "" and tokens[1]["phase"] == "decode"
     assert float(tokens[1]["t_ms"]) >= float(tokens[0]["t_ms"]) + float(tokens[1]["itl_ms"]) - 1e-3

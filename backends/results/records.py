@@ -22,6 +22,8 @@ class TokenRecord:
     t_ms: float  # since the request started
     itl_ms: float | None  # gap since the previous token; None for the first token
     phase: str  # "prefill" (first token, includes the prompt) or "decode"
+    engine_ms: float | None = None  # the engine's prefill/decode call that produced this token
+    harness_ms: float | None = None  # the harness's own work for this token (sampling, detokenizing, sending)
 
 
 @dataclass
@@ -63,6 +65,15 @@ class RunRecord:
     agree_tokens: int | None = None  # tokens equal to the reference before the first divergence
     first_divergence: int | None = None
     notes: str = ""
+    # Honest context (what the figures above depend on).
+    load_peak_rss_mb: float | None = None  # the worker's own peak at Ready (load transients included)
+    build_s: float | None = None  # artefact building inside load (load_s excludes it)
+    artifact_cache: str = ""  # "hit", "miss" or "none"
+    weights_page_cached: float | None = None  # share of the weights file in the page cache before the worker started
+    cpu_s_per_token: float | None = None  # worker user + system CPU seconds per generated token
+    harness_ms_per_token: float | None = None  # median harness time per token (sampling, detokenizing, sending)
+    native_sampling: bool = False  # the engine samples in its own code: sampled timings are not comparable
+    idle_cpu_pct: float | None = None  # CPU the other, idle workers used during this run, % of its wall time
 
     def __post_init__(self) -> None:
         # A record built by hand or from an older file may carry a plain word: make it the enum.

@@ -73,6 +73,11 @@ class Ready:
     threads: int
     weight_bytes_per_token: int
     notes: str = ""
+    kv_bytes_per_position: int = 0
+    build_s: float = 0.0  # inside load_s's span but reported apart (load_s excludes it)
+    artifact_cache: str = "none"  # "hit", "miss" or "none"
+    samples_natively: bool = False
+    load_peak_rss_mb: float | None = None  # the worker's own high-water mark at Ready (VmHWM on Linux)
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ class Token:
     token_id: int
     text: str  # incremental text delta (may be empty while a character is incomplete)
     t_ns: int  # taken once the token id is on the CPU
+    engine_ns: int | None = None  # in the engine's prefill/decode call that produced this token's logits
+    harness_ns: int | None = None  # the harness's own work for this token (sampling, detokenizing, sending)
 
 
 @dataclass(frozen=True)
@@ -95,9 +102,10 @@ class RunDone:
     run_id: str
     t_ns: int
     tokens: int
-    peak_rss_mb: float
+    peak_rss_mb: float  # the worker's own high-water mark while serving (reset after load where the OS allows)
     cancelled: bool = False
     notes: str = ""  # what the engine could not honour in this run
+    cpu_s: float | None = None  # the worker's user + system CPU seconds over the run
 
 
 @dataclass(frozen=True)
