@@ -95,3 +95,8 @@ class GPT2Config:
         matrices = self.n_layer * (d * 3 * d + d * d + 2 * d * inner) + v * d
         vectors = self.n_layer * (3 * d + d + inner + d + 4 * d) + 2 * d
         return int(matrices * matrix_bytes + vectors * other_bytes)
+
+    def kv_bytes_per_position(self, element_bytes: float) -> int:
+        """KV-cache bytes one decode step reads per cached position: every layer's key and value
+        rows (n_embd each) at `element_bytes` per element (4 for fp32, 2 for f16/bf16 caches)."""
+        return int(self.n_layer * 2 * self.n_embd * element_bytes)

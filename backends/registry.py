@@ -27,6 +27,9 @@ class EngineSpec:
     kwargs: dict = field(default_factory=dict)
     needs: str = ""  # "cuda" for GPU-only variants
     options: str = ""  # "package.module:Class" of its typed settings (an EngineSettings), if any
+    # "package.module:function" in a light module: (model, **kwargs) -> the artefact-cache folders
+    # it loads from (page-cache eviction for --cold; the parent never imports the engine for it)
+    artifacts: str = ""
 
 
 _CORE = 'pip install -e .'
@@ -35,8 +38,9 @@ _PEERS = 'pip install -e ".[peers]"'
 
 def _spec(name, target, description, requires, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
     needs, options = kwargs.pop("needs", ""), kwargs.pop("options", "")
+    artifacts = kwargs.pop("artifacts", "")
     return EngineSpec(name, target, description, tuple(requires), install, precision, kwargs, needs,
-                      options=options)
+                      options=options, artifacts=artifacts)
 
 
 _TORCH = ("torch",)
@@ -45,6 +49,7 @@ _ORT = ("onnxruntime", "onnx", "torch")
 _LLAMA = ("llama_cpp", "gguf")
 _CT2 = ("ctranslate2", "transformers", "torch")
 _OV = ("openvino",)
+_FILES = "whistle_stop.backends.engines.artifact_folders:"  # where each family's cached files live
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf", "whistle_stop.backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
     _spec("hf-bf16", "whistle_stop.backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),
@@ -55,20 +60,21 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("torch-static-compile", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, torch.compile'd decode (CUDA graphs + bf16 on a GPU)", _TORCH, "bf16", compile=True, dtype="bf16"),
     _spec("torch-static-cuda", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, fp32, static KV cache", _TORCH, device="cuda", needs="cuda"),
     _spec("torch-static-cuda-graphs", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, bf16, decode captured in CUDA graphs", _TORCH, "bf16", compile=True, dtype="bf16", device="cuda", needs="cuda"),
-    _spec("onnx", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, own export with past key/values, graph-optimised", _ORT),
-    _spec("onnx-int8", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8"),
-    _spec("onnx-int4", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4"),
+    _spec("onnx", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, own export with past key/values, graph-optimised", _ORT, artifacts=_FILES + "onnx"),
+    _spec("onnx-int8", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8", artifacts=_FILES + "onnx"),
+    _spec("onnx-int4", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4", artifacts=_FILES + "onnx"),
     _spec("numpy", "whistle_stop.backends.engines.numpy_runtime.engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", ("numpy",)),
+    _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", ("numpy",)),
     # The engines users would pick instead (the [peers] extra).
-    _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32"),
-    _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16"),
-    _spec("llamacpp-bf16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16"),
-    _spec("llamacpp-q8_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0"),
-    _spec("llamacpp-q4_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0"),
-    _spec("ctranslate2", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, float32", _CT2, install=_PEERS, compute_type="float32"),
-    _spec("ctranslate2-int8", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8"),
-    _spec("openvino", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32"),
-    _spec("openvino-int8", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, int8 weight compression", _OV, "int8", install=_PEERS, weight_format="int8"),
+    _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32", artifacts=_FILES + "gguf"),
+    _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16", artifacts=_FILES + "gguf"),
+    _spec("llamacpp-bf16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16", artifacts=_FILES + "gguf"),
+    _spec("llamacpp-q8_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0", artifacts=_FILES + "gguf"),
+    _spec("llamacpp-q4_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0", artifacts=_FILES + "gguf"),
+    _spec("ctranslate2", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, float32", _CT2, install=_PEERS, compute_type="float32", artifacts=_FILES + "ctranslate2"),
+    _spec("ctranslate2-int8", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8", artifacts=_FILES + "ctranslate2"),
+    _spec("openvino", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32", artifacts=_FILES + "openvino"),
+    _spec("openvino-int8", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, int8 weight compression", _OV, "int8", install=_PEERS, weight_format="int8", artifacts=_FILES + "openvino"),
     _spec("remote", "whistle_stop.backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", (), "server",
           options="whistle_stop.backends.engines.remote_options:RemoteOptions"),
 ]}

@@ -7,6 +7,13 @@ thread drains that queue ~30 times a second and emits everything it found as ONE
 signal, so widgets are updated once per tick however fast tokens arrive. The control signals
 (progress, ready, finished, failed) come from the same timer, in order after the events that
 preceded them.
+
+No observer effect in fair mode: an engine there gets every core, so anything the window draws
+while a measured run is timed competes with it. The job's sink (`QuietSink`) therefore holds
+each measured fair-mode run until the window has drawn everything before it (a "settle"
+barrier), then marks the job quiet: the timer only looks at a flag a few times a second and
+draws nothing until the run is recorded; the whole run is then drawn at once, between runs.
+Warm-ups and race mode stream live.
 """
 
 from __future__ import annotations
@@ -22,12 +29,16 @@ from typing import Callable, TypeVar
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.runs.events import RunRecorded, SessionStarted
+from whistle_stop.backends.worker.events import BackendEvent, RunRequest
 from whistle_stop.backends.sources.model_files import DownloadCancelled, ProgressFn, resolve_model
 
 from .event_queue import CANCELLED, TICK_MS, drain_in_order
 from .model_probe import RESOLVE_LOCK
 
 MAX_TICK_MS = 100
+QUIET_TICK_MS = 250  # while a measured fair-mode run is timed: only a flag is read
+SETTLE_TIMEOUT_S = 10.0  # a window that does not draw within this does not hold the runs up longer
 T = TypeVar("T")
 
 
@@ -59,15 +70,62 @@ class _Failed:
     message: str
 
 
-_CONTROLS = (_Progress, _Ready, _Finished, _Failed)
+@dataclass(frozen=True)
+class _Settle:
+    """The job's thread waits until the window has drawn everything before this item."""
+
+    done: threading.Event
+
+
+_CONTROLS = (_Progress, _Ready, _Finished, _Failed, _Settle)
+
+
+class QuietSink:
+    """A session's `on_event`: puts every event into the job's queue, and keeps the window still
+    while a measured fair-mode run is timed (see the module's docstring). Runs on the job's
+    threads; never touches Qt."""
+
+    def __init__(self, out: queue.Queue) -> None:
+        self.out = out
+        self.quiet = threading.Event()  # a measured run is in flight: the GUI does not draw
+        self.cancelled = threading.Event()  # the job's cancel flag
+        self._fair = False
+
+    def __call__(self, event: object) -> None:
+        if isinstance(event, SessionStarted):
+            self._fair = event.config.mode == "fair"
+        self.out.put(event)
+        if isinstance(event, RunRecorded):
+            self.quiet.clear()
+        elif self._fair and _measured_request(event):
+            self.settle()
+            self.quiet.set()
+
+    def settle(self) -> None:
+        """Wait (bounded, and never after a cancel) until the GUI has drawn what was posted."""
+        done = threading.Event()
+        self.out.put(_Settle(done))
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while not done.wait(0.02):
+            if self.cancelled.is_set() or time.monotonic() > deadline:
+                return
+
+    def end(self) -> None:
+        self.quiet.clear()
+
+
+def _measured_request(event: object) -> bool:
+    return (isinstance(event, BackendEvent) and isinstance(event.event, RunRequest)
+            and not (event.context is not None and event.context.is_warmup))
 
 
 class JobContext:
     """What a job's thread gets: where to post events, a progress callback, the cancel flag."""
 
-    def __init__(self, out: queue.Queue, cancelled: threading.Event) -> None:
+    def __init__(self, out: queue.Queue, cancelled: threading.Event, sink: QuietSink | None = None) -> None:
         self.post = out.put
         self.cancelled = cancelled
+        self.sink = sink
 
     def progress(self, message: str, fraction: float | None = None) -> None:
         if not self.cancelled.is_set():
@@ -114,6 +172,8 @@ class JobRunner(QObject):
         self._status = JobStatus.IDLE
         self._queue: queue.Queue = queue.Queue()  # the running job's
         self._next_queue: queue.Queue | None = None  # the next job's, once `sink` gave it out
+        self._sink: QuietSink | None = None  # the running job's
+        self._next_sink: QuietSink | None = None
         self._thread: threading.Thread | None = None
         self._cancelled = threading.Event()
         self._ready = False  # the job said "ready": a cancel no longer ends it at once
@@ -137,16 +197,23 @@ class JobRunner(QObject):
         cannot start now."""
         self._check_free()
         self._next_queue = queue.Queue()
-        return self._next_queue.put
+        self._next_sink = QuietSink(self._next_queue)
+        return self._next_sink
+
+    @property
+    def quiet(self) -> bool:
+        """A measured fair-mode run is being timed: the window draws nothing until it is recorded."""
+        return self._sink is not None and self._sink.quiet.is_set()
 
     def start(self, work: Callable[[JobContext], object], on_cancel: Callable[[], None]) -> None:
         """Run `work` in a thread; `on_cancel` (the session's cancel) is called by `cancel`."""
         self._check_free()
         self._queue, self._next_queue = self._next_queue or queue.Queue(), None
-        self._cancelled = threading.Event()  # per job: an abandoned thread keeps its own
+        self._sink, self._next_sink = self._next_sink or QuietSink(self._queue), None
+        self._cancelled = self._sink.cancelled  # per job: an abandoned thread keeps its own
         self._ready = False
         self._on_cancel = on_cancel
-        context = JobContext(self._queue, self._cancelled)
+        context = JobContext(self._queue, self._cancelled, self._sink)
         self._thread = threading.Thread(target=self._work, args=(work, context), name=f"whistle-stop-{self.name}",
                                         daemon=True)
         self._thread.start()
@@ -185,6 +252,10 @@ class JobRunner(QObject):
         return not thread.is_alive()
 
     def drain(self) -> None:
+        if self.quiet:  # a measured run is timed: nothing is drawn until it is recorded
+            if self._timer.interval() != QUIET_TICK_MS:
+                self._timer.setInterval(QUIET_TICK_MS)
+            return
         began = time.perf_counter()
         drain_in_order(self._queue, _CONTROLS, self.events.emit, self._control)
         # A slow tick (a starved CPU) spaces the next one out, so input and painting still get
@@ -205,15 +276,25 @@ class JobRunner(QObject):
     @staticmethod
     def _work(work: Callable[[JobContext], object], context: JobContext) -> None:
         try:
-            context.post(_Finished(work(context)))
+            value = work(context)
         except Exception as exc:  # anything must still end the job in the window, not the thread
+            if context.sink is not None:
+                context.sink.end()
             context.post(_Failed(_failure(exc, context.cancelled.is_set())))
+            return
+        if context.sink is not None:
+            context.sink.end()  # the end must be drawn whatever happened to the last run
+        context.post(_Finished(value))
 
     # --- GUI thread ----------------------------------------------------------------------------
     def _control(self, item: object) -> bool:
         """Emit one control item; True when the job has ended (nothing is read after that)."""
         if isinstance(item, _Progress):
             self.progress.emit(item.message, item.fraction)
+            return False
+        if isinstance(item, _Settle):
+            # Released one tick later, so the paint that this drain's updates posted happens first.
+            QTimer.singleShot(TICK_MS, item.done.set)
             return False
         if isinstance(item, _Ready):
             self._ready = True

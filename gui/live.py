@@ -87,6 +87,9 @@ class LiveView:
         self._labels: dict[str, str] = {}  # from RunRequest, shown when its run starts
         self._totals: dict[str, int] = {}
         self._failed: set[str] = set()
+        # Fair mode: measured runs are drawn when they end (the job runner keeps the window still
+        # while they are timed); their panes say so meanwhile.
+        self.quiet_measured = False
 
     def begin(self, prompt: str, reference: str, greedy: bool, repeats: int) -> None:
         self.traces.clear()
@@ -131,6 +134,9 @@ class LiveView:
             context = wrapped.context or RunContext(1, False)
             self._labels[name] = run_label(context.repeat, context.is_warmup, self.repeats)
             self._totals[name] = event.new_tokens
+            if self.quiet_measured and not context.is_warmup:
+                pane.set_tag(self._labels[name])
+                pane.set_status("timing this run · drawn when it ends (the window keeps still meanwhile)")
         elif isinstance(event, Started):
             pane.set_tag("starting")
             pane.set_status("worker started · importing the engine…")

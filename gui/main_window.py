@@ -181,6 +181,7 @@ class MainWindow(QMainWindow):
         self.data = SessionData(backends=list(config.backends), reference=reference,
                                 greedy=config.sampling.is_greedy, mode=config.mode)
         self.live.begin(config.prompt or "", reference, config.sampling.is_greedy, config.repeats)
+        self.live.quiet_measured = config.mode == "fair"
         self._set_live(config.new_tokens)
         self.table.runs.set_records([])
         self._refresh_results()
@@ -293,6 +294,7 @@ class MainWindow(QMainWindow):
         speed = speed or REPLAY_SPEEDS.get(self.actions.replay_speed.currentText(), 1.0)
         self.show_engines(self.data.backends)
         self.live.begin(self.data.prompt, self.data.reference, self.data.greedy, 1)
+        self.live.quiet_measured = False
         self._set_live(max((r.new_tokens for r in self.data.runs), default=None))
         started = self.replayer.start(self.data.runs, self.data.tokens, speed)
         lanes = Replayer.lanes_for(self.data.runs, self.data.tokens)

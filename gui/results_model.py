@@ -1,4 +1,6 @@
-"""The results table: one row per RunRecord, the columns of RUN_COLUMNS, sortable by value."""
+"""The results table: one row per RunRecord, the columns of RUN_COLUMNS, sortable by value.
+A run sampled by an engine's own sampler (native_sampling, decoding "sample") is marked † in that
+column, with why its timings are not comparable as the tooltip; greedy runs are comparable."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from whistle_stop.backends.results.records import RUN_COLUMNS, RunRecord
+from whistle_stop.backends.results.summary import NATIVE_MARK
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 Index = QModelIndex | QPersistentModelIndex
@@ -22,6 +25,10 @@ def format_cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
     return str(value)
+
+
+def _sampled(record: RunRecord) -> bool:
+    return record.decoding == "sample" and bool(record.temperature) and record.temperature > 0
 
 
 class RunsModel(QAbstractTableModel):
@@ -42,8 +49,13 @@ class RunsModel(QAbstractTableModel):
         record = self.records[index.row()]
         column = RUN_COLUMNS[index.column()]
         value = getattr(record, column)
+        native = column == "native_sampling" and bool(value)
         if role == Qt.ItemDataRole.DisplayRole:
-            return format_cell(value)
+            return f"yes {NATIVE_MARK}" if native and _sampled(record) else format_cell(value)
+        if role == Qt.ItemDataRole.ToolTipRole and native:
+            return (f"{NATIVE_MARK} sampled in the engine's own code, not the shared sampler: this run's timings are "
+                    "not comparable with the other engines'" if _sampled(record)
+                    else "the engine samples in its own code, but this greedy run is comparable")
         if role == SORT_ROLE:
             return value
         if role == Qt.ItemDataRole.ToolTipRole and column in ("error", "notes") and value:

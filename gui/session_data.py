@@ -63,7 +63,7 @@ class SessionData:
         return self.mode == "race" or any(r.concurrent for r in self.runs)
 
     def summaries(self) -> list[BackendSummary]:
-        return summarize_backends(self.runs, self.backends or None)
+        return summarize_backends(self.runs, self.backends or None, self.tokens)
 
     def markdown(self) -> str:
         return markdown_table(self.summaries(), self.reference or None)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QButtonGroup, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
-                               QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
+from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
+                               QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
                                QWidget)
 
 from whistle_stop.backends import registry
@@ -128,6 +128,11 @@ class SetupPanel(QWidget):
         self.threads.valueChanged.connect(self._changed)
         row = QFormLayout()
         row.addRow("Threads", self.threads)
+        self.cold = QCheckBox("Start cold")
+        self.cold.setToolTip("evict the weights and each engine's cached artefact files from the page cache "
+                             "before the engine starts (Linux): its load then reads the disk")
+        self.cold.toggled.connect(self._changed)
+        row.addRow("", self.cold)
         form.addWidget(self.engines)
         form.addLayout(row)
         return box
@@ -222,7 +227,7 @@ class SetupPanel(QWidget):
         return BenchConfig(model=self.model_spec(), backends=engines, prompt=self.prompt.toPlainText(),
                            new_tokens=self.new_tokens.value(), sampling=self.sampling(), repeats=self.repeats.value(),
                            warmup=self.warmup.value(), threads=self.threads.value(), mode=self.mode(),
-                           engine_options=options)
+                           engine_options=options, cold=self.cold.isChecked())
 
     def settings_problem(self) -> str:
         """What is wrong with the model, engines or engine settings (shared by Run, Sweep, Quality)."""
@@ -279,7 +284,7 @@ class SetupPanel(QWidget):
 
     def set_running(self, running: bool) -> None:
         self.running = running
-        for widget in (self.model_combo, self.engines, self.threads, self.prompt, self.examples, self.new_tokens,
+        for widget in (self.model_combo, self.engines, self.threads, self.cold, self.prompt, self.examples, self.new_tokens,
                        self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
                        self.warmup, self.fair, self.race, *self.option_forms.values()):
             widget.setEnabled(not running)
@@ -293,7 +298,7 @@ class SetupPanel(QWidget):
                 "new_tokens": self.new_tokens.value(), "decoding": self.decoding.currentText(),
                 "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
                 "seed": self.seed.value(), "repeats": self.repeats.value(), "warmup": self.warmup.value(),
-                "mode": self.mode(), **{name: form.params() for name, form in self.option_forms.items()}}
+                "mode": self.mode(), "cold": self.cold.isChecked(), **{name: form.params() for name, form in self.option_forms.items()}}
 
     def set_params(self, params: dict) -> None:
         """Restore saved parameters; anything missing or of the wrong type keeps its default."""
@@ -321,6 +326,7 @@ class SetupPanel(QWidget):
         if get("prompt", str) is not None:
             self.prompt.setPlainText(params["prompt"])
         (self.race if params.get("mode") == "race" else self.fair).setChecked(True)
+        self.cold.setChecked(params.get("cold") is True)
         for name, form in self.option_forms.items():
             form.set_params(params.get(name))
         self._count_tokens()

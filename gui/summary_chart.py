@@ -1,5 +1,6 @@
-"""The summary tab: bars per engine for load, TTFT, ms/token, tok/s and peak memory, with
-whiskers spanning the repeats, over the same table `bench` prints (summary_rows)."""
+"""The summary tab: bars per engine for load, TTFT, ms/token, tok/s and peak memory (the median
+of the measured runs), with whiskers for the median's interval across repeats (order statistics,
+the interval the table shows), over the same table and notes `bench` prints (summary_rows)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
 from whistle_stop.backends.results.stats import Summary
-from whistle_stop.backends.results.summary import SUMMARY_HEADERS, BackendSummary, summary_rows
+from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, interval_note, sampling_notes,
+                                                   summary_rows)
 
 from .theme import Theme, current_theme
 
@@ -30,13 +32,19 @@ METRICS: list[tuple[str, Metric, int]] = [  # title, value, decimals
 
 
 def _spread(value: Summary | float | None) -> tuple[float, float, float]:
-    """(median, low, high): a Summary spans its repeats; a single number has no whiskers."""
+    """(median, low, high): a Summary's median and the median's interval; a single number has no whiskers."""
     if isinstance(value, Summary):
         if value.n == 0:
             return math.nan, math.nan, math.nan
-        return value.median, value.min, value.max
+        if value.n < 2 or math.isnan(value.median_ci_low):
+            return value.median, value.median, value.median
+        return value.median, value.median_ci_low, value.median_ci_high
     number = math.nan if value is None else float(value)
     return number, number, number
+
+
+_BARS_NOTE = ("Bars: median of the measured runs (warm-ups excluded); whiskers: the median's interval across "
+              "repeats (order statistics; min–max with 5 runs or fewer).")
 
 
 class SummaryBars(pg.GraphicsLayoutWidget):
@@ -105,7 +113,8 @@ class SummaryView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.note = QLabel("Bars: median of the measured runs (warm-ups excluded); whiskers: min–max across repeats.")
+        self.note = QLabel(_BARS_NOTE)
+        self.note.setWordWrap(True)
         self.note.setObjectName("muted")
         splitter.addWidget(self.bars)
         splitter.addWidget(self.table)
@@ -122,13 +131,18 @@ class SummaryView(QWidget):
         for r, row in enumerate(rows):
             for c, cell in enumerate(row):
                 item = QTableWidgetItem(cell)
-                if c == 0 and row[0] in colours:
-                    item.setForeground(colours[row[0]])
+                name = summaries[r].backend
+                if c == 0 and name in colours:
+                    item.setForeground(colours[name])
+                if c == 0 and not summaries[r].comparable:
+                    item.setToolTip("\n".join(sampling_notes([summaries[r]])))
                 left = SUMMARY_HEADERS[c] in ("backend", "weights", "dtype", "agree", "status")
                 item.setTextAlignment((Qt.AlignmentFlag.AlignLeft if left else Qt.AlignmentFlag.AlignRight)
                                       | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(r, c, item)
-        note = "Bars: median of the measured runs (warm-ups excluded); whiskers: min–max across repeats."
+        note = _BARS_NOTE + "  Table: " + interval_note(summaries) + "."
+        for line in sampling_notes(summaries):
+            note += "  " + line + "."
         if contended:
             note += "  Race mode: engines ran at the same time, so these timings are contended."
         self.note.setText(note)

@@ -63,3 +63,27 @@ def test_concurrent_builders_build_once(isolated_cache):
         thread.join()
     assert len(calls) == 1 and sorted(r.built for r in results) == [False, False, True]
     assert artifact_cache.check(results[0].folder) == ""
+
+
+def test_miss_is_timed_and_a_hit_costs_nothing(isolated_cache):
+    def slow(out: Path) -> dict:
+        time.sleep(0.05)
+        return _write(out)
+
+    first = artifact_cache.ensure("test", "timed", "v", slow, meta={"format": "t1"})
+    second = artifact_cache.ensure("test", "timed", "v", slow, meta={"format": "t1"})
+    assert first.cache_state == "miss" and first.build_s >= 0.05
+    assert second.cache_state == "hit" and second.build_s == 0.0
+    rebuilt = artifact_cache.rebuild("test", "timed", "v", slow, meta={"format": "t1"})
+    assert rebuilt.cache_state == "miss" and rebuilt.build_s > 0
+
+
+def test_engine_folders_without_importing_the_engine(tiny_model):
+    from whistle_stop.backends import registry
+
+    assert artifact_cache.engine_folders(registry.get("numpy"), tiny_model) == []
+    for name, variant in [("onnx", "fp32"), ("onnx-int8", "int8"), ("llamacpp-q4_0", "q4_0"),
+                          ("ctranslate2-int8", "int8"), ("openvino", "fp32")]:
+        folders = artifact_cache.engine_folders(registry.get(name), tiny_model)
+        assert len(folders) == 1 and folders[0].name == variant, (name, folders)
+

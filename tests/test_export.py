@@ -37,8 +37,13 @@ def test_schema_of_the_three_files(result, tmp_path):
     with (tmp_path / "summary.csv").open() as f:
         summary = {row["metric"]: row for row in csv.DictReader(f)}
     assert summary["tpot_ms"]["n"] == "2"  # the warm-up is left out
-    assert float(summary["tpot_ms"]["ci95_low"]) <= float(summary["tpot_ms"]["mean"]) <= float(summary["tpot_ms"]["ci95_high"])
-    assert set(summary) == {"ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s"}
+    tpot = summary["tpot_ms"]
+    assert float(tpot["mean_ci95_low"]) <= float(tpot["mean"]) <= float(tpot["mean_ci95_high"])
+    # The median with its own interval: two runs give min..max at 50% confidence.
+    assert float(tpot["median_ci_low"]) <= float(tpot["median"]) <= float(tpot["median_ci_high"])
+    assert float(tpot["median_ci_level"]) == 0.5
+    assert set(summary) == {"ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s", "itl_ms_pooled"}
+    assert summary["itl_ms_pooled"]["n"] == "6"  # 3 gaps in each of the 2 measured runs
     assert not list(tmp_path.glob(".*.tmp"))
     for name in ("runs.csv", "tokens.csv", "environment.json"):  # ordinary files, not mkstemp's 0600
         assert (tmp_path / name).stat().st_mode & 0o044 == 0o044

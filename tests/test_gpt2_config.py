@@ -88,3 +88,12 @@ def test_gelu_fast_runs_and_equals_hf(name, tiny_model, tmp_path, prompt_ids):
     tokens = run_engine_in_process(name, model, prompt_ids, 20)
     assert tokens == run_engine_in_process("hf", model, prompt_ids, 20)
     assert np.all(np.asarray(tokens) < 50257)
+
+
+def test_kv_bytes_per_position_is_every_layers_key_and_value_row():
+    from whistle_stop.backends.gpt2_config import GPT2Config
+
+    small = GPT2Config(n_layer=12, n_head=12, n_embd=768, vocab_size=50257)
+    assert small.kv_bytes_per_position(4) == 12 * 2 * 768 * 4 == 73728
+    assert small.kv_bytes_per_position(2) == 36864
+

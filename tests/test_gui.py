@@ -132,7 +132,7 @@ def test_crashing_engine_shows_its_error_while_the_other_completes(qtbot, make_w
 
 def test_cancel_mid_run_keeps_partial_results_and_no_worker(qtbot, make_window):
     window = make_window({"slow": spec("slow", decode_s=0.02)})
-    configure(window, ["slow"], new_tokens=500, repeats=2)
+    configure(window, ["slow"], new_tokens=500, repeats=2, mode="race")  # race mode streams live
     assert window.start_run()
     pane = window.grid.panes["slow"]
     qtbot.waitUntil(lambda: pane.token_count >= 5, timeout=RUN_TIMEOUT_MS)
@@ -181,7 +181,7 @@ def test_closing_the_window_mid_run_leaves_no_child_process(qtbot, make_window):
     window = make_window({"slow": spec("slow", decode_s=0.02)})
     configure(window, ["slow"], new_tokens=500)
     assert window.start_run()
-    qtbot.waitUntil(lambda: window.grid.panes["slow"].token_count >= 3, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.bench.quiet, timeout=RUN_TIMEOUT_MS)  # a measured run is being timed
     assert live_children()
     window.close()
     assert not window.bench.running
@@ -279,6 +279,32 @@ def test_export_to_an_unwritable_place_says_so_and_keeps_results(qtbot, make_win
     assert "Could not write" in window.last_error and "Export failed" in window.state.text()
     assert window.table.runs.rowCount() == 1 and window.data.runs
     assert window.export_csv(tmp_path / "fine")
+
+
+def test_fair_mode_keeps_still_while_a_measured_run_is_timed(qtbot, make_window):
+    """No observer effect: warm-ups stream live, a measured fair-mode run is drawn only once it
+    is recorded (the pane says so meanwhile), and a cancel still ends it with its partial record."""
+    window = make_window({"slow": spec("slow", decode_s=0.02)})
+    configure(window, ["slow"], new_tokens=500, repeats=2, warmup=0)
+    assert window.start_run()
+    pane = window.grid.panes["slow"]
+    qtbot.waitUntil(lambda: window.bench.quiet, timeout=RUN_TIMEOUT_MS)
+    assert pane.token_count == 0 and "timing this run" in pane.status.text()
+    with qtbot.waitSignal(window.bench.finished, timeout=30_000) as blocker:
+        window.actions.cancel.trigger()
+    result = blocker.args[0]
+    assert result.cancelled and result.runs[0].status == "cancelled" and not result.runs[0].is_warmup
+    assert pane.token_count == result.runs[0].tokens_generated  # drawn from the record at the end
+    assert not window.bench.quiet
+    qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
+
+
+def test_fair_run_draws_each_measured_run_between_runs(qtbot, make_window):
+    window = make_window(FAST)
+    configure(window, ["fast", "other"], new_tokens=15, repeats=2, warmup=1)
+    result = run(qtbot, window)
+    assert [r.status for r in result.runs] == ["ok"] * 6
+    assert window.table.runs.rowCount() == 6 and all(p.token_count == 15 for p in window.grid.panes.values())
 
 
 def test_race_mode_flags_contended_timings(qtbot, make_window):
@@ -416,3 +442,17 @@ def test_job_runner_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
         sweep.cancel()
     stuck.set()
     assert blocker.args == [CANCELLED] and sweep.status is JobStatus.IDLE
+
+
+def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model):
+    """scripts/observer_probe runs the same settings headless and in the window and computes a
+    ratio (its figure is for a real model on a quiet machine: not asserted here)."""
+    from whistle_stop.backends import registry
+    from scripts.observer_probe import probe
+
+    if not registry.available("numpy")[0]:
+        pytest.skip("numpy engine unavailable")
+    rounds = probe("random:tiny", ["numpy"], tokens=6, repeats=2, warmup=1, threads=1)
+    (comparison,) = rounds[0]
+    assert comparison.engine == "numpy" and comparison.bench_ms and comparison.window_ms
+    assert comparison.ratio is not None and comparison.ratio > 0

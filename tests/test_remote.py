@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
+import urllib.request
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -25,6 +27,24 @@ KEY_ENV = "WHISTLE_STOP_TEST_REMOTE_KEY"
 class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # keep pytest output clean
         pass
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models") and self.server.owner:
+            self._json(200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": self.server.owner}]})
+        else:
+            self._json(404, {"error": {"message": "not found"}})
+
+    def _prefix_cached(self, body: dict) -> bool:
+        """A prefix-caching server: a prompt whose first tokens (and salt, on vLLM) were seen before
+        is served from the cache: its prefill is skipped, so its TTFT is one decode step."""
+        prompt = body.get("prompt")
+        head = tuple(prompt[:8]) if isinstance(prompt, list) else str(prompt)[:32]
+        salt = body.get("cache_salt") if self.server.owner == "vllm" else None
+        key = (head, salt)
+        hit = key in self.server.cache
+        self.server.cache.add(key)
+        self.server.hits.append(hit)
+        return hit
 
     def do_POST(self) -> None:
         server = self.server
@@ -44,6 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "reject_ext" and "ignore_eos" in body:
             self._json(400, {"error": {"message": "Unrecognized request argument supplied: ignore_eos"}})
             return
+        if mode == "prefix_cache" and not self._prefix_cached(body):
+            time.sleep(0.05)  # the prefill a cache hit skips (what the TTFT would show)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -72,10 +94,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def fake_server(mode: str = "ok"):
+def fake_server(mode: str = "ok", owner: str = "vllm"):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
-    server.mode, server.requests = mode, []
+    server.mode, server.requests, server.owner = mode, [], owner
+    server.cache, server.hits = set(), []
     server.got_request, server.release = threading.Event(), threading.Event()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -118,6 +141,42 @@ def test_streams_token_ids_and_asks_for_exactly_n(tiny_model, prompt_ids, monkey
     body = request["body"]
     assert body["prompt"] == list(prompt_ids) and body["max_tokens"] == 7 and body["stream"] is True
     assert body["ignore_eos"] is True and body["min_tokens"] == 7 and body["temperature"] == 0
+
+
+def _post(url: str, body: dict) -> None:
+    request = urllib.request.Request(url + "/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+
+
+def test_fake_prefix_cache_serves_a_repeated_prompt_from_the_cache(prompt_ids):
+    """The fake server does cache: the same prompt again is a hit (its TTFT would be one decode
+    step), a prompt with another first token is not."""
+    body = {"prompt": list(prompt_ids), "max_tokens": 2, "stream": True}
+    with fake_server("prefix_cache", owner="") as (server, url):
+        _post(url, body)
+        _post(url, body)
+        _post(url, {**body, "prompt": [7] + list(prompt_ids)[1:]})
+    assert server.hits == [False, True, False]
+
+
+@pytest.mark.parametrize("owner", ["vllm", "someone-else", ""])  # (llama.cpp: cache_prompt false, real test below)
+def test_remote_runs_are_never_served_from_the_prefix_cache(tiny_model, prompt_ids, owner):
+    with fake_server("prefix_cache", owner=owner) as (server, url):
+        engine, _ = remote(url, tiny_model)
+        for _ in range(4):  # a warm-up and three repeats of the same prompt
+            assert tokens_of(engine, prompt_ids, 3) == [100, 101, 102]
+    assert server.hits == [False] * 4
+    bodies = [r["body"] for r in server.requests]
+    assert all(len(b["prompt"]) == len(prompt_ids) for b in bodies)  # the measured prompt length is kept
+    if owner == "vllm":  # the server's own salt: the prompt goes out as it is
+        assert all(b["prompt"] == list(prompt_ids) for b in bodies)
+        assert len({b["cache_salt"] for b in bodies}) == 4 and "cache_salt" in engine.run_notes
+    else:  # no salt known: a random prefix, the rest of the prompt as it is
+        assert all(b["prompt"][2:] == list(prompt_ids)[2:] and "cache_salt" not in b for b in bodies)
+        assert len({tuple(b["prompt"][:2]) for b in bodies}) == 4
+        assert "random per request" in engine.run_notes
 
 
 def test_text_only_server_is_retokenised_and_noted(tiny_model, prompt_ids):

@@ -117,6 +117,24 @@ def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
     assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page and "<script" not in page and 'src="http' not in page and "<link" not in page
 
 
+def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_path):
+    import dataclasses
+
+    runs, tokens = _records()
+    bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
+    bench_runs = [dataclasses.replace(r, decoding="sample", native_sampling=r.backend == "hf-int8") for r in bench_runs]
+    kept = {r.run_id for r in bench_runs}
+    bench = _folder(tmp_path / "bench", bench_runs, [t for t in tokens if t.run_id in kept], "CPU")
+    # The bars: median with the median's interval (3 runs: min..max), asymmetric allowed.
+    bars = fg.bench_bars(bench_runs, "ttft_ms")
+    (series,) = bars.series
+    assert series.y[0] == pytest.approx(16.0)
+    assert series.err[0] == pytest.approx(16 * 1.1 - 16) and series.err_low[0] == pytest.approx(16 - 16 * 0.9)
+    page = build_report([bench], tmp_path / "report").read_text(encoding="utf-8")
+    assert "hf-int8 †" in page and "not comparable" in page and "ITL p50/p90/p99 ms" in page
+    assert "3 runs: min–max, 75.0%" in page and "interval of the mean" not in page
+
+
 def test_environment_differences_ignore_volatile_keys():
     a = {"machine": {"cpu": "A"}, "libraries": {"torch": "2.1"}, "finished_at": "x", "settings": {"repeats": 3}}
     b = {"machine": {"cpu": "B"}, "libraries": {"torch": "2.1", "onnx": "1.17"}, "finished_at": "y",

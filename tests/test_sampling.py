@@ -65,3 +65,61 @@ def test_top_p_beyond_the_fast_window_is_still_exact():
 def test_bad_parameters_are_refused(kwargs, message):
     with pytest.raises(UsageError, match=message):
         SamplingParams(**kwargs).validate()
+
+
+# --- The sampler before partial selection (it sorted the vocabulary for top-p), kept as the
+# reference: the new one must pick the same tokens for the same logits and seed.
+class _ReferenceSampler:
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self._rng = np.random.default_rng(params.seed)
+
+    def __call__(self, logits: np.ndarray) -> int:
+        logits = np.asarray(logits, dtype=np.float32).reshape(-1)
+        if self.params.is_greedy:
+            return int(np.argmax(logits))
+        logits = logits / np.float32(self.params.temperature)
+        p = self.params
+        candidates = np.arange(logits.size)
+        if 0 < p.top_k < logits.size:
+            candidates = np.argpartition(logits, -p.top_k)[-p.top_k:]
+        scores = logits[candidates].astype(np.float64)
+        probs = np.exp(scores - scores.max())
+        probs /= probs.sum()
+        if p.top_p < 1:
+            order = np.lexsort((candidates, -probs))
+            cumulative = np.cumsum(probs[order])
+            keep = order[: min(int(np.searchsorted(cumulative, p.top_p, side="left")) + 1, order.size)]
+        elif candidates.size < logits.size:
+            keep = np.argsort(candidates)
+        else:
+            keep = candidates
+        chosen = probs[keep]
+        u = self._rng.random() * chosen.sum()
+        index = int(np.searchsorted(np.cumsum(chosen), u, side="right"))
+        return int(candidates[keep[min(index, keep.size - 1)]])
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])  # flat (random weights) to peaked (a trained model)
+@pytest.mark.parametrize("temperature, top_k, top_p", [
+    (1.0, 0, 1.0), (0.7, 40, 1.0), (1.2, 0, 0.9), (0.9, 50, 0.8), (0.8, 40, 0.95), (1.0, 0, 0.5),
+    (0.6, 0, 0.95), (1.0, 5000, 0.9), (1.0, 5000, 1.0), (1.0, 0, 0.99), (0.3, 0, 0.9), (1.0, 1, 1.0),
+])
+def test_same_tokens_as_the_sorting_reference(scale, temperature, top_k, top_p):
+    for seed in range(2):
+        params = SamplingParams("sample", temperature, top_k, top_p, seed)
+        fast, reference = Sampler(params), _ReferenceSampler(params)
+        rng = np.random.default_rng(seed + 100)
+        for _ in range(12):
+            logits = (rng.standard_normal(50257) * scale).astype(np.float32)
+            assert fast(logits) == reference(logits)
+
+
+def test_same_tokens_as_the_reference_on_ties_and_masked_tokens():
+    rng = np.random.default_rng(4)
+    logits = np.round(rng.standard_normal(50257) * 2).astype(np.float32)  # many exact ties
+    logits[rng.choice(50257, 20000, replace=False)] = -np.inf  # masked tokens
+    for params in (SamplingParams("sample", 1.0, 0, 0.9, 1), SamplingParams("sample", 1.0, 0, 1.0, 2),
+                   SamplingParams("sample", 0.5, 0, 0.3, 3)):
+        fast, reference = Sampler(params), _ReferenceSampler(params)
+        assert [fast(logits) for _ in range(40)] == [reference(logits) for _ in range(40)]

@@ -1,5 +1,6 @@
 """The worker with scripted engines: metrics, crashes, hangs, failures, cancel."""
 
+import sys
 import threading
 
 import pytest
@@ -106,3 +107,45 @@ def test_load_failure_raises_worker_error(tiny_model):
     with pytest.raises(WorkerError, match="scripted load failure"):
         worker.start()
     assert not worker.alive
+
+
+class BuildingEngine(fake_engines.ScriptedEngine):
+    """Spends `build` seconds of its load building an artefact, and says so (as a cache miss)."""
+
+    def load(self, model, progress):
+        info = super().load(model, progress)
+        fake_engines._busy_wait(0.2)
+        info.build_s, info.artifact_cache, info.samples_natively, info.kv_bytes_per_position = 0.2, "miss", True, 123
+        return info
+
+
+def test_ready_passes_the_engines_context_into_every_record(tiny_model):
+    spec = fake_engines.spec("builds")
+    spec = type(spec)(spec.name, "tests.test_worker:BuildingEngine", spec.description, (), "", "fp32", {"load_s": 0.05, "decode_s": 0.02})
+    worker = Worker(spec, tiny_model, EngineOptions(threads=1))
+    try:
+        ready = worker.start()
+    finally:
+        worker.close()
+    assert ready.build_s == 0.2 and ready.artifact_cache == "miss" and ready.samples_natively
+    assert ready.kv_bytes_per_position == 123
+    assert ready.load_s + ready.build_s >= 0.25  # the load's span, split in two: load_s excludes the build
+    result = _session(tiny_model, {"builds": spec}, new_tokens=4, warmup=1).run()
+    assert len(result.runs) == 2
+    for run in result.runs:
+        assert run.build_s == 0.2 and run.artifact_cache == "miss" and run.native_sampling
+        assert run.load_s >= 0.05 and run.load_peak_rss_mb > 10 and run.peak_rss_mb > 10
+        assert run.cpu_s_per_token is not None and run.cpu_s_per_token > 0
+        assert run.harness_ms_per_token is not None and run.harness_ms_per_token >= 0
+    tokens = [t for t in result.tokens if t.run_id == result.runs[-1].run_id]
+    assert all(t.engine_ms is not None and t.harness_ms is not None for t in tokens)
+    assert all(t.engine_ms >= 19 for t in tokens[1:])  # the scripted engine's decode_s is inside engine time
+
+
+def test_serving_peak_is_reset_after_load_where_the_os_allows(tiny_model):
+    result = _session(tiny_model, {"fine": fake_engines.spec("fine")}).run()
+    (run,) = result.runs
+    if sys.platform.startswith("linux"):
+        assert "cannot reset the peak" not in run.notes
+    else:
+        assert "peak_rss_mb includes load" in run.notes

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..results.export import write_results
-from ..results.summary import SUMMARY_HEADERS, summarize_backends, summary_rows
+from ..results.summary import SUMMARY_HEADERS, interval_note, sampling_notes, summarize_backends, summary_rows
 from ..runs.bench import BenchResult, BenchSession
 from .common import (add_cached_bandwidth, check_reference, config_from_args, in_thread,
                      out_dir, progress_printer, stderr_console, stdout_console)
@@ -19,6 +19,7 @@ from .main import EXIT_OK, EXIT_RUN_FAILED
 def bench_command(args: argparse.Namespace) -> int:
     err = stderr_console()
     config = config_from_args(args)
+    config.calibrate_harness = not getattr(args, "no_harness_calibration", False)
     out = out_dir(args.out)
     check_reference(config)
     session = BenchSession(config, on_event=progress_printer(err))
@@ -56,12 +57,29 @@ def print_summary(result: BenchResult, console: Console) -> None:
     for header in SUMMARY_HEADERS:
         table.add_column(header, justify="left" if header in ("backend", "dtype", "status") else "right")
     reference = result.environment.get("reference")
-    summaries = summarize_backends(result.runs, list(result.config.backends))
+    summaries = summarize_backends(result.runs, list(result.config.backends), result.tokens)
     for row in summary_rows(summaries, reference):
         table.add_row(*row)
     console.print(table)
-    console.print("medians of measured runs (warm-ups excluded); ±: half the 95% interval of the mean across "
-                  "repeats; ms/token = median inter-token latency; GB/s = weight bytes per token x tok/s"
-                  + ("; [bold]random weights - timing only[/]" if result.model.is_random else ""))
+    console.print(interval_note(summaries), markup=False, end="")
+    console.print("; [bold]random weights - timing only[/]" if result.model.is_random else "")
+    for note in sampling_notes(summaries):
+        console.print(note, markup=False)
+    harness = harness_footnote(result.environment.get("harness"))
+    if harness:
+        console.print(harness)
     if any(s.concurrent for s in summaries):
         console.print("[yellow]race mode: engines ran at the same time, so timings are contended[/]")
+
+
+def harness_footnote(harness: dict | None) -> str:
+    """environment.json's "harness" as one line ("" when the bench did not calibrate)."""
+    if not harness:
+        return ""
+    if harness.get("error"):
+        return f"harness cost per token (null engine): not measured ({harness['error']})"
+    parts = [f"{harness['null_itl_us_median']:.0f} us (greedy)"] if harness.get("null_itl_us_median") is not None else []
+    sampled = harness.get("sampled") or {}
+    if sampled.get("null_itl_us_median") is not None:
+        parts.append(f"{sampled['null_itl_us_median']:.0f} us (sampled)")
+    return "harness cost per token (null engine): " + (", ".join(parts) or "not measured")

@@ -51,6 +51,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         new_tokens=args.new_tokens, sampling=sampling, repeats=args.repeats, warmup=args.warmup,
         threads=args.threads, mode=getattr(args, "mode", "fair"), reference=args.reference,
         timeouts=Timeouts(token_s=args.timeout), engine_options=settings_from_args(args, backends),
+        cold=getattr(args, "cold", False),
     ).validate()
 
 

@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmark engines headless and write CSV/JSON records")
     add_run_arguments(bench)
     bench.add_argument("--out", default="results", help="folder for tokens.csv, runs.csv, environment.json")
+    bench.add_argument("--no-harness-calibration", action="store_true",
+                       help="skip timing the null engine after the bench (the harness's own cost per token)")
     sweep = sub.add_parser("sweep", help="benchmark engines over prompt x output lengths (resumable), with plots")
     add_run_arguments(sweep, sweep=True)
     sweep.add_argument("--out", default="sweep", help="folder for the records, environment.json and plots")
@@ -78,4 +80,7 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         p.add_argument("--mode", choices=["fair", "race"], default="fair")
     p.add_argument("--reference", help="engine whose tokens the others are compared with (default: hf)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung")
+    p.add_argument("--cold", action="store_true",
+                   help="evict the weights and this engine's cached artefact files from the page cache before "
+                        "each engine starts (Linux)")
     add_engine_flags(p)  # each engine's own settings, e.g. --remote-url

@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..storage import artifact_cache
+from .artifact_folders import CT2_KIND
 from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
 from ..storage.paths import TOKENIZER_DIR
@@ -60,18 +62,21 @@ class CTranslate2Engine(Engine):
         config = model.gpt2_config.require_supported(self.name)
         threads = self.options.threads or os.cpu_count() or 1
         version = self.ct2.__version__
-        self.folder = artifact_cache.ensure(
-            "ctranslate2", model.weights_hash, self.compute_type,
+        artefact = artifact_cache.ensure(
+            CT2_KIND, model.weights_hash, self.compute_type,
             lambda out: convert(model, out, self.compute_type, progress),
-            progress, meta={"format": FORMAT, "ctranslate2": version, "compute_type": self.compute_type}).folder
+            progress, meta={"format": FORMAT, "ctranslate2": version, "compute_type": self.compute_type})
+        self.folder = artefact.folder
         self.vocab = json.loads((self.folder / "vocabulary.json").read_text())
         self.generator = self.ct2.Generator(str(self.folder), device="cpu", compute_type=self.compute_type,
                                             inter_threads=1, intra_threads=threads)
-        matrix_bytes = 4 if self.compute_type == "float32" else 1
         notes = [self._backend_note, f"threads={threads}", f"ctranslate2 {version}", "tokens from generate_tokens"]
+        # KV cache: float32 for both (int8 quantises the weights; activations stay float32).
         return EngineInfo(device="cpu", dtype="fp32" if self.compute_type == "float32" else "int8",
-                          weight_bytes_per_token=config.weight_bytes(matrix_bytes),
-                          notes="; ".join(notes))
+                          weight_bytes_per_token=stored_weight_bytes(self.folder / "model.bin"),
+                          kv_bytes_per_position=config.kv_bytes_per_position(4),
+                          build_s=artefact.build_s, artifact_cache=artefact.cache_state,
+                          samples_natively=True, notes="; ".join(notes))
 
     def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
                cancel: threading.Event | None = None) -> Iterator[int]:
@@ -104,6 +109,48 @@ class CTranslate2Engine(Engine):
 
     def close(self) -> None:
         self.generator = None  # joins its threads now rather than at interpreter exit
+
+
+def model_variables(path: Path) -> tuple[dict[str, int], dict[str, str]]:
+    """({variable: stored bytes}, {alias: variable}) of a CTranslate2 model.bin, read from its
+    headers only (the layout of ctranslate2.specs.model_spec's _serialize: the data is skipped)."""
+    def number(handle, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        return struct.unpack(fmt, handle.read(size))[0]
+
+    def string(handle) -> str:
+        return handle.read(number(handle, "H")).rstrip(b"\0").decode("utf-8")
+
+    sizes, aliases = {}, {}
+    with path.open("rb") as handle:
+        number(handle, "I")  # binary version
+        string(handle)  # spec name
+        number(handle, "I")  # revision
+        for _ in range(number(handle, "I")):
+            name = string(handle)
+            handle.seek(4 * number(handle, "B"), os.SEEK_CUR)  # the shape
+            number(handle, "B")  # dtype id
+            size = number(handle, "I")
+            sizes[name] = size
+            handle.seek(size, os.SEEK_CUR)
+        for _ in range(number(handle, "I")):
+            alias = string(handle)
+            aliases[alias] = string(handle)
+    return sizes, aliases
+
+
+def stored_weight_bytes(path: Path) -> int:
+    """Weights one decode step reads, at their stored size (int8 weights with their scales): every
+    variable of model.bin except the position table (one row per step) and, when the output
+    projection is a copy of its own rather than an alias, the embedding table (one row too)."""
+    sizes, aliases = model_variables(path)
+    own_projection = any(name.endswith("projection/weight") for name in sizes)
+    total = 0
+    for name, size in sizes.items():
+        if "position_encodings" in name or (own_projection and name.startswith("decoder/embeddings")):
+            continue
+        total += size
+    return total
 
 
 def convert(model: ModelFiles, out: Path, compute_type: str, progress) -> None:

@@ -60,6 +60,7 @@ class HFEngine(Engine):
         other = 2 if self.dtype == "bf16" else 4
         return EngineInfo(device="cpu", dtype=self.dtype,
                           weight_bytes_per_token=config.weight_bytes(bytes_per_matrix_element, other),
+                          kv_bytes_per_position=config.kv_bytes_per_position(other),  # int8: fp32 activations
                           notes="; ".join(notes + [f"threads={threads}"]))
 
     @torch.inference_mode()

@@ -20,6 +20,7 @@ import openvino as ov
 import openvino.opset13 as ops
 
 from ..storage import artifact_cache
+from .artifact_folders import OPENVINO_KIND
 from ..engine import Engine, EngineInfo, EngineOptions
 from ..gpt2_config import GPT2Config
 from ..sources.model_files import ModelFiles
@@ -42,10 +43,11 @@ class OpenVinoEngine(Engine):
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         config = model.gpt2_config.require_supported(self.name)
         threads = self.options.threads or os.cpu_count() or 1
-        self.folder = artifact_cache.ensure(
-            "openvino", model.weights_hash, self.weight_format,
+        artefact = artifact_cache.ensure(
+            OPENVINO_KIND, model.weights_hash, self.weight_format,
             lambda out: _build(model, out, self.weight_format, progress), progress,
-            meta={"format": FORMAT, "openvino": ov.get_version(), "weights": self.weight_format}).folder
+            meta={"format": FORMAT, "openvino": ov.get_version(), "weights": self.weight_format})
+        self.folder = artefact.folder
         settings = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "PERFORMANCE_HINT": "LATENCY",
                   "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads),
                   "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
@@ -59,8 +61,9 @@ class OpenVinoEngine(Engine):
         if self.weight_format == "int8":
             notes.append("int8 weights per output row, activations fp32 (DYNAMIC_QUANTIZATION_GROUP_SIZE=0)")
         return EngineInfo(device="cpu", dtype=self.weight_format,
-                          weight_bytes_per_token=config.weight_bytes(4 if self.weight_format == "fp32" else 1),
-                          notes="; ".join(notes))
+                          weight_bytes_per_token=stored_weight_bytes(self.folder, config),
+                          kv_bytes_per_position=config.kv_bytes_per_position(4),  # KV_CACHE_PRECISION f32
+                          build_s=artefact.build_s, artifact_cache=artefact.cache_state, notes="; ".join(notes))
 
     def _infer(self, token_ids: Sequence[int]) -> np.ndarray:
         count = len(token_ids)
@@ -82,6 +85,14 @@ class OpenVinoEngine(Engine):
 
     def close(self) -> None:
         self.request = None
+
+
+def stored_weight_bytes(folder: Path, config: GPT2Config) -> int:
+    """Weights one decode step reads, at their stored size: the IR's constants (model.bin: int8
+    weights with their fp32 scales, biases, norms; the tied table once, shared by the embedding
+    and the lm_head) less the position table, of which a step reads one row."""
+    position_table = config.n_positions * config.n_embd * 4
+    return max(0, (folder / "model.bin").stat().st_size - position_table)
 
 
 def _name(value: object) -> str:

@@ -7,6 +7,14 @@ worker's timestamps are arrival times. A reader thread does the blocking network
 by connect and read timeouts) while this thread waits on a queue and checks the cancel event;
 the API key (read from the environment variable the user names) is sent in a header and
 scrubbed from every error message.
+
+Prefix caching (vLLM, TGI, SGLang...) would serve every run after the warm-up from the cache and
+turn TTFT into one decode step. So every request is made uncacheable, by what the server's
+/v1/models names as the models' owner (asked once, at the first run): vLLM ("vllm") gets a fresh
+`cache_salt`; llama.cpp's servers ("llamacpp", llama-cpp-python's "me") get `cache_prompt: false`
+(their tokens stay comparable with the other engines'); any other server (or one that rejects
+the extra fields) gets a prompt whose first tokens are random per request, cut so the prompt
+keeps its length in tokens. The run's notes say which.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import http.client
 import json
 import os
 import queue
+import secrets
 import socket
 import threading
 import time
@@ -33,6 +42,14 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins
 _POLL_S = 0.05  # how often the cancel event is checked while waiting for the server
 _MAX_ERROR_BODY = 64 * 1024
+UNIQUE_PREFIX_TOKENS = 2  # random token ids replacing the prompt's first ones (no server salt)
+_PREFIX_IDS = (256, 50000)  # ordinary tokens of GPT-2's vocabulary (no byte tokens, no end-of-text)
+SALT_NOTE = "prefix caching defeated: a fresh cache_salt per request (vLLM)"
+NO_CACHE_NOTE = ("prefix caching: cache_prompt=false asked (llama.cpp's server honours it; "
+                 "llama-cpp-python may still reuse the previous run's prefix)")
+_LLAMA_CPP_OWNERS = ("llamacpp", "me")
+PREFIX_NOTE = (f"prefix caching defeated: the prompt's first {UNIQUE_PREFIX_TOKENS} tokens are random per request "
+               "(length kept; this engine's tokens are not comparable with the others')")
 
 
 def _extensions(new_tokens: int, params: SamplingParams, vocab_size: int) -> dict:
@@ -67,6 +84,7 @@ class RemoteEngine(Engine):
         self.resolved_key = ""
         self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
         self._ids_prompt = True  # falls back to text if the server wants a string prompt
+        self._server_kind: str | None = None  # "vllm", "llamacpp" or "" (unknown); asked at the first run
 
     # --- setup -------------------------------------------------------------------------------
     def load(self, model: ModelFiles, progress) -> EngineInfo:
@@ -91,7 +109,7 @@ class RemoteEngine(Engine):
             self.resolved_key = os.environ.get(self.api_key_env, "")
             notes.append(f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key")
         return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,
-                          notes="; ".join(notes))
+                          samples_natively=True, notes="; ".join(notes))
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         raise NotImplementedError("a remote server streams tokens, not logits; use stream()")
@@ -111,6 +129,8 @@ class RemoteEngine(Engine):
     def _stream(self, ids: list[int], new_tokens: int, params: SamplingParams, cancel, notes: list[str]) -> Iterator[int]:
         if not params.is_greedy:
             notes.append(f"sampled by the server's own sampler (seed {params.seed} sent; servers may ignore it)")
+        if self._server_kind is None:
+            self._server_kind = self._server()
         for _attempt in range(3):  # at most: as asked, without extensions, with a text prompt
             reader = _Reader(self, self._body(ids, new_tokens, params))
             try:
@@ -130,6 +150,7 @@ class RemoteEngine(Engine):
             notes.append("server rejected ignore_eos/min_tokens: it may stop early at end-of-text")
         if not self._ids_prompt:
             notes.append("server wanted a text prompt: it re-tokenised the prompt itself")
+        notes.append(SALT_NOTE if self._salting else NO_CACHE_NOTE if self._llama_cpp else PREFIX_NOTE)
         count, finish = 0, None
         try:
             event = first
@@ -146,7 +167,17 @@ class RemoteEngine(Engine):
         if count < new_tokens and not (cancel is not None and cancel.is_set()):
             notes.append(f"server sent {count} of {new_tokens} tokens (finish_reason={finish})")
 
+    @property
+    def _salting(self) -> bool:
+        return self._server_kind == "vllm" and self._use_extensions
+
+    @property
+    def _llama_cpp(self) -> bool:
+        return self._server_kind == "llamacpp" and self._use_extensions
+
     def _body(self, ids: list[int], new_tokens: int, params: SamplingParams) -> bytes:
+        if not (self._salting or self._llama_cpp):
+            ids = unique_prefix(ids, self.vocab_size)
         body: dict = {"prompt": ids if self._ids_prompt else decode(ids), "max_tokens": new_tokens, "stream": True}
         if self.model_name:
             body["model"] = self.model_name
@@ -157,7 +188,33 @@ class RemoteEngine(Engine):
             body.update(temperature=params.temperature, top_p=params.top_p, seed=params.seed)
         if self._use_extensions:
             body.update(_extensions(new_tokens, params, self.vocab_size))
+            if self._salting:
+                body["cache_salt"] = secrets.token_hex(16)
         return json.dumps(body).encode()
+
+    def _server(self) -> str:
+        """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), or "" (unknown, failed)."""
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        path = self.path.rsplit("/completions", 1)[0] + "/models"
+        headers = {"User-Agent": "whistle-stop"}
+        if self.resolved_key:
+            headers["Authorization"] = f"Bearer {self.resolved_key}"
+        try:
+            conn = cls(self.host, self.port, timeout=self.connect_timeout)
+            try:
+                conn.request("GET", path, headers=headers)
+                response = conn.getresponse()
+                if response.status != 200:
+                    return ""
+                models = json.loads(response.read(_MAX_ERROR_BODY)).get("data") or []
+            finally:
+                conn.close()
+            owners = {m.get("owned_by") for m in models if isinstance(m, dict)}
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            return ""
+        if "vllm" in owners:
+            return "vllm"
+        return "llamacpp" if owners & set(_LLAMA_CPP_OWNERS) else ""
 
     def _fallback(self, exc: "_Rejected", notes: list[str]) -> bool:
         """After a rejection: send the prompt as text if the server says so, else drop the extensions first."""
@@ -333,6 +390,14 @@ class _Reader:
             raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}")
         self.events.put(("event", event))
         return True
+
+
+def unique_prefix(ids: list[int], vocab_size: int) -> list[int]:
+    """The prompt with its first tokens replaced by random ones: as many tokens as before, and a
+    prefix no cache has seen."""
+    count = min(UNIQUE_PREFIX_TOKENS, len(ids))
+    low, high = _PREFIX_IDS[0], min(_PREFIX_IDS[1], vocab_size - 1)
+    return [low + secrets.randbelow(high - low) for _ in range(count)] + list(ids[count:])
 
 
 def _error_message(body: bytes) -> str:

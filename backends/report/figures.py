@@ -2,7 +2,8 @@
 
 A `Figure` is plain data (series with 95% interval error bars, dashed limit lines); `plots`
 draws it into a pyqtgraph PlotItem (the GUI's own widgets) or a PNG (reports). Values are
-medians of measured runs with half the 95% interval of the mean as error bar, as in the tables.
+medians of measured runs with the median's distribution-free interval (order statistics) as
+error bar, as in the tables: `err` reaches up to its high end, `err_low` down to its low end.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ class Series:
     name: str
     x: list[float]
     y: list[float]
-    err: list[float] = field(default_factory=list)  # half-width of the 95% interval (0: none)
+    err: list[float] = field(default_factory=list)  # up from y to the interval's high end (0: none)
     labels: list[str] = field(default_factory=list)  # per point (scatter), optional
+    err_low: list[float] = field(default_factory=list)  # down from y to its low end (empty: as err)
 
 
 @dataclass
@@ -55,10 +57,23 @@ def measured(runs: Iterable[RunRecord]) -> list[RunRecord]:
     return [r for r in runs if not r.is_warmup and r.status == "ok"]
 
 
-def _half(summary: Summary) -> float:
-    if summary.n < 2 or math.isnan(summary.ci95_high):
+def _up(summary: Summary) -> float:
+    if summary.n < 2 or math.isnan(summary.median_ci_high):
         return 0.0
-    return (summary.ci95_high - summary.ci95_low) / 2
+    return summary.median_ci_high - summary.median
+
+
+def _down(summary: Summary) -> float:
+    if summary.n < 2 or math.isnan(summary.median_ci_low):
+        return 0.0
+    return summary.median - summary.median_ci_low
+
+
+def _add(series: Series, x: float, summary: Summary) -> None:
+    series.x.append(float(x))
+    series.y.append(summary.median)
+    series.err.append(_up(summary))
+    series.err_low.append(_down(summary))
 
 
 def _backends(runs: Sequence[RunRecord]) -> list[str]:
@@ -83,8 +98,9 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
     return out
 
 
-def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str) -> list[Limit]:
-    """One dashed line per precision. unit "ms": ms per weight read; "tok/s": reads per second."""
+def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str, what: str = "") -> list[Limit]:
+    """One dashed line per precision. unit "ms": ms per weight read; "tok/s": reads per second.
+    `what`: the probe's label (what the bandwidth is), shown on the first line instead of the bare figure."""
     if not gb_s or gb_s <= 0:
         return []
     by_dtype: dict[str, float] = {}
@@ -95,9 +111,27 @@ def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str)
         ms = n_bytes / (gb_s * 1e9) * 1e3
         value = ms if unit == "ms" else 1e3 / ms
         # The bandwidth is the same for every line: say it once, on the first label, keep the others short.
-        where = f" at {gb_s:.0f} GB/s" if index == 0 else ""
+        where = (f" ({what})" if what else f" at {gb_s:.0f} GB/s") if index == 0 else ""
         out.append(Limit(f"{dtype} limit{where}: {value:.3g} {unit}", value))
     return out
+
+
+def limit_note(runs: Sequence[RunRecord], environment: dict | None) -> str:
+    """What the dashed lines stand on (the probe's own label) and which engines they do not bound:
+    those whose weights fit in the last-level cache read them from there, not from DRAM."""
+    bandwidth = (environment or {}).get("bandwidth") or {}
+    parts = [f"limit: {bandwidth['label']}"] if bandwidth.get("label") else []
+    llc = bandwidth.get("llc_bytes") or 0
+    small = [name for name, (_, n) in weight_bytes_by_backend(runs, environment).items() if llc and n <= llc]
+    if small:
+        parts.append(f"weights of {', '.join(small)} fit in the last-level cache ({llc / 1e6:.0f} MB): "
+                     "the DRAM limit does not bound them")
+    return "; ".join(parts)
+
+
+def _noted(note: str, runs: Sequence[RunRecord], environment: dict | None) -> str:
+    extra = limit_note(runs, environment)
+    return f"{note} ({extra})" if extra else note
 
 
 def _by_axis(runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_label: str, y_label: str,
@@ -112,9 +146,7 @@ def _by_axis(runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_la
         for x in sorted(groups):
             s = summarize(groups[x])
             if s.n:
-                series.x.append(float(x))
-                series.y.append(s.median)
-                series.err.append(_half(s))
+                _add(series, x, s)
         figure.series.append(series)
     return figure
 
@@ -125,8 +157,10 @@ def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None,
     data = measured(runs)
     figure = _by_axis(data, "prompt_tokens", "ttft_ms", "Time to first token vs prompt length",
                       "prompt tokens", "TTFT (ms)", "ttft_vs_prompt")
-    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
-    figure.note = "dashed: one read of the weights at the measured bandwidth (a floor for prefill)"
+    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms",
+                           ((environment or {}).get("bandwidth") or {}).get("label", ""))
+    figure.note = _noted("dashed: one read of the weights at the measured bandwidth (a floor for prefill)",
+                         runs, environment)
     return figure
 
 
@@ -138,8 +172,10 @@ def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None,
     data = [r for r in data if r.prompt_tokens == shortest]
     figure = _by_axis(data, "new_tokens", "decode_tok_s", f"Decode speed vs output length ({shortest}-token prompt)",
                       "new tokens", "decode tokens/s", "decode_vs_output")
-    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "tok/s")
-    figure.note = "dashed: the most tokens/s memory bandwidth allows when every weight is read per token"
+    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "tok/s",
+                           ((environment or {}).get("bandwidth") or {}).get("label", ""))
+    figure.note = _noted("dashed: the most tokens/s memory bandwidth allows when every weight is read per token",
+                         runs, environment)
     return figure
 
 
@@ -153,8 +189,10 @@ def itl_vs_position(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], gb
     positions = [data[t.run_id].prompt_tokens + t.token_index for t in tokens
                  if t.run_id in data and t.itl_ms is not None]
     figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
-    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
-    figure.note = "dashed: one read of the weights per token at the measured bandwidth (decode's floor)"
+    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms",
+                           ((environment or {}).get("bandwidth") or {}).get("label", ""))
+    figure.note = _noted("dashed: one read of the weights per token at the measured bandwidth (decode's floor)",
+                         runs, environment)
     if not positions:
         return figure
     width = max(1, math.ceil((max(positions) + 1) / bins))
@@ -167,9 +205,7 @@ def itl_vs_position(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], gb
         series = Series(backend, [], [])
         for b in sorted(k[1] for k in per_run if k[0] == backend):
             s = summarize([statistics.median(v) for v in per_run[(backend, b)].values()])
-            series.x.append((b + 0.5) * width)
-            series.y.append(s.median)
-            series.err.append(_half(s))
+            _add(series, (b + 0.5) * width, s)
         figure.series.append(series)
     return figure
 
@@ -196,9 +232,7 @@ def bars(title: str, y_label: str, groups: dict[str, dict[str, Summary]], name: 
         for index, category in enumerate(categories):
             s = per.get(category)
             if s is not None and s.n:
-                series.x.append(float(index))
-                series.y.append(s.median)
-                series.err.append(_half(s))
+                _add(series, index, s)
         figure.series.append(series)
     return figure
 

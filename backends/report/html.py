@@ -22,7 +22,8 @@ from ..runs.quality import read_quality
 from ..results.records import RunRecord, TokenRecord
 from ..results.reader import load_results
 from ..results.stats import summarize
-from ..results.summary import SUMMARY_HEADERS, fmt, summarize_backends, summary_rows
+from ..results.summary import (SUMMARY_HEADERS, fmt, interval_note, sampling_notes, summarize_backends,
+                               summary_rows)
 
 REPORT_HTML = "report.html"
 # Differences that say nothing about the machine or the settings.
@@ -189,7 +190,8 @@ def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
              f"CPU: {machine.get('cpu', '?')}", f"threads: {env.get('threads_resolved', '?')}",
              f"git: {app.get('git_commit') or '?'}", f"finished: {env.get('finished_at', '?')}"]
     if data.gb_s:
-        facts.append(f"memory bandwidth: {data.gb_s:.1f} GB/s")
+        label = (data.environment.get("bandwidth") or {}).get("label")
+        facts.append(f"memory bandwidth: {label}" if label else f"memory bandwidth: {data.gb_s:.1f} GB/s")
     parts = [f"<section><h2>{index}: {html.escape(data.label)}</h2><p class=facts>{html.escape(' · '.join(facts))}</p>"]
     if model.get("weights") == "random":
         parts.append("<p class=warn>random weights - timing only: perplexity and text are meaningless</p>")
@@ -198,8 +200,10 @@ def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
     if data.kind == "sweep":
         parts.append(_sweep_table(data))
     elif data.runs:
-        summaries = summarize_backends(data.runs, data.backends)
+        summaries = summarize_backends(data.runs, data.backends, data.tokens)
         parts.append(_table(SUMMARY_HEADERS, summary_rows(summaries, env.get("reference"))))
+        parts += [f"<p class=note>{html.escape(line)}</p>" for line in [interval_note(summaries)]]
+        parts += [f"<p class=warn>{html.escape(line)}</p>" for line in sampling_notes(summaries)]
     if data.quality:
         parts.append(_quality_html(data))
     parts += images
@@ -241,7 +245,8 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
     title = "whistle-stop report: " + ", ".join(d.label for d in datas)
     page = (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"
             f"</head><body><h1>{html.escape(title)}</h1><p class=facts>generated {time.strftime('%Y-%m-%d %H:%M')} · "
-            "values are medians of measured runs, ± / error bars half the 95% interval of the mean across repeats"
+            "values are medians of measured runs; [low–high] and error bars: the median's distribution-free interval "
+            "across repeats (order statistics; its confidence level is under each table)"
             f"</p>{''.join(sections)}</body></html>")
     path = out_dir / REPORT_HTML
     with atomic_write(path, encoding="utf-8") as f:

@@ -59,6 +59,7 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
             continue
         x, y = np.asarray(series.x, float), np.asarray(series.y, float)
         err = np.asarray(series.err or [0.0] * len(y), float)
+        err_low = np.asarray(series.err_low, float) if len(series.err_low) == len(y) else err  # asymmetric intervals
         rgb = colour(index)
         if figure.kind == "bar":
             width = 0.8 / n_series
@@ -75,9 +76,9 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         else:
             plot_item.plot(x, y, pen=pg.mkPen(rgb, width=2), symbol="o", symbolSize=6,
                            symbolBrush=pg.mkBrush(*rgb), symbolPen=pg.mkPen(rgb), name=series.name)
-        if np.any(err > 0):
+        if np.any(err > 0) or np.any(err_low > 0):
             beam = 0.15 / n_series if figure.kind == "bar" else _beam(figure)
-            plot_item.addItem(pg.ErrorBarItem(x=x, y=y, top=err, bottom=err, beam=beam, pen=pg.mkPen(rgb, width=1.5)))
+            plot_item.addItem(pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5)))
     for index, limit in enumerate(figure.limits):
         line = pg.InfiniteLine(pos=limit.value, angle=0,
                                pen=pg.mkPen(LIMIT_COLOUR, width=1.5, style=QtCore.Qt.PenStyle.DashLine),

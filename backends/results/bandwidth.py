@@ -3,14 +3,19 @@
 The probe does what decoding does: a float32 matrix-vector product (BLAS sgemv) over a matrix
 well larger than the last-level cache, with the engines' thread count. A plain `np.sum` reads
 only about half as fast here (it is partly compute-bound), which would draw the limit too low.
-It runs once per CPU model and thread count; the result is cached in `cache_dir()`.
+It runs once per CPU model and thread count, in a spawned process of its own (its buffer of a
+GiB or more would otherwise stay in the parent's peak RSS and page tables), and the result is
+cached in `cache_dir()`. `label` says what the limit is: "sgemv over a N MB fp32 matrix, T threads".
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -35,22 +40,64 @@ class Bandwidth:
     cpu: str
     measured_at: str
     cached: bool = False  # True when read back from the cache rather than measured now
+    probe_pid: int = 0  # the process that measured it (not the app's: the probe runs in its own)
+
+    @property
+    def label(self) -> str:
+        """What the limit is, in one line (environment.json, plots, reports)."""
+        return (f"sgemv over a {self.bytes / 1e6:.0f} MB fp32 matrix, {self.threads} "
+                f"thread{'s' if self.threads != 1 else ''}: {self.gb_s:.1f} GB/s")
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "label": self.label, "llc_bytes": last_level_cache_bytes()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Bandwidth":
+        """From as_dict's output (extra keys such as label are derived, and dropped)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def cpu_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> list[tuple[int, int]]:
+    """(level, bytes) of every data or unified cache the OS reports for cpu0 ([] if none: not Linux)."""
+    caches = []
+    for index in sorted(root.glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text().strip())
+            text = (index / "size").read_text().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            caches.append((level, int(text.rstrip("KMG")) * scale))
+        except (OSError, ValueError):
+            continue
+    return caches
+
+
+@lru_cache(maxsize=1)
+def last_level_cache() -> tuple[int, int]:
+    """(level, bytes) of the last-level cache: level 3 if reported, else the largest (0, 0 if unknown)."""
+    caches = cpu_caches()
+    if not caches:
+        return 0, 0
+    level3 = [c for c in caches if c[0] == 3]
+    return max(level3 or caches, key=lambda c: c[1])
 
 
 def last_level_cache_bytes() -> int:
-    """Largest CPU cache the OS reports (0 if unknown)."""
-    best = 0
-    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        try:
-            text = path.read_text().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            best = max(best, int(text.rstrip("KMG")) * scale)
-        except (OSError, ValueError):
-            continue
-    return best
+    """Size of the last-level CPU cache (0 if unknown)."""
+    return last_level_cache()[1]
+
+
+def fits_in_cache_note(weight_bytes: float) -> str:
+    """The flag for an engine whose weights fit in the last-level cache ("" when they do not, or
+    the cache size is unknown): the DRAM limit does not bound it, and its GB/s may exceed it."""
+    level, size = last_level_cache()
+    if not size or not weight_bytes or weight_bytes > size:
+        return ""
+    name = f"L{level}" if level else "last-level"
+    return (f"weights ({weight_bytes / 1e6:.1f} MB) fit in the {name} cache ({size / 1e6:.0f} MB): "
+            f"the DRAM bandwidth limit does not bound this engine")
 
 
 def default_probe_bytes() -> int:
@@ -60,7 +107,36 @@ def default_probe_bytes() -> int:
 
 
 def measure_bandwidth(threads: int, n_bytes: int | None = None, passes: int = 5) -> Bandwidth:
-    """Time `passes` full read sweeps (a sum) over one array; report the best and median GB/s."""
+    """The probe, in a spawned process of its own (the parent never holds the buffer)."""
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_probe_child, args=(send, threads, n_bytes, passes),
+                            name="whistle-stop-bandwidth", daemon=True)
+    child.start()
+    send.close()
+    try:
+        answer = receive.recv()
+    except EOFError:
+        answer = ("error", "the probe process ended without an answer")
+    finally:
+        receive.close()
+        child.join()
+    if answer[0] != "ok":
+        raise RuntimeError(f"bandwidth probe failed: {answer[1]} (exit code {child.exitcode})")
+    return Bandwidth(**answer[1])
+
+
+def _probe_child(conn, threads: int, n_bytes: int | None, passes: int) -> None:
+    try:
+        conn.send(("ok", asdict(measure_here(threads, n_bytes, passes))))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def measure_here(threads: int, n_bytes: int | None = None, passes: int = 5) -> Bandwidth:
+    """Time `passes` sgemv sweeps over one matrix in this process; report the best and median GB/s."""
     threads = max(1, threads)
     n_bytes = n_bytes or default_probe_bytes()
     columns = 4096
@@ -84,7 +160,8 @@ def measure_bandwidth(threads: int, n_bytes: int | None = None, passes: int = 5)
             blas.set_threads(previous)
     data = matrix
     return Bandwidth(gb_s=max(rates), median_gb_s=float(np.median(rates)), bytes=int(data.nbytes), threads=threads,
-                     passes=len(rates), cpu=cpu_model(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                     passes=len(rates), cpu=cpu_model(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                     probe_pid=os.getpid())
 
 
 def _key(threads: int) -> str:
@@ -105,8 +182,7 @@ def cached_bandwidth(threads: int) -> Bandwidth | None:
     if not isinstance(entry, dict):
         return None
     try:
-        entry = {**entry, "cached": True}
-        return Bandwidth(**entry)
+        return Bandwidth.from_dict({**entry, "cached": True})
     except TypeError:  # an older or damaged entry: measure again
         return None
 
@@ -119,7 +195,7 @@ def probe_bandwidth(threads: int, n_bytes: int | None = None, refresh: bool = Fa
             return cached
     result = measure_bandwidth(threads, n_bytes)
     cache = _read_cache()
-    cache[_key(threads)] = {k: v for k, v in result.as_dict().items() if k != "cached"}
+    cache[_key(threads)] = {k: v for k, v in asdict(result).items() if k != "cached"}
     with atomic_write(cache_dir() / CACHE_FILE, encoding="utf-8") as f:
         json.dump(cache, f, indent=1)
     return result

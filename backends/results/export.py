@@ -15,7 +15,13 @@ from .records import RUN_COLUMNS, TOKEN_COLUMNS, RunRecord, TokenRecord
 TOKENS_CSV, RUNS_CSV, ENVIRONMENT_JSON = "tokens.csv", "runs.csv", "environment.json"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s")
-SUMMARY_COLUMNS = ["backend", "metric", "n", "median", "mean", "p90", "p99", "std", "ci95_low", "ci95_high", "min", "max"]
+# median_ci_*: the median's distribution-free interval (order statistics) and its exact level, the
+# interval every view shows with the median; mean_ci95_*: the mean's Student t 95% interval (was
+# ci95_low/ci95_high, renamed: beside the median it read as the median's). The metric
+# "itl_ms_pooled" pools every inter-token gap of the measured runs: n counts gaps, median/p90/p99
+# are the pooled p50/p90/p99, no intervals. note: why an engine's figures are not comparable.
+SUMMARY_COLUMNS = ["backend", "metric", "n", "median", "median_ci_low", "median_ci_high", "median_ci_level", "mean",
+                   "mean_ci95_low", "mean_ci95_high", "p90", "p99", "std", "min", "max", "note"]
 
 
 def _cell(value) -> object:
@@ -47,22 +53,26 @@ def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord
     write_csv(out_dir / RUNS_CSV, RUN_COLUMNS, runs)
     paths = [out_dir / TOKENS_CSV, out_dir / RUNS_CSV]
     if summary:
-        write_csv(out_dir / SUMMARY_CSV, SUMMARY_COLUMNS, summary_rows(runs))
+        write_csv(out_dir / SUMMARY_CSV, SUMMARY_COLUMNS, summary_rows(runs, tokens))
         paths.append(out_dir / SUMMARY_CSV)
     with atomic_write(out_dir / ENVIRONMENT_JSON, encoding="utf-8") as f:
         json.dump(environment, f, indent=2, default=str)
     return paths + [out_dir / ENVIRONMENT_JSON]
 
 
-def summary_rows(runs: list[RunRecord]) -> list[dict]:
-    """One row per engine and metric: the spread of that metric across measured runs."""
-    from .summary import summarize_backends
+def summary_rows(runs: list[RunRecord], tokens: list[TokenRecord] | None = None) -> list[dict]:
+    """One row per engine and metric: the spread of that metric across measured runs, then the
+    inter-token gaps of those runs pooled (itl_ms_pooled)."""
+    from .summary import sampling_note, summarize_backends
 
     rows = []
-    for backend in summarize_backends(runs):
-        for metric in SUMMARY_METRICS:
-            stats = asdict(getattr(backend, metric))
-            rows.append({"backend": backend.backend, "metric": metric, **stats})
+    for backend in summarize_backends(runs, tokens=tokens):
+        note = sampling_note(backend) if not backend.comparable else ""
+        for metric in SUMMARY_METRICS + ("itl_ms_pooled",):
+            summary = backend.itl_pooled_ms if metric == "itl_ms_pooled" else getattr(backend, metric)
+            if metric == "itl_ms_pooled" and not summary.n:
+                continue
+            rows.append({"backend": backend.backend, "metric": metric, **asdict(summary), "note": note})
     return rows
 
 

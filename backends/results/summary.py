@@ -1,13 +1,23 @@
-"""Per-backend summaries of measured runs (warm-ups excluded): what the table and bar chart show."""
+"""Per-backend summaries of measured runs (warm-ups excluded): what the table and bar chart show.
+
+Every figure is a median across measured runs, shown with the median's own interval
+(distribution-free, from order statistics: see `stats.Summary`), in the CLI table, summary.csv,
+the HTML report and the window alike. ITL percentiles are pooled over every inter-token gap of
+an engine's measured runs (as vLLM reports them), beside the median of the per-run medians
+("ms/token"). Engines that sample in their own code are marked when the decoding samples.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..status import RunStatus
-from .records import RunRecord
-from .stats import Summary, summarize
+from .records import RunRecord, TokenRecord
+from .stats import Summary, pooled_summary, summarize
+
+NATIVE_MARK = "†"
 
 
 @dataclass(frozen=True)
@@ -22,7 +32,7 @@ class BackendSummary:
     load_s: float | None
     cold_start_s: float | None
     ttft_ms: Summary
-    itl_p50_ms: Summary
+    itl_p50_ms: Summary  # the per-run medians across runs
     tpot_ms: Summary
     decode_tok_s: Summary
     bandwidth_gb_s: Summary
@@ -31,10 +41,24 @@ class BackendSummary:
     new_tokens: int
     concurrent: bool
     notes: str
+    # Every inter-token gap of every measured run pooled (n = gaps; median/p90/p99 = pooled p50/p90/p99).
+    itl_pooled_ms: Summary = pooled_summary([])
+    native_sampling: bool = False  # the engine samples in its own code
+    sampled: bool = False  # the measured runs sampled (decoding "sample", temperature > 0)
+
+    @property
+    def comparable(self) -> bool:
+        """False when the sampled timings include the engine's own sampler instead of the shared one."""
+        return not (self.native_sampling and self.sampled)
 
 
-def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None) -> list[BackendSummary]:
+def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
+                       tokens: Sequence[TokenRecord] | None = None) -> list[BackendSummary]:
     names = backends or list(dict.fromkeys(r.backend for r in runs))
+    gaps_by_run: dict[str, list[float]] = {}
+    for token in tokens or ():
+        if token.itl_ms is not None:
+            gaps_by_run.setdefault(token.run_id, []).append(token.itl_ms)
     out = []
     for name in names:
         mine = [r for r in runs if r.backend == name]
@@ -62,26 +86,47 @@ def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None)
             agree_tokens=min(agree) if agree else None,
             new_tokens=any_row.new_tokens, concurrent=any(r.concurrent for r in mine),
             notes=next((r.notes for r in mine if r.notes), ""),
+            itl_pooled_ms=pooled_summary([g for r in measured for g in gaps_by_run.get(r.run_id, ())]),
+            native_sampling=any(r.native_sampling for r in mine),
+            sampled=any(_sampled(r) for r in (measured or mine)),
         ))
     return out
+
+
+def _sampled(run: RunRecord) -> bool:
+    return run.decoding == "sample" and bool(run.temperature) and run.temperature > 0
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-def fmt_spread(summary: Summary, digits: int = 1) -> str:
-    """Median, with the 95% interval's half-width in percent when there are repeats."""
+def fmt_interval(summary: Summary, digits: int = 1) -> str:
+    """Median, with the median's interval across repeats when there are two or more: '11.0 [9.0–13.0]'."""
     if summary.n == 0:
         return "-"
     text = f"{summary.median:.{digits}f}"
-    if summary.n > 1 and not math.isnan(summary.spread_pct):
-        text += f" ±{summary.spread_pct:.0f}%"
+    if summary.n > 1 and not math.isnan(summary.median_ci_low):
+        text += f" [{summary.median_ci_low:.{digits}f}–{summary.median_ci_high:.{digits}f}]"
     return text
 
 
+fmt_spread = fmt_interval  # the former name
+
+
+def fmt_pooled(summary: Summary, digits: int = 2) -> str:
+    """Pooled p50/p90/p99."""
+    if summary.n == 0:
+        return "-"
+    return "/".join(f"{v:.{digits}f}" for v in (summary.median, summary.p90, summary.p99))
+
+
 SUMMARY_HEADERS = ["backend", "dtype", "runs", "import s", "load s", "cold start s", "TTFT ms",
-                   "ms/token", "TPOT ms", "tok/s", "GB/s", "peak RSS MB", "agree", "status"]
+                   "ms/token", "TPOT ms", "tok/s", "ITL p50/p90/p99 ms", "GB/s", "peak RSS MB", "agree", "status"]
+
+
+def backend_label(s: BackendSummary) -> str:
+    return s.backend if s.comparable else f"{s.backend} {NATIVE_MARK}"
 
 
 def summary_rows(summaries: list[BackendSummary], reference: str | None = None) -> list[list[str]]:
@@ -91,14 +136,43 @@ def summary_rows(summaries: list[BackendSummary], reference: str | None = None) 
         if reference and s.backend == reference:
             agree = "reference"
         status = s.status.value if s.status == RunStatus.OK else f"{s.status}: {s.error}"[:80]
-        rows.append([s.backend, s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
-                     fmt(s.cold_start_s, 2), fmt_spread(s.ttft_ms), fmt_spread(s.itl_p50_ms, 2),
-                     fmt_spread(s.tpot_ms, 2), fmt_spread(s.decode_tok_s), fmt(s.bandwidth_gb_s.median),
-                     fmt(s.peak_rss_mb, 0), agree, status])
+        rows.append([backend_label(s), s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
+                     fmt(s.cold_start_s, 2), fmt_interval(s.ttft_ms), fmt_interval(s.itl_p50_ms, 2),
+                     fmt_interval(s.tpot_ms, 2), fmt_interval(s.decode_tok_s), fmt_pooled(s.itl_pooled_ms),
+                     fmt(s.bandwidth_gb_s.median), fmt(s.peak_rss_mb, 0), agree, status])
     return rows
+
+
+def interval_note(summaries: list[BackendSummary]) -> str:
+    """What the table's figures and brackets are, with the interval's real confidence level."""
+    levels = []
+    for n in sorted({s.ttft_ms.n for s in summaries if s.ttft_ms.n > 1}):
+        level = summarize(range(n)).median_ci_level
+        levels.append(f"{n} runs: {'min–max, ' if n <= 5 else ''}{100 * level:.1f}%")
+    text = ("medians of measured runs (warm-ups excluded); [low–high]: distribution-free interval of the median "
+            "across repeats (order statistics)")
+    if levels:
+        text += " at " + ", ".join(levels) + " confidence"
+    return (text + "; ms/token = median of the runs' median inter-token latency; ITL p50/p90/p99: every "
+            "inter-token gap of the measured runs pooled; GB/s = weight bytes per token x tok/s")
+
+
+def sampling_note(s: BackendSummary) -> str:
+    """Why an engine's timings are (not) comparable, for the footnote, summary.csv and the window."""
+    if not s.native_sampling:
+        return ""
+    if s.sampled:
+        return (f"{NATIVE_MARK} {s.backend}: samples in its own code, not the shared sampler: "
+                "its sampled timings are not comparable with the other engines'")
+    return f"{s.backend} samples in its own code when sampling; these greedy runs are comparable"
+
+
+def sampling_notes(summaries: list[BackendSummary]) -> list[str]:
+    return [note for note in (sampling_note(s) for s in summaries) if note]
 
 
 def markdown_table(summaries: list[BackendSummary], reference: str | None = None) -> str:
     lines = ["| " + " | ".join(SUMMARY_HEADERS) + " |", "|" + "---|" * len(SUMMARY_HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(summaries, reference)]
+    lines += ["", interval_note(summaries)] + sampling_notes(summaries)
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from ..registry import EngineSpec
 from ..results.agreement import fill_agreement
 from ..results.environment import collect_environment
 from ..sources.model_files import ModelFiles
+from .calibration import calibrate_harness
 from .config import BenchConfig, Cell
 from .events import EventSink, RunRecorded, SessionStarted
 from .orchestrator import Orchestrator
@@ -60,6 +61,11 @@ class BenchSession:
         with self._orchestrator.session(result):
             self._orchestrator.run_bench(bench_cell(self.config, prompt_ids))
         finish_bench(result, self.threads, self._orchestrator.cancelled)
+        if self.config.calibrate_harness and not result.cancelled:  # after the engines closed: nothing competes
+            result.environment["harness"] = calibrate_harness(
+                model, prompt_ids, self.config.sampling, threads=self.threads, timeouts=self.config.timeouts,
+                cancelled=lambda: self._orchestrator.cancelled)
+        result.environment["threads_resolution"] = self._orchestrator.threads_resolution
         return result
 
     def cancel(self) -> None:

@@ -28,6 +28,8 @@ class BenchConfig:
     reference: str | None = None  # default: hf if selected, else the first backend
     timeouts: Timeouts = field(default_factory=Timeouts)
     engine_options: dict[str, EngineSettings] = field(default_factory=dict)  # per backend: its typed settings
+    cold: bool = False  # evict the weights and each engine's artefact files from the page cache before it starts
+    calibrate_harness: bool = False  # bench: time the null engine afterwards (environment.json "harness"); the CLI sets it
 
     def validate(self) -> "BenchConfig":
         """Checks that need no model. The context check follows once the model is known."""

@@ -10,20 +10,49 @@ alike. `cancel()` may be called from any thread; everything else runs on the ses
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
+
+import psutil
 
 from ..engine import EngineOptions
 from ..registry import EngineSpec
 from ..results.records import RunRecord, TokenRecord
+from ..storage import page_cache
 from ..worker.events import (BackendEvent, Failed, LogitsRequest, Ready, RunContext, RunRequest, ScoreRequest,
                              TopLogits, WorkerLost)
-from ..worker.process import ScoreOutcome, Worker, WorkerError, default_threads
+from ..worker.process import ScoreOutcome, Worker, WorkerError
+from ..worker.threads import resolve_threads
 from .config import BenchConfig, Cell
 from .events import EventSink, RunRecorded
 from .preparation import engine_specs
 from .recording import RecordContext, cold_start_s, load_failure_record, run_records
 from .result import BenchResult
+
+
+SETTLE_MAX_S = 2.0  # at most this long waiting for idle workers to go quiet before a run
+SETTLE_POLL_S = 0.02
+SETTLE_QUIET_PCT = 1.0  # idle workers together below this share of one poll interval: quiet
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes and their children (reaped and live)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+            for child in process.children(recursive=True):
+                try:
+                    child_times = child.cpu_times()
+                    total += child_times.user + child_times.system
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            continue
+    return total
 
 
 def fair_order(backends: tuple[str, ...], repeat: int) -> tuple[str, ...]:
@@ -39,12 +68,17 @@ class Orchestrator:
         self.config = config
         self.emit: EventSink = on_event or (lambda event: None)
         self.specs = engine_specs(config, specs)
-        self.threads = config.threads or default_threads()
+        resolution = resolve_threads()
+        self.threads = config.threads or resolution.threads
+        # environment.json: how the thread count was chosen (the user's, or the usable physical cores)
+        self.threads_resolution = ({"source": "--threads", "threads": config.threads} if config.threads
+                                   else {"source": "usable physical cores", **resolution.as_dict()})
         self._cancelled = threading.Event()
         self._workers: dict[str, Worker] = {}
         self._lock = threading.Lock()  # workers and records: race mode adds from several threads
         self._result: BenchResult | None = None
         self._records: RecordContext | None = None
+        self._page_state: dict[str, page_cache.StartState] = {}  # per engine: the page cache its worker started with
 
     @contextmanager
     def session(self, result: BenchResult) -> Iterator[None]:
@@ -124,6 +158,9 @@ class Orchestrator:
     def start(self, name: str, cell: Cell) -> bool:
         """Spawn (or spawn again) the engine's worker; a failed load is recorded against `cell`."""
         options = EngineOptions(threads=self.threads, settings=self.config.engine_options.get(name))
+        # Right before the spawn: with --cold evict the weights and this engine's artefacts, then
+        # measure the share of the weights in the page cache (every record of this worker says it).
+        self._page_state[name] = page_cache.engine_start_state(self.specs[name], self._result.model, self.config.cold)
         sink = lambda event: self.emit(BackendEvent(name, event))  # noqa: E731
         worker = Worker(self.specs[name], self._result.model, options, sink, self.config.timeouts)
         with self._lock:
@@ -143,13 +180,43 @@ class Orchestrator:
         request = RunRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling)
         context = (RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids), cell.new_tokens) if cell.tag
                    else RunContext(repeat, is_warmup))
-        self.emit(BackendEvent(name, request, context))
+        self.emit(BackendEvent(name, request, context))  # (the window draws everything before this run now)
+        idle = self.idle_pids(name)
+        if idle:
+            self.settle(idle)
+        idle_before, began = cpu_seconds(idle), time.monotonic()
         outcome = worker.run(request)
+        wall_s, idle_cpu_s = time.monotonic() - began, cpu_seconds(idle) - idle_before
         record, tokens = run_records(self._records, name, worker.ready, repeat, is_warmup, cell, outcome)
+        if idle and wall_s > 0:
+            record.idle_cpu_pct = 100.0 * max(0.0, idle_cpu_s) / wall_s
         if not worker.produced_tokens and outcome.tokens and worker.ready is not None:
             worker.produced_tokens = True  # this worker's first run: the one its cold start belongs to
             record.cold_start_s = cold_start_s(worker.ready, worker.spawn_ns, record)
         self._add(record, tokens)
+
+    # --- idle workers ------------------------------------------------------------------------
+    def idle_pids(self, name: str) -> list[int]:
+        """The other live workers, idle while `name` runs (fair mode; in a race nobody is idle)."""
+        if self.config.mode == "race":
+            return []
+        with self._lock:
+            others = [w for n, w in self._workers.items() if n != name]
+        return [w.pid for w in others if w.alive and w.pid is not None]
+
+    def settle(self, pids: list[int]) -> float:
+        """Wait (at most SETTLE_MAX_S) until the idle workers stop using CPU: thread pools keep
+        spinning for a while after their last run (OpenBLAS ~0.1 s, OpenMP's and ONNX Runtime's
+        spin-waits), which would fall on the next engine's timings. Returns the seconds waited."""
+        began = time.monotonic()
+        last = cpu_seconds(pids)
+        while time.monotonic() - began < SETTLE_MAX_S and not self.cancelled:
+            time.sleep(SETTLE_POLL_S)
+            now = cpu_seconds(pids)
+            if (now - last) <= SETTLE_POLL_S * SETTLE_QUIET_PCT / 100:
+                break
+            last = now
+        return time.monotonic() - began
 
     def score(self, name: str, request: ScoreRequest) -> ScoreOutcome:
         return self._workers[name].score(request)
@@ -178,6 +245,7 @@ class Orchestrator:
             worker.close()
 
     def _add(self, record: RunRecord, tokens: list[TokenRecord]) -> None:
+        page_cache.annotate(record, self._page_state.get(record.backend))
         with self._lock:
             self._result.runs.append(record)
             self._result.tokens.extend(tokens)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from ..results.records import RunRecord, TokenRecord, fill_metrics, token_records
@@ -35,6 +36,8 @@ def base_record(ctx: RecordContext, name: str, ready: Ready | None, repeat: int,
         ttft_ms=None, tpot_ms=None, itl_p50_ms=None, itl_p90_ms=None, itl_p99_ms=None,
         decode_tok_s=None, e2e_s=None, peak_rss_mb=None, status=RunStatus.ERROR,
         concurrent=ctx.config.mode == "race", notes=ready.notes if ready else "",
+        load_peak_rss_mb=ready.load_peak_rss_mb if ready else None, build_s=ready.build_s if ready else None,
+        artifact_cache=ready.artifact_cache if ready else "", native_sampling=ready.samples_natively if ready else False,
     )
 
 
@@ -52,13 +55,20 @@ def run_records(ctx: RecordContext, name: str, ready: Ready | None, repeat: int,
     record = base_record(ctx, name, ready, repeat, is_warmup, cell)
     record.run_id = outcome.request.run_id
     record.status, record.error = outcome.status, outcome.error
-    if outcome.done is not None:
-        record.peak_rss_mb = outcome.done.peak_rss_mb
-        if outcome.done.notes:
-            record.notes = "; ".join(n for n in (record.notes, outcome.done.notes) if n)
+    done = outcome.done
+    if done is not None:
+        record.peak_rss_mb = done.peak_rss_mb  # the serving peak (the load peak is load_peak_rss_mb)
+        if done.notes:
+            record.notes = "; ".join(n for n in (record.notes, done.notes) if n)
+        if done.cpu_s is not None and done.tokens > 0:
+            record.cpu_s_per_token = done.cpu_s / done.tokens
     tokens = token_records(record.run_id, name, repeat, is_warmup, outcome.started_ns, outcome.tokens)
+    harness = [t.harness_ms for t in tokens if t.harness_ms is not None]
+    if harness:
+        record.harness_ms_per_token = statistics.median(harness)
     if outcome.tokens:
-        fill_metrics(record, outcome.started_ns, outcome.tokens, ready.weight_bytes_per_token)
+        fill_metrics(record, outcome.started_ns, outcome.tokens, ready.weight_bytes_per_token,
+                     ready.kv_bytes_per_position)
     return record, tokens
 
 

@@ -1,7 +1,8 @@
 """Sweeps: every engine over a grid of (prompt tokens, new tokens), resumable.
 
-Workers load once for the whole sweep and warm up once; inside each cell the repeats run in the
-orchestrator's fair order, as in a bench. After each cell the records are written atomically
+Workers load once for the whole sweep; every engine is warmed up in every cell (each prompt length
+has its own first-call costs: shape-specific kernels, buffers, caches), then the cell's repeats
+run in the orchestrator's fair order, as in a bench. After each cell the records are written atomically
 with the list of completed cells, so running the same command again after a cancel or a crash
 continues where it stopped; other settings in the folder are refused (or `restart`).
 """
@@ -94,7 +95,7 @@ class SweepSession:
         return result
 
     def _run_cells(self, result: BenchResult, cells: list[Cell]) -> None:
-        loaded = self._orchestrator.load(cells[0])  # load and warm up once for the whole sweep
+        loaded = self._orchestrator.load(cells[0])  # load once for the whole sweep (warmed up on the first cell)
         for name in self.config.backends:
             ready = self._orchestrator.ready(name)
             if ready is not None:
@@ -108,6 +109,8 @@ class SweepSession:
             if index > 1:
                 self._revive(cell)
             self._orchestrator.emit(CellStarted(p, n, index, total))
+            if index > 1:
+                self._warm_up(cell)
             self._orchestrator.run_repeats(cell)
             if self._orchestrator.cancelled:
                 return  # this cell stays incomplete: a resume runs it again
@@ -125,7 +128,15 @@ class SweepSession:
                 continue
             self._restarts[name] = self._restarts.get(name, 0) + 1
             self._orchestrator.emit(SweepNote(f"{name}: worker {lost.reason} in an earlier cell; starting it again"))
-            if self._orchestrator.start(name, cell):
+            self._orchestrator.start(name, cell)  # warmed up with the others, in _warm_up
+
+    def _warm_up(self, cell: Cell) -> None:
+        """Each engine's warm-up runs on this cell's shapes, one engine at a time, before any measured
+        repeat of the cell (records flagged is_warmup, as in a bench)."""
+        for name in self.config.backends:
+            if self._orchestrator.cancelled:
+                return
+            if self._orchestrator.usable(name):
                 self._orchestrator.warm_up(name, cell)
 
     # --- records -----------------------------------------------------------------------------
@@ -136,7 +147,8 @@ class SweepSession:
                  "completed": [list(k) for k in sorted(set(self._completed))],
                  "pending": [list(c.key) for c in plan.cells if c.key not in set(self._completed)],
                  "skipped": [asdict(s) for s in plan.skipped]}
-        return {**self._base_environment, "threads_resolved": self.threads, "reference": self.reference,
+        return {**self._base_environment, "threads_resolved": self.threads,
+                "threads_resolution": self._orchestrator.threads_resolution, "reference": self.reference,
                 SWEEP_KEY: sweep, "engines": self._engines,
                 "bandwidth": self.bandwidth.as_dict() if self.bandwidth else plan.previous_bandwidth,
                 "cancelled": self._orchestrator.cancelled, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

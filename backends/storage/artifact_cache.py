@@ -47,11 +47,20 @@ class Artifact:
     folder: Path
     manifest: dict
     built: bool  # True when this call built it, False on a cache hit
+    # Seconds this call spent because the folder was not whole when asked for: building it (a
+    # quantised variant's build includes its source's), or waiting for another process's build.
+    # Exactly 0.0 on a hit.
+    build_s: float = 0.0
 
     @property
     def details(self) -> dict:
         """What the build function returned (tool versions, quantisation settings)."""
         return self.manifest.get("build", {})
+
+    @property
+    def cache_state(self) -> str:
+        """"hit" (whole when asked for) or "miss" (built now, here or by another process)."""
+        return "miss" if self.built or self.build_s > 0 else "hit"
 
 
 def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
@@ -62,22 +71,52 @@ def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: Progress
     manifest, _ = _validate(folder, meta)
     if manifest is not None:
         return Artifact(folder, manifest, built=False)
+    started = time.perf_counter()
     with _build_lock(folder, f"{kind}/{variant}", progress):
         manifest, problem = _validate(folder, meta)  # built by another process meanwhile?
         if manifest is not None:
-            return Artifact(folder, manifest, built=False)
+            return Artifact(folder, manifest, built=False, build_s=_since(started))
         if folder.exists():
             progress(f"rebuilding cached {kind}/{variant}: {problem}", None)
-        return _build(folder, f"{kind}/{variant}", build, progress, meta)
+        return _timed(_build(folder, f"{kind}/{variant}", build, progress, meta), started)
 
 
 def rebuild(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
             meta: dict | None = None) -> Artifact:
     """Throw the cached folder away and build it again (e.g. it validates but will not open)."""
     folder = cache_dir(kind, key) / variant
+    started = time.perf_counter()
     with _build_lock(folder, f"{kind}/{variant}", progress):
         discard(folder)
-        return _build(folder, f"{kind}/{variant}", build, progress, meta)
+        return _timed(_build(folder, f"{kind}/{variant}", build, progress, meta), started)
+
+
+def _since(started: float) -> float:
+    return max(time.perf_counter() - started, 1e-9)  # a miss is never 0.0, which means "hit"
+
+
+def _timed(artefact: Artifact, started: float) -> Artifact:
+    return Artifact(artefact.folder, artefact.manifest, artefact.built, _since(started))
+
+
+def engine_folders(spec, model) -> list[Path]:
+    """The cached folders an engine loads its files from, for `model` (built or not yet), without
+    importing the engine's packages: the registry names a light function per engine family
+    (`EngineSpec.artifacts`, called with the model and the spec's own arguments). [] for an
+    engine that builds nothing."""
+    target = getattr(spec, "artifacts", "")
+    if not target:
+        return []
+    import importlib
+
+    module_name, function_name = target.split(":")
+    folders = getattr(importlib.import_module(module_name), function_name)(model, **spec.kwargs)
+    return [Path(f) for f in folders]
+
+
+def files_of(folders: list[Path]) -> list[Path]:
+    """Every file in the folders that exist (what a load reads), manifests included."""
+    return [p for folder in folders if folder.is_dir() for p in sorted(folder.rglob("*")) if p.is_file()]
 
 
 def check(folder: Path, meta: dict | None = None) -> str:

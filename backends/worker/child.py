@@ -10,10 +10,11 @@ import sys
 import threading
 import time
 import traceback
+from typing import Iterator
 
 import numpy as np
 
-from ..engine import EngineOptions
+from ..engine import Engine, EngineOptions
 from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
                      ScoreProgress, ScoreRequest, Shutdown, Started, Token)
 from ..sources.model_files import ModelFiles
@@ -23,13 +24,32 @@ from ..sources.tokenizer import IncrementalDetokenizer
 from .scoring import score_window, top_logits
 
 
+# --- the worker's own memory and CPU ------------------------------------------------------------
+# `ru_maxrss` is no good on Linux: the kernel carries a process's high-water mark across fork +
+# exec, so a spawned worker reports at least its parent's peak (after the window touched 600 MB,
+# a ~70 MB engine read 640 MB). VmHWM belongs to the process's own address space, which exec
+# replaces, and Linux can reset it (clear_refs), so load and serving get a peak each.
+
 def peak_rss_mb() -> float:
-    """The process's peak resident set size so far (what the OS accounted, not a sample)."""
+    """This process's own peak resident set size, MB: what the OS accounted, not a sample.
+
+    Linux: VmHWM of /proc/self/status (since exec, or since the last `reset_peak_rss`).
+    Windows: the peak working set (psutil). macOS: `ru_maxrss` (bytes there), which the OS does not
+    let us reset; it is the process's own since exec as far as macOS accounts it.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024  # kB
+        except (OSError, ValueError, IndexError):
+            pass
     try:
         import resource
 
-        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak_kb / 1024 if sys.platform != "darwin" else peak_kb / 2**20
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 1024 if sys.platform != "darwin" else peak / 2**20
     except ImportError:  # Windows
         import psutil
 
@@ -37,8 +57,29 @@ def peak_rss_mb() -> float:
         return getattr(info, "peak_wset", info.rss) / 2**20
 
 
+def reset_peak_rss() -> bool:
+    """Start a new high-water mark at the current RSS (Linux >= 4.0); False where the OS cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far, all its threads.
+
+    `process_time` reads CLOCK_PROCESS_CPUTIME_ID on Linux and macOS (nanoseconds) and
+    GetProcessTimes on Windows; os.times() would count in 10 ms clock ticks on Linux.
+    """
+    return time.process_time()
+
+
 def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFiles, options: EngineOptions) -> None:
-    conn.send(Started(time.monotonic_ns()))
+    conn.send(Started(time.perf_counter_ns()))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the parent, which cancels cleanly
     from .. import registry  # (thread variables were set by the parent before spawning)
 
@@ -51,10 +92,18 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
     except BaseException as exc:  # report anything, even SystemExit from a broken engine
         conn.send(Failed(_one_line(exc), traceback.format_exc()))
         return
-    conn.send(Ready(imported - started, loaded - imported, time.monotonic_ns(), info.device, info.dtype,
-                    options.threads, info.weight_bytes_per_token, info.notes))
+    load_peak = peak_rss_mb()  # before anything else: the peak of import + load, transients included
     # Load the detokenizer's tables now, outside any timed span: it serves the text view only.
     IncrementalDetokenizer().push(0)
+    notes = info.notes
+    if not reset_peak_rss():
+        notes = "; ".join(n for n in (notes, "peak_rss_mb includes load (this OS cannot reset the peak)") if n)
+    build_s = max(0.0, float(info.build_s or 0.0))
+    conn.send(Ready(imported - started, max(0.0, loaded - imported - build_s), time.perf_counter_ns(), info.device,
+                    info.dtype, options.threads, info.weight_bytes_per_token, notes,
+                    kv_bytes_per_position=info.kv_bytes_per_position, build_s=build_s,
+                    artifact_cache=info.artifact_cache, samples_natively=info.samples_natively,
+                    load_peak_rss_mb=load_peak))
     while True:
         message = conn.recv()
         if isinstance(message, Shutdown):
@@ -68,24 +117,69 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
             _serve_logits(conn, engine, message)
 
 
-def _serve_run(conn, cancel: threading.Event, engine, request: RunRequest) -> None:
+def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunRequest) -> None:
     sampler = Sampler(request.sampling)
     engine.run_notes = ""
     detokenizer = IncrementalDetokenizer(request.prompt_ids)
-    count = 0
-    start = time.monotonic_ns()
+    cpu_start = cpu_seconds()
+    start = time.perf_counter_ns()
     conn.send(RunStarted(request.run_id, start))
+    serve = _drive if type(engine).stream is Engine.stream else _relay
+    count = 0
     try:
-        for index, token in enumerate(engine.stream(request.prompt_ids, request.new_tokens, sampler, cancel)):
-            stamp = time.monotonic_ns()  # the id is a Python int here: it is on the CPU
-            conn.send(Token(request.run_id, index, int(token), detokenizer.push(token), stamp))
+        for token in serve(engine, request, sampler, detokenizer, cancel, start):
+            conn.send(token)
             count += 1
     except Exception as exc:
         conn.send(Failed(_one_line(exc), traceback.format_exc(), request.run_id))
         return
-    end = time.monotonic_ns()
+    end = time.perf_counter_ns()
+    cpu_s = cpu_seconds() - cpu_start
     cancelled = cancel.is_set() and count < request.new_tokens
-    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, engine.run_notes))
+    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, engine.run_notes, cpu_s))
+
+
+# Both loops below yield each Token for `_serve_run` to send, and are resumed only after the send,
+# so the send of token i-1 falls in the gap before token i's stamp (see events.Token). Each stamp
+# is taken once the token id is a Python int, i.e. on the CPU.
+
+def _drive(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: IncrementalDetokenizer,
+           cancel: threading.Event, start: int) -> Iterator[Token]:
+    """What `Engine.stream` does (same calls, same sampler: the same tokens), with the engine's
+    prefill/decode calls timed apart from the harness's work around them."""
+    previous = start  # the stamp the next gap starts from
+    token = None
+    for index in range(request.new_tokens):
+        called = time.perf_counter_ns()
+        logits = engine.prefill(request.prompt_ids) if index == 0 else engine.decode(token)
+        returned = time.perf_counter_ns()
+        token = sampler(logits)
+        stamp = time.perf_counter_ns()
+        # harness = the gap minus the engine call: (previous stamp -> call) + (return -> stamp)
+        harness = (called - previous) + (stamp - returned)
+        yield Token(request.run_id, index, int(token), detokenizer.push(token), stamp, returned - called, harness)
+        previous = stamp
+        if cancel.is_set():
+            return
+
+
+def _relay(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: IncrementalDetokenizer,
+           cancel: threading.Event, start: int) -> Iterator[Token]:
+    """An engine with its own `stream` (a server, a native generator): only the time spent outside
+    its generator is the harness's; its engine time is not separable (engine_ns None)."""
+    outside = start  # when the child last got control back from the generator (the previous stamp)
+    tokens = engine.stream(request.prompt_ids, request.new_tokens, sampler, cancel)
+    index = 0
+    while True:
+        resumed = time.perf_counter_ns()  # control goes back to the engine's generator
+        try:
+            token = next(tokens)
+        except StopIteration:
+            return
+        stamp = time.perf_counter_ns()
+        yield Token(request.run_id, index, int(token), detokenizer.push(token), stamp, None, resumed - outside)
+        outside = stamp
+        index += 1
 
 
 def _serve_score(conn, cancel: threading.Event, engine, request: ScoreRequest) -> None:

@@ -1,7 +1,11 @@
 """What a worker process tells its parent: small picklable dataclasses.
 
-Timestamps are `time.monotonic_ns()`, one clock for every process on the machine, so runs in
-different workers can be laid side by side on one time axis.
+Timestamps are `time.perf_counter_ns()`: the highest-resolution clock Python has, and on Linux
+(CLOCK_MONOTONIC), macOS (mach_absolute_time / CLOCK_UPTIME_RAW) and Windows
+(QueryPerformanceCounter) a system-wide one, not a per-process one. So stamps taken in different
+workers and in the parent line up on one time axis (runs in different workers can be laid side
+by side), and the parent may subtract its own stamps from a child's (cold start = Ready.t_ns -
+spawn_ns). Durations inside one process (`engine_ns`, `harness_ns`) use the same clock.
 """
 
 from __future__ import annotations
@@ -88,13 +92,29 @@ class RunStarted:
 
 @dataclass(frozen=True)
 class Token:
+    """One generated token, stamped in the child.
+
+    The gap that ends at `t_ns` (since the previous token's `t_ns`, or since `RunStarted.t_ns` for
+    token 0) is split in two, both measured in the child with `perf_counter_ns`:
+
+    - `engine_ns`: the engine's own call that produced this token's logits (`prefill` for token
+      0, `decode` after). None for an engine that overrides `Engine.stream` (a server, a native
+      generator): its calls cannot be seen from outside, so all of its time counts as engine.
+    - `harness_ns`: the rest of the gap, i.e. the harness's own per-token work in it: sampling this
+      token, and detokenizing + building + sending the previous token's event (or RunStarted, for
+      token 0), plus the loop around them. A token's own detokenizing and sending happen after
+      its stamp, so they are counted in the next token's gap: each gap holds exactly one of each,
+      and engine_ns + harness_ns equals the gap (the ITL; TTFT for token 0). For an engine that
+      overrides `stream`, it is the time the child spent outside the engine's generator in the gap.
+    """
+
     run_id: str
     index: int
     token_id: int
     text: str  # incremental text delta (may be empty while a character is incomplete)
     t_ns: int  # taken once the token id is on the CPU
-    engine_ns: int | None = None  # in the engine's prefill/decode call that produced this token's logits
-    harness_ns: int | None = None  # the harness's own work for this token (sampling, detokenizing, sending)
+    engine_ns: int | None = None  # the engine's prefill/decode call that produced this token's logits
+    harness_ns: int | None = None  # the rest of the gap before t_ns: sampling, the previous token's send
 
 
 @dataclass(frozen=True)
@@ -102,10 +122,10 @@ class RunDone:
     run_id: str
     t_ns: int
     tokens: int
-    peak_rss_mb: float  # the worker's own high-water mark while serving (reset after load where the OS allows)
+    peak_rss_mb: float  # the worker's own high-water mark since Ready (reset after load where the OS allows)
     cancelled: bool = False
     notes: str = ""  # what the engine could not honour in this run
-    cpu_s: float | None = None  # the worker's user + system CPU seconds over the run
+    cpu_s: float | None = None  # the worker's user + system CPU seconds (all its threads) over the run
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class Worker:
             saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
             os.environ.update({name: str(self.options.threads) for name in THREAD_VARIABLES})
             try:
-                self.spawn_ns = time.monotonic_ns()
+                self.spawn_ns = time.perf_counter_ns()  # the clock of every stamp (events.py)
                 self._process.start()
             finally:
                 for name, value in saved.items():
@@ -262,7 +262,3 @@ class Worker:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def default_threads() -> int:
-    return os.cpu_count() or 1

@@ -22,6 +22,7 @@ from llama_cpp import _logger as llama_logger
 from ...storage import artifact_cache
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
+from ..artifact_folders import GGUF_KIND
 from . import gguf_export
 
 llama_logger.set_verbose(False)  # llama.cpp logs every tensor at load and quantisation otherwise
@@ -47,7 +48,8 @@ class LlamaCppEngine(Engine):
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         config = model.gpt2_config.require_supported(self.name)
         threads = self.options.threads or os.cpu_count() or 1
-        self.folder = ensure_gguf(model, self.quant, threads, progress)
+        artefact = gguf_artifact(model, self.quant, threads, progress)
+        self.folder = artefact.folder
         info = json.loads((self.folder / INFO_FILE).read_text())
         self.context = config.n_positions
         # llama.cpp keeps its KV cache in f16 by default; f32 weights get an f32 cache so that
@@ -60,8 +62,11 @@ class LlamaCppEngine(Engine):
         types = ", ".join(f"{n} {t}" for t, n in sorted(info["tensor_types"].items(), key=lambda x: -x[1]))
         notes = [f"threads={threads}", f"llama-cpp-python {llama_cpp.__version__}", f"tensors: {types}",
                  "KV cache f32" if kv else "KV cache f16 (llama.cpp default)", "logits per token via llama_decode"]
+        # The GGUF's tensors as stored (q8_0: 34 bytes per 32 weights, q4_0: 18), see write_info.
         return EngineInfo(device="cpu", dtype=_DTYPES[self.quant],
-                          weight_bytes_per_token=int(info["weight_bytes_per_token"]), notes="; ".join(notes))
+                          weight_bytes_per_token=int(info["weight_bytes_per_token"]),
+                          kv_bytes_per_position=config.kv_bytes_per_position(4 if kv else 2),
+                          build_s=artefact.build_s, artifact_cache=artefact.cache_state, notes="; ".join(notes))
 
     def _eval(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.llm.n_tokens + len(token_ids) > self.context:
@@ -85,6 +90,11 @@ class LlamaCppEngine(Engine):
 
 def ensure_gguf(model: ModelFiles, quant: str, threads: int, progress) -> Path:
     """The cached, validated GGUF folder for `quant` (f32 written by us, the rest by llama.cpp)."""
+    return gguf_artifact(model, quant, threads, progress).folder
+
+
+def gguf_artifact(model: ModelFiles, quant: str, threads: int, progress) -> artifact_cache.Artifact:
+    """The GGUF artefact for `quant`, with its cache state and build time."""
     def build(out: Path) -> None:
         if quant == "f32":
             progress("writing GGUF (f32)", None)
@@ -98,7 +108,7 @@ def ensure_gguf(model: ModelFiles, quant: str, threads: int, progress) -> Path:
     meta = {"format": gguf_export.FORMAT, "quant": quant}
     if quant != "f32":  # the quantiser's choices may change between llama.cpp versions
         meta["llama_cpp_python"] = llama_cpp.__version__
-    return artifact_cache.ensure("gguf", model.weights_hash, quant, build, progress, meta=meta).folder
+    return artifact_cache.ensure(GGUF_KIND, model.weights_hash, quant, build, progress, meta=meta)
 
 
 def quantize(source: Path, target: Path, quant: str, threads: int) -> None:

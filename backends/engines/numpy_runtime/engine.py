@@ -45,6 +45,7 @@ class NumpyEngine(Engine):
         widened = sorted({info.dtype for info in read_header(model.safetensors).values()} - {"F32"})
         notes = ["mmap zero-copy" if not widened else f"{'/'.join(widened)} widened to fp32 (copied)"]
         return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=config.weight_bytes(4, 4),
+                          kv_bytes_per_position=config.kv_bytes_per_position(4),
                           notes="; ".join(notes + self._set_threads()))
 
     def _set_threads(self) -> list[str]:

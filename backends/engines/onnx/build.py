@@ -68,6 +68,37 @@ def build_int4(source: Path, out_dir: Path, report: ProgressFn, block_size: int 
     return {"quantisation": f"MatMulNBits 4-bit symmetric, block {block_size}, accuracy_level 4"}
 
 
+def stored_weight_bytes(model_file: Path) -> int:
+    """Bytes of weights one decode step reads, at their stored size: every initializer as stored
+    (int8/int4 weights with their scales and zero points, biases, norms), except tables that only
+    Gather reads (the embeddings: one row per token; the tied lm_head's copy is a MatMul's and
+    counts). Read from the graph alone: the external data's lengths, not the data."""
+    import onnx
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    graph = onnx.load(str(model_file), load_external_data=False).graph
+    consumers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, set()).add(node.op_type)
+    total = 0
+    for tensor in graph.initializer:
+        if consumers.get(tensor.name, set()) <= {"Gather"}:  # gathered rows only (or unused)
+            continue
+        external = {entry.key: entry.value for entry in tensor.external_data}
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and "length" in external:
+            total += int(external["length"])
+        elif tensor.raw_data:
+            total += len(tensor.raw_data)
+        else:
+            count = 1
+            for dim in tensor.dims:
+                count *= int(dim)
+            bits = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4}.get(tensor.data_type)
+            total += (count * bits + 7) // 8 if bits else count * tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return total
+
+
 def _exit_when_parent_goes(stdin: TextIO) -> None:
     """The parent holds our stdin open; EOF means it is gone (or wants us gone)."""
     def watch() -> None:
@@ -104,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         details = build_int4(args.source, args.out, report)
     details["build_s"] = round(time.perf_counter() - started, 2)
+    details["weight_bytes_per_token"] = stored_weight_bytes(args.out / MODEL_FILE)
     channel.write(json.dumps({"done": details}) + "\n")
     channel.flush()
     return 0

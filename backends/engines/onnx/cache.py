@@ -26,7 +26,7 @@ from ...storage.paths import cache_dir
 from .build import MODEL_FILE
 
 KIND = "onnx"
-FORMAT_VERSION = 2  # bump when the export changes: older caches are then rebuilt
+FORMAT_VERSION = 3  # bump when the export changes: older caches are then rebuilt (3: weight bytes in the manifest)
 VARIANTS = ("fp32", "int8", "int4")
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # The config keys the exported graph depends on (the weights hash covers the rest).

@@ -53,6 +53,7 @@ class OnnxEngine(Engine):
         self._row_zero = np.zeros(1, np.int64)
 
         artefact = onnx_cache.ensure(model, self.variant, progress)
+        build_s = artefact.build_s
         try:
             self.session = self._open(artefact)
         except Exception as exc:  # noqa: BLE001 - ORT raises several types for an unreadable model
@@ -61,6 +62,7 @@ class OnnxEngine(Engine):
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
             progress(f"cached ONNX {self.variant} model is unusable ({why}); rebuilding", None)
             artefact = onnx_cache.rebuild(model, self.variant, progress)
+            build_s += artefact.build_s
             self.session = self._open(artefact)
         build = artefact.details
         notes = [f"providers={','.join(self.session.get_providers())}", "opt=ORT_ENABLE_ALL at load",
@@ -70,8 +72,12 @@ class OnnxEngine(Engine):
             notes.append(build["quantisation"])
         if self.options.device not in ("", "cpu"):
             notes.append(f"device={self.options.device} not honoured: CPU execution provider only")
-        return EngineInfo(device="cpu", dtype=self.variant,
-                          weight_bytes_per_token=config.weight_bytes(_MATRIX_BYTES[self.variant], 4),
+        # The initializers as stored (scales and zero points included); the estimate from the
+        # shapes only for a manifest without the figure.
+        weight_bytes = int(build.get("weight_bytes_per_token") or config.weight_bytes(_MATRIX_BYTES[self.variant], 4))
+        return EngineInfo(device="cpu", dtype=self.variant, weight_bytes_per_token=weight_bytes,
+                          kv_bytes_per_position=config.kv_bytes_per_position(4),  # fp32 KV buffers for every variant
+                          build_s=build_s, artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
                           notes="; ".join(notes))
 
     def _open(self, artefact: Artifact) -> ort.InferenceSession:

@@ -85,6 +85,7 @@ class TorchStaticEngine(Engine):
         other_bytes = 2 if self.dtype == "bf16" else 4
         return EngineInfo(device=device.type, dtype=self.dtype,
                           weight_bytes_per_token=config.weight_bytes(MATRIX_BYTES[self.dtype], other_bytes),
+                          kv_bytes_per_position=config.kv_bytes_per_position(DTYPES[self.dtype].itemsize),
                           notes="; ".join(notes))
 
     def _compile(self, device: torch.device) -> str:

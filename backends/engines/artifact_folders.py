@@ -1,0 +1,38 @@
+"""Where each building engine family keeps its cached files, for one model: light on purpose.
+
+The registry names these functions (`EngineSpec.artifacts`) so that the parent can find an
+engine's files without importing the engine's packages: `--cold` evicts them from the page
+cache before the engine's worker starts. Each returns the folders its engine loads from (the
+final artefact only: a quantised variant's fp32 source is read only while building). The
+folders need not exist yet. The kinds and keys are the ones the engines pass to
+storage/artifact_cache.ensure (tests/test_cold_start.py checks that they agree).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..sources.model_files import ModelFiles
+from ..storage.paths import cache_dir
+
+GGUF_KIND = "gguf"
+CT2_KIND = "ctranslate2"
+OPENVINO_KIND = "openvino"
+
+
+def onnx(model: ModelFiles, variant: str = "fp32") -> list[Path]:
+    from .onnx.cache import variant_dir  # torch-free, onnxruntime-free
+
+    return [variant_dir(model, variant)]
+
+
+def gguf(model: ModelFiles, quant: str = "f32") -> list[Path]:
+    return [cache_dir(GGUF_KIND, model.weights_hash) / quant]
+
+
+def ctranslate2(model: ModelFiles, compute_type: str = "float32") -> list[Path]:
+    return [cache_dir(CT2_KIND, model.weights_hash) / compute_type]
+
+
+def openvino(model: ModelFiles, weight_format: str = "fp32") -> list[Path]:
+    return [cache_dir(OPENVINO_KIND, model.weights_hash) / weight_format]

@@ -1,0 +1,91 @@
+"""Bandwidth that counts what is read: weight + KV bytes, the probe in its own process, its label."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from whistle_stop.backends.results import bandwidth as bw
+from whistle_stop.backends.results.records import RunRecord, decode_bytes_per_token, fill_metrics
+from whistle_stop.backends.status import RunStatus
+from whistle_stop.backends.worker.events import Token
+
+
+def _record(prompt_tokens: int) -> RunRecord:
+    return RunRecord("r", "e", "m", "w", "cpu", "fp32", 1, prompt_tokens, 5, "greedy", 1.0, 0, 1.0, 0, 1, False,
+                     None, None, None, None, None, None, None, None, None, None, RunStatus.OK)
+
+
+def test_bandwidth_counts_weights_and_the_mean_kv_cache(monkeypatch):
+    monkeypatch.setattr(bw, "last_level_cache", lambda: (3, 1024))  # the weights do not fit
+    # First token at 10 ms, then one every 10 ms: 4 decode tokens in 40 ms = 100 tokens/s.
+    tokens = [Token("r", i, 100 + i, "", (i + 1) * 10_000_000) for i in range(5)]
+    record = _record(prompt_tokens=10)
+    fill_metrics(record, 0, tokens, weight_bytes_per_token=1_000_000, kv_bytes_per_position=1_000)
+    assert record.decode_tok_s == pytest.approx(100.0)
+    # Decode token i (1..4) reads 10 + i cached positions: mean 12.5 = prompt + 5 / 2.
+    assert decode_bytes_per_token(1_000_000, 1_000, 10, 5) == pytest.approx(1_012_500)
+    assert record.bandwidth_gb_s == pytest.approx(1_012_500 * 100 / 1e9)
+    assert "fit in" not in record.notes
+    plain = _record(prompt_tokens=10)
+    fill_metrics(plain, 0, tokens, 1_000_000)  # no KV figure: the weights alone
+    assert plain.bandwidth_gb_s == pytest.approx(0.1)
+
+
+def test_weights_that_fit_in_the_last_level_cache_are_flagged(monkeypatch):
+    monkeypatch.setattr(bw, "last_level_cache", lambda: (3, 32 << 20))
+    note = bw.fits_in_cache_note(13_000_000)
+    assert note.startswith("weights (13.0 MB) fit in the L3 cache (34 MB)") and "does not bound" in note
+    assert bw.fits_in_cache_note(500_000_000) == ""
+    record = _record(prompt_tokens=4)
+    fill_metrics(record, 0, [Token("r", i, 1, "", (i + 1) * 1_000_000) for i in range(3)], 13_000_000, 100)
+    assert "fit in the L3 cache" in record.notes
+
+
+def test_cpu_caches_read_from_sysfs(tmp_path):
+    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                                 (3, "Unified", "32768K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    assert bw.cpu_caches(tmp_path) == [(1, 32 << 10), (2, 1 << 20), (3, 32 << 20)]
+
+
+def test_probe_runs_in_its_own_process_and_says_what_it_is():
+    result = bw.measure_bandwidth(threads=1, n_bytes=8 << 20, passes=1)
+    assert result.probe_pid and result.probe_pid != os.getpid()
+    assert result.gb_s > 0 and result.bytes == 8 << 20 and result.threads == 1
+    assert result.label.startswith("sgemv over a 8 MB fp32 matrix, 1 thread: ")
+    data = result.as_dict()
+    assert data["label"] == result.label and "llc_bytes" in data
+    assert bw.Bandwidth.from_dict(data) == result  # environment.json's extra keys read back
+
+
+def test_cached_probe_keeps_working_and_labels_the_limit(monkeypatch):
+    calls = []
+
+    def fake(threads, n_bytes=None, passes=5):
+        calls.append(threads)
+        return bw.Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "cpu", "now", probe_pid=1)
+
+    monkeypatch.setattr(bw, "measure_bandwidth", fake)
+    first = bw.probe_bandwidth(threads=3, refresh=True)
+    again = bw.probe_bandwidth(threads=3)
+    assert calls == [3] and again.cached and again.gb_s == first.gb_s
+    assert again.label == "sgemv over a 1074 MB fp32 matrix, 3 threads: 10.0 GB/s"
+
+
+def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
+    from whistle_stop.backends.report import figures
+
+    runs = [_record(prompt_tokens=4)]
+    runs[0].decode_tok_s, runs[0].bandwidth_gb_s, runs[0].new_tokens = 100.0, 0.1, 3
+    environment = {"bandwidth": {"gb_s": 10.0, "label": "sgemv over a 1074 MB fp32 matrix, 2 threads: 10.0 GB/s",
+                                 "llc_bytes": 32 << 20},
+                   "engines": {"e": {"dtype": "fp32", "weight_bytes_per_token": 1_000_000}}}
+    figure = figures.decode_vs_output(runs, 10.0, environment)
+    assert "sgemv over a 1074 MB" in figure.limits[0].label
+    assert "limit: sgemv" in figure.note and "weights of e fit in the last-level cache" in figure.note

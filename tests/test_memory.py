@@ -1,0 +1,66 @@
+"""Peak memory is the worker's own: a parent that touched a lot of memory does not leak into it.
+
+On Linux `ru_maxrss` is carried across fork + exec, so a worker spawned by a parent that had
+touched 600 MB used to report at least 600 MB. The worker now reads its own high-water mark.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.worker.child import peak_rss_mb, reset_peak_rss
+from whistle_stop.backends.worker.events import RunRequest
+from whistle_stop.backends.worker.process import Worker
+
+BUFFER_MB = 600
+
+pytestmark = pytest.mark.skipif(sys.platform == "darwin",
+                                reason="macOS: the peak is ru_maxrss, whose inheritance the OS decides")
+
+
+@pytest.fixture
+def big_parent():
+    """This (the parent) process holds and has touched BUFFER_MB of memory while workers start."""
+    buffer = np.empty(BUFFER_MB * 2**20 // 8, np.float64)
+    buffer.fill(1.0)  # touched: resident, and the parent's high-water mark is at least this
+    assert peak_rss_mb() >= BUFFER_MB
+    yield buffer
+    del buffer
+
+
+@pytest.mark.parametrize("engine", ["null", "numpy"])
+def test_a_workers_peaks_are_its_own_not_its_parents(tiny_model, big_parent, engine):
+    worker = Worker(registry.get(engine), tiny_model, EngineOptions(threads=1))
+    try:
+        ready = worker.start()
+        outcome = worker.run(RunRequest(f"{engine}/r1", (1, 2, 3, 4), 5, SamplingParams()))
+    finally:
+        worker.close()
+    assert outcome.status == "ok"
+    assert 0 < ready.load_peak_rss_mb < BUFFER_MB / 2
+    assert 0 < outcome.done.peak_rss_mb < BUFFER_MB / 2
+
+
+def test_the_records_carry_both_peaks(tiny_model, big_parent):
+    config = BenchConfig(model="random:tiny", backends=("null",), prompt_tokens=8, new_tokens=5, repeats=1, warmup=0,
+                         threads=1)
+    (run,) = BenchSession(config).run().runs
+    assert run.status == "ok"
+    assert 0 < run.load_peak_rss_mb < BUFFER_MB / 2
+    assert 0 < run.peak_rss_mb < BUFFER_MB / 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="only Linux can reset the high-water mark")
+def test_the_high_water_mark_resets_to_the_current_rss():
+    buffer = np.ones(200 * 2**20 // 8)  # at least 200 MB over whatever this process holds now
+    high = peak_rss_mb()
+    del buffer
+    assert reset_peak_rss()
+    assert peak_rss_mb() < high - 100
