@@ -42,7 +42,8 @@ def test_schema_of_the_three_files(result, tmp_path):
     # The median with its own interval: two runs give min..max at 50% confidence.
     assert float(tpot["median_ci_low"]) <= float(tpot["median"]) <= float(tpot["median_ci_high"])
     assert float(tpot["median_ci_level"]) == 0.5
-    assert set(summary) == {"ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s", "itl_ms_pooled"}
+    assert set(summary) == {"ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s", "cpu_s_per_token",
+                            "itl_ms_pooled"}
     assert summary["itl_ms_pooled"]["n"] == "6"  # 3 gaps in each of the 2 measured runs
     assert not list(tmp_path.glob(".*.tmp"))
     for name in ("runs.csv", "tokens.csv", "environment.json"):  # ordinary files, not mkstemp's 0600

@@ -14,7 +14,7 @@ from .records import RUN_COLUMNS, TOKEN_COLUMNS, RunRecord, TokenRecord
 
 TOKENS_CSV, RUNS_CSV, ENVIRONMENT_JSON = "tokens.csv", "runs.csv", "environment.json"
 SUMMARY_CSV = "summary.csv"
-SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s")
+SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s", "cpu_s_per_token")
 # median_ci_*: the median's distribution-free interval (order statistics) and its exact level, the
 # interval every view shows with the median; mean_ci95_*: the mean's Student t 95% interval (was
 # ci95_low/ci95_high, renamed: beside the median it read as the median's). The metric

@@ -36,7 +36,7 @@ class BackendSummary:
     tpot_ms: Summary
     decode_tok_s: Summary
     bandwidth_gb_s: Summary
-    peak_rss_mb: float | None
+    peak_rss_mb: float | None  # the worker's own peak while serving (max over its runs)
     agree_tokens: int | None
     new_tokens: int
     concurrent: bool
@@ -45,6 +45,8 @@ class BackendSummary:
     itl_pooled_ms: Summary = pooled_summary([])
     native_sampling: bool = False  # the engine samples in its own code
     sampled: bool = False  # the measured runs sampled (decoding "sample", temperature > 0)
+    cpu_s_per_token: Summary = pooled_summary([])  # worker user + system CPU seconds per token, across runs
+    load_peak_rss_mb: float | None = None  # the worker's own peak at Ready (load transients included)
 
     @property
     def comparable(self) -> bool:
@@ -89,6 +91,8 @@ def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
             itl_pooled_ms=pooled_summary([g for r in measured for g in gaps_by_run.get(r.run_id, ())]),
             native_sampling=any(r.native_sampling for r in mine),
             sampled=any(_sampled(r) for r in (measured or mine)),
+            cpu_s_per_token=summarize([r.cpu_s_per_token for r in measured]),
+            load_peak_rss_mb=max((r.load_peak_rss_mb for r in mine if r.load_peak_rss_mb is not None), default=None),
         ))
     return out
 
@@ -122,7 +126,8 @@ def fmt_pooled(summary: Summary, digits: int = 2) -> str:
 
 
 SUMMARY_HEADERS = ["backend", "dtype", "runs", "import s", "load s", "cold start s", "TTFT ms",
-                   "ms/token", "TPOT ms", "tok/s", "ITL p50/p90/p99 ms", "GB/s", "peak RSS MB", "agree", "status"]
+                   "ms/token", "TPOT ms", "tok/s", "CPU ms/token", "ITL p50/p90/p99 ms", "GB/s",
+                   "peak RSS MB run/load", "agree", "status"]
 
 
 def backend_label(s: BackendSummary) -> str:
@@ -138,9 +143,15 @@ def summary_rows(summaries: list[BackendSummary], reference: str | None = None) 
         status = s.status.value if s.status == RunStatus.OK else f"{s.status}: {s.error}"[:80]
         rows.append([backend_label(s), s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
                      fmt(s.cold_start_s, 2), fmt_interval(s.ttft_ms), fmt_interval(s.itl_p50_ms, 2),
-                     fmt_interval(s.tpot_ms, 2), fmt_interval(s.decode_tok_s), fmt_pooled(s.itl_pooled_ms),
-                     fmt(s.bandwidth_gb_s.median), fmt(s.peak_rss_mb, 0), agree, status])
+                     fmt_interval(s.tpot_ms, 2), fmt_interval(s.decode_tok_s), _cpu_ms(s.cpu_s_per_token),
+                     fmt_pooled(s.itl_pooled_ms), fmt(s.bandwidth_gb_s.median),
+                     f"{fmt(s.peak_rss_mb, 0)}/{fmt(s.load_peak_rss_mb, 0)}", agree, status])
     return rows
+
+
+def _cpu_ms(summary: Summary) -> str:
+    """CPU milliseconds per token (median across runs): above ms/token when threads spin or run in parallel."""
+    return "-" if summary.n == 0 else f"{summary.median * 1e3:.2f}"
 
 
 def interval_note(summaries: list[BackendSummary]) -> str:
@@ -154,7 +165,9 @@ def interval_note(summaries: list[BackendSummary]) -> str:
     if levels:
         text += " at " + ", ".join(levels) + " confidence"
     return (text + "; ms/token = median of the runs' median inter-token latency; ITL p50/p90/p99: every "
-            "inter-token gap of the measured runs pooled; GB/s = weight bytes per token x tok/s")
+            "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token; "
+            "GB/s = (weights + KV cache read) per token x tok/s; peak RSS = the worker's own peak while running / "
+            "at load")
 
 
 def sampling_note(s: BackendSummary) -> str:
