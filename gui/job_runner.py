@@ -178,6 +178,9 @@ class JobRunner(QObject):
         self._cancelled = threading.Event()
         self._ready = False  # the job said "ready": a cancel no longer ends it at once
         self._on_cancel: Callable[[], None] = lambda: None
+        # Settle barriers seen by the last drain: released by the next tick, after Qt has painted
+        # what that drain updated (no per-barrier timer with a Python callable on the GUI thread).
+        self._settled: list[threading.Event] = []
         self._timer = QTimer(self)
         self._timer.setInterval(TICK_MS)
         self._timer.timeout.connect(self.drain)
@@ -252,6 +255,7 @@ class JobRunner(QObject):
         return not thread.is_alive()
 
     def drain(self) -> None:
+        self._release_settled()
         if self.quiet:  # a measured run is timed: nothing is drawn until it is recorded
             if self._timer.interval() != QUIET_TICK_MS:
                 self._timer.setInterval(QUIET_TICK_MS)
@@ -264,6 +268,11 @@ class JobRunner(QObject):
         interval = TICK_MS if cost_ms < TICK_MS / 2 else min(MAX_TICK_MS, int(2 * cost_ms))
         if self._timer.interval() != interval:
             self._timer.setInterval(interval)
+
+    def _release_settled(self) -> None:
+        settled, self._settled = self._settled, []
+        for done in settled:
+            done.set()
 
     def _check_free(self) -> None:
         if self.running:
@@ -293,8 +302,7 @@ class JobRunner(QObject):
             self.progress.emit(item.message, item.fraction)
             return False
         if isinstance(item, _Settle):
-            # Released one tick later, so the paint that this drain's updates posted happens first.
-            QTimer.singleShot(TICK_MS, item.done.set)
+            self._settled.append(item.done)  # released at the next tick (see __init__)
             return False
         if isinstance(item, _Ready):
             self._ready = True
@@ -313,6 +321,7 @@ class JobRunner(QObject):
         """End the job now without waiting for its thread (it stops by itself and is dropped)."""
         self._thread = None
         self._timer.stop()
+        self._release_settled()
         self._set_status(JobStatus.IDLE)
         self.failed.emit(CANCELLED)
 
@@ -321,6 +330,7 @@ class JobRunner(QObject):
             self._thread.join(5.0)  # it has posted its last item: it is returning
         self._thread = None
         self._timer.stop()
+        self._release_settled()
         self._set_status(JobStatus.IDLE)
 
     def _set_status(self, status: JobStatus) -> None:

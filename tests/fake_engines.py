@@ -50,7 +50,7 @@ class ScriptedEngine(Engine):
             time.sleep(3600)
         if self.fail_at is not None and self._position == self.fail_at:
             raise ValueError("scripted failure mid-run")
-        _busy_wait(delay)
+        busy_wait(delay)
         logits = self._logits()
         self._position += 1
         return logits
@@ -63,7 +63,7 @@ class ScriptedEngine(Engine):
         return self._step(self.decode_s)
 
 
-def _busy_wait(seconds: float) -> None:
+def busy_wait(seconds: float) -> None:
     """Sleep precisely enough for metric tests (time.sleep can overshoot by a scheduler tick)."""
     end = time.perf_counter() + seconds
     if seconds > 0.003:

@@ -155,9 +155,9 @@ def test_desktop_entry_exec_quoting_and_other_platforms(capsys):
     from whistle_stop.backends.cli import desktop_entry
     from whistle_stop.backends.cli.launcher import main
 
-    assert desktop_entry._exec_arg("/usr/bin/whistle-stop") == "/usr/bin/whistle-stop"
-    assert desktop_entry._exec_arg('/a b/"x"$') == '"/a b/\\\\"x\\\\"\\\\$"'
-    assert desktop_entry._exec_arg("/100%") == "/100%%"
+    assert desktop_entry.exec_arg("/usr/bin/whistle-stop") == "/usr/bin/whistle-stop"
+    assert desktop_entry.exec_arg('/a b/"x"$') == '"/a b/\\\\"x\\\\"\\\\$"'
+    assert desktop_entry.exec_arg("/100%") == "/100%%"
     assert desktop_entry.launcher_command("/x/main.py", "/venv/bin/python")[-1] == "whistle_stop.backends.cli.launcher"
     if not sys.platform.startswith("linux"):
         assert main(["--install-desktop-entry"]) == 2

@@ -114,7 +114,7 @@ class BuildingEngine(fake_engines.ScriptedEngine):
 
     def load(self, model, progress):
         info = super().load(model, progress)
-        fake_engines._busy_wait(0.2)
+        fake_engines.busy_wait(0.2)
         info.build_s, info.artifact_cache, info.samples_natively, info.kv_bytes_per_position = 0.2, "miss", True, 123
         return info
 

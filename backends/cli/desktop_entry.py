@@ -52,7 +52,7 @@ def launcher_command(argv0: str | None = None, executable: str | None = None) ->
     return [executable, "-m", "whistle_stop.backends.cli.launcher"]
 
 
-def _exec_arg(arg: str) -> str:
+def exec_arg(arg: str) -> str:
     """Quote one Exec argument (Desktop Entry spec: quoting, then the string escape of backslashes)."""
     if arg and not any(c in arg for c in ' \t\n"\'\\><~|&;$*?#()`='):
         return arg.replace("%", "%%")
@@ -68,7 +68,7 @@ def desktop_entry(command: list[str], version: str) -> str:
         "Name=whistle-stop",
         "GenericName=GPT-2 engine benchmark",
         "Comment=Which way of running GPT-2 is fastest on this machine, and what the speed costs in quality",
-        "Exec=" + " ".join(_exec_arg(a) for a in command),
+        "Exec=" + " ".join(exec_arg(a) for a in command),
         f"Icon={DESKTOP_ID}",
         "Terminal=false",
         "Categories=Development;Profiling;",
