@@ -49,45 +49,72 @@ class Sampler:
     token-id order without top-p, by falling probability (ties by token id) with top-p. Nothing
     sorts the vocabulary: top-k is a partial selection, a small candidate set (<= 2,048) is
     handled in float64 exactly as a plain sort would, and a large one (top-p over the whole
-    vocabulary) by selection on float32 probabilities, narrowing by value until a few hundred
-    candidates remain. The token chosen is the one a full sort gives, except when the draw lands
-    within float32 rounding of a boundary between two tokens.
+    vocabulary) through a value histogram with each bucket's exact mass, so that only the bucket
+    where the running mass crosses p (and the one where the draw lands) is put in order.
+    Vocabulary-sized temporaries are reused from token to token. The token chosen is the one a
+    full sort gives, except when the draw lands within float32 rounding of a boundary between
+    two tokens.
     """
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self._rng = np.random.default_rng(params.seed)
+        self._scratch = _Scratch()
 
     def __call__(self, logits: np.ndarray) -> int:
         logits = np.asarray(logits, dtype=np.float32).reshape(-1)
         if self.params.is_greedy:
             return int(np.argmax(logits))
-        return self._sample(logits / np.float32(self.params.temperature))
+        scaled = np.divide(logits, np.float32(self.params.temperature), out=self._scratch.get("scaled", logits.size))
+        return self._sample(scaled)
 
     def _sample(self, logits: np.ndarray) -> int:
         p = self.params
-        ids = _top_k_ids(logits, p.top_k) if 0 < p.top_k < logits.size else None
+        ids = _top_k_ids(logits, p.top_k, self._scratch) if 0 < p.top_k < logits.size else None
         u = self._rng.random()
         if ids is not None and ids.size <= _EXACT_LIMIT:
             return _sample_exact(logits[ids], ids, p.top_p, u)
         values = logits if ids is None else logits[ids]
-        weights = np.exp(values - values.max())  # float32
+        weights = np.subtract(values, values.max(), out=self._scratch.get("weights", values.size))
+        np.exp(weights, out=weights)  # float32
         if p.top_p < 1:
-            return _sample_top_p(values, weights, ids, p.top_p, u)
+            return _sample_top_p(values, weights, ids, p.top_p, u, self._scratch)
         index = _walk_in_order(weights, u)
         return int(index if ids is None else ids[index])
 
 
+class _Scratch:
+    """Vocabulary-sized float32 buffers reused from token to token. A fresh 200 KB temporary per
+    step is above glibc's mmap threshold, so each one costs page faults: reusing them made
+    temperature-only sampling about 5x faster (0.6 -> 0.12 ms on a 2-core EPYC)."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, size: int, dtype: type = np.float32) -> np.ndarray:
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size < size:
+            buffer = self._buffers[name] = np.empty(size, dtype)
+        return buffer[:size]
+
+
 # Candidate sets up to this size are sampled in float64, in the order a full sort gives.
 _EXACT_LIMIT = 2048
-# The value-narrowing selection sorts what is left once the candidates are this few.
-_SMALL = 256
+# Block size of the in-order walk (block sums first, then a cumulative sum inside one block).
 _BLOCK = 1024
 
 
-def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+def _kth_largest(values: np.ndarray, k: int, scratch: _Scratch) -> np.float32:
+    """The k-th largest value (k >= 1), by partial selection in a reused copy."""
+    copy = scratch.get("select", values.size)
+    np.copyto(copy, values)
+    copy.partition(values.size - k)
+    return copy[values.size - k]
+
+
+def _top_k_ids(logits: np.ndarray, k: int, scratch: _Scratch) -> np.ndarray:
     """Token ids of the k largest logits, in token-id order (ties at the k-th value: lowest ids)."""
-    kth = np.partition(logits, logits.size - k)[logits.size - k]
+    kth = _kth_largest(logits, k, scratch)
     ids = np.flatnonzero(logits > kth)
     if ids.size < k:
         ids = np.sort(np.concatenate([ids, np.flatnonzero(logits == kth)[: k - ids.size]]))
@@ -125,83 +152,77 @@ def _walk_in_order(weights: np.ndarray, u: float) -> int:
     return int(starts[block]) + min(int(np.searchsorted(inside, target, side="right")), inside.size - 1)
 
 
-def _sample_top_p(values: np.ndarray, weights: np.ndarray, ids: np.ndarray | None, top_p: float, u: float) -> int:
+def _sample_top_p(values: np.ndarray, weights: np.ndarray, ids: np.ndarray | None, top_p: float, u: float,
+                   scratch: _Scratch) -> int:
     """Top-p over a large candidate set, by falling probability (ties by token id), unsorted."""
-    total = float(weights.sum(dtype=np.float64))
-    # Real models' next-token distributions put top_p of the mass on a few tokens: try the best first.
-    kth = np.partition(values, values.size - _SMALL)[values.size - _SMALL]
-    best = np.flatnonzero(values >= kth)
-    if float(weights[best].sum(dtype=np.float64)) >= top_p * total:
-        ids = best if ids is None else ids[best]
-        values, weights = values[best], weights[best]
-    _, kept_mass = _crossing(values, weights, top_p * total, strict=False)
-    index, _ = _crossing(values, weights, u * kept_mass, strict=True)
+    nucleus = _ValueHistogram(values, weights, scratch)
+    _, kept_mass = nucleus.crossing(top_p * nucleus.total, strict=False)
+    index, _ = nucleus.crossing(u * kept_mass, strict=True)
     return int(index if ids is None else ids[index])
 
 
-def _crossing(values: np.ndarray, weights: np.ndarray, target: float, strict: bool) -> tuple[int, float]:
-    """(index, running mass up to and including it) of the first candidate, in falling-value
-    order with ties by index, where the running mass reaches `target` (exceeds it when strict).
-
-    Narrows by value without sorting: a sample of the candidates estimates where the running
-    mass crosses the target; two sample values around that point split the candidates into
-    above / between / below, exact masses say which part holds the crossing, and the search goes
-    on there (or in one half, when the estimate was off) until few are left; those are sorted."""
-    def reached(mass: float) -> bool:
-        return mass > target if strict else mass >= target
-
-    index = None  # positions of the remaining candidates in `values` (None: all of them)
-    before = 0.0  # mass of the candidates that come before the remaining ones
-    while values.size > _SMALL:
-        keep, after = _bracket(values, weights, before, target, reached)
-        if np.count_nonzero(keep) > values.size // 2:
-            keep, after = _halve(values, weights, before, reached)
-            if keep is None:
-                break  # all equal: their order is by index, as they stand
-        before = after
-        chosen = np.flatnonzero(keep)
-        values, weights = values[chosen], weights[chosen]
-        index = chosen if index is None else index[chosen]
-    positions = np.arange(values.size) if index is None else index
-    order = np.lexsort((positions, -values)) if values.size <= _SMALL else np.arange(values.size)
-    cumulative = before + np.cumsum(weights[order], dtype=np.float64)
-    at = min(int(np.searchsorted(cumulative, target, side="right" if strict else "left")), order.size - 1)
-    return int(positions[order[at]]), float(cumulative[at])
+# Buckets of the value histogram: _BUCKETS over the candidates' value range, or over _SPAN
+# nats below the largest value when some are masked (-inf; they share the last bucket).
+_BUCKETS = 4096
+_SPAN = 64.0
+_SORT_LIMIT = 2048  # a crossing bucket with more candidates than this is split again
 
 
-def _mass(weights: np.ndarray, mask: np.ndarray) -> float:
-    return float(weights[np.flatnonzero(mask)].sum(dtype=np.float64))
+class _ValueHistogram:
+    """Candidates bucketed by value in one pass, with each bucket's exact mass (float64).
 
+    Buckets follow falling value, so the running mass up to any bucket is a cumulative sum of
+    bucket masses; only the bucket where the running mass crosses a target is put in order
+    (falling value, ties by position), and one that is still large is bucketed again over its
+    own value range. Two vectorised passes over the vocabulary, whatever the distribution's shape."""
 
-def _bracket(values, weights, before, target, reached):
-    """Split around the estimated crossing: (mask of the part that holds it, mass before that part)."""
-    stride = max(1, values.size // 256)
-    sample_order = np.argsort(-values[::stride], kind="stable")
-    sample = values[::stride][sample_order]
-    estimate = before + np.cumsum(weights[::stride][sample_order], dtype=np.float64) * stride
-    at = int(np.searchsorted(estimate, target))
-    margin = 2 + int(3 * math.sqrt(at))  # the estimate's error grows like the square root of the count
-    above = values > sample[at - margin] if at >= margin else np.zeros(values.size, bool)
-    mass_above = before + _mass(weights, above)
-    if reached(mass_above):
-        return above, before
-    between = ~above
-    if at + margin < sample.size:
-        between &= values >= sample[at + margin]
-    mass_between = _mass(weights, between)
-    if reached(mass_above + mass_between):
-        return between, mass_above
-    return ~(above | between), mass_above + mass_between
+    def __init__(self, values: np.ndarray, weights: np.ndarray, scratch: _Scratch | None = None,
+                 before: float = 0.0, positions: np.ndarray | None = None) -> None:
+        self.values, self.weights, self.before = values, weights, before
+        self.positions = positions  # None: a candidate's position is its index
+        scratch = scratch or _Scratch()  # vocabulary-sized temporaries are reused (see _Scratch)
+        top, low = float(values.max()), float(values.min())  # low is -inf with masked tokens
+        self.bucket: np.ndarray | None = None
+        if top == low or not math.isfinite(top):  # one value (or all masked): the order is by position
+            self.cumulative = before + np.array([weights.sum(dtype=np.float64)])
+        else:
+            # float32 -> int32 -> intp: two cheap casts (a direct float -> int64 cast costs 4x more)
+            scale = np.float32(_BUCKETS / min(_SPAN if math.isinf(low) else top - low, top - low) * (1 - 1e-6))
+            level = scratch.get("level", values.size)
+            np.subtract(np.float32(top), values, out=level)
+            np.multiply(level, scale, out=level)  # in [0, _BUCKETS) when nothing is masked
+            if math.isinf(low):
+                np.minimum(level, np.float32(_BUCKETS - 1), out=level)  # masked (-inf) -> the last bucket
+            bucket32 = scratch.get("bucket32", values.size, np.int32)
+            np.copyto(bucket32, level, casting="unsafe")
+            self.bucket32 = bucket32  # falling value -> rising bucket
+            self.bucket = scratch.get("bucket", values.size, np.intp)  # what bincount takes
+            np.copyto(self.bucket, bucket32)
+            mass = scratch.get("mass", values.size, np.float64)
+            np.copyto(mass, weights)
+            self.cumulative = before + np.cumsum(np.bincount(self.bucket, weights=mass, minlength=_BUCKETS))
+        self.total = float(self.cumulative[-1])
 
+    def crossing(self, target: float, strict: bool) -> tuple[int, float]:
+        """(position, running mass up to and including it) of the first candidate, in falling-value
+        order with ties by position, where the running mass reaches `target` (exceeds it when strict)."""
+        side = "right" if strict else "left"
+        if self.bucket is None:
+            members = np.arange(self.values.size)  # rare: flat logits in one bucket, or all tied
+            before = self.before
+        else:
+            b = min(int(np.searchsorted(self.cumulative, target, side=side)), self.cumulative.size - 1)
+            before = float(self.cumulative[b - 1]) if b else self.before
+            members = np.flatnonzero(self.bucket32 == b)
+        if members.size > _SORT_LIMIT and self.bucket is not None:
+            inner = _ValueHistogram(self.values[members], self.weights[members], None, before,
+                                    self._position(members))
+            return inner.crossing(target, strict)
+        values, positions = self.values[members], self._position(members)
+        order = np.arange(members.size) if self.bucket is None else np.lexsort((positions, -values))
+        running = before + np.cumsum(self.weights[members][order], dtype=np.float64)
+        at = min(int(np.searchsorted(running, target, side=side)), order.size - 1)
+        return int(positions[order[at]]), float(running[at])
 
-def _halve(values, weights, before, reached):
-    """Split at the median value: (mask of the half that holds the crossing, mass before it), or
-    (None, before) when all values are equal."""
-    pivot = np.partition(values, values.size // 2)[values.size // 2]
-    high = values > pivot
-    if not high.any():  # the median is the largest value: it goes first
-        high = values >= pivot
-        if high.all():
-            return None, before
-    mass = before + _mass(weights, high)
-    return (high, before) if reached(mass) else (~high, mass)
+    def _position(self, members: np.ndarray) -> np.ndarray:
+        return members if self.positions is None else self.positions[members]

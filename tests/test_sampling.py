@@ -123,3 +123,14 @@ def test_same_tokens_as_the_reference_on_ties_and_masked_tokens():
                    SamplingParams("sample", 0.5, 0, 0.3, 3)):
         fast, reference = Sampler(params), _ReferenceSampler(params)
         assert [fast(logits) for _ in range(40)] == [reference(logits) for _ in range(40)]
+
+
+def test_same_tokens_as_the_reference_when_the_crossing_bucket_is_crowded():
+    """A few outliers stretch the value range, so most of the vocabulary lands in a handful of
+    histogram buckets: the crowded one is bucketed again over its own range."""
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal(50257) * 1e-3).astype(np.float32)
+    logits[rng.choice(50257, 100, replace=False)] = 3.0
+    for params in (SamplingParams("sample", 1.0, 0, 0.5, 1), SamplingParams("sample", 0.9, 0, 0.97, 2)):
+        fast, reference = Sampler(params), _ReferenceSampler(params)
+        assert [fast(logits) for _ in range(40)] == [reference(logits) for _ in range(40)]
