@@ -29,7 +29,7 @@ from typing import Callable, TypeVar
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.runs.events import RunRecorded, SessionStarted
+from whistle_stop.backends.runs.events import HarnessCalibrated, HarnessCalibrating, RunRecorded, SessionStarted
 from whistle_stop.backends.worker.events import BackendEvent, RunRequest
 from whistle_stop.backends.sources.model_files import DownloadCancelled, ProgressFn, resolve_model
 
@@ -95,10 +95,10 @@ class QuietSink:
         if isinstance(event, SessionStarted):
             self._fair = event.config.mode == "fair"
         self.out.put(event)
-        if isinstance(event, RunRecorded):
+        if isinstance(event, (RunRecorded, HarnessCalibrated)):
             self.quiet.clear()
-        elif self._fair and _measured_request(event):
-            self.settle()
+        elif (self._fair and _measured_request(event)) or isinstance(event, HarnessCalibrating):
+            self.settle()  # the harness calibration is timed in every mode: the engines are closed by then
             self.quiet.set()
 
     def settle(self) -> None:

@@ -15,6 +15,7 @@ from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
+from whistle_stop.backends.runs.events import HarnessCalibrating
 from whistle_stop.backends.sources.prompts import prompt_text
 
 from .actions import REPLAY_SPEEDS, build_actions
@@ -253,6 +254,8 @@ class MainWindow(QMainWindow):
             self._results_dirty = True  # redrawn when its tab is shown, not in the middle of a stream
             self._refresh_if_shown()
             self.messages.say(f"{len(self.data.runs)} run(s) recorded…")
+        if any(isinstance(e, HarnessCalibrating) for e in batch):
+            self.messages.say("timing the harness's own cost per token (null engine)…")
 
     def _on_finished(self, result: BenchResult) -> None:
         self.prepare_bar.setVisible(False)
@@ -319,7 +322,8 @@ class MainWindow(QMainWindow):
     def _refresh_results(self) -> None:
         self._results_dirty = False
         colours = self.colours
-        self.summary.set_summaries(self.data.summaries(), colours, self.data.reference or None, self.data.concurrent)
+        self.summary.set_summaries(self.data.summaries(), colours, self.data.reference or None, self.data.concurrent,
+                                  self.data.environment.get("harness"))
         self.histogram.set_data(self.data.measured_itl())
 
     def _data_changed(self) -> None:

@@ -66,7 +66,7 @@ class SessionData:
         return summarize_backends(self.runs, self.backends or None, self.tokens)
 
     def markdown(self) -> str:
-        return markdown_table(self.summaries(), self.reference or None)
+        return markdown_table(self.summaries(), self.reference or None, self.environment.get("harness"))
 
     def measured_itl(self) -> dict[str, np.ndarray]:
         """Inter-token latencies of the measured runs per engine (TokenRecord.itl_ms)."""

@@ -227,7 +227,8 @@ class SetupPanel(QWidget):
         return BenchConfig(model=self.model_spec(), backends=engines, prompt=self.prompt.toPlainText(),
                            new_tokens=self.new_tokens.value(), sampling=self.sampling(), repeats=self.repeats.value(),
                            warmup=self.warmup.value(), threads=self.threads.value(), mode=self.mode(),
-                           engine_options=options, cold=self.cold.isChecked())
+                           engine_options=options, cold=self.cold.isChecked(),
+                           calibrate_harness=True)  # as bench does: the null engine after the engines
 
     def settings_problem(self) -> str:
         """What is wrong with the model, engines or engine settings (shared by Run, Sweep, Quality)."""

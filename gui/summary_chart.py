@@ -16,8 +16,8 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
 from whistle_stop.backends.results.stats import Summary
-from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, interval_note, sampling_notes,
-                                                   summary_rows)
+from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, harness_note, interval_note,
+                                                   sampling_notes, summary_rows)
 
 from .theme import Theme, current_theme
 
@@ -124,7 +124,8 @@ class SummaryView(QWidget):
         layout.addWidget(self.note)
 
     def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor], reference: str | None,
-                      contended: bool) -> None:
+                      contended: bool, harness: dict | None = None) -> None:
+        """`harness`: environment.json's "harness" (the null engine's cost per token), shown as bench prints it."""
         self.bars.set_summaries(summaries, colours)
         rows = summary_rows(summaries, reference)
         self.table.setRowCount(len(rows))
@@ -143,6 +144,8 @@ class SummaryView(QWidget):
         note = _BARS_NOTE + "  Table: " + interval_note(summaries) + "."
         for line in sampling_notes(summaries):
             note += "  " + line + "."
+        if harness_note(harness):
+            note += "  " + harness_note(harness) + "."
         if contended:
             note += "  Race mode: engines ran at the same time, so these timings are contended."
         self.note.setText(note)

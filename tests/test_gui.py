@@ -110,6 +110,10 @@ def test_real_engines_fill_panes_charts_table_and_export(qtbot, make_window, tmp
     assert [r["backend"] for r in runs] == ["hf", "hf-int8"]
     assert len(tokens) == 32 and (out / "environment.json").exists()
     assert "| hf |" in window.copy_markdown()
+    harness = result.environment["harness"]  # the window calibrates the harness as bench does
+    assert harness["null_itl_us_median"] > 0 and "error" not in harness
+    assert "harness cost per token (null engine)" in window.summary.note.text()
+    assert "harness cost per token (null engine)" in window.copy_markdown()
     charts = window.export_charts(tmp_path / "charts")
     assert len(charts) == 4 and all(p.stat().st_size > 0 for p in charts)
     assert window.grab().save(str(tmp_path / "window.png"))
@@ -442,6 +446,32 @@ def test_job_runner_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
         sweep.cancel()
     stuck.set()
     assert blocker.args == [CANCELLED] and sweep.status is JobStatus.IDLE
+
+
+def test_harness_calibration_keeps_the_window_still(qtbot):
+    """The null engine's timing is a measurement too: the window stops drawing once it starts
+    (after drawing what came before) and draws again when it ends, in race mode as in fair."""
+    import threading
+
+    from whistle_stop.backends.runs.events import HarnessCalibrated, HarnessCalibrating
+    from whistle_stop.gui.job_manager import JobKind, JobManager
+
+    runner = JobManager().runner(JobKind.BENCH, "benchmark run")
+    post, release, quiet_seen = runner.sink(), threading.Event(), []
+
+    def work(context):
+        context.ready(None)
+        post(HarnessCalibrating(200))  # returns once the window has drawn everything before it
+        release.wait(30)
+        post(HarnessCalibrated({"null_itl_us_median": 40.0}))
+        return "done"
+
+    runner.start(work, release.set)
+    qtbot.waitUntil(lambda: runner.quiet, timeout=10_000)
+    quiet_seen.append(runner.quiet)
+    with qtbot.waitSignal(runner.finished, timeout=10_000):
+        release.set()
+    assert quiet_seen == [True] and not runner.quiet
 
 
 def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model):

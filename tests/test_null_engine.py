@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from whistle_stop.backends import registry
-from whistle_stop.backends.cli.bench_command import harness_footnote
+from whistle_stop.backends.results.summary import harness_note
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.null_engine import NullEngine
@@ -115,7 +115,7 @@ def test_calibration_gives_the_null_engines_median_itl(tiny_model, prompt_ids):
     assert harness["null_itl_us_median"] > 0 and 0 <= harness["harness_us_median"]
     assert harness["sampled"]["null_itl_us_median"] > 0
     assert harness["sampled"]["sampling"]["top_k"] == 40
-    line = harness_footnote(harness)
+    line = harness_note(harness)
     assert line.startswith("harness cost per token (null engine): ") and "(greedy)" in line and "(sampled)" in line
     assert not live_workers()
 
@@ -132,5 +132,5 @@ def test_calibration_is_off_unless_asked_and_lands_in_environment(tiny_model):
     ({"error": "cancelled"}, "not measured (cancelled)"),
     ({"null_itl_us_median": 41.7}, "harness cost per token (null engine): 42 us (greedy)"),
 ])
-def test_harness_footnote(harness, text):
-    assert text in harness_footnote(harness) and (text or harness_footnote(harness) == "")
+def test_harness_note(harness, text):
+    assert text in harness_note(harness) and (text or harness_note(harness) == "")

@@ -169,6 +169,9 @@ def test_quality_files_round_trip(quality_run, tmp_path):
     rows, divergences = read_quality(tmp_path)
     assert [r["backend"] for r in rows] == ["ref", "fast"] and rows[1]["first_divergence"] == 3
     assert divergences[0]["top"][0]["token_id"] == 203
+    # the speed's interval is the median's (the figure beside it), and its columns say so
+    assert rows[1]["decode_tok_s_median_ci_low"] <= rows[1]["decode_tok_s"] <= rows[1]["decode_tok_s_median_ci_high"]
+    assert not any("ci95" in key for key in rows[1])
     env = json.loads((tmp_path / "environment.json").read_text())
     assert env["quality"]["stride"] == 8 and env["quality"]["reference"] == "ref"
     assert "meaningless" in env["quality"]["note"]

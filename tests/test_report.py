@@ -124,7 +124,8 @@ def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_
     bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
     bench_runs = [dataclasses.replace(r, decoding="sample", native_sampling=r.backend == "hf-int8") for r in bench_runs]
     kept = {r.run_id for r in bench_runs}
-    bench = _folder(tmp_path / "bench", bench_runs, [t for t in tokens if t.run_id in kept], "CPU")
+    bench = _folder(tmp_path / "bench", bench_runs, [t for t in tokens if t.run_id in kept], "CPU",
+                    {"harness": {"null_itl_us_median": 46.5, "sampled": {"null_itl_us_median": 180.0}}})
     # The bars: median with the median's interval (3 runs: min..max), asymmetric allowed.
     bars = fg.bench_bars(bench_runs, "ttft_ms")
     (series,) = bars.series
@@ -133,6 +134,7 @@ def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_
     page = build_report([bench], tmp_path / "report").read_text(encoding="utf-8")
     assert "hf-int8 †" in page and "not comparable" in page and "ITL p50/p90/p99 ms" in page
     assert "3 runs: min–max, 75.0%" in page and "interval of the mean" not in page
+    assert "harness cost per token (null engine): 46 us (greedy), 180 us (sampled)" in page
 
 
 def test_environment_differences_ignore_volatile_keys():

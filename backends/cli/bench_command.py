@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..results.export import write_results
-from ..results.summary import SUMMARY_HEADERS, interval_note, sampling_notes, summarize_backends, summary_rows
+from ..results.summary import (SUMMARY_HEADERS, harness_note, interval_note, sampling_notes, summarize_backends,
+                               summary_rows)
 from ..runs.bench import BenchResult, BenchSession
 from .common import (add_cached_bandwidth, check_reference, config_from_args, in_thread,
                      out_dir, progress_printer, stderr_console, stdout_console)
@@ -65,21 +66,8 @@ def print_summary(result: BenchResult, console: Console) -> None:
     console.print("; [bold]random weights - timing only[/]" if result.model.is_random else "")
     for note in sampling_notes(summaries):
         console.print(note, markup=False)
-    harness = harness_footnote(result.environment.get("harness"))
+    harness = harness_note(result.environment.get("harness"))
     if harness:
         console.print(harness)
     if any(s.concurrent for s in summaries):
         console.print("[yellow]race mode: engines ran at the same time, so timings are contended[/]")
-
-
-def harness_footnote(harness: dict | None) -> str:
-    """environment.json's "harness" as one line ("" when the bench did not calibrate)."""
-    if not harness:
-        return ""
-    if harness.get("error"):
-        return f"harness cost per token (null engine): not measured ({harness['error']})"
-    parts = [f"{harness['null_itl_us_median']:.0f} us (greedy)"] if harness.get("null_itl_us_median") is not None else []
-    sampled = harness.get("sampled") or {}
-    if sampled.get("null_itl_us_median") is not None:
-        parts.append(f"{sampled['null_itl_us_median']:.0f} us (sampled)")
-    return "harness cost per token (null engine): " + (", ".join(parts) or "not measured")

@@ -22,7 +22,7 @@ from ..runs.quality import read_quality
 from ..results.records import RunRecord, TokenRecord
 from ..results.reader import load_results
 from ..results.stats import summarize
-from ..results.summary import (SUMMARY_HEADERS, fmt, interval_note, sampling_notes, summarize_backends,
+from ..results.summary import (SUMMARY_HEADERS, fmt, harness_note, interval_note, sampling_notes, summarize_backends,
                                summary_rows)
 
 REPORT_HTML = "report.html"
@@ -202,7 +202,8 @@ def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
     elif data.runs:
         summaries = summarize_backends(data.runs, data.backends, data.tokens)
         parts.append(_table(SUMMARY_HEADERS, summary_rows(summaries, env.get("reference"))))
-        parts += [f"<p class=note>{html.escape(line)}</p>" for line in [interval_note(summaries)]]
+        parts += [f"<p class=note>{html.escape(line)}</p>" for line in [interval_note(summaries),
+                                                                           harness_note(env.get("harness"))] if line]
         parts += [f"<p class=warn>{html.escape(line)}</p>" for line in sampling_notes(summaries)]
     if data.quality:
         parts.append(_quality_html(data))

@@ -184,8 +184,25 @@ def sampling_notes(summaries: list[BackendSummary]) -> list[str]:
     return [note for note in (sampling_note(s) for s in summaries) if note]
 
 
-def markdown_table(summaries: list[BackendSummary], reference: str | None = None) -> str:
+def markdown_table(summaries: list[BackendSummary], reference: str | None = None,
+                   harness: dict | None = None) -> str:
     lines = ["| " + " | ".join(SUMMARY_HEADERS) + " |", "|" + "---|" * len(SUMMARY_HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(summaries, reference)]
     lines += ["", interval_note(summaries)] + sampling_notes(summaries)
+    lines += [note for note in [harness_note(harness)] if note]
     return "\n".join(lines)
+
+
+def harness_note(harness: dict | None) -> str:
+    """environment.json's "harness" as one line for every table's footnote (CLI, window, Markdown,
+    HTML); "" when the bench did not calibrate."""
+    if not harness:
+        return ""
+    if harness.get("error"):
+        return f"harness cost per token (null engine): not measured ({harness['error']})"
+    parts = [f"{harness['null_itl_us_median']:.0f} us (greedy)"] if harness.get("null_itl_us_median") is not None else []
+    sampled = harness.get("sampled") or {}
+    if sampled.get("null_itl_us_median") is not None:
+        parts.append(f"{sampled['null_itl_us_median']:.0f} us (sampled)")
+    return "harness cost per token (null engine): " + (", ".join(parts) or "not measured")
+

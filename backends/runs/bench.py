@@ -12,9 +12,10 @@ from ..registry import EngineSpec
 from ..results.agreement import fill_agreement
 from ..results.environment import collect_environment
 from ..sources.model_files import ModelFiles
+from .calibration import DEFAULT_TOKENS as CALIBRATION_TOKENS
 from .calibration import calibrate_harness
 from .config import BenchConfig, Cell
-from .events import EventSink, RunRecorded, SessionStarted
+from .events import EventSink, HarnessCalibrated, HarnessCalibrating, RunRecorded, SessionStarted
 from .orchestrator import Orchestrator
 from .preparation import prepare_bench
 from .result import BenchResult
@@ -62,9 +63,11 @@ class BenchSession:
             self._orchestrator.run_bench(bench_cell(self.config, prompt_ids))
         finish_bench(result, self.threads, self._orchestrator.cancelled)
         if self.config.calibrate_harness and not result.cancelled:  # after the engines closed: nothing competes
+            self._orchestrator.emit(HarnessCalibrating(CALIBRATION_TOKENS))
             result.environment["harness"] = calibrate_harness(
-                model, prompt_ids, self.config.sampling, threads=self.threads, timeouts=self.config.timeouts,
-                cancelled=lambda: self._orchestrator.cancelled)
+                model, prompt_ids, self.config.sampling, tokens=CALIBRATION_TOKENS, threads=self.threads,
+                timeouts=self.config.timeouts, cancelled=lambda: self._orchestrator.cancelled)
+            self._orchestrator.emit(HarnessCalibrated(result.environment["harness"]))
         result.environment["threads_resolution"] = self._orchestrator.threads_resolution
         return result
 

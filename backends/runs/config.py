@@ -29,7 +29,7 @@ class BenchConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     engine_options: dict[str, EngineSettings] = field(default_factory=dict)  # per backend: its typed settings
     cold: bool = False  # evict the weights and each engine's artefact files from the page cache before it starts
-    calibrate_harness: bool = False  # bench: time the null engine afterwards (environment.json "harness"); the CLI sets it
+    calibrate_harness: bool = False  # time the null engine afterwards (environment.json "harness"); bench and Run set it
 
     def validate(self) -> "BenchConfig":
         """Checks that need no model. The context check follows once the model is known."""

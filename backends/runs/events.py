@@ -48,3 +48,15 @@ class CellDone:
 @dataclass(frozen=True)
 class SweepNote:
     message: str
+
+
+# The harness calibration after a bench (runs/calibration.py): a timing like any other, so a
+# window keeps still from the first event to the second.
+@dataclass(frozen=True)
+class HarnessCalibrating:
+    tokens: int
+
+
+@dataclass(frozen=True)
+class HarnessCalibrated:
+    harness: dict  # environment.json's "harness"

@@ -31,8 +31,8 @@ class QualityRow:
     ppl_diff: float | None = None  # perplexity - the reference's
     ppl_diff_pct: float | None = None
     decode_tok_s: float | None = None  # median of measured runs
-    decode_tok_s_ci95_low: float | None = None  # the median's interval (order statistics; min..max with <= 5 runs)
-    decode_tok_s_ci95_high: float | None = None
+    decode_tok_s_median_ci_low: float | None = None  # the median's interval (order statistics; min..max with <= 5 runs)
+    decode_tok_s_median_ci_high: float | None = None
     agree_tokens: int | None = None
     compared_tokens: int | None = None
     agree_share: float | None = None
@@ -87,7 +87,7 @@ def quality_rows(result: BenchResult, reference: str, scores: dict[str, ScoreOut
         if speed.n:
             row.decode_tok_s = speed.median
             if speed.n > 1:
-                row.decode_tok_s_ci95_low, row.decode_tok_s_ci95_high = speed.median_ci_low, speed.median_ci_high
+                row.decode_tok_s_median_ci_low, row.decode_tok_s_median_ci_high = speed.median_ci_low, speed.median_ci_high
         outcome = scores.get(name)
         if outcome is None:
             failed = next((r for r in mine if r.status.is_failure), None)
