@@ -7,7 +7,8 @@ Builds ONE BenchConfig from the real window's setup panel, runs it through `Benc
 headless (what `bench` does), then through the window's Run button (offscreen unless there is a
 display or --show), one after the other, never at once. Prints each engine's median ms/token
 (TPOT, decode ms per token, over the measured repeats) in both and the ratio window / bench;
-the target is a ratio <= 1.03. With --rounds N, bench and window alternate N times.
+the target is a ratio <= 1.03. With --rounds N, N rounds in alternating order (bench then
+window, window then bench, ...), and the verdict is the geometric mean of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -69,20 +70,26 @@ def probe(model: str, engines: list[str], tokens: int, repeats: int, warmup: int
         if problem:
             raise RuntimeError(f"the window refuses these settings: {problem}")
         config = setup.config()
+        def in_window():
+            loop, outcome = run_end_loop(window.bench)
+            if not window.start_run():
+                raise RuntimeError(f"the window cannot run: {window.last_error or setup.problem()}")
+            loop.exec()
+            if "error" in outcome:
+                raise RuntimeError(f"the window's run failed: {outcome['error']}")
+            return outcome["result"]
+
+        phases = {"bench": lambda: BenchSession(config).run(), "window": in_window}  # bench: what `bench` runs
         try:
-            for _ in range(rounds):
-                began = _own_cpu_s()
-                headless = BenchSession(config).run()  # what `bench` runs
-                bench_cpu = _own_cpu_s() - began
-                began = _own_cpu_s()
-                loop, outcome = run_end_loop(window.bench)
-                if not window.start_run():
-                    raise RuntimeError(f"the window cannot run: {window.last_error or setup.problem()}")
-                loop.exec()
-                if "error" in outcome:
-                    raise RuntimeError(f"the window's run failed: {outcome['error']}")
-                shown = outcome["result"]
-                window_cpu = _own_cpu_s() - began
+            for index in range(rounds):
+                # A B, B A, A B, ...: a drift of the machine over the rounds cancels out.
+                order = ["bench", "window"] if index % 2 == 0 else ["window", "bench"]
+                results, cpu = {}, {}
+                for phase in order:
+                    began = _own_cpu_s()
+                    results[phase] = phases[phase]()
+                    cpu[phase] = _own_cpu_s() - began
+                headless, shown, bench_cpu, window_cpu = results["bench"], results["window"], cpu["bench"], cpu["window"]
                 out.append([Comparison(e, median_ms_per_token(headless.runs, e), median_ms_per_token(shown.runs, e),
                                        bench_cpu, window_cpu) for e in config.backends])
         finally:
