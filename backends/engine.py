@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .engines.options import EngineSettings
+from .profile.capture import EngineProfiler
 from .progress import ProgressFn
 from .sources.model_files import ModelFiles
 from .sampling import Sampler
@@ -76,6 +77,11 @@ class Engine(ABC):
             if index + 1 == new_tokens or (cancel is not None and cancel.is_set()):
                 return
             logits = self.decode(token)
+
+    def profiler(self) -> "EngineProfiler | None":
+        """A profiler for one profiled run (its runtime's own, see backends/profile), or None when
+        the engine has none: a profile then shows its total and the harness only."""
+        return None
 
     def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Logits [T, vocab] for every position of one sequence (used for perplexity)."""

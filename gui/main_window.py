@@ -26,6 +26,7 @@ from .job_runner import JobStatus
 from .live import LiveView
 from .messages import Messages
 from .model_probe import from_files
+from .profile_tab import ProfileTab
 from .quality_tab import QualityTab
 from .replay import Replayer
 from .reports import ReportsController
@@ -76,6 +77,7 @@ class MainWindow(QMainWindow):
                          self.replayer.started, self.replayer.finished)
         self.sweep_tab = SweepTab(self.setup, self.jobs, self.extra_specs)
         self.quality_tab = QualityTab(self.setup, self.jobs, self.extra_specs)
+        self.profile_tab = ProfileTab(self.setup, self.jobs, self.extra_specs)
         self._build_layout()
         self.state = QLabel("Ready")
         self.prepare_bar = QProgressBar()
@@ -112,7 +114,7 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         for widget, title in [(self.latency, "Latency per token"), (self.race, "Race"), (self.summary, "Summary"),
                               (self.histogram, "ITL histogram"), (self.table, "Runs"), (self.sweep_tab, "Sweep"),
-                              (self.quality_tab, "Quality")]:
+                              (self.quality_tab, "Quality"), (self.profile_tab, "Profile")]:
             self.tabs.addTab(widget, title)
         self.charts_dock = QDockWidget("Charts and results", self)
         self.charts_dock.setObjectName("chartsDock")
@@ -142,6 +144,7 @@ class MainWindow(QMainWindow):
         self.replayer.finished.connect(self._on_replay_finished)
         for tab in (self.sweep_tab, self.quality_tab):
             tab.finished.connect(lambda _result: self._update_actions())  # results to report now
+        for tab in (self.sweep_tab, self.quality_tab, self.profile_tab):
             tab.message.connect(self.messages.say)
             tab.error.connect(self.messages.report)
         hints = QGuiApplication.styleHints()
@@ -156,7 +159,7 @@ class MainWindow(QMainWindow):
             f"QLabel#muted {{ color: {theme.muted}; }}"
             f"QGroupBox {{ font-weight: bold; }}")
         for widget in (self.grid, self.latency, self.race, self.histogram, self.summary, self.sweep_tab,
-                       self.quality_tab):
+                       self.quality_tab, self.profile_tab):
             widget.apply_theme(theme)
 
     def on_scheme_changed(self) -> None:

@@ -74,3 +74,49 @@ def busy_wait(seconds: float) -> None:
 
 def spec(name: str, **kwargs) -> EngineSpec:
     return EngineSpec(name, "tests.fake_engines:ScriptedEngine", "scripted test engine", (), "", "fp32", kwargs)
+
+
+# --- A profiled engine with known costs per phase (tests/test_profile.py) -----------------------
+# Module-level functions named like the numpy runtime's, so the numpy family's categories apply:
+# `linear` is a matmul, `attention` attention; the busy wait between them is "Python".
+
+def linear(seconds: float) -> None:
+    busy_wait(seconds)
+
+
+def attention(seconds: float) -> None:
+    busy_wait(seconds)
+
+
+class PhasedEngine(ScriptedEngine):
+    """Decode: linear 4 ms, attention 2 ms, 1 ms of plain Python; prefill: linear 8 ms, attention 2 ms."""
+
+    DECODE = {"linear": 0.004, "attention": 0.002, "python": 0.001}
+    PREFILL = {"linear": 0.008, "attention": 0.002, "python": 0.0}
+
+    def _phase(self, costs: dict) -> None:
+        import tests.fake_engines as module  # through the module: the profiler's wrappers are there
+
+        module.linear(costs["linear"])
+        module.attention(costs["attention"])
+        busy_wait(costs["python"])
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        self._position = 0
+        self._phase(self.PREFILL)
+        return self._step(0.0)
+
+    def decode(self, token_id: int) -> np.ndarray:
+        self._phase(self.DECODE)
+        return self._step(0.0)
+
+    def profiler(self):
+        import tests.fake_engines as module
+        from whistle_stop.backends.profile.timers import FunctionTimers
+
+        return FunctionTimers(module, ["linear", "attention"], "numpy")
+
+
+def phased_spec(name: str = "phased") -> EngineSpec:
+    return EngineSpec(name, "tests.fake_engines:PhasedEngine", "scripted engine with known costs per phase", (), "",
+                      "fp32", {})

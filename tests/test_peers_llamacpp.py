@@ -100,3 +100,23 @@ def test_gguf_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_refere
     tokens = run_engine_in_process("llamacpp", tiny_model, prompt_ids, 8)
     assert artifact_cache.check(f32_file.parent) == ""
     assert tokens == hf_reference.greedy(prompt_ids, 8)
+
+
+def test_profile_uses_llamacpps_own_timings(tmp_path):
+    """llama.cpp times its graph evaluation as a whole: that is "engine (not split)", the
+    binding around it framework + Python, and the categories add up to the measured step."""
+    from whistle_stop.backends.profile.categories import Category
+    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.runs.config import BenchConfig
+    from whistle_stop.backends.runs.profile import ProfileSession
+
+    bandwidth = Bandwidth(10.0, 10.0, 1, 1, 1, "test", "now")
+    config = BenchConfig(model="random:tiny", backends=("llamacpp",), prompt="Hello world, this is a test",
+                         new_tokens=10, repeats=1, warmup=1, threads=1)
+    (profile,) = ProfileSession(config, tmp_path, bandwidth=lambda threads: bandwidth).run().profiles
+    assert profile.status == "ok", profile.error
+    assert profile.profiler.startswith("llama.cpp timings")
+    decode = profile.decode.categories
+    assert decode[Category.ENGINE_UNSPLIT.value] > 0 and decode[Category.FRAMEWORK.value] >= 0
+    assert abs(decode[Category.UNATTRIBUTED.value]) <= 0.1 * profile.decode.step_ms
+    assert (tmp_path / "llamacpp.trace.json").exists()

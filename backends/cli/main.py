@@ -1,4 +1,4 @@
-"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `report`.
+"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `profile`, `report`.
 
 Each command's module is imported only when that command runs, so `main.py backends` does
 not pay for the benchmark machinery.
@@ -46,6 +46,12 @@ def _quality(args: argparse.Namespace) -> int:
     return quality_command(args)
 
 
+def _profile(args: argparse.Namespace) -> int:
+    from .profile_command import profile_command
+
+    return profile_command(args)
+
+
 def _report(args: argparse.Namespace) -> int:
     from .report_command import report_command
 
@@ -53,7 +59,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "gui": _gui, "backends": _backends, "bench": _bench, "sweep": _sweep, "quality": _quality, "report": _report,
+    "gui": _gui, "backends": _backends, "bench": _bench, "sweep": _sweep, "quality": _quality, "profile": _profile,
+    "report": _report,
 }
 
 

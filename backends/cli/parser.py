@@ -1,4 +1,4 @@
-"""The command line's arguments: one subcommand each for `gui`, `backends`, `bench`, `sweep`, `quality`, `report`."""
+"""The command line's arguments: one subcommand each for `gui`, `backends`, `bench`, `sweep`, `quality`, `profile`, `report`."""
 
 from __future__ import annotations
 
@@ -40,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--stride", type=int, default=512, help="tokens between window starts")
     quality.add_argument("--bench", type=Path, help="take tokens/s and token streams from this results folder")
     quality.add_argument("--out", default="quality", help="folder for quality.csv, divergence.json and the records")
+    profile = sub.add_parser("profile", help="where each engine's time goes: per-step breakdown, floor, traces")
+    add_run_arguments(profile)
+    profile.set_defaults(repeats=3)
+    profile.add_argument("--out", default="profile", help="folder for breakdown.csv, top_ops.csv, profile.json, "
+                         "the traces, charts and the unprofiled runs' records")
     report = sub.add_parser("report", help="turn results folders into a self-contained HTML page and PNGs")
     report.add_argument("folders", nargs="+", type=Path, help="bench, sweep or quality results folders")
     report.add_argument("--out", default="report", type=Path, help="folder for report.html and the PNGs")

@@ -82,6 +82,12 @@ class HFEngine(Engine):
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
         return logits_to_numpy(self.model(input_ids=ids, use_cache=False).logits[0])
 
+    def profiler(self):
+        """torch.profiler: every aten op's self time, per prefill / decode step."""
+        from ..profile.torch_ops import TorchProfiler
+
+        return TorchProfiler()
+
     def close(self) -> None:
         self.model = None
         self._past = None

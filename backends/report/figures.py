@@ -44,9 +44,10 @@ class Figure:
     y_label: str
     series: list[Series] = field(default_factory=list)
     limits: list[Limit] = field(default_factory=list)
-    kind: str = "line"  # "line", "scatter" or "bar" (x = category index, `categories` names them)
+    kind: str = "line"  # "line", "scatter", "bar" or "stacked" (x = category index, `categories` names them)
     categories: list[str] = field(default_factory=list)
     note: str = ""  # a caption line for reports
+    markers: list[Series] = field(default_factory=list)  # short horizontal ticks at (x, y): per-bar limits
 
     @property
     def empty(self) -> bool:
@@ -243,3 +244,23 @@ def bench_bars(runs: Sequence[RunRecord], metric: str = "decode_tok_s", label: s
     titles = {"decode_tok_s": ("Decode speed", "decode tokens/s"), "ttft_ms": ("Time to first token", "TTFT (ms)")}
     title, y_label = titles.get(metric, (metric, metric))
     return bars(title, y_label, {label: per}, f"bench_{metric}")
+
+
+def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
+    """Stacked bars per engine: each category's ms per step (the profiled run's mean step), with the
+    memory floor as a tick on each bar. `profiles`: profile.breakdown.EngineProfile."""
+    from ..profile.categories import ORDER
+
+    shown = [p for p in profiles if getattr(p, phase) is not None]
+    figure = Figure(f"profile_{phase}", f"Where a {phase} step goes", "engine", "ms per step", kind="stacked",
+                    categories=[p.engine for p in shown],
+                    note="stacked: the profiled run's mean step by category; tick: the memory floor "
+                         "(weights + KV read per token / measured bandwidth)")
+    for category in ORDER:
+        values = [max(0.0, getattr(p, phase).categories.get(category.value, 0.0)) for p in shown]
+        if any(v > 0 for v in values):
+            figure.series.append(Series(category.value, list(range(len(shown))), values))
+    floors = [(i, p.floor_ms) for i, p in enumerate(shown) if phase == "decode" and p.floor_ms]
+    if floors:
+        figure.markers.append(Series("memory floor", [float(i) for i, _ in floors], [f for _, f in floors]))
+    return figure

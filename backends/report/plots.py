@@ -54,7 +54,9 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         plot_item.setLabel(side, text, color=pg.mkColor(foreground).name())
     plot_item.showGrid(x=True, y=True, alpha=0.15)
     n_series = max(1, len(figure.series))
-    for index, series in enumerate(figure.series):
+    if figure.kind == "stacked":
+        _draw_stacked(plot_item, figure, foreground)
+    for index, series in enumerate(figure.series if figure.kind != "stacked" else []):
         if not series.y:
             continue
         x, y = np.asarray(series.x, float), np.asarray(series.y, float)
@@ -85,12 +87,31 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
                                label=limit.label, labelOpts={"position": 0.02 + 0.33 * (index % 3),  # staggered:
                                                              "color": LIMIT_COLOUR, "anchors": [(0, 1), (0, 1)]})  # lines may lie close
         plot_item.addItem(line)
-    if figure.kind == "bar":
+    if figure.kind in ("bar", "stacked"):
         plot_item.getAxis("bottom").setTicks([list(enumerate(figure.categories))])
     if figure.empty:
         text = pg.TextItem("no data", color=foreground, anchor=(0.5, 0.5))
         plot_item.addItem(text)
     _fit_range(plot_item, figure)
+
+
+def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
+    """One bar per x, each series a segment on top of the previous ones; markers as ticks."""
+    import numpy as np
+    import pyqtgraph as pg
+
+    bottom = np.zeros(len(figure.categories))
+    for index, series in enumerate(figure.series):
+        x, y = np.asarray(series.x, float), np.asarray(series.y, float)
+        rgb = colour(index)
+        base = bottom[x.astype(int)]
+        plot_item.addItem(pg.BarGraphItem(x=x, y0=base, height=y, width=0.6, brush=pg.mkBrush(*rgb), pen=pg.mkPen(None)))
+        plot_item.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=1, brush=pg.mkBrush(*rgb)), series.name)
+        bottom[x.astype(int)] += y
+    for series in figure.markers:
+        for x, y in zip(series.x, series.y):
+            plot_item.plot([x - 0.38, x + 0.38], [y, y], pen=pg.mkPen(foreground, width=3))
+        plot_item.legend.addItem(pg.PlotDataItem(pen=pg.mkPen(foreground, width=3)), series.name)
 
 
 def _beam(figure: Figure) -> float:
@@ -102,7 +123,13 @@ def _beam(figure: Figure) -> float:
 def _fit_range(plot_item, figure: Figure) -> None:
     """Keep the limit lines and the error bars in view, and start the y axis at zero."""
     ys = [y + e for s in figure.series for y, e in zip(s.y, s.err or [0.0] * len(s.y))]
-    ys += [limit.value for limit in figure.limits]
+    if figure.kind == "stacked":  # the bars' tops, not their segments
+        tops: dict[float, float] = {}
+        for s in figure.series:
+            for x, y in zip(s.x, s.y):
+                tops[x] = tops.get(x, 0.0) + y
+        ys = list(tops.values())
+    ys += [limit.value for limit in figure.limits] + [y for s in figure.markers for y in s.y]
     xs = [x for s in figure.series for x in s.x]
     if figure.kind == "scatter":
         if xs:
@@ -114,7 +141,7 @@ def _fit_range(plot_item, figure: Figure) -> None:
         plot_item.setYRange(0, max(ys) * 1.1 or 1.0, padding=0)
     if xs:
         lo, hi = min(xs), max(xs)
-        pad = 0.6 if figure.kind == "bar" else max((hi - lo) * 0.06, 0.5)
+        pad = 0.6 if figure.kind in ("bar", "stacked") else max((hi - lo) * 0.06, 0.5)
         plot_item.setXRange(lo - pad, hi + pad, padding=0)
 
 

@@ -22,7 +22,7 @@ from ..results.records import RunRecord, TokenRecord
 from ..storage import page_cache
 from ..worker.events import (BackendEvent, Failed, LogitsRequest, Ready, RunContext, RunRequest, ScoreRequest,
                              TopLogits, WorkerLost)
-from ..worker.process import ScoreOutcome, Worker, WorkerError
+from ..worker.process import RunOutcome, ScoreOutcome, Worker, WorkerError
 from ..worker.threads import resolve_threads
 from .config import BenchConfig, Cell
 from .events import EventSink, RunRecorded
@@ -194,6 +194,23 @@ class Orchestrator:
             worker.produced_tokens = True  # this worker's first run: the one its cold start belongs to
             record.cold_start_s = cold_start_s(worker.ready, worker.spawn_ns, record)
         self._add(record, tokens)
+
+    def run_profiled(self, name: str, cell: Cell, trace_path: str) -> RunOutcome:
+        """One run under the engine's own profiler (the `profile` command). Never recorded: a
+        profiled run's timings carry the profiler's overhead. Labelled a warm-up for displays,
+        which stay still only while measured runs are timed."""
+        worker = self._workers[name]
+        request = RunRequest(f"{name}/profiled", cell.prompt_ids, cell.new_tokens, self.config.sampling,
+                             profile_trace=trace_path)
+        self.emit(BackendEvent(name, request, RunContext(0, True, "profiled")))
+        return worker.run(request)
+
+    def close(self, name: str) -> None:
+        """Close one engine's worker (an engine profiled alone leaves nothing running behind it)."""
+        with self._lock:
+            worker = self._workers.get(name)
+        if worker is not None:
+            worker.close()
 
     # --- idle workers ------------------------------------------------------------------------
     def idle_pids(self, name: str) -> list[int]:

@@ -15,8 +15,9 @@ from typing import Iterator
 import numpy as np
 
 from ..engine import Engine, EngineOptions
-from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
-                     ScoreProgress, ScoreRequest, Shutdown, Started, Token)
+from ..profile.capture import EngineProfiler, ProfileCapture
+from .events import (Failed, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted,
+                     ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..sampling import Sampler
@@ -121,13 +122,16 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     sampler = Sampler(request.sampling)
     engine.run_notes = ""
     detokenizer = IncrementalDetokenizer(request.prompt_ids)
+    drives = type(engine).stream is Engine.stream
+    profiler, problem = _profiler(engine, drives) if request.profile_trace else (None, "")
     cpu_start = cpu_seconds()
-    start = time.perf_counter_ns()
+    start = time.perf_counter_ns()  # after the profiler started: its set-up is in no timed span
     conn.send(RunStarted(request.run_id, start))
-    serve = _drive if type(engine).stream is Engine.stream else _relay
     count = 0
     try:
-        for token in serve(engine, request, sampler, detokenizer, cancel, start):
+        tokens = (_drive(engine, request, sampler, detokenizer, cancel, start, profiler) if drives
+                  else _relay(engine, request, sampler, detokenizer, cancel, start))
+        for token in tokens:
             conn.send(token)
             count += 1
     except Exception as exc:
@@ -135,6 +139,8 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
         return
     end = time.perf_counter_ns()
     cpu_s = cpu_seconds() - cpu_start
+    if request.profile_trace:
+        conn.send(ProfileCaptured(request.run_id, _capture(profiler, problem, request.profile_trace)))
     cancelled = cancel.is_set() and count < request.new_tokens
     conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, engine.run_notes, cpu_s))
 
@@ -143,15 +149,42 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
 # so the send of token i-1 falls in the gap before token i's stamp (see events.Token). Each stamp
 # is taken once the token id is a Python int, i.e. on the CPU.
 
+def _profiler(engine: Engine, drives: bool) -> tuple[EngineProfiler | None, str]:
+    """The engine's profiler for a profiled run, or None and why not."""
+    if not drives:
+        return None, "the engine generates in its own loop: no per-step profile (total and harness only)"
+    try:
+        profiler = engine.profiler()
+        if profiler is not None:
+            profiler.start()
+    except Exception as exc:  # a profiler that cannot start leaves the run itself intact
+        return None, f"its profiler could not start: {_one_line(exc)}"
+    return profiler, "" if profiler is not None else "no profiler for this engine (total and harness only)"
+
+
+def _capture(profiler: EngineProfiler | None, problem: str, trace_path: str) -> ProfileCapture:
+    if profiler is None:
+        return ProfileCapture("none", note=problem)
+    try:
+        return profiler.finish(trace_path)
+    except Exception as exc:
+        return ProfileCapture(profiler.name, note=f"the profiler failed: {_one_line(exc)}")
+
+
 def _drive(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: IncrementalDetokenizer,
-           cancel: threading.Event, start: int) -> Iterator[Token]:
+           cancel: threading.Event, start: int, profiler: EngineProfiler | None = None) -> Iterator[Token]:
     """What `Engine.stream` does (same calls, same sampler: the same tokens), with the engine's
-    prefill/decode calls timed apart from the harness's work around them."""
+    prefill/decode calls timed apart from the harness's work around them (and, in a profiled
+    run, each call inside the profiler's step)."""
     previous = start  # the stamp the next gap starts from
     token = None
     for index in range(request.new_tokens):
         called = time.perf_counter_ns()
-        logits = engine.prefill(request.prompt_ids) if index == 0 else engine.decode(token)
+        if profiler is None:
+            logits = engine.prefill(request.prompt_ids) if index == 0 else engine.decode(token)
+        else:
+            with profiler.step("prefill" if index == 0 else "decode"):
+                logits = engine.prefill(request.prompt_ids) if index == 0 else engine.decode(token)
         returned = time.perf_counter_ns()
         token = sampler(logits)
         stamp = time.perf_counter_ns()

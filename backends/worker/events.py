@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..profile.capture import ProfileCapture
 from ..sampling import SamplingParams
 from ..status import RunStatus
 
@@ -23,6 +24,7 @@ class RunRequest:
     prompt_ids: tuple[int, ...]
     new_tokens: int
     sampling: SamplingParams
+    profile_trace: str = ""  # profile this run with the engine's own profiler, trace written here ("" = not)
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,14 @@ class RunDone:
     cancelled: bool = False
     notes: str = ""  # what the engine could not honour in this run
     cpu_s: float | None = None  # the worker's user + system CPU seconds (all its threads) over the run
+
+
+@dataclass(frozen=True)
+class ProfileCaptured:
+    """Sent before RunDone by a run with `profile_trace`: what the engine's profiler saw."""
+
+    run_id: str
+    capture: "ProfileCapture"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..engine import EngineOptions
-from .events import (Failed, LogitsRequest, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
+from ..profile.capture import ProfileCapture
+from .events import (Failed, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
                      ScoreRequest, Shutdown, Token, TopLogits, WorkerLost)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
@@ -81,6 +82,7 @@ class RunOutcome(_Ended):
     tokens: list[Token] = field(default_factory=list)
     done: RunDone | None = None
     failure: Failed | WorkerLost | None = None
+    profile: ProfileCapture | None = None  # a profiled run's capture (RunRequest.profile_trace)
 
 
 @dataclass
@@ -169,6 +171,8 @@ class Worker:
                 return outcome
             elif isinstance(event, RunStarted):
                 outcome.started_ns = event.t_ns
+            elif isinstance(event, ProfileCaptured):
+                outcome.profile = event.capture
 
     def score(self, request: ScoreRequest) -> ScoreOutcome:
         """Perplexity windows through the engine's own forward pass (see scoring.score_window)."""

@@ -82,6 +82,12 @@ class LlamaCppEngine(Engine):
     def decode(self, token_id: int) -> np.ndarray:
         return self._eval([int(token_id)])
 
+    def profiler(self):
+        """llama.cpp's own timers: its graph evaluation as a whole, per phase."""
+        from ...profile.llamacpp_timings import LlamaPerfProfiler
+
+        return LlamaPerfProfiler(self.llm.ctx)
+
     def close(self) -> None:
         if self.llm is not None:
             self.llm.close()

@@ -30,6 +30,10 @@ def _read_ahead(weight) -> None:
             pass
 
 
+# The runtime's functions a profile times (engines/numpy_runtime/model.py; categories.py names them).
+PROFILED_FUNCTIONS = ("linear", "lm_head", "attention", "softmax", "kv_write", "layer_norm", "gelu_new")
+
+
 class NumpyEngine(Engine):
     def __init__(self, options: EngineOptions) -> None:
         super().__init__(options)
@@ -68,6 +72,13 @@ class NumpyEngine(Engine):
 
     def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
         return self.model.forward_logits(np.asarray(token_ids, dtype=np.intp))
+
+    def profiler(self):
+        """Timers around the runtime's own functions (numpy has no profiler of its own)."""
+        from ...profile.timers import FunctionTimers
+        from . import model
+
+        return FunctionTimers(model, PROFILED_FUNCTIONS, "numpy")
 
     def close(self) -> None:
         self.model = None  # drops the views; the map closes with its last reference

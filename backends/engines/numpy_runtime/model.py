@@ -77,12 +77,18 @@ def mha(x: np.ndarray, c_attn: dict, c_proj: dict, n_head: int, cache: "LayerCac
     heads = qkv.reshape(t, 3, n_head, d // n_head).transpose(1, 2, 0, 3)  # [3, H, T, hd] (a view)
     q, k, v = heads[0], heads[1], heads[2]
     if cache is not None:
-        cache.k[:, pos : pos + t] = k
-        cache.v[:, pos : pos + t] = v
-        k, v = cache.k[:, : pos + t], cache.v[:, : pos + t]  # [H, P+T, hd] views
+        k, v = kv_write(cache, k, v, pos)  # [H, P+T, hd] views
     out = attention(q, k, v)  # [H, T, hd]
     merged = out.transpose(1, 0, 2).reshape(t, d)  # [T, d] (copies: heads interleave)
     return linear(merged, **c_proj)
+
+
+def kv_write(cache: "LayerCache", k: np.ndarray, v: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
+    """Write k/v [H, T, hd] at [pos, pos+T) of the cache; the views of [0, pos+T) to attend over."""
+    t = k.shape[1]
+    cache.k[:, pos : pos + t] = k
+    cache.v[:, pos : pos + t] = v
+    return cache.k[:, : pos + t], cache.v[:, : pos + t]
 
 
 def block(x: np.ndarray, mlp: dict, attn: dict, ln_1: dict, ln_2: dict, n_head: int, eps: np.float32,

@@ -54,6 +54,7 @@ class OnnxEngine(Engine):
 
         artefact = onnx_cache.ensure(model, self.variant, progress)
         build_s = artefact.build_s
+        self._artefact = artefact
         try:
             self.session = self._open(artefact)
         except Exception as exc:  # noqa: BLE001 - ORT raises several types for an unreadable model
@@ -63,6 +64,7 @@ class OnnxEngine(Engine):
             progress(f"cached ONNX {self.variant} model is unusable ({why}); rebuilding", None)
             artefact = onnx_cache.rebuild(model, self.variant, progress)
             build_s += artefact.build_s
+            self._artefact = artefact
             self.session = self._open(artefact)
         build = artefact.details
         notes = [f"providers={','.join(self.session.get_providers())}", "opt=ORT_ENABLE_ALL at load",
@@ -80,8 +82,21 @@ class OnnxEngine(Engine):
                           build_s=build_s, artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
                           notes="; ".join(notes))
 
-    def _open(self, artefact: Artifact) -> ort.InferenceSession:
+    def profiler(self):
+        """ORT's own session profiling, on a second session opened for the profiled run."""
+        from ...profile.ort_ops import OrtProfiler
+
+        return OrtProfiler(lambda prefix: self._open(self._artefact, prefix), self._use_session, self.session)
+
+    def _use_session(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self._decode_binding = None  # bound to the other session; the next prefill binds again
+
+    def _open(self, artefact: Artifact, profile_prefix: str = "") -> ort.InferenceSession:
         options = ort.SessionOptions()
+        if profile_prefix:
+            options.enable_profiling = True
+            options.profile_file_prefix = profile_prefix
         options.intra_op_num_threads = max(0, int(self.options.threads))  # 0: ORT's default (physical cores)
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

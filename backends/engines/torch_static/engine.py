@@ -147,6 +147,12 @@ class TorchStaticEngine(Engine):
         ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self._token.device)
         return logits_to_numpy(forward_all(self.model, ids))
 
+    def profiler(self):
+        """torch.profiler: every aten op's self time, per prefill / decode step."""
+        from ...profile.torch_ops import TorchProfiler
+
+        return TorchProfiler()
+
     def close(self) -> None:
         self.model = None
         self._decode_compiled = None

@@ -1,0 +1,84 @@
+"""`main.py profile`: where each engine's time goes, against the memory floor."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from ..profile.files import write_profile
+from ..profile.table import HEADERS, NOTE, profile_row, shown_columns, top_ops_line
+from ..results.export import write_results
+from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
+from .common import config_from_args, in_thread, out_dir, progress_printer, stderr_console, stdout_console
+from .main import EXIT_OK, EXIT_RUN_FAILED
+
+def profile_command(args: argparse.Namespace) -> int:
+    err = stderr_console()
+    config = config_from_args(args)
+    out = out_dir(args.out)
+    printer = progress_printer(err)
+
+    def on_event(event: object) -> None:
+        if isinstance(event, ProfileStarted):
+            err.print(f"[bold]profiling {event.engine}[/] ({event.index}/{event.total})")
+        else:
+            printer(event)
+
+    session = ProfileSession(config, out, on_event=on_event)
+    model, prompt_ids = session.prepare()
+    if model.notice:
+        err.print(f"[yellow]warning:[/] {model.notice}")
+    err.print(f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
+              f"{config.sampling.decoding} · {session.threads} threads · engines one at a time")
+    result = in_thread(lambda: session.run(model, prompt_ids), session, err)
+    paths = write_results(out, result.bench.runs, result.bench.tokens, result.bench.environment)
+    paths += write_profile(out, result.profiles, {**config.as_dict(), "prompt_tokens": len(prompt_ids),
+                                                  "model": model.label, "threads_resolved": session.threads})
+    paths += _charts(result, out, err)
+    print_profile(result, stdout_console(), random_weights=model.is_random)
+    err.print("wrote " + ", ".join(str(p) for p in paths))
+    traces = [p.trace_file for p in result.profiles if p.trace_file]
+    if traces:
+        err.print(f"traces (open in https://ui.perfetto.dev or chrome://tracing): {', '.join(traces)}")
+    if result.cancelled:
+        err.print("[yellow]cancelled:[/] partial results were written")
+    return EXIT_RUN_FAILED if any(p.status != "ok" for p in result.profiles) else EXIT_OK
+
+
+def _charts(result: ProfileResult, out, err: Console) -> list:
+    try:
+        from ..report import figures
+        from ..report.plots import render_png
+
+        return [render_png(figures.profile_breakdown(result.profiles, phase), out / f"profile_{phase}.png")
+                for phase in ("decode", "prefill")]
+    except Exception as exc:  # the numbers are written; a chart that cannot render is said, not fatal
+        err.print(f"[yellow]charts not written:[/] {exc}")
+        return []
+
+
+def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:
+    bandwidth = result.bandwidth.label if result.bandwidth else "bandwidth not measured"
+    for phase in ("decode", "prefill"):
+        unit = "ms per token" if phase == "decode" else "ms for the prompt"
+        table = Table(title=f"{phase} step, {unit}" + (f" (floor from {bandwidth})" if phase == "decode" else ""))
+        rows = [profile_row(p, phase) for p in result.profiles]
+        columns = shown_columns(rows)
+        for index in columns:
+            table.add_column(HEADERS[index], justify="left" if HEADERS[index] in ("engine", "profiler") else "right")
+        for row in rows:
+            table.add_row(*(row[i] for i in columns))
+        console.print(table)
+    console.print(NOTE, markup=False)
+    if random_weights:
+        console.print("[bold]random weights - timing only[/]")
+    for p in result.profiles:
+        if p.status != "ok":
+            console.print(f"{p.engine}: {p.status}: {p.error}", markup=False)
+            continue
+        if top_ops_line(p):
+            console.print(top_ops_line(p), markup=False)
+        if p.note:
+            console.print(f"{p.engine}: {p.profiler}: {p.note}", markup=False)

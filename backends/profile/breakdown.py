@@ -1,0 +1,166 @@
+"""One engine's profile: its measured steps broken into categories, against the memory floor.
+
+Inputs are the run's own timers (per token: the engine call `engine_ns` and the harness around
+it, `harness_ns`) and the profiler's capture. Per phase (the prefill, then every decode step),
+averaged over the phase's steps:
+
+    kernels by category   what the runtime's profiler attributes to operations (self time)
+    framework + Python    the engine call minus those kernels: dispatch, views, bindings, Python
+                          (an engine with no per-op profiler shows its call as "engine (not split)")
+    harness               sampling, detokenizing and sending (events.Token.harness_ns)
+    unattributed          the measured step minus all of the above (kernels a profiler counts
+                          twice, or a step it did not see); shown, never spread over the others
+
+The floor is the time the memory system alone needs per decoded token: the bytes that must
+move (weights at their stored size + the KV cache read at that position) over the measured
+bandwidth. Profiled runs are never benchmark records: the unprofiled run's ms/token stands
+beside the profiled one, and the difference is the profiler's own overhead.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .capture import ProfileCapture
+from .categories import KERNELS, ORDER, Category
+
+TOP_OPS = 10
+
+
+@dataclass(frozen=True)
+class PhaseBreakdown:
+    phase: str  # "prefill" or "decode"
+    steps: int
+    step_ms: float  # mean measured step in the profiled run: engine call + harness
+    categories: dict[str, float]  # every Category value -> ms per step
+
+    def share(self, category: Category) -> float:
+        return self.categories.get(category.value, 0.0) / self.step_ms if self.step_ms > 0 else 0.0
+
+    @property
+    def attributed_ms(self) -> float:
+        return sum(v for k, v in self.categories.items() if k != Category.UNATTRIBUTED.value)
+
+
+@dataclass(frozen=True)
+class OpShare:
+    phase: str
+    name: str
+    category: str
+    ms_per_step: float
+    calls_per_step: float
+    share: float  # of the phase's mean step
+
+
+@dataclass
+class EngineProfile:
+    engine: str
+    precision: str = ""
+    profiler: str = "none"
+    note: str = ""
+    status: str = "ok"
+    error: str = ""
+    ms_per_token: float | None = None  # unprofiled run: median decode ITL
+    profiled_ms_per_token: float | None = None  # the profiled run, same statistic
+    prefill_ms: float | None = None  # unprofiled TTFT
+    cpu_ms_per_token: float | None = None  # unprofiled run: the worker's CPU time per generated token
+    bytes_per_token: float | None = None  # weights (stored size) + KV read at the mean decode position
+    bandwidth_gb_s: float | None = None
+    bandwidth_label: str = ""
+    decode: PhaseBreakdown | None = None
+    prefill: PhaseBreakdown | None = None
+    top_ops: list[OpShare] = field(default_factory=list)
+    trace_file: str = ""
+
+    @property
+    def floor_ms(self) -> float | None:
+        if not self.bytes_per_token or not self.bandwidth_gb_s:
+            return None
+        return self.bytes_per_token / (self.bandwidth_gb_s * 1e9) * 1e3
+
+    @property
+    def overhead_pct(self) -> float | None:
+        if not self.ms_per_token or self.profiled_ms_per_token is None:
+            return None
+        return 100 * (self.profiled_ms_per_token / self.ms_per_token - 1)
+
+    @property
+    def floor_share(self) -> float | None:
+        """Floor / measured ms per token: how close the engine runs to the memory system's limit."""
+        floor = self.floor_ms
+        return floor / self.ms_per_token if floor and self.ms_per_token else None
+
+
+def median_decode_ms(tokens: Sequence) -> float | None:
+    """Median inter-token gap of the decode steps (tokens 1..N-1), ms: the ms/token of bench."""
+    gaps = [(b.t_ns - a.t_ns) / 1e6 for a, b in zip(tokens, tokens[1:])]
+    return statistics.median(gaps) if gaps else None
+
+
+def phase_breakdowns(tokens: Sequence, capture: ProfileCapture) -> dict[str, PhaseBreakdown]:
+    """Prefill (token 0) and decode (tokens 1..) of one profiled run, broken into categories."""
+    kernels: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for op in capture.ops:
+        kernels[op.phase][op.category] += op.total_ns
+    out = {}
+    for phase, chosen in (("prefill", tokens[:1]), ("decode", tokens[1:])):
+        timed = [t for t in chosen if t.harness_ns is not None]
+        if not timed:
+            continue
+        count = len(timed)
+        harness = sum(t.harness_ns for t in timed) / count / 1e6
+        split = all(t.engine_ns is not None for t in timed)
+        engine = sum(t.engine_ns for t in timed) / count / 1e6 if split else None
+        step = (sum((t.engine_ns or 0) + t.harness_ns for t in timed) / count / 1e6 if split
+                else _mean_gap_ms(tokens, phase))
+        steps = capture.steps.get(phase) or count
+        values = {c.value: 0.0 for c in ORDER}
+        seen = 0.0
+        for category, ns in kernels.get(phase, {}).items():
+            if category == Category.FRAMEWORK.value:
+                continue  # views and dispatch ops: counted in the residual below
+            values[category] += ns / steps / 1e6
+            seen += ns / steps / 1e6
+        runtime = capture.runtime_ns.get(phase)
+        if engine is None:  # a generator we cannot step into: engine time = the gap minus the harness
+            values[Category.ENGINE_UNSPLIT.value] = max(0.0, step - harness)
+        elif capture.ops:
+            values[Category.FRAMEWORK.value] = max(0.0, engine - seen)
+        elif runtime is not None:  # the runtime times its own evaluation, without a per-op split
+            values[Category.ENGINE_UNSPLIT.value] = runtime / steps / 1e6
+            values[Category.FRAMEWORK.value] = max(0.0, engine - runtime / steps / 1e6)
+        else:
+            values[Category.ENGINE_UNSPLIT.value] = engine
+        values[Category.HARNESS.value] = harness
+        values[Category.UNATTRIBUTED.value] = step - sum(values.values())
+        out[phase] = PhaseBreakdown(phase, count, step, values)
+    return out
+
+
+def _mean_gap_ms(tokens: Sequence, phase: str) -> float:
+    if phase == "prefill":
+        return 0.0
+    gaps = [(b.t_ns - a.t_ns) / 1e6 for a, b in zip(tokens, tokens[1:])]
+    return sum(gaps) / len(gaps) if gaps else 0.0
+
+
+def top_ops(capture: ProfileCapture, phases: dict[str, PhaseBreakdown], limit: int = TOP_OPS) -> list[OpShare]:
+    """The most expensive operations per step, decode first (it is what ms/token measures)."""
+    shares = []
+    for op in capture.ops:
+        breakdown = phases.get(op.phase)
+        steps = capture.steps.get(op.phase) or (breakdown.steps if breakdown else 0)
+        if not steps or breakdown is None:
+            continue
+        ms = op.total_ns / steps / 1e6
+        shares.append(OpShare(op.phase, op.name, op.category, ms, op.calls / steps,
+                              ms / breakdown.step_ms if breakdown.step_ms else 0.0))
+    shares.sort(key=lambda s: (s.phase != "decode", -s.ms_per_step))
+    return shares[:limit]
+
+
+def kernel_share(breakdown: PhaseBreakdown) -> float:
+    return sum(breakdown.share(c) for c in KERNELS)

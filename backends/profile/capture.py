@@ -1,0 +1,58 @@
+"""What a profiler adapter hands back from one profiled run, and the interface adapters implement.
+
+An adapter lives in the worker (the child process) next to its engine. The child wraps each
+engine call (the prefill, then every decode) in `step(phase)`; the adapter sums what its
+runtime's own profiler saw inside each step per operation, and writes the runtime's trace in
+the Chrome trace format (Perfetto, chrome://tracing). Everything here is small and picklable:
+it travels to the parent in one `ProfileCaptured` event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Iterator
+
+PHASES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class OpStat:
+    """One operation's time summed over every step of one phase (self time: children excluded)."""
+
+    phase: str  # "prefill" or "decode"
+    name: str  # the runtime's own operation name ("aten::addmm", "MatMulInteger", "linear")
+    category: str  # a categories.Category value
+    total_ns: int
+    calls: int
+
+
+@dataclass(frozen=True)
+class ProfileCapture:
+    profiler: str  # "torch.profiler", "onnxruntime session profiling", "timers", "none"
+    ops: tuple[OpStat, ...] = ()
+    steps: dict[str, int] = field(default_factory=dict)  # phase -> engine calls profiled
+    # phase -> ns the runtime itself accounts for a whole step (ORT's model_run, llama.cpp's eval):
+    # what lies between it and the ops is the runtime's own overhead; absent where not reported
+    runtime_ns: dict[str, int] = field(default_factory=dict)
+    trace_file: str = ""  # the Chrome trace written, or "" when none could be
+    note: str = ""  # what this profiler cannot see
+
+
+class EngineProfiler(ABC):
+    """One profiled run: `start()`, a `step(phase)` around each engine call, then `finish()`."""
+
+    name: str = "profiler"
+
+    def start(self) -> None:
+        """Begin profiling (called once, before the run's first engine call)."""
+
+    @contextlib.contextmanager
+    def step(self, phase: str) -> Iterator[None]:
+        """Wrap one engine call; the default only marks nothing (adapters override)."""
+        yield
+
+    @abstractmethod
+    def finish(self, trace_path: str) -> ProfileCapture:
+        """Stop, write the trace to `trace_path` (Chrome trace JSON) and summarise per phase."""

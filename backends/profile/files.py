@@ -1,0 +1,68 @@
+"""A profile on disk: breakdown.csv (one row per engine and phase), top_ops.csv, profile.json.
+
+The traces (<engine>.trace.json, Chrome trace format) are written by the adapters in the
+workers; the measured repeats go to runs.csv / tokens.csv / environment.json like a bench's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from ..storage.atomic import atomic_write
+from .breakdown import EngineProfile
+from .categories import ORDER
+
+BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "profile.json"
+
+BREAKDOWN_COLUMNS = (["engine", "precision", "phase", "profiler", "ms_per_token", "profiled_ms_per_token",
+                      "overhead_pct", "floor_ms", "bytes_per_token", "bandwidth_gb_s", "cpu_ms_per_token", "steps",
+                      "step_ms"] + [f"{c.value.replace(' ', '_').replace('+', 'and')}_ms" for c in ORDER]
+                     + ["unattributed_share", "status", "error", "trace_file", "note"])
+TOP_OPS_COLUMNS = ["engine", "phase", "rank", "op", "category", "ms_per_step", "calls_per_step", "share"]
+
+
+def _num(value, digits: int = 4) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def breakdown_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
+    rows = []
+    for p in profiles:
+        phases = [b for b in (p.prefill, p.decode) if b is not None] or [None]
+        for b in phases:
+            values = [_num(b.categories.get(c.value)) if b else "" for c in ORDER]
+            unattributed = (b.categories.get("unattributed", 0.0) / b.step_ms) if b and b.step_ms else None
+            rows.append([p.engine, p.precision, b.phase if b else "", p.profiler, _num(p.ms_per_token),
+                         _num(p.profiled_ms_per_token), _num(p.overhead_pct, 2), _num(p.floor_ms),
+                         _num(p.bytes_per_token, 0), _num(p.bandwidth_gb_s, 2), _num(p.cpu_ms_per_token),
+                         str(b.steps) if b else "", _num(b.step_ms) if b else "", *values, _num(unattributed),
+                         p.status, p.error, p.trace_file, p.note])
+    return rows
+
+
+def top_ops_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
+    return [[p.engine, op.phase, str(rank), op.name, op.category, _num(op.ms_per_step), _num(op.calls_per_step, 1),
+             _num(op.share)] for p in profiles for rank, op in enumerate(p.top_ops, start=1)]
+
+
+def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) -> list[Path]:
+    import csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, columns, rows in ((BREAKDOWN_CSV, BREAKDOWN_COLUMNS, breakdown_rows(profiles)),
+                                (TOP_OPS_CSV, TOP_OPS_COLUMNS, top_ops_rows(profiles))):
+        with atomic_write(out / name, encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(columns)
+            writer.writerows(rows)
+        written.append(out / name)
+    payload = {"settings": settings, "engines": [dict(asdict(p), floor_ms=p.floor_ms, overhead_pct=p.overhead_pct,
+                                                      floor_share=p.floor_share) for p in profiles]}
+    with atomic_write(out / PROFILE_JSON, encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=1)
+    written.append(out / PROFILE_JSON)
+    return written

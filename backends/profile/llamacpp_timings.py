@@ -1,0 +1,60 @@
+"""llama.cpp's own timings (llama_perf_context) for the llama.cpp engines.
+
+llama.cpp reports the time its decode calls spent evaluating the graph, for prompt batches
+("p_eval") and single tokens ("eval"), but no per-operation split. So its whole evaluation is
+one category ("engine (not split)"), and what the engine call spends outside it (the Python
+binding, llama-cpp-python's copies of the logits) is framework + Python. The trace holds the
+engine calls as spans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections import defaultdict
+from typing import Iterator
+
+import llama_cpp
+
+from .capture import EngineProfiler, ProfileCapture
+
+
+class LlamaPerfProfiler(EngineProfiler):
+    name = "llama.cpp timings (llama_perf_context)"
+
+    def __init__(self, ctx) -> None:
+        self._ctx = ctx
+        self._steps: dict[str, int] = defaultdict(int)
+        self._trace: list[dict] = []
+
+    def start(self) -> None:
+        llama_cpp.llama_perf_context_reset(self._ctx)
+
+    @contextlib.contextmanager
+    def step(self, phase: str) -> Iterator[None]:
+        self._steps[phase] += 1
+        began = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            self._trace.append({"name": f"whistle_stop::{phase}", "ph": "X", "ts": began / 1000,
+                                "dur": (time.perf_counter_ns() - began) / 1000, "pid": os.getpid(),
+                                "tid": threading.get_ident()})
+
+    def finish(self, trace_path: str) -> ProfileCapture:
+        data = llama_cpp.llama_perf_context(self._ctx)
+        runtime = {"prefill": int(data.t_p_eval_ms * 1e6), "decode": int(data.t_eval_ms * 1e6)}
+        written = ""
+        try:
+            with open(trace_path, "w", encoding="utf-8") as handle:
+                json.dump({"traceEvents": self._trace, "otherData": {
+                    "llama_perf": {"t_p_eval_ms": data.t_p_eval_ms, "n_p_eval": data.n_p_eval,
+                                   "t_eval_ms": data.t_eval_ms, "n_eval": data.n_eval}}}, handle)
+            written = trace_path
+        except OSError:
+            pass
+        return ProfileCapture(self.name, (), dict(self._steps), runtime, written,
+                              note="llama.cpp times its graph evaluation as a whole (no per-op split)")

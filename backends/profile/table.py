@@ -1,0 +1,47 @@
+"""The profile table as text cells: what `profile` prints and the window's Profile tab shows."""
+
+from __future__ import annotations
+
+from .breakdown import EngineProfile
+from .categories import ORDER, Category
+
+SHORT = {Category.MATMUL: "matmul", Category.ATTENTION: "attn", Category.KV_CACHE: "kv",
+         Category.NORM_ACTIVATION: "norm/act", Category.OTHER_KERNELS: "other", Category.ENGINE_UNSPLIT: "engine*",
+         Category.FRAMEWORK: "fw+py", Category.HARNESS: "harness", Category.UNATTRIBUTED: "unattr."}
+HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "floor share", "CPU ms/token"]
+           + [SHORT[c] for c in ORDER] + ["profiler"])
+NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
+        "(bench's figure); floor: (weights at their stored size + KV read) per token / measured bandwidth; "
+        "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
+        "minus every category")
+
+
+def _ms(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
+    breakdown = getattr(p, phase)
+    share = "-" if p.floor_share is None else f"{100 * p.floor_share:.0f}%"
+    head = [p.engine, _ms(p.ms_per_token if phase == "decode" else p.prefill_ms)]
+    if p.status != "ok" or breakdown is None:
+        return head + ["-", _ms(p.floor_ms), share, _ms(p.cpu_ms_per_token)] + ["-"] * len(ORDER) + \
+            [p.status if p.status != "ok" else p.profiler]
+    profiled = p.profiled_ms_per_token if phase == "decode" else None
+    overhead = "" if p.overhead_pct is None or phase != "decode" else f" ({p.overhead_pct:+.0f}%)"
+    cells = [_ms(breakdown.categories.get(c.value)) for c in ORDER]
+    decode = phase == "decode"  # the floor, its share and CPU per token are per decoded token
+    return head + [_ms(profiled) + overhead, _ms(p.floor_ms) if decode else "-", share if decode else "-",
+                   _ms(p.cpu_ms_per_token) if decode else "-"] + cells + [p.profiler]
+
+
+def shown_columns(rows: list[list[str]]) -> list[int]:
+    """Indexes of the columns to print: a category that is empty for every engine is left out."""
+    fixed = len(HEADERS) - len(ORDER) - 1
+    return [i for i in range(len(HEADERS))
+            if i < fixed or i == len(HEADERS) - 1 or any(row[i] not in ("-", "0.00", "-0.00") for row in rows)]
+
+
+def top_ops_line(p: EngineProfile, count: int = 5) -> str:
+    ops = [f"{o.name} {o.ms_per_step:.2f} ms ({100 * o.share:.0f}%)" for o in p.top_ops if o.phase == "decode"]
+    return f"{p.engine} top decode ops: {', '.join(ops[:count])}" if ops else ""

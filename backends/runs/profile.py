@@ -1,0 +1,151 @@
+"""The `profile` command's session: where each engine's time goes, engine by engine.
+
+Each engine runs alone (its worker is closed before the next one starts): load, warm-up, the
+measured repeats exactly as `bench` runs them (recorded: they give ms/token), then one more run
+under the engine's own profiler (never recorded: it carries the profiler's overhead). The
+profiled run's capture and its per-token timers become the engine's breakdown (see
+profile/breakdown.py); the bandwidth probe (own process, cached) gives the floor.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
+from ..registry import EngineSpec
+from ..results.bandwidth import Bandwidth, probe_bandwidth
+from ..results.records import RunRecord
+from ..sources.model_files import ModelFiles
+from ..status import RunStatus
+from .bench import BenchResult, bench_cell, finish_bench
+from .config import BenchConfig
+from .events import EventSink
+from .orchestrator import Orchestrator
+from .preparation import prepare_bench
+
+
+@dataclass(frozen=True)
+class ProfileStarted:
+    engine: str
+    index: int  # 1-based
+    total: int
+
+
+@dataclass(frozen=True)
+class ProfileEngineDone:
+    profile: EngineProfile
+
+
+@dataclass
+class ProfileResult:
+    bench: BenchResult  # the unprofiled measured runs (what ms/token comes from)
+    profiles: list[EngineProfile] = field(default_factory=list)
+    bandwidth: Bandwidth | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.bench.cancelled
+
+
+class ProfileSession:
+    """`prepare()` then `run()`; `cancel()` from any thread. Traces go to `trace_dir`."""
+
+    def __init__(self, config: BenchConfig, trace_dir: Path, on_event: EventSink | None = None,
+                 specs: dict[str, EngineSpec] | None = None,
+                 bandwidth: Callable[[int], Bandwidth | None] | None = None) -> None:
+        """`bandwidth(threads)`: the floor's bandwidth (default: the probe, cached after its first run)."""
+        self.config = config.validate()
+        self.trace_dir = Path(trace_dir)
+        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self.threads = self._orchestrator.threads
+        self._bandwidth = bandwidth
+
+    def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:
+        return prepare_bench(self.config, self._orchestrator.specs, progress, cancel)
+
+    def cancel(self) -> None:
+        self._orchestrator.cancel()
+
+    def run(self, model: ModelFiles | None = None, prompt_ids: list[int] | None = None) -> ProfileResult:
+        if model is None or prompt_ids is None:
+            model, prompt_ids = self.prepare()
+        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        result = ProfileResult(BenchResult(self.config, model, list(prompt_ids)))
+        try:
+            result.bandwidth = (self._bandwidth or probe_bandwidth)(self.threads)
+        except Exception:  # no floor is better than no profile
+            result.bandwidth = None
+        cell = bench_cell(self.config, list(prompt_ids))
+        orchestrator, names = self._orchestrator, self.config.backends
+        with orchestrator.session(result.bench):
+            for index, name in enumerate(names, start=1):
+                if orchestrator.cancelled:
+                    break
+                orchestrator.emit(ProfileStarted(name, index, len(names)))
+                profile = self._profile_one(name, cell, result)
+                result.profiles.append(profile)
+                orchestrator.emit(ProfileEngineDone(profile))
+        finish_bench(result.bench, self.threads, orchestrator.cancelled)
+        if result.bandwidth is not None:
+            result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
+        return result
+
+    def _profile_one(self, name: str, cell, result: ProfileResult) -> EngineProfile:
+        orchestrator = self._orchestrator
+        spec = orchestrator.specs[name]
+        profile = EngineProfile(name, spec.precision)
+        try:
+            if not orchestrator.start(name, cell):
+                return _failed(profile, result.bench.runs, name)
+            orchestrator.warm_up(name, cell)
+            for repeat in range(1, self.config.repeats + 1):
+                if orchestrator.cancelled or not orchestrator.usable(name):
+                    break
+                orchestrator.run_once(name, repeat, False, cell)
+            measured = [r for r in result.bench.runs if r.backend == name and not r.is_warmup]
+            if orchestrator.cancelled or not orchestrator.usable(name) or not measured:
+                return _failed(profile, result.bench.runs, name)
+            trace = self.trace_dir / f"{name}.trace.json"
+            outcome = orchestrator.run_profiled(name, cell, str(trace))
+        finally:
+            orchestrator.close(name)
+        _fill_measured(profile, measured, orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens,
+                       result.bandwidth)
+        if outcome.status != RunStatus.OK or outcome.profile is None:
+            profile.status, profile.error = str(outcome.status), outcome.error or "the profiled run sent no capture"
+            return profile
+        capture = outcome.profile
+        phases = phase_breakdowns(outcome.tokens, capture)
+        profile.profiler, profile.note, profile.trace_file = capture.profiler, capture.note, capture.trace_file
+        profile.decode, profile.prefill = phases.get("decode"), phases.get("prefill")
+        profile.top_ops = top_ops(capture, phases)
+        profile.profiled_ms_per_token = median_decode_ms(outcome.tokens)
+        return profile
+
+
+def _failed(profile: EngineProfile, runs: list[RunRecord], name: str) -> EngineProfile:
+    errors = [r for r in runs if r.backend == name and r.status != RunStatus.OK]
+    profile.status = str(errors[-1].status) if errors else str(RunStatus.CANCELLED)
+    profile.error = errors[-1].error if errors else "cancelled"
+    return profile
+
+
+def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int,
+                   bandwidth: Bandwidth | None) -> None:
+    """ms/token, TTFT and CPU per token as bench computes them (medians of the measured runs)."""
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    profile.ms_per_token = median(r.itl_p50_ms for r in measured)
+    profile.prefill_ms = median(r.ttft_ms for r in measured)
+    cpu = median(r.cpu_s_per_token for r in measured)
+    profile.cpu_ms_per_token = None if cpu is None else cpu * 1e3
+    if ready is not None and ready.weight_bytes_per_token:
+        mean_position = prompt_tokens + (new_tokens - 1) / 2  # the KV cache read grows by one per step
+        profile.bytes_per_token = ready.weight_bytes_per_token + ready.kv_bytes_per_position * mean_position
+    if bandwidth is not None:
+        profile.bandwidth_gb_s, profile.bandwidth_label = bandwidth.gb_s, bandwidth.label

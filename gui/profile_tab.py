@@ -1,0 +1,236 @@
+"""The Profile tab: where each engine's time goes, as `main.py profile` prints and writes it.
+
+Engines, model and generation settings come from the setup panel; a `ProfileSession` runs in a
+thread on a JobRunner like every job, engine by engine. The tab shows the same table rows as the
+command (profile/table.py), stacked bars per phase with the memory floor, the selected engine's
+most expensive operations, and the folder with the traces (Chrome trace format) and CSVs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (QFormLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QSplitter,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.profile.files import write_profile
+from whistle_stop.backends.profile.table import HEADERS, NOTE, profile_row
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.report import figures
+from whistle_stop.backends.results.export import write_results
+from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
+from whistle_stop.backends.worker.events import BackendEvent, Progress
+
+from .event_queue import CANCELLED
+from .figure_view import FigureGrid
+from .job_controls import JobControls
+from .job_manager import JobKind, JobManager
+from .job_runner import JobContext
+from .setup_panel import SetupPanel
+from .theme import Theme
+from .widgets import controls_column, results_root, three_panes
+
+OPS_HEADERS = ["phase", "operation", "category", "ms / step", "calls / step", "share"]
+
+
+class ProfileTab(QWidget):
+    message = Signal(str)
+    error = Signal(str, str)
+    finished = Signal(object)  # ProfileResult
+
+    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.result: ProfileResult | None = None
+        self.folder: Path | None = None
+        self._engines = 0
+        self._build()
+        self.runner.events.connect(self._on_events)
+        self.runner.finished.connect(self._on_finished)
+        self.runner.failed.connect(self._on_failed)
+        self.runner.running_changed.connect(lambda _running: self.refresh())
+        setup.changed.connect(self.refresh)
+        jobs.changed.connect(self.refresh)
+        self.refresh()
+
+    def _build(self) -> None:
+        self.out = QLineEdit()
+        self.out.setPlaceholderText(str(results_root() / "profile-<time>"))
+        self.out.setToolTip("folder for breakdown.csv, top_ops.csv, profile.json, the traces and charts")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.status = QLabel("Each engine alone: warm-up, the measured runs (ms/token, as bench), then one run under "
+                             "its own profiler (torch.profiler, ORT profiling, timers...).")
+        self.status.setObjectName("muted")
+        self.status.setWordWrap(True)
+        self.job = JobControls(self.jobs, JobKind.PROFILE, "profile", " Run profile", self.status, "cancelling…")
+        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.run_button.clicked.connect(self.start)
+        self.open_folder = QPushButton("Open traces folder")
+        self.open_folder.setEnabled(False)
+        self.open_folder.clicked.connect(self._open_folder)
+        form = QFormLayout()
+        form.addRow("Folder", self.out)
+        controls = controls_column(form, self.run_button, self.job.cancel_button, options=(self.open_folder,),
+                                   status=(self.reason, self.progress, self.status))
+        self.table = QTableWidget(0, len(HEADERS))
+        self.table.setHorizontalHeaderLabels(HEADERS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.itemSelectionChanged.connect(self._show_ops)
+        self.ops = QTableWidget(0, len(OPS_HEADERS))
+        self.ops.setHorizontalHeaderLabels(OPS_HEADERS)
+        self.ops.verticalHeader().setVisible(False)
+        self.ops.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.ops.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.note = QLabel(NOTE)
+        self.note.setObjectName("muted")
+        self.note.setWordWrap(True)
+        tables = QSplitter(Qt.Orientation.Vertical)
+        tables.addWidget(self.table)
+        tables.addWidget(self.ops)
+        middle = QWidget()
+        column = QVBoxLayout(middle)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(tables, 1)
+        column.addWidget(self.note)
+        self.charts = FigureGrid(2)
+        three_panes(self, (controls, middle, self.charts), stretch=1, sizes=(280, 760, 520))
+
+    # --- inputs -------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.runner.running
+
+    def problem(self) -> str:
+        return self.job.blocker() or self.setup.problem()
+
+    def refresh(self) -> None:
+        self.job.show_problem(self.problem())
+        self.out.setEnabled(not self.running)
+
+    def target_folder(self) -> Path:
+        text = self.out.text().strip()
+        return Path(text).expanduser() if text else results_root() / time.strftime("profile-%Y%m%d-%H%M%S")
+
+    # --- running ----------------------------------------------------------------------------
+    def start(self) -> bool:
+        self.setup.flush()
+        problem = self.problem()
+        if problem:
+            self.reason.setText(problem)
+            return False
+        config = replace(self.setup.config(), mode="fair", calibrate_harness=False)
+        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
+        folder = self.target_folder()
+        try:
+            session = ProfileSession(config, folder, on_event=self.runner.sink(), specs=specs)
+        except UsageError as exc:
+            self.error.emit("Cannot profile", str(exc))
+            return False
+        self.result, self.folder, self._engines = None, folder, len(config.backends)
+        self.table.setRowCount(0)
+        self.ops.setRowCount(0)
+        self.charts.clear_figures()
+        self.open_folder.setEnabled(False)
+        self.progress.setRange(0, 0)
+        self.status.setText(f"resolving the model {config.model}…")
+
+        def work(context: JobContext) -> ProfileResult:
+            model, ids = context.prepare(config.model, session.prepare)
+            context.ready(None)
+            result = session.run(model, ids)
+            write_results(folder, result.bench.runs, result.bench.tokens, result.bench.environment)
+            write_profile(folder, result.profiles, {**config.as_dict(), "prompt_tokens": len(ids),
+                                                    "model": model.label, "threads_resolved": session.threads})
+            return result
+
+        self.runner.start(work, session.cancel)
+        self.message.emit("profiling…")
+        return True
+
+    def _on_events(self, batch: list) -> None:
+        for event in batch:
+            if isinstance(event, ProfileStarted):
+                self.progress.setRange(0, event.total)
+                self.progress.setValue(event.index - 1)
+                self.status.setText(f"profiling {event.engine} ({event.index}/{event.total}): load, warm-up, "
+                                    "measured runs, then the profiled run")
+            elif isinstance(event, ProfileEngineDone):
+                self._add_row(event.profile)
+            elif isinstance(event, BackendEvent) and isinstance(event.event, Progress):
+                self.status.setText(f"{event.backend}: {event.event.message}")
+
+    def _add_row(self, profile) -> None:
+        row = self.table.rowCount()
+        self.table.insertRow(row)
+        for column, cell in enumerate(profile_row(profile)):
+            item = QTableWidgetItem(cell)
+            if column == 0 and profile.error:
+                item.setToolTip(profile.error)
+            self.table.setItem(row, column, item)
+
+    def _on_finished(self, result: ProfileResult) -> None:
+        self.result = result
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
+        self.show_results()
+        failed = [p.engine for p in result.profiles if p.status != "ok"]
+        text = "Profile cancelled" if result.cancelled else "Profile finished"
+        if failed:
+            text += f"; failed: {', '.join(failed)}"
+        self.status.setText(f"{text} · files in {self.folder}")
+        self.open_folder.setEnabled(self.folder is not None)
+        self.message.emit(text)
+        self.finished.emit(result)
+
+    def _on_failed(self, message: str) -> None:
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        if message == CANCELLED:
+            self.status.setText("Profile cancelled before the engines started")
+        else:
+            self.status.setText(message.splitlines()[0])
+            self.error.emit("The profile could not run", message)
+
+    # --- results ---------------------------------------------------------------------------------
+    def show_results(self) -> None:
+        if self.result is None:
+            return
+        self.table.setRowCount(0)
+        for profile in self.result.profiles:
+            self._add_row(profile)
+        self.charts.show_figures([figures.profile_breakdown(self.result.profiles, "decode"),
+                                  figures.profile_breakdown(self.result.profiles, "prefill")])
+        if self.result.profiles:
+            self.table.selectRow(0)
+
+    def _show_ops(self) -> None:
+        rows = {index.row() for index in self.table.selectedIndexes()}
+        if self.result is None or not rows:
+            return
+        profile = self.result.profiles[min(rows)]
+        self.ops.setRowCount(len(profile.top_ops))
+        for r, op in enumerate(profile.top_ops):
+            cells = [op.phase, op.name, op.category, f"{op.ms_per_step:.3f}", f"{op.calls_per_step:.1f}",
+                     f"{100 * op.share:.1f}%"]
+            for c, cell in enumerate(cells):
+                self.ops.setItem(r, c, QTableWidgetItem(cell))
+
+    def _open_folder(self) -> None:
+        if self.folder is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.folder)))
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.charts.apply_theme(theme)
+        if self.result is not None:
+            self.show_results()

@@ -1,0 +1,104 @@
+"""The `profile` command: breakdowns that add up, each profiler adapter on a real small run,
+valid Chrome traces, and profiled runs kept out of the benchmark records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fake_engines import phased_spec
+from whistle_stop.backends import registry
+from whistle_stop.backends.profile.categories import KERNELS, Category, classify
+from whistle_stop.backends.results.bandwidth import Bandwidth
+from whistle_stop.backends.runs.config import BenchConfig
+from whistle_stop.backends.runs.profile import ProfileSession
+
+BANDWIDTH = Bandwidth(gb_s=10.0, median_gb_s=10.0, bytes=1, threads=1, passes=1, cpu="test", measured_at="now")
+
+
+def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
+    config = BenchConfig(model="random:tiny", backends=tuple(backends), prompt="Hello world, this is a test",
+                         new_tokens=new_tokens, repeats=repeats, warmup=1, threads=1)
+    session = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=lambda threads: BANDWIDTH)
+    return session.run()
+
+
+def _trace_events(path) -> list[dict]:
+    data = json.loads(open(path, encoding="utf-8").read())
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def test_known_costs_land_in_their_categories(tmp_path):
+    result = _profile(tmp_path, ["phased"], {"phased": phased_spec()})
+    (profile,) = result.profiles
+    assert profile.status == "ok", profile.error
+    decode, prefill = profile.decode, profile.prefill
+    ms = lambda b, c: b.categories[c.value]  # noqa: E731
+    # decode: linear 4 ms, attention 2 ms, 1 ms of Python (generous bounds: these are sleeps)
+    assert 3.6 < ms(decode, Category.MATMUL) < 5.5 and 1.8 < ms(decode, Category.ATTENTION) < 3.0
+    assert 0.8 < ms(decode, Category.FRAMEWORK) < 2.0
+    assert 7.6 < ms(prefill, Category.MATMUL) < 10.0
+    for phase in (decode, prefill):  # the categories add up to the measured step
+        assert abs(phase.categories[Category.UNATTRIBUTED.value]) <= 0.1 * phase.step_ms
+        assert phase.attributed_ms == pytest.approx(phase.step_ms, rel=0.1)
+    assert profile.floor_ms == pytest.approx(1e6 / 10e9 * 1e3)  # 1 MB per token at 10 GB/s
+    assert profile.ms_per_token and profile.profiled_ms_per_token and profile.overhead_pct is not None
+    # the profiled run is never a benchmark record
+    assert [r.run_id for r in result.bench.runs] == ["phased/w1", "phased/r1"]
+    names = {e["name"] for e in _trace_events(profile.trace_file)}
+    assert {"linear", "attention", "whistle_stop::decode", "whistle_stop::prefill"} <= names
+    assert profile.top_ops[0].name == "linear" and profile.top_ops[0].phase == "decode"
+
+
+@pytest.mark.parametrize("engine, expected_events", [
+    ("hf", "aten::"), ("torch-static", "aten::"), ("numpy", "linear"), ("onnx", "model_run"),
+])
+def test_each_profiler_adapter_explains_a_real_run(tmp_path, engine, expected_events):
+    if not registry.available(engine)[0]:
+        pytest.skip(f"{engine} unavailable")
+    result = _profile(tmp_path, [engine], new_tokens=10)
+    (profile,) = result.profiles
+    assert profile.status == "ok", profile.error
+    decode = profile.decode
+    assert decode.categories[Category.MATMUL.value] > 0
+    assert sum(decode.categories[c.value] for c in KERNELS) > 0
+    assert abs(decode.categories[Category.UNATTRIBUTED.value]) <= 0.1 * decode.step_ms
+    assert profile.top_ops and all(op.ms_per_step >= 0 for op in profile.top_ops)
+    assert any(expected_events in e.get("name", "") for e in _trace_events(profile.trace_file))
+
+
+def test_engine_without_a_profiler_shows_its_total_and_harness(tmp_path):
+    result = _profile(tmp_path, ["null"], new_tokens=10)
+    (profile,) = result.profiles
+    assert profile.profiler == "none" and "total and harness only" in profile.note
+    assert profile.decode.categories[Category.ENGINE_UNSPLIT.value] >= 0
+    assert profile.decode.categories[Category.HARNESS.value] > 0 and not profile.trace_file
+
+
+def test_categories_of_common_operations():
+    assert classify("aten::addmm", "torch") is Category.MATMUL
+    assert classify("aten::_scaled_dot_product_flash_attention_for_cpu", "torch") is Category.ATTENTION
+    assert classify("aten::index_copy_", "torch") is Category.KV_CACHE
+    assert classify("aten::view", "torch") is Category.FRAMEWORK
+    assert classify("MatMulInteger", "ort") is Category.MATMUL
+    assert classify("GroupQueryAttention", "ort") is Category.ATTENTION
+    assert classify("SkipLayerNormalization", "ort") is Category.NORM_ACTIVATION
+    assert classify("kv_write", "numpy") is Category.KV_CACHE
+
+
+def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, capsys):
+    from whistle_stop.backends.cli.main import main
+
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.probe_bandwidth", lambda threads: BANDWIDTH)
+    out = tmp_path / "prof"
+    code = main(["profile", "--model", "random:tiny", "--backends", "numpy,null", "--new-tokens", "8",
+                 "--repeats", "1", "--threads", "1", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "numpy" in printed.out and "matmul" in printed.out
+    for name in ("breakdown.csv", "top_ops.csv", "profile.json", "runs.csv", "profile_decode.png", "numpy.trace.json"):
+        assert (out / name).exists(), name
+    rows = (out / "breakdown.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4  # two engines x (prefill, decode)
+    assert json.loads((out / "profile.json").read_text())["engines"][0]["floor_ms"] > 0
