@@ -41,9 +41,10 @@ def private_qsettings(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def fake_bandwidth(monkeypatch):
-    """The sweep's memory-bandwidth probe is a benchmark: a fixed answer instead."""
-    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth",
-                        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
+    """The memory-bandwidth probe (sweep, profile) is a benchmark: a fixed answer instead."""
+    for module in ("sweep", "profile"):
+        monkeypatch.setattr(f"whistle_stop.backends.runs.{module}.probe_bandwidth",
+                            lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
 
 
 @pytest.fixture
@@ -300,3 +301,26 @@ def test_cancel_while_the_model_downloads_stops_it_without_falling_back(qtbot, m
     release.set()
     assert blocker.args[0] == CANCELLED and len(updates) < 1000
     assert not tab.running and "cancelled before the engines started" in tab.current.text()
+
+
+def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path):
+    """The Profile tab runs the same session as `main.py profile`: its table rows are the
+    command's rows, the files land in the chosen folder, the charts and top operations show."""
+    from tests.fake_engines import phased_spec
+    from whistle_stop.backends.profile.table import profile_row
+
+    window = make_window({"phased": phased_spec()})
+    configure(window, ["phased"], new_tokens=10, repeats=1, warmup=1)
+    tab = window.profile_tab
+    tab.out.setText(str(tmp_path / "prof"))
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
+        assert tab.start(), tab.reason.text()
+    result = blocker.args[0]
+    (profile,) = result.profiles
+    assert profile.status == "ok" and tab.table.rowCount() == 1
+    assert [tab.table.item(0, c).text() for c in range(tab.table.columnCount())] == profile_row(profile)
+    assert tab.ops.rowCount() == len(profile.top_ops) > 0 and tab.ops.item(0, 1).text() == "linear"
+    assert all(figure is not None for figure in tab.charts.figures)
+    for name in ("breakdown.csv", "top_ops.csv", "profile.json", "runs.csv", "phased.trace.json"):
+        assert (tmp_path / "prof" / name).exists(), name
+    assert tab.open_folder.isEnabled() and not window.jobs.busy()
