@@ -63,6 +63,7 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("onnx", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, own export with past key/values, graph-optimised", _ORT, artifacts=_FILES + "onnx"),
     _spec("onnx-int8", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8", artifacts=_FILES + "onnx"),
     _spec("onnx-int4", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4", artifacts=_FILES + "onnx"),
+    _spec("onnx-concat", "whistle_stop.backends.engines.onnx.concat_engine:OnnxConcatEngine", "ONNX Runtime, classic export: past/present concatenated per step", _ORT, artifacts=_FILES + "onnx_concat"),
     _spec("numpy", "whistle_stop.backends.engines.numpy_runtime.engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", ("numpy",)),
     _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", ("numpy",)),
     # The engines users would pick instead (the [peers] extra).

@@ -26,6 +26,12 @@ def onnx(model: ModelFiles, variant: str = "fp32") -> list[Path]:
     return [variant_dir(model, variant)]
 
 
+def onnx_concat(model: ModelFiles) -> list[Path]:
+    from .onnx.concat_cache import variant_dir  # torch-free, onnxruntime-free
+
+    return [variant_dir(model)]
+
+
 def gguf(model: ModelFiles, quant: str = "f32") -> list[Path]:
     return [cache_dir(GGUF_KIND, model.weights_hash) / quant]
 

@@ -102,11 +102,13 @@ def _builder(model: ModelFiles, variant: str, progress: ProgressFn) -> BuildFn:
     return build
 
 
-def _run_builder(args: list[str], progress: ProgressFn, variant: str) -> dict:
-    """Run onnx/build.py in a child process, relaying its progress lines; return its details."""
+def _run_builder(args: list[str], progress: ProgressFn, variant: str,
+                 module: str = "whistle_stop.backends.engines.onnx.build") -> dict:
+    """Run onnx/build.py (or another builder `module` speaking its protocol, e.g. concat_build)
+    in a child process, relaying its progress lines; return its details."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "whistle_stop.backends.engines.onnx.build", *args]
+    command = [sys.executable, "-m", module, *args]
     details: dict | None = None
     with tempfile.TemporaryFile() as log:
         child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,

@@ -20,9 +20,9 @@ from ...progress import ProgressFn
 from ...sources.model_files import ModelFiles
 from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
+from .session import open_session
 
 _MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
-_PROVIDER = "CPUExecutionProvider"
 
 
 class OnnxEngine(Engine):
@@ -93,16 +93,7 @@ class OnnxEngine(Engine):
         self._decode_binding = None  # bound to the other session; the next prefill binds again
 
     def _open(self, artefact: Artifact, profile_prefix: str = "") -> ort.InferenceSession:
-        options = ort.SessionOptions()
-        if profile_prefix:
-            options.enable_profiling = True
-            options.profile_file_prefix = profile_prefix
-        options.intra_op_num_threads = max(0, int(self.options.threads))  # 0: ORT's default (physical cores)
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3  # warnings about unused initialisers are noise here
-        return ort.InferenceSession(str(onnx_cache.model_path(artefact)), options, providers=[_PROVIDER])
+        return open_session(onnx_cache.model_path(artefact), self.options.threads, profile_prefix)
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         ids = self._ids(token_ids)
