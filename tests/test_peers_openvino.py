@@ -61,3 +61,24 @@ def test_ir_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_referenc
     tokens = run_engine_in_process("openvino", tiny_model, prompt_ids, 8)
     assert artifact_cache.check(folder) == ""
     assert tokens == hf_reference.greedy(prompt_ids, 8)
+
+
+def test_profile_reads_openvinos_performance_counters(tmp_path):
+    import json
+
+    from whistle_stop.backends.profile.categories import Category
+    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.runs.config import BenchConfig
+    from whistle_stop.backends.runs.profile import ProfileSession
+
+    bandwidth = Bandwidth(10.0, 10.0, 1, 1, 1, "test", "now")
+    config = BenchConfig(model="random:tiny", backends=("openvino",), prompt="Hello world, this is a test",
+                         new_tokens=10, repeats=1, warmup=1, threads=1)
+    (profile,) = ProfileSession(config, tmp_path, bandwidth=lambda threads: bandwidth).run().profiles
+    assert profile.status == "ok", profile.error
+    assert profile.profiler == "OpenVINO performance counters"
+    decode = profile.decode.categories
+    assert decode[Category.MATMUL.value] > 0
+    assert abs(decode[Category.UNATTRIBUTED.value]) <= 0.1 * profile.decode.step_ms
+    events = json.loads((tmp_path / "openvino.trace.json").read_text())["traceEvents"]
+    assert any(e["name"] == "whistle_stop::decode" for e in events) and len(events) > 20

@@ -54,6 +54,7 @@ class OpenVinoEngine(Engine):
         core = ov.Core()
         compiled = core.compile_model(core.read_model(self.folder / "model.xml"), "CPU", settings)
         self.request = compiled.create_infer_request()
+        self._compile_settings = settings
         self.context = config.n_positions
         notes = [f"threads={threads}", f"openvino {ov.get_version().split('-')[0]}", "stateful KV cache",
                  f"precision {_name(compiled.get_property('INFERENCE_PRECISION_HINT'))}",
@@ -82,6 +83,20 @@ class OpenVinoEngine(Engine):
 
     def decode(self, token_id: int) -> np.ndarray:
         return self._infer([int(token_id)])
+
+    def profiler(self):
+        """OpenVINO's performance counters, on a second compiled model for the profiled run."""
+        from ..profile.openvino_counters import OpenVinoCounters
+
+        def open_profiled():
+            core = ov.Core()
+            settings = {**self._compile_settings, "PERF_COUNT": "YES"}
+            return core.compile_model(core.read_model(self.folder / "model.xml"), "CPU", settings).create_infer_request()
+
+        def use(request) -> None:
+            self.request = request  # the next prefill resets its state
+
+        return OpenVinoCounters(open_profiled, use, self.request)
 
     def close(self) -> None:
         self.request = None

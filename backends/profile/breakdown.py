@@ -117,6 +117,10 @@ def phase_breakdowns(tokens: Sequence, capture: ProfileCapture) -> dict[str, Pha
         step = (sum((t.engine_ns or 0) + t.harness_ns for t in timed) / count / 1e6 if split
                 else _mean_gap_ms(tokens, phase))
         steps = capture.steps.get(phase) or count
+        own = capture.profiler_ns.get(phase, 0) / steps / 1e6  # the adapter's own time inside each step
+        if engine is not None:
+            engine -= own
+            step -= own
         values = {c.value: 0.0 for c in ORDER}
         seen = 0.0
         for category, ns in kernels.get(phase, {}).items():

@@ -38,6 +38,8 @@ class ProfileCapture:
     runtime_ns: dict[str, int] = field(default_factory=dict)
     trace_file: str = ""  # the Chrome trace written, or "" when none could be
     note: str = ""  # what this profiler cannot see
+    # phase -> ns the adapter itself spent inside the steps (reading counters): taken out of them
+    profiler_ns: dict[str, int] = field(default_factory=dict)
 
 
 class EngineProfiler(ABC):
