@@ -60,6 +60,7 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("torch-static-compile", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, torch.compile'd decode (CUDA graphs + bf16 on a GPU)", _TORCH, "bf16", compile=True, dtype="bf16"),
     _spec("torch-static-cuda", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, fp32, static KV cache", _TORCH, device="cuda", needs="cuda"),
     _spec("torch-static-cuda-graphs", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, bf16, decode captured in CUDA graphs", _TORCH, "bf16", compile=True, dtype="bf16", device="cuda", needs="cuda"),
+    _spec("nanogpt", "whistle_stop.backends.engines.nanogpt.engine:NanoGPTEngine", "nanoGPT's way: no KV cache, the whole sequence recomputed per token", _TORCH),
     _spec("onnx", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, own export with past key/values, graph-optimised", _ORT, artifacts=_FILES + "onnx"),
     _spec("onnx-int8", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8", artifacts=_FILES + "onnx"),
     _spec("onnx-int4", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4", artifacts=_FILES + "onnx"),

@@ -1,6 +1,7 @@
-"""Save screenshots of the Sweep and Quality tabs after a tiny real run (for the README):
+"""Save screenshots of the Sweep, Quality and Profile tabs after a tiny real run (for the README):
 
-    python -m scripts.screenshot_tabs [docs/sweep.png] [docs/quality.png] [--engines hf,hf-int8]
+    python -m scripts.screenshot_tabs [docs/sweep.png] [docs/quality.png] [--profile-out docs/profile.png]
+                                      [--engines hf,hf-int8] [--only sweep|quality|profile]
 
 Runs offscreen when there is no display. Settings and the sweep folder go to a temporary
 folder. The sweep draws its bandwidth limit lines only if the probe's result is cached: this never runs it.
@@ -26,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--news", default="8, 32, 64")
     parser.add_argument("--size", default="1600x1000")
     parser.add_argument("--dock-height", type=int, default=560)
-    parser.add_argument("--only", choices=("sweep", "quality"), help="take one of the two screenshots")
+    parser.add_argument("--profile-out", default="docs/profile.png")
+    parser.add_argument("--only", choices=("sweep", "quality", "profile"), help="take one of the screenshots")
     args = parser.parse_args(argv)
     offscreen_without_display()
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             settle_and_grab(window.charts_dock, Path(out), 400)
             return True
 
-        if args.only != "quality":
+        if args.only in (None, "sweep"):
             sweep = window.sweep_tab
             sweep.prompt_lengths.setText(args.prompts)
             sweep.new_lengths.setText(args.news)
@@ -72,11 +74,16 @@ def main(argv: list[str] | None = None) -> int:
             sweep.measure.setChecked(cached_bandwidth(default_threads()) is not None)  # never a probe here
             if not run_and_grab(sweep, args.sweep_out):
                 return 1
-        if args.only != "sweep":
+        if args.only in (None, "quality"):
             quality = window.quality_tab
             quality.max_length.setValue(256)
             quality.stride.setValue(256)
             if not run_and_grab(quality, args.quality_out):
+                return 1
+        if args.only in (None, "profile"):
+            profile = window.profile_tab
+            profile.out.setText(str(Path(scratch) / "profile"))
+            if not run_and_grab(profile, args.profile_out):
                 return 1
         close_window(window, app)
     return 0

@@ -53,7 +53,7 @@ def test_known_costs_land_in_their_categories(tmp_path):
 
 @pytest.mark.parametrize("engine, expected_events", [
     ("hf", "aten::"), ("torch-static", "aten::"), ("numpy", "linear"), ("onnx", "model_run"),
-    ("onnx-concat", "model_run"),
+    ("onnx-concat", "model_run"), ("nanogpt", "aten::"),
 ])
 def test_each_profiler_adapter_explains_a_real_run(tmp_path, engine, expected_events):
     if not registry.available(engine)[0]:

@@ -70,6 +70,7 @@ class EngineProfile:
     bytes_per_token: float | None = None  # weights (stored size) + KV read at the mean decode position
     bandwidth_gb_s: float | None = None
     bandwidth_label: str = ""
+    floor_note: str = ""  # set when the weights fit in the last-level cache: DRAM does not bound the engine
     decode: PhaseBreakdown | None = None
     prefill: PhaseBreakdown | None = None
     top_ops: list[OpShare] = field(default_factory=list)

@@ -13,7 +13,7 @@ HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "floor share",
 NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
         "(bench's figure); floor: (weights at their stored size + KV read) per token / measured bandwidth; "
         "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
-        "minus every category")
+        "minus every category; (LLC): the weights fit in the last-level cache, so the DRAM floor does not bound it")
 
 
 def _ms(value: float | None, digits: int = 2) -> str:
@@ -22,7 +22,7 @@ def _ms(value: float | None, digits: int = 2) -> str:
 
 def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     breakdown = getattr(p, phase)
-    share = "-" if p.floor_share is None else f"{100 * p.floor_share:.0f}%"
+    share = "-" if p.floor_share is None else f"{100 * p.floor_share:.0f}%" + (" (LLC)" if p.floor_note else "")
     head = [p.engine, _ms(p.ms_per_token if phase == "decode" else p.prefill_ms)]
     if p.status != "ok" or breakdown is None:
         return head + ["-", _ms(p.floor_ms), share, _ms(p.cpu_ms_per_token)] + ["-"] * len(ORDER) + \

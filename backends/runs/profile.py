@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
 from ..registry import EngineSpec
-from ..results.bandwidth import Bandwidth, probe_bandwidth
+from ..results.bandwidth import Bandwidth, fits_in_cache_note, probe_bandwidth
 from ..results.records import RunRecord
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
@@ -147,5 +147,6 @@ def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, pro
     if ready is not None and ready.weight_bytes_per_token:
         mean_position = prompt_tokens + (new_tokens - 1) / 2  # the KV cache read grows by one per step
         profile.bytes_per_token = ready.weight_bytes_per_token + ready.kv_bytes_per_position * mean_position
+        profile.floor_note = fits_in_cache_note(ready.weight_bytes_per_token)
     if bandwidth is not None:
         profile.bandwidth_gb_s, profile.bandwidth_label = bandwidth.gb_s, bandwidth.label
