@@ -14,8 +14,8 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QFormLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QSplitter,
-                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFormLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton,
+                               QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.profile.files import write_profile
@@ -76,8 +76,13 @@ class ProfileTab(QWidget):
         self.open_folder = QPushButton("Open traces folder")
         self.open_folder.setEnabled(False)
         self.open_folder.clicked.connect(self._open_folder)
+        self.phase = QComboBox()
+        self.phase.addItems(["decode", "prefill"])
+        self.phase.setToolTip("which step the table and the chart break down")
+        self.phase.currentTextChanged.connect(lambda _phase: self.show_results())
         form = QFormLayout()
         form.addRow("Folder", self.out)
+        form.addRow("Step", self.phase)
         controls = controls_column(form, self.run_button, self.job.cancel_button, options=(self.open_folder,),
                                    status=(self.reason, self.progress, self.status))
         self.table = QTableWidget(0, len(HEADERS))
@@ -103,8 +108,8 @@ class ProfileTab(QWidget):
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(tables, 1)
         column.addWidget(self.note)
-        self.charts = FigureGrid(2)
-        three_panes(self, (controls, middle, self.charts), stretch=1, sizes=(280, 760, 520))
+        self.charts = FigureGrid(1)
+        three_panes(self, (controls, middle, self.charts), stretch=1, sizes=(260, 700, 600))
 
     # --- inputs -------------------------------------------------------------------------------
     @property
@@ -173,7 +178,7 @@ class ProfileTab(QWidget):
     def _add_row(self, profile) -> None:
         row = self.table.rowCount()
         self.table.insertRow(row)
-        for column, cell in enumerate(profile_row(profile)):
+        for column, cell in enumerate(profile_row(profile, self.phase.currentText())):
             item = QTableWidgetItem(cell)
             if column == 0 and profile.error:
                 item.setToolTip(profile.error)
@@ -209,8 +214,7 @@ class ProfileTab(QWidget):
         self.table.setRowCount(0)
         for profile in self.result.profiles:
             self._add_row(profile)
-        self.charts.show_figures([figures.profile_breakdown(self.result.profiles, "decode"),
-                                  figures.profile_breakdown(self.result.profiles, "prefill")])
+        self.charts.show_figures([figures.profile_breakdown(self.result.profiles, self.phase.currentText())])
         if self.result.profiles:
             self.table.selectRow(0)
 

@@ -100,7 +100,7 @@ def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
     import numpy as np
     import pyqtgraph as pg
 
-    plot_item.legend.setColumnCount(3)  # a short legend: it sits over the plot
+    plot_item.legend.setColumnCount(2)  # a short legend: it sits over the plot
     bottom = np.zeros(len(figure.categories))
     for index, series in enumerate(figure.series):
         x, y = np.asarray(series.x, float), np.asarray(series.y, float)
@@ -129,7 +129,7 @@ def _fit_range(plot_item, figure: Figure) -> None:
         for s in figure.series:
             for x, y in zip(s.x, s.y):
                 tops[x] = tops.get(x, 0.0) + y
-        ys = [top * 1.3 for top in tops.values()]  # room for the legend above the bars
+        ys = [top * 1.45 for top in tops.values()]  # room for the legend above the bars
     ys += [limit.value for limit in figure.limits] + [y for s in figure.markers for y in s.y]
     xs = [x for s in figure.series for x in s.x]
     if figure.kind == "scatter":
