@@ -155,7 +155,7 @@ def _walk_in_order(weights: np.ndarray, u: float) -> int:
 def _sample_top_p(values: np.ndarray, weights: np.ndarray, ids: np.ndarray | None, top_p: float, u: float,
                    scratch: _Scratch) -> int:
     """Top-p over a large candidate set, by falling probability (ties by token id), unsorted."""
-    nucleus = _ValueHistogram(values, weights, scratch)
+    nucleus = _ValueHistogram(values, weights, scratch, from_bits=True)
     _, kept_mass = nucleus.crossing(top_p * nucleus.total, strict=False)
     index, _ = nucleus.crossing(u * kept_mass, strict=True)
     return int(index if ids is None else ids[index])
@@ -165,6 +165,10 @@ def _sample_top_p(values: np.ndarray, weights: np.ndarray, ids: np.ndarray | Non
 # nats below the largest value when some are masked (-inf; they share the last bucket).
 _BUCKETS = 4096
 _SPAN = 64.0
+# float32 bits >> 16: 8 exponent bits and 7 mantissa bits (128 buckets per octave of weight, 0.005
+# nats); a weight in [0, 1] maps into [0, 16256]
+_KEY_SHIFT = 16
+_BIT_BUCKETS = 1 << 14
 _SORT_LIMIT = 2048  # a crossing bucket with more candidates than this is split again
 
 
@@ -177,15 +181,25 @@ class _ValueHistogram:
     own value range. Two vectorised passes over the vocabulary, whatever the distribution's shape."""
 
     def __init__(self, values: np.ndarray, weights: np.ndarray, scratch: _Scratch | None = None,
-                 before: float = 0.0, positions: np.ndarray | None = None) -> None:
+                 before: float = 0.0, positions: np.ndarray | None = None, from_bits: bool = False) -> None:
+        """`from_bits`: the weights are exp(values - max) in [0, 1] (the whole candidate set), so their
+        float32 bit patterns, which rise with the weight, give the buckets in two integer passes."""
         self.values, self.weights, self.before = values, weights, before
         self.positions = positions  # None: a candidate's position is its index
         scratch = scratch or _Scratch()  # vocabulary-sized temporaries are reused (see _Scratch)
-        top, low = float(values.max()), float(values.min())  # low is -inf with masked tokens
         self.bucket: np.ndarray | None = None
-        if top == low or not math.isfinite(top):  # one value (or all masked): the order is by position
-            self.cumulative = before + np.array([weights.sum(dtype=np.float64)])
+        bucket32 = scratch.get("bucket32", values.size, np.int32)
+        if from_bits:
+            # exponent and the top 5 mantissa bits: 32 buckets per octave of weight (0.022 nats)
+            np.right_shift(weights.view(np.int32), _KEY_SHIFT, out=bucket32)
+            np.subtract(np.int32(_BIT_BUCKETS - 1), bucket32, out=bucket32)  # falling weight -> rising bucket
+            buckets = _BIT_BUCKETS
         else:
+            top, low = float(values.max()), float(values.min())  # low is -inf with masked tokens
+            if top == low or not math.isfinite(top):  # one value (or all masked): the order is by position
+                self.cumulative = before + np.array([weights.sum(dtype=np.float64)])
+                self.total = float(self.cumulative[-1])
+                return
             # float32 -> int32 -> intp: two cheap casts (a direct float -> int64 cast costs 4x more)
             scale = np.float32(_BUCKETS / min(_SPAN if math.isinf(low) else top - low, top - low) * (1 - 1e-6))
             level = scratch.get("level", values.size)
@@ -193,14 +207,14 @@ class _ValueHistogram:
             np.multiply(level, scale, out=level)  # in [0, _BUCKETS) when nothing is masked
             if math.isinf(low):
                 np.minimum(level, np.float32(_BUCKETS - 1), out=level)  # masked (-inf) -> the last bucket
-            bucket32 = scratch.get("bucket32", values.size, np.int32)
             np.copyto(bucket32, level, casting="unsafe")
-            self.bucket32 = bucket32  # falling value -> rising bucket
-            self.bucket = scratch.get("bucket", values.size, np.intp)  # what bincount takes
-            np.copyto(self.bucket, bucket32)
-            mass = scratch.get("mass", values.size, np.float64)
-            np.copyto(mass, weights)
-            self.cumulative = before + np.cumsum(np.bincount(self.bucket, weights=mass, minlength=_BUCKETS))
+            buckets = _BUCKETS
+        self.bucket32 = bucket32  # falling value -> rising bucket
+        self.bucket = scratch.get("bucket", values.size, np.intp)  # what bincount takes
+        np.copyto(self.bucket, bucket32)
+        mass = scratch.get("mass", values.size, np.float64)
+        np.copyto(mass, weights)
+        self.cumulative = before + np.cumsum(np.bincount(self.bucket, weights=mass, minlength=buckets))
         self.total = float(self.cumulative[-1])
 
     def crossing(self, target: float, strict: bool) -> tuple[int, float]:
@@ -219,7 +233,8 @@ class _ValueHistogram:
                                     self._position(members))
             return inner.crossing(target, strict)
         values, positions = self.values[members], self._position(members)
-        order = np.arange(members.size) if self.bucket is None else np.lexsort((positions, -values))
+        # members come in rising position: a stable sort by falling value breaks ties by position
+        order = np.arange(members.size) if self.bucket is None else np.argsort(-values, kind="stable")
         running = before + np.cumsum(self.weights[members][order], dtype=np.float64)
         at = min(int(np.searchsorted(running, target, side=side)), order.size - 1)
         return int(positions[order[at]]), float(running[at])

@@ -103,3 +103,21 @@ def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, 
     rows = (out / "breakdown.csv").read_text().splitlines()
     assert len(rows) == 1 + 4  # two engines x (prefill, decode)
     assert json.loads((out / "profile.json").read_text())["engines"][0]["floor_ms"] > 0
+
+
+def test_report_includes_a_profile_folder(tmp_path):
+    """`report` on a profile folder: its tables (the command's rows), top operations and charts."""
+    from whistle_stop.backends.profile.files import read_profile, write_profile
+    from whistle_stop.backends.profile.table import profile_row
+    from whistle_stop.backends.report.html import build_report
+    from whistle_stop.backends.results.export import write_results
+
+    result = _profile(tmp_path, ["phased"], {"phased": phased_spec()})
+    folder = tmp_path / "prof"
+    write_results(folder, result.bench.runs, result.bench.tokens, result.bench.environment)
+    write_profile(folder, result.profiles, {"model": "random:tiny"})
+    (read_back,) = read_profile(folder)
+    assert profile_row(read_back) == profile_row(result.profiles[0])
+    page = build_report([folder], tmp_path / "report").read_text(encoding="utf-8")
+    assert "Profile: decode step" in page and "Most expensive operations" in page and "linear" in page
+    assert (tmp_path / "report" / "1-profile_decode.png").exists() and "Where a decode step goes" in page

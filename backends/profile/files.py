@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..storage.atomic import atomic_write
-from .breakdown import EngineProfile
+from .breakdown import EngineProfile, OpShare, PhaseBreakdown
 from .categories import ORDER
 
 BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "profile.json"
@@ -66,3 +66,22 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
         json.dump(payload, handle, indent=1)
     written.append(out / PROFILE_JSON)
     return written
+
+
+def read_profile(folder: Path) -> list[EngineProfile]:
+    """The engines' profiles from a folder's profile.json ([] when there is none or it is unreadable)."""
+    path = Path(folder) / PROFILE_JSON
+    try:
+        engines = json.loads(path.read_text(encoding="utf-8"))["engines"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    known = set(EngineProfile.__dataclass_fields__)
+    out = []
+    for raw in engines:
+        fields = {k: v for k, v in raw.items() if k in known}
+        for phase in ("decode", "prefill"):
+            if fields.get(phase):
+                fields[phase] = PhaseBreakdown(**fields[phase])
+        fields["top_ops"] = [OpShare(**op) for op in fields.get("top_ops") or []]
+        out.append(EngineProfile(**fields))
+    return out

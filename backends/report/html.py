@@ -18,6 +18,10 @@ from pathlib import Path
 from . import figures as fg
 from ..storage.atomic import atomic_write, check_writable_dir
 from ..errors import UsageError
+from ..profile.files import read_profile
+from ..profile.table import HEADERS as PROFILE_HEADERS
+from ..profile.table import NOTE as PROFILE_NOTE
+from ..profile.table import profile_row
 from ..runs.quality import read_quality
 from ..results.records import RunRecord, TokenRecord
 from ..results.reader import load_results
@@ -39,9 +43,12 @@ class FolderData:
     environment: dict
     quality: list[dict] = field(default_factory=list)
     divergences: list[dict] = field(default_factory=list)
+    profiles: list = field(default_factory=list)  # profile.breakdown.EngineProfile, from a `profile` folder
 
     @property
     def kind(self) -> str:
+        if self.profiles:
+            return "profile"
         if self.quality:
             return "quality"
         return "sweep" if "sweep" in self.environment else "bench"
@@ -68,7 +75,7 @@ def load_folder(folder: Path) -> FolderData:
             if (folder / "environment.json").exists() else {}
         return FolderData(folder, [], [], environment, quality, divergences)
     runs, tokens, environment = load_results(folder)
-    return FolderData(folder, runs, tokens, environment, quality, divergences)
+    return FolderData(folder, runs, tokens, environment, quality, divergences, read_profile(folder))
 
 
 def folder_figures(data: FolderData) -> list[fg.Figure]:
@@ -77,6 +84,8 @@ def folder_figures(data: FolderData) -> list[fg.Figure]:
         return [fg.ttft_vs_prompt(data.runs, gb_s, env), fg.decode_vs_output(data.runs, gb_s, env),
                 fg.itl_vs_position(data.runs, data.tokens, gb_s, env)]
     out = []
+    if data.kind == "profile":
+        return [fg.profile_breakdown(data.profiles, "decode"), fg.profile_breakdown(data.profiles, "prefill")]
     if data.kind == "quality":
         out.append(fg.speed_vs_quality(data.quality, (env.get("model") or {}).get("weights") == "random"))
     if data.runs:
@@ -183,6 +192,25 @@ def _quality_html(data: FolderData) -> str:
     return "".join(parts)
 
 
+def _profile_html(data: FolderData) -> str:
+    """The profile's decode and prefill tables (the rows `profile` prints) and top operations."""
+    parts = []
+    for phase in ("decode", "prefill"):
+        parts.append(f"<h3>Profile: {phase} step</h3>")
+        parts.append(_table(PROFILE_HEADERS, [profile_row(p, phase) for p in data.profiles]))
+    parts.append(f"<p class=note>{html.escape(PROFILE_NOTE)}</p>")
+    rows = [[p.engine, op.phase, op.name, op.category, f"{op.ms_per_step:.3f}", f"{op.calls_per_step:.1f}",
+             f"{100 * op.share:.1f}%"] for p in data.profiles for op in p.top_ops]
+    if rows:
+        parts.append("<h3>Most expensive operations</h3>")
+        parts.append(_table(["engine", "phase", "operation", "category", "ms / step", "calls / step", "share"], rows))
+    traces = [p.trace_file for p in data.profiles if p.trace_file]
+    if traces:
+        parts.append("<p class=note>Traces (Chrome trace format; open in https://ui.perfetto.dev): "
+                     + html.escape(", ".join(Path(t).name for t in traces)) + "</p>")
+    return "".join(parts)
+
+
 def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
     env = data.environment
     model, machine, app = env.get("model") or {}, env.get("machine") or {}, env.get("app") or {}
@@ -207,6 +235,8 @@ def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
         parts += [f"<p class=warn>{html.escape(line)}</p>" for line in sampling_notes(summaries)]
     if data.quality:
         parts.append(_quality_html(data))
+    if data.profiles:
+        parts.append(_profile_html(data))
     parts += images
     parts.append("</section>")
     return "".join(parts)
