@@ -82,6 +82,7 @@ def test_categories_of_common_operations():
     assert classify("aten::_scaled_dot_product_flash_attention_for_cpu", "torch") is Category.ATTENTION
     assert classify("aten::index_copy_", "torch") is Category.KV_CACHE
     assert classify("aten::view", "torch") is Category.FRAMEWORK
+    assert classify("TorchDynamo Cache Lookup", "torch") is Category.FRAMEWORK
     assert classify("MatMulInteger", "ort") is Category.MATMUL
     assert classify("GroupQueryAttention", "ort") is Category.ATTENTION
     assert classify("SkipLayerNormalization", "ort") is Category.NORM_ACTIVATION

@@ -41,7 +41,8 @@ _TORCH = [
     (r"aten::(view|reshape|_reshape_alias|_unsafe_view|transpose|t|permute|expand|slice|select|as_strided|split"
      r"|split_with_sizes|unbind|unsqueeze|squeeze|contiguous|empty|empty_like|empty_strided|zeros|ones|full|arange"
      r"|detach|alias|lift_fresh|_to_copy|to|resolve_conj|resolve_neg|chunk|_has_compatible_shallow_copy_type"
-     r"|item|_local_scalar_dense|is_nonzero|result_type|lift_fresh_copy|numpy_t|matrix_h|mt)", Category.FRAMEWORK),
+     r"|item|_local_scalar_dense|is_nonzero|result_type|lift_fresh_copy|numpy_t|matrix_h|mt)"
+     r"|torchdynamo cache lookup|torch-compiled region.*", Category.FRAMEWORK),  # torch.compile's guards
 ]
 _ORT = [
     (r"(fused)?matmul.*|gemm|qgemm|matmulinteger.*|dynamicquantizematmul|matmulnbits|qlinearmatmul", Category.MATMUL),
