@@ -22,7 +22,7 @@ from ...sources.model_files import ModelFiles
 from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
 from . import concat_cache
-from .session import open_session
+from .session import open_cached, open_session
 
 NOTE = "past/present concatenated per step (ORT's classic GPT-2 export): the cache is copied and grown every step"
 
@@ -40,20 +40,10 @@ class OnnxConcatEngine(Engine):
         # Prefill's past: zero positions (the graph's past axis admits 0), one array for every input.
         self._empty = np.zeros((1, config.n_head, 0, config.head_dim), np.float32)
 
-        artefact = concat_cache.ensure(model, progress)
-        build_s = artefact.build_s
+        self.session, artefact, build_s = open_cached(
+            lambda: concat_cache.ensure(model, progress), lambda: concat_cache.rebuild(model, progress),
+            self.options.threads, "classic past/present", progress)
         self._artefact = artefact
-        try:
-            self.session = self._open(artefact)
-        except Exception as exc:  # noqa: BLE001 - ORT raises several types for an unreadable model
-            if artefact.built:
-                raise
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-            progress(f"cached ONNX classic past/present model is unusable ({why}); rebuilding", None)
-            artefact = concat_cache.rebuild(model, progress)
-            build_s += artefact.build_s
-            self._artefact = artefact
-            self.session = self._open(artefact)
         # Names from the graph itself (concat_export.py's, in its order): importing that module
         # would import torch into the worker.
         self._past_names = [i.name for i in self.session.get_inputs() if i.name not in ("input_ids", "logit_index")]

@@ -20,7 +20,7 @@ from ...progress import ProgressFn
 from ...sources.model_files import ModelFiles
 from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
-from .session import open_session
+from .session import open_cached, open_session
 
 _MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
 
@@ -52,20 +52,10 @@ class OnnxEngine(Engine):
         self._past_length = np.zeros(1, np.int64)
         self._row_zero = np.zeros(1, np.int64)
 
-        artefact = onnx_cache.ensure(model, self.variant, progress)
-        build_s = artefact.build_s
+        self.session, artefact, build_s = open_cached(
+            lambda: onnx_cache.ensure(model, self.variant, progress),
+            lambda: onnx_cache.rebuild(model, self.variant, progress), self.options.threads, self.variant, progress)
         self._artefact = artefact
-        try:
-            self.session = self._open(artefact)
-        except Exception as exc:  # noqa: BLE001 - ORT raises several types for an unreadable model
-            if artefact.built:
-                raise
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-            progress(f"cached ONNX {self.variant} model is unusable ({why}); rebuilding", None)
-            artefact = onnx_cache.rebuild(model, self.variant, progress)
-            build_s += artefact.build_s
-            self._artefact = artefact
-            self.session = self._open(artefact)
         build = artefact.details
         notes = [f"providers={','.join(self.session.get_providers())}", "opt=ORT_ENABLE_ALL at load",
                  f"cache={'built' if artefact.built else 'hit'}", f"threads={self.options.threads or 'ort default'}",

@@ -4,8 +4,13 @@ so engines built on different exports differ only in their graphs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import onnxruntime as ort
+
+from ...progress import ProgressFn
+from ...storage.artifact_cache import Artifact
+from .cache import model_path
 
 PROVIDER = "CPUExecutionProvider"
 
@@ -22,3 +27,19 @@ def open_session(model_path: Path, threads: int, profile_prefix: str = "") -> or
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # warnings about unused initialisers are noise here
     return ort.InferenceSession(str(model_path), options, providers=[PROVIDER])
+
+
+def open_cached(ensure: Callable[[], Artifact], rebuild: Callable[[], Artifact], threads: int, label: str,
+                progress: ProgressFn) -> tuple[ort.InferenceSession, Artifact, float]:
+    """(session, artefact, build seconds) for a cached export: a cached file ORT cannot read is
+    rebuilt once; a file built just now that ORT cannot read is an error."""
+    artefact = ensure()
+    try:
+        return open_session(model_path(artefact), threads), artefact, artefact.build_s
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types for an unreadable model
+        if artefact.built:
+            raise
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        progress(f"cached ONNX {label} model is unusable ({why}); rebuilding", None)
+        rebuilt = rebuild()
+        return open_session(model_path(rebuilt), threads), rebuilt, artefact.build_s + rebuilt.build_s
