@@ -22,7 +22,7 @@ from ...sources.model_files import ModelFiles
 from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
 from . import concat_cache
-from .session import open_cached, open_session
+from .session import open_cached, open_session, token_array
 
 NOTE = "past/present concatenated per step (ORT's classic GPT-2 export): the cache is copied and grown every step"
 
@@ -89,12 +89,7 @@ class OnnxConcatEngine(Engine):
     def _ids(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.session is None:
             raise RuntimeError("the engine is not loaded")
-        ids = np.asarray(list(token_ids), dtype=np.int64).reshape(1, -1)
-        if ids.shape[1] == 0:
-            raise ValueError("at least one token is needed")
-        if ids.shape[1] > self._context:
-            raise ValueError(f"{ids.shape[1]} tokens exceed the model's context of {self._context}")
-        return ids
+        return token_array(token_ids, self._context)
 
     def _run(self, ids: np.ndarray, rows: np.ndarray,
              past: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -20,7 +20,7 @@ from ...progress import ProgressFn
 from ...sources.model_files import ModelFiles
 from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
-from .session import open_cached, open_session
+from .session import open_cached, open_session, token_array
 
 _MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
 
@@ -112,12 +112,7 @@ class OnnxEngine(Engine):
     def _ids(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.session is None:
             raise RuntimeError("the engine is not loaded")
-        ids = np.asarray(list(token_ids), dtype=np.int64).reshape(1, -1)
-        if ids.shape[1] == 0:
-            raise ValueError("at least one token is needed")
-        if ids.shape[1] > self._context:
-            raise ValueError(f"{ids.shape[1]} tokens exceed the model's context of {self._context}")
-        return ids
+        return token_array(token_ids, self._context)
 
     def _run(self, ids: np.ndarray, rows: np.ndarray, logits: np.ndarray | None) -> np.ndarray:
         """A new sequence from position 0 (prefill or scoring)."""

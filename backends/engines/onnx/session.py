@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import onnxruntime as ort
 
 from ...progress import ProgressFn
@@ -43,3 +44,13 @@ def open_cached(ensure: Callable[[], Artifact], rebuild: Callable[[], Artifact],
         progress(f"cached ONNX {label} model is unusable ({why}); rebuilding", None)
         rebuilt = rebuild()
         return open_session(model_path(rebuilt), threads), rebuilt, artefact.build_s + rebuilt.build_s
+
+
+def token_array(token_ids, context: int) -> np.ndarray:
+    """Token ids as the graphs' int64 input [1, T]; empty or longer than the context: ValueError."""
+    ids = np.asarray(list(token_ids), dtype=np.int64).reshape(1, -1)
+    if ids.shape[1] == 0:
+        raise ValueError("at least one token is needed")
+    if ids.shape[1] > context:
+        raise ValueError(f"{ids.shape[1]} tokens exceed the model's context of {context}")
+    return ids
