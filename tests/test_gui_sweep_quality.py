@@ -324,3 +324,19 @@ def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path)
     for name in ("breakdown.csv", "top_ops.csv", "profile.json", "runs.csv", "phased.trace.json"):
         assert (tmp_path / "prof" / name).exists(), name
     assert tab.open_folder.isEnabled() and not window.jobs.busy()
+
+
+def test_profile_tab_cancel_keeps_what_was_measured_and_leaves_no_worker(qtbot, make_window, tmp_path):
+    window = make_window({"first": spec("first", decode_s=0.001), "second": spec("second", decode_s=0.02)})
+    configure(window, ["first", "second"], new_tokens=400, repeats=2, warmup=0)
+    tab = window.profile_tab
+    tab.out.setText(str(tmp_path / "prof"))
+    assert tab.start(), tab.reason.text()
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 1, timeout=TIMEOUT_MS)  # one engine done, the next under way
+    with qtbot.waitSignal(tab.finished, timeout=30_000) as blocker:
+        tab.job.cancel_button.click()
+    result = blocker.args[0]
+    assert result.cancelled and len(result.profiles) == 2
+    assert result.profiles[0].status == "ok" and result.profiles[1].status == "cancelled"
+    assert "cancelled" in tab.status.text().lower()
+    qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
