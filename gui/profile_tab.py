@@ -24,6 +24,7 @@ from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
+from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.worker.events import BackendEvent, Progress
 
 from .event_queue import CANCELLED
@@ -189,7 +190,7 @@ class ProfileTab(QWidget):
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
         self.show_results()
-        failed = [p.engine for p in result.profiles if p.status != "ok"]
+        failed = [p.engine for p in result.profiles if p.status != RunStatus.OK]
         text = "Profile cancelled" if result.cancelled else "Profile finished"
         if failed:
             text += f"; failed: {', '.join(failed)}"

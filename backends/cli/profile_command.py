@@ -10,6 +10,7 @@ from rich.table import Table
 from ..profile.files import write_profile
 from ..profile.table import HEADERS, NOTE, profile_row, shown_columns, top_ops_line
 from ..results.export import write_results
+from ..status import RunStatus
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
 from .common import config_from_args, in_thread, out_dir, progress_printer, stderr_console, stdout_console
 from .main import EXIT_OK, EXIT_RUN_FAILED
@@ -44,7 +45,7 @@ def profile_command(args: argparse.Namespace) -> int:
         err.print(f"traces (open in https://ui.perfetto.dev or chrome://tracing): {', '.join(traces)}")
     if result.cancelled:
         err.print("[yellow]cancelled:[/] partial results were written")
-    return EXIT_RUN_FAILED if any(p.status != "ok" for p in result.profiles) else EXIT_OK
+    return EXIT_RUN_FAILED if any(p.status != RunStatus.OK for p in result.profiles) else EXIT_OK
 
 
 def _charts(result: ProfileResult, out, err: Console) -> list:
@@ -75,7 +76,7 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
     if random_weights:
         console.print("[bold]random weights - timing only[/]")
     for p in result.profiles:
-        if p.status != "ok":
+        if p.status != RunStatus.OK:
             console.print(f"{p.engine}: {p.status}: {p.error}", markup=False)
             continue
         if top_ops_line(p):

@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..status import RunStatus
 from .capture import ProfileCapture
 from .categories import KERNELS, ORDER, Category
 
@@ -61,7 +62,7 @@ class EngineProfile:
     precision: str = ""
     profiler: str = "none"
     note: str = ""
-    status: str = "ok"
+    status: RunStatus = RunStatus.OK
     error: str = ""
     ms_per_token: float | None = None  # unprofiled run: median decode ITL
     profiled_ms_per_token: float | None = None  # the profiled run, same statistic

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from ..status import RunStatus
 from ..storage.atomic import atomic_write
 from .breakdown import EngineProfile, OpShare, PhaseBreakdown
 from .categories import ORDER
@@ -83,5 +84,6 @@ def read_profile(folder: Path) -> list[EngineProfile]:
             if fields.get(phase):
                 fields[phase] = PhaseBreakdown(**fields[phase])
         fields["top_ops"] = [OpShare(**op) for op in fields.get("top_ops") or []]
+        fields["status"] = RunStatus.parse(str(fields.get("status", "ok")))
         out.append(EngineProfile(**fields))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..status import RunStatus
 from .breakdown import EngineProfile
 from .categories import ORDER, Category
 
@@ -24,9 +25,9 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     breakdown = getattr(p, phase)
     share = "-" if p.floor_share is None else f"{100 * p.floor_share:.0f}%" + (" (LLC)" if p.floor_note else "")
     head = [p.engine, _ms(p.ms_per_token if phase == "decode" else p.prefill_ms)]
-    if p.status != "ok" or breakdown is None:
+    if p.status != RunStatus.OK or breakdown is None:
         return head + ["-", _ms(p.floor_ms), share, _ms(p.cpu_ms_per_token)] + ["-"] * len(ORDER) + \
-            [p.status if p.status != "ok" else p.profiler]
+            [str(p.status) if p.status != RunStatus.OK else p.profiler]
     profiled = p.profiled_ms_per_token if phase == "decode" else None
     overhead = "" if p.overhead_pct is None or phase != "decode" else f" ({p.overhead_pct:+.0f}%)"
     cells = [_ms(breakdown.categories.get(c.value)) for c in ORDER]

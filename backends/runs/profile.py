@@ -114,8 +114,11 @@ class ProfileSession:
             orchestrator.close(name)
         _fill_measured(profile, measured, orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens,
                        result.bandwidth)
-        if outcome.status != RunStatus.OK or outcome.profile is None:
-            profile.status, profile.error = str(outcome.status), outcome.error or "the profiled run sent no capture"
+        if outcome.status != RunStatus.OK:
+            profile.status, profile.error = outcome.status, outcome.error
+            return profile
+        if outcome.profile is None:
+            profile.status, profile.error = RunStatus.ERROR, "the profiled run sent no capture"
             return profile
         capture = outcome.profile
         phases = phase_breakdowns(outcome.tokens, capture)
@@ -128,7 +131,7 @@ class ProfileSession:
 
 def _failed(profile: EngineProfile, runs: list[RunRecord], name: str) -> EngineProfile:
     errors = [r for r in runs if r.backend == name and r.status != RunStatus.OK]
-    profile.status = str(errors[-1].status) if errors else str(RunStatus.CANCELLED)
+    profile.status = errors[-1].status if errors else RunStatus.CANCELLED
     profile.error = errors[-1].error if errors else "cancelled"
     return profile
 
