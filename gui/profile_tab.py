@@ -15,7 +15,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (QComboBox, QFormLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton,
-                               QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+                               QSplitter, QTableWidget, QTableWidgetItem, QWidget)
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.profile.files import write_profile
@@ -34,7 +34,7 @@ from .job_manager import JobKind, JobManager
 from .job_runner import JobContext
 from .setup_panel import SetupPanel
 from .theme import Theme
-from .widgets import controls_column, results_root, three_panes
+from .widgets import controls_column, results_root, stacked, three_panes
 
 OPS_HEADERS = ["phase", "operation", "category", "ms / step", "calls / step", "share"]
 
@@ -104,11 +104,7 @@ class ProfileTab(QWidget):
         tables = QSplitter(Qt.Orientation.Vertical)
         tables.addWidget(self.table)
         tables.addWidget(self.ops)
-        middle = QWidget()
-        column = QVBoxLayout(middle)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(tables, 1)
-        column.addWidget(self.note)
+        middle = stacked(tables, self.note, stretch=tables)
         self.charts = FigureGrid(1)
         three_panes(self, (controls, middle, self.charts), stretch=1, sizes=(260, 700, 600))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
-                               QSplitter, QVBoxLayout, QWidget)
+                               QSplitter, QWidget)
 
 from whistle_stop.backends.report import figures
 from whistle_stop.backends import registry
@@ -33,7 +33,7 @@ from .job_runner import JobContext
 from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
 from .theme import Theme, current_theme, engine_colours
-from .widgets import controls_column, path_row, spin, three_panes
+from .widgets import controls_column, path_row, spin, stacked, three_panes
 
 RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
 
@@ -109,11 +109,7 @@ class QualityTab(QWidget):
         results.addWidget(self.table)
         results.addWidget(self.top)
         results.setSizes([120, 170])
-        middle = QWidget()
-        column = QVBoxLayout(middle)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(self.banner)
-        column.addWidget(results, 1)
+        middle = stacked(self.banner, results, stretch=results)
         self.scatter = FigureGrid(1)
         three_panes(self, (controls, middle, self.scatter), stretch=1, sizes=(300, 700, 480))
 

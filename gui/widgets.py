@@ -70,6 +70,16 @@ def controls_column(form: QFormLayout, run: QPushButton, cancel: QPushButton, op
     return column
 
 
+def stacked(*widgets: QWidget, stretch: QWidget | None = None) -> QWidget:
+    """Widgets top to bottom with no margins; `stretch` takes the spare height."""
+    holder = QWidget()
+    layout = QVBoxLayout(holder)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for widget in widgets:
+        layout.addWidget(widget, 1 if widget is stretch else 0)
+    return holder
+
+
 def three_panes(owner: QWidget, panes: Sequence[QWidget], stretch: int, sizes: Sequence[int]) -> QSplitter:
     """A tab's controls | results | figures, side by side in a splitter that fills `owner`."""
     splitter = QSplitter(Qt.Orientation.Horizontal)

@@ -48,10 +48,11 @@ def test_failed_build_leaves_nothing(isolated_cache):
 
 def test_concurrent_builders_build_once(isolated_cache):
     calls: list[int] = []
+    all_started = threading.Event()
 
     def slow(out: Path) -> None:
         calls.append(1)
-        time.sleep(0.5)
+        all_started.wait(10)  # the build is still going while the other builders arrive
         _write(out)
 
     results = []
@@ -59,6 +60,7 @@ def test_concurrent_builders_build_once(isolated_cache):
                for _ in range(3)]
     for thread in threads:
         thread.start()
+    all_started.set()
     for thread in threads:
         thread.join()
     assert len(calls) == 1 and sorted(r.built for r in results) == [False, False, True]

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from ..results.export import write_csv
 from ..status import RunStatus
 from ..storage.atomic import atomic_write
 from .breakdown import EngineProfile, OpShare, PhaseBreakdown
@@ -50,16 +51,11 @@ def top_ops_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
 
 
 def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) -> list[Path]:
-    import csv
-
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, columns, rows in ((BREAKDOWN_CSV, BREAKDOWN_COLUMNS, breakdown_rows(profiles)),
                                 (TOP_OPS_CSV, TOP_OPS_COLUMNS, top_ops_rows(profiles))):
-        with atomic_write(out / name, encoding="utf-8", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(columns)
-            writer.writerows(rows)
+        write_csv(out / name, columns, (dict(zip(columns, row)) for row in rows))
         written.append(out / name)
     payload = {"settings": settings, "engines": [dict(asdict(p), floor_ms=p.floor_ms, overhead_pct=p.overhead_pct,
                                                       floor_share=p.floor_share) for p in profiles]}

@@ -10,16 +10,13 @@ engine calls as spans.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import threading
 import time
 from collections import defaultdict
 from typing import Iterator
 
 import llama_cpp
 
-from .capture import EngineProfiler, ProfileCapture
+from .capture import EngineProfiler, ProfileCapture, span, write_trace
 
 
 class LlamaPerfProfiler(EngineProfiler):
@@ -40,21 +37,13 @@ class LlamaPerfProfiler(EngineProfiler):
         try:
             yield
         finally:
-            self._trace.append({"name": f"whistle_stop::{phase}", "ph": "X", "ts": began / 1000,
-                                "dur": (time.perf_counter_ns() - began) / 1000, "pid": os.getpid(),
-                                "tid": threading.get_ident()})
+            self._trace.append(span(f"whistle_stop::{phase}", began, time.perf_counter_ns() - began))
 
     def finish(self, trace_path: str) -> ProfileCapture:
         data = llama_cpp.llama_perf_context(self._ctx)
         runtime = {"prefill": int(data.t_p_eval_ms * 1e6), "decode": int(data.t_eval_ms * 1e6)}
-        written = ""
-        try:
-            with open(trace_path, "w", encoding="utf-8") as handle:
-                json.dump({"traceEvents": self._trace, "otherData": {
-                    "llama_perf": {"t_p_eval_ms": data.t_p_eval_ms, "n_p_eval": data.n_p_eval,
-                                   "t_eval_ms": data.t_eval_ms, "n_eval": data.n_eval}}}, handle)
-            written = trace_path
-        except OSError:
-            pass
+        written = write_trace(trace_path, self._trace, llama_perf={
+            "t_p_eval_ms": data.t_p_eval_ms, "n_p_eval": data.n_p_eval, "t_eval_ms": data.t_eval_ms,
+            "n_eval": data.n_eval})
         return ProfileCapture(self.name, (), dict(self._steps), runtime, written,
                               note="llama.cpp times its graph evaluation as a whole (no per-op split)")

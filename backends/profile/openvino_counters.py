@@ -10,14 +10,12 @@ inside the step: it is measured and taken out of the step (ProfileCapture.profil
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import threading
 import time
 from collections import defaultdict
 from typing import Callable, Iterator
 
-from .capture import EngineProfiler, OpStat, ProfileCapture
+from .capture import EngineProfiler, OpStat, ProfileCapture, span, write_trace
 from .categories import classify
 
 
@@ -43,7 +41,7 @@ class OpenVinoCounters(EngineProfiler):
         began = time.perf_counter_ns()
         yield
         ended = time.perf_counter_ns()
-        cursor = began / 1000
+        cursor = began
         for info in self._request.profiling_info:
             if str(info.status).split(".")[-1] != "EXECUTED":
                 continue
@@ -52,22 +50,15 @@ class OpenVinoCounters(EngineProfiler):
             entry[0] += ns
             entry[1] += 1
             # laid end to end inside the step: OpenVINO reports durations, not start times
-            self._trace.append({"name": info.node_type, "ph": "X", "ts": cursor, "dur": ns / 1000,
-                                "pid": os.getpid(), "tid": threading.get_ident(), "args": {"node": info.node_name}})
-            cursor += ns / 1000
-        self._trace.append({"name": f"whistle_stop::{phase}", "ph": "X", "ts": began / 1000,
-                            "dur": (ended - began) / 1000, "pid": os.getpid(), "tid": threading.get_ident() + 1})
+            self._trace.append(span(info.node_type, cursor, ns, node=info.node_name))
+            cursor += ns
+        # the step on a row of its own, above its nodes
+        self._trace.append(span(f"whistle_stop::{phase}", began, ended - began, tid=threading.get_ident() + 1))
         self._spent[phase] += time.perf_counter_ns() - ended
 
     def finish(self, trace_path: str) -> ProfileCapture:
         self._use(self._original)
-        written = ""
-        try:
-            with open(trace_path, "w", encoding="utf-8") as handle:
-                json.dump({"traceEvents": self._trace}, handle)
-            written = trace_path
-        except OSError:
-            pass
+        written = write_trace(trace_path, self._trace)
         ops = tuple(OpStat(phase, name, classify(name, "openvino").value, ns, calls)
                     for (phase, name), (ns, calls) in self._totals.items())
         return ProfileCapture(self.name, ops, dict(self._steps), trace_file=written, profiler_ns=dict(self._spent),

@@ -8,15 +8,12 @@ self time excludes the timed functions it calls. Every call is also a Chrome-tra
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import threading
 import time
 from collections import defaultdict
 from types import ModuleType
 from typing import Callable, Iterator, Sequence
 
-from .capture import EngineProfiler, OpStat, ProfileCapture
+from .capture import EngineProfiler, OpStat, ProfileCapture, span, write_trace
 from .categories import classify
 
 
@@ -31,7 +28,6 @@ class FunctionTimers(EngineProfiler):
         self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self._steps: dict[str, int] = defaultdict(int)
         self._trace: list[dict] = []
-        self._pid, self._tid = os.getpid(), threading.get_ident()
 
     def start(self) -> None:
         for name in self._names:
@@ -53,7 +49,7 @@ class FunctionTimers(EngineProfiler):
                 entry = self._totals[(self._phase, name)]
                 entry[0] += spent - children
                 entry[1] += 1
-                self._trace.append(_event(name, began, spent, self._pid, self._tid))
+                self._trace.append(span(name, began, spent))
         timed.__wrapped__ = function
         return timed
 
@@ -65,24 +61,14 @@ class FunctionTimers(EngineProfiler):
         try:
             yield
         finally:
-            self._trace.append(_event(f"whistle_stop::{phase}", began, time.perf_counter_ns() - began,
-                                      self._pid, self._tid))
+            self._trace.append(span(f"whistle_stop::{phase}", began, time.perf_counter_ns() - began))
 
     def finish(self, trace_path: str) -> ProfileCapture:
         for name, original in self._originals.items():
             setattr(self._module, name, original)
-        written = ""
-        try:
-            with open(trace_path, "w", encoding="utf-8") as handle:
-                json.dump({"traceEvents": self._trace, "displayTimeUnit": "ms"}, handle)
-            written = trace_path
-        except OSError:
-            pass
+        written = write_trace(trace_path, self._trace)
         ops = tuple(OpStat(phase, name, classify(name, self._family).value, ns, calls)
                     for (phase, name), (ns, calls) in self._totals.items())
         return ProfileCapture(self.name, ops, dict(self._steps), trace_file=written,
                               note="self time of each runtime function (the rest of a step is Python around them)")
 
-
-def _event(name: str, began_ns: int, spent_ns: int, pid: int, tid: int) -> dict:
-    return {"name": name, "ph": "X", "ts": began_ns / 1000, "dur": spent_ns / 1000, "pid": pid, "tid": tid}

@@ -17,6 +17,7 @@ import statistics
 from typing import Callable, Sequence
 
 from .. import registry
+from ..profile.breakdown import median_decode_ms
 from ..engine import EngineOptions
 from ..sampling import SamplingParams
 from ..sources.model_files import ModelFiles
@@ -31,8 +32,8 @@ WARMUP_TOKENS = 20
 
 def median_itl_us(tokens: Sequence[Token]) -> float | None:
     """Median gap between consecutive token stamps, in microseconds (None under two tokens)."""
-    gaps = [(b.t_ns - a.t_ns) / 1e3 for a, b in zip(tokens, tokens[1:])]
-    return statistics.median(gaps) if gaps else None
+    ms = median_decode_ms(tokens)
+    return None if ms is None else ms * 1e3
 
 
 def median_harness_us(tokens: Sequence[Token]) -> float | None:
