@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # `whistle_stop` is this checkout even when it is not pip-installed (see scripts/checkout/whistle_stop.py):
@@ -105,3 +106,13 @@ def live_workers():
         except psutil.NoSuchProcess:
             continue
     return children
+
+
+def greedy_logits(engine, ids: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+    """Greedy tokens and the logits [steps + 1, V] of prefill and each decode step."""
+    logits = [engine.prefill(ids)]
+    tokens: list[int] = []
+    for _ in range(steps):
+        tokens.append(int(np.argmax(logits[-1])))
+        logits.append(engine.decode(tokens[-1]))
+    return tokens, np.stack(logits)

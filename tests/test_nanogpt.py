@@ -12,7 +12,7 @@ import torch
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.model_files import resolve_model
 from whistle_stop.backends.sources.prompts import prompt_of_length
-from tests.conftest import load_engine_in_process, run_engine_in_process
+from tests.conftest import greedy_logits, load_engine_in_process, run_engine_in_process
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # as for torch-static: tiny's logits reach ~8, fp32 differences are ~1e-5
@@ -23,16 +23,6 @@ def lengths_seen(engine) -> list[int]:
     seen: list[int] = []
     engine.model.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[1]))
     return seen
-
-
-def greedy_logits(engine, ids: list[int], steps: int) -> tuple[list[int], np.ndarray]:
-    """Greedy tokens and the logits [steps + 1, V] of prefill and each decode step."""
-    logits = [engine.prefill(ids)]
-    tokens: list[int] = []
-    for _ in range(steps):
-        tokens.append(int(np.argmax(logits[-1])))
-        logits.append(engine.decode(tokens[-1]))
-    return tokens, np.stack(logits)
 
 
 def test_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):

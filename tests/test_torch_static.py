@@ -11,7 +11,7 @@ from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.conftest import run_engine_in_process
+from tests.conftest import greedy_logits, run_engine_in_process
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # tiny's logits reach ~8; measured differences are ~6e-6
@@ -22,16 +22,6 @@ def loaded(name: str, model, threads: int = 1):
     engine = registry.create(name, EngineOptions(threads=threads))
     info = engine.load(model, lambda *a: None)
     return engine, info
-
-
-def greedy_logits(engine, ids: list[int], steps: int) -> tuple[list[int], np.ndarray]:
-    """Greedy tokens and the logits [steps + 1, V] of prefill and each decode step."""
-    logits = [engine.prefill(ids)]
-    tokens: list[int] = []
-    for _ in range(steps):
-        tokens.append(int(np.argmax(logits[-1])))
-        logits.append(engine.decode(tokens[-1]))
-    return tokens, np.stack(logits)
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
