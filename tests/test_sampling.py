@@ -48,11 +48,11 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     assert picks == {10, 20}
 
 
-def test_top_p_beyond_the_fast_window_is_still_exact():
-    logits = np.zeros(50257, np.float32)  # flat: top-p 0.5 needs ~25k tokens, more than the window
+def test_top_p_over_flat_logits_breaks_ties_by_token_id():
+    logits = np.zeros(50257, np.float32)  # flat: top-p 0.5 keeps the 25,129 lowest ids
     sampler = Sampler(SamplingParams("sample", 1.0, 0, 0.5, 3))
     picks = [sampler(logits) for _ in range(400)]
-    assert max(picks) < 25200 and len(set(picks)) > 300  # ties are broken by token id
+    assert max(picks) < 25129 and len(set(picks)) > 300 and min(picks) < 1000
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -68,17 +68,17 @@ def test_bad_parameters_are_refused(kwargs, message):
 
 
 # --- The sampler before partial selection (it sorted the vocabulary for top-p), kept as the
-# reference: the new one must pick the same tokens for the same logits and seed.
+# reference: without top-p, and with top-p over a small top-k set, the new one picks the same
+# tokens for the same logits and seed; with top-p over a large set (rejection sampling) it picks
+# only nucleus tokens, at the nucleus's odds.
 class _ReferenceSampler:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self._rng = np.random.default_rng(params.seed)
 
-    def __call__(self, logits: np.ndarray) -> int:
-        logits = np.asarray(logits, dtype=np.float32).reshape(-1)
-        if self.params.is_greedy:
-            return int(np.argmax(logits))
-        logits = logits / np.float32(self.params.temperature)
+    def _probs(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(candidates, their probabilities, the kept positions in walking order)."""
+        logits = np.asarray(logits, dtype=np.float32).reshape(-1) / np.float32(self.params.temperature)
         p = self.params
         candidates = np.arange(logits.size)
         if 0 < p.top_k < logits.size:
@@ -94,10 +94,34 @@ class _ReferenceSampler:
             keep = np.argsort(candidates)
         else:
             keep = candidates
+        return candidates, probs, keep
+
+    def nucleus(self, logits: np.ndarray) -> dict[int, float]:
+        """Every token that may be drawn, with its probability after renormalising."""
+        candidates, probs, keep = self._probs(logits)
+        return dict(zip(candidates[keep].tolist(), (probs[keep] / probs[keep].sum()).tolist()))
+
+    def __call__(self, logits: np.ndarray) -> int:
+        if self.params.is_greedy:
+            return int(np.argmax(logits))
+        candidates, probs, keep = self._probs(logits)
         chosen = probs[keep]
         u = self._rng.random() * chosen.sum()
         index = int(np.searchsorted(np.cumsum(chosen), u, side="right"))
         return int(candidates[keep[min(index, keep.size - 1)]])
+
+
+def _rejection_path(params: SamplingParams) -> bool:
+    return params.top_p < 1 and not 0 < params.top_k <= 2048
+
+
+def _check_against_reference(params: SamplingParams, logits_list: list[np.ndarray]) -> None:
+    fast, reference = Sampler(params), _ReferenceSampler(params)
+    for logits in logits_list:
+        if _rejection_path(params):
+            assert fast(logits) in reference.nucleus(logits)
+        else:
+            assert fast(logits) == reference(logits)
 
 
 @pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])  # flat (random weights) to peaked (a trained model)
@@ -107,12 +131,9 @@ class _ReferenceSampler:
 ])
 def test_same_tokens_as_the_sorting_reference(scale, temperature, top_k, top_p):
     for seed in range(2):
-        params = SamplingParams("sample", temperature, top_k, top_p, seed)
-        fast, reference = Sampler(params), _ReferenceSampler(params)
         rng = np.random.default_rng(seed + 100)
-        for _ in range(12):
-            logits = (rng.standard_normal(50257) * scale).astype(np.float32)
-            assert fast(logits) == reference(logits)
+        logits_list = [(rng.standard_normal(50257) * scale).astype(np.float32) for _ in range(12)]
+        _check_against_reference(SamplingParams("sample", temperature, top_k, top_p, seed), logits_list)
 
 
 def test_same_tokens_as_the_reference_on_ties_and_masked_tokens():
@@ -121,16 +142,39 @@ def test_same_tokens_as_the_reference_on_ties_and_masked_tokens():
     logits[rng.choice(50257, 20000, replace=False)] = -np.inf  # masked tokens
     for params in (SamplingParams("sample", 1.0, 0, 0.9, 1), SamplingParams("sample", 1.0, 0, 1.0, 2),
                    SamplingParams("sample", 0.5, 0, 0.3, 3)):
-        fast, reference = Sampler(params), _ReferenceSampler(params)
-        assert [fast(logits) for _ in range(40)] == [reference(logits) for _ in range(40)]
+        _check_against_reference(params, [logits] * 40)
 
 
-def test_same_tokens_as_the_reference_when_the_crossing_bucket_is_crowded():
-    """A few outliers stretch the value range, so most of the vocabulary lands in a handful of
-    histogram buckets: the crowded one is bucketed again over its own range."""
+def test_top_p_keeps_nucleus_tokens_when_outliers_stretch_the_range():
     rng = np.random.default_rng(7)
     logits = (rng.standard_normal(50257) * 1e-3).astype(np.float32)
     logits[rng.choice(50257, 100, replace=False)] = 3.0
     for params in (SamplingParams("sample", 1.0, 0, 0.5, 1), SamplingParams("sample", 0.9, 0, 0.97, 2)):
-        fast, reference = Sampler(params), _ReferenceSampler(params)
-        assert [fast(logits) for _ in range(40)] == [reference(logits) for _ in range(40)]
+        _check_against_reference(params, [logits] * 40)
+
+
+@pytest.mark.parametrize("top_k", [0, 3000])  # the whole vocabulary, and a large top-k set
+def test_top_p_draws_follow_the_nucleus_odds(top_k):
+    """Rejection sampling must give each nucleus token exactly its renormalised probability:
+    six strong tokens over a flat tail, top-p 0.7 keeps four of them (three of the top 3,000),
+    checked by chi-square."""
+    logits = np.full(50257, -6.6, np.float32)  # the tail: about 17% of the mass
+    strong = [5, 900, 17000, 33000, 42000, 50000]
+    logits[strong] = np.log([0.30, 0.20, 0.15, 0.10, 0.05, 0.03]).astype(np.float32) + 6.0
+    params = SamplingParams("sample", 1.0, top_k, 0.7, 11)  # probabilities 0.3, 0.5, 0.65, 0.75 cumulated
+    nucleus = _ReferenceSampler(params).nucleus(logits)
+    assert set(nucleus) == ({5, 900, 17000, 33000} if top_k == 0 else {5, 900, 17000})  # the tail weighs less in top-k
+    sampler, draws = Sampler(params), 3000
+    counts = np.bincount([sampler(logits) for _ in range(draws)], minlength=50257)
+    assert counts.sum() == counts[list(nucleus)].sum()  # nothing outside the nucleus
+    expected = np.array([nucleus[t] * draws for t in nucleus])
+    chi2 = float((((counts[list(nucleus)] - expected) ** 2) / expected).sum())
+    assert chi2 < {2: 13.82, 3: 16.27}[len(nucleus) - 1]  # the chi-square quantile at p = 0.001
+
+
+def test_sampler_probe_times_every_setting_and_the_floor():
+    from scripts.sampler_probe import SETTINGS, measure
+
+    results = measure(rounds=1, count=3)
+    assert set(results) == set(SETTINGS) | {"floor (max, subtract, exp, sum)"}
+    assert all(value > 0 for value in results.values())
