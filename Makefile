@@ -35,6 +35,7 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q -e ".[peers]" || echo "warning: the optional [peers] engines could not be installed; their tests will be skipped"
+	for extra in ortgenai openvino-genai tf; do $(PY) -m pip install -q -e ".[$$extra]" || echo "warning: the optional [$$extra] engines could not be installed; their tests will be skipped"; done
 	touch $@
 
 clean:

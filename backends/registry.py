@@ -34,6 +34,9 @@ class EngineSpec:
 
 _CORE = 'pip install -e .'
 _PEERS = 'pip install -e ".[peers]"'
+_TF_EXTRA = 'pip install -e ".[tf]"'
+_ORTGENAI_EXTRA = 'pip install -e ".[ortgenai]"'
+_OVGENAI_EXTRA = 'pip install -e ".[openvino-genai]"'
 
 
 def _spec(name, target, description, requires, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
@@ -49,11 +52,15 @@ _ORT = ("onnxruntime", "onnx", "torch")
 _LLAMA = ("llama_cpp", "gguf")
 _CT2 = ("ctranslate2", "transformers", "torch")
 _OV = ("openvino",)
+_TF = ("tensorflow", "safetensors")
+_ORTGENAI = ("onnxruntime_genai", "onnxruntime", "onnx", "torch")
+_OVGENAI = ("openvino_genai", "openvino_tokenizers", "openvino")
 _FILES = "whistle_stop.backends.engines.artifact_folders:"  # where each family's cached files live
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf", "whistle_stop.backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
     _spec("hf-bf16", "whistle_stop.backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),
     _spec("hf-int8", "whistle_stop.backends.engines.hf:HFEngine", "transformers, Conv1D->Linear, torch dynamic int8", _HF, "int8", dtype="int8"),
+    _spec("hf-fp16-dynamic", "whistle_stop.backends.engines.hf:HFEngine", "transformers, quantize_dynamic(nn.Linear, float16) as a founding write-up did (converts lm_head only)", _HF, "f16", dtype="fp16-dynamic"),
     _spec("torch-static", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, preallocated static KV cache", _TORCH),
     _spec("torch-static-bf16", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 in bfloat16", _TORCH, "bf16", dtype="bf16"),
     _spec("torch-static-int8", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, every matmul dynamic int8 (4 per layer + lm_head)", _TORCH, "int8", dtype="int8"),
@@ -77,6 +84,15 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("ctranslate2-int8", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8", artifacts=_FILES + "ctranslate2"),
     _spec("openvino", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32", artifacts=_FILES + "openvino"),
     _spec("openvino-int8", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, int8 weight compression", _OV, "int8", install=_PEERS, weight_format="int8", artifacts=_FILES + "openvino"),
+    _spec("tf", "whistle_stop.backends.engines.tensorflow.engine:TFEngine", "TensorFlow 2 GPT-2 with a past-state cache (as OpenAI's original code), one tf.function per token", _TF, install=_TF_EXTRA),
+    _spec("tf-xla", "whistle_stop.backends.engines.tensorflow.engine:TFEngine", "TensorFlow 2 GPT-2, decode step XLA-compiled (jit_compile)", _TF, install=_TF_EXTRA, xla=True),
+    _spec("ortgenai", "whistle_stop.backends.engines.ortgenai.engine:OrtGenAIEngine", "ONNX Runtime GenAI (C++ generation loop and KV cache), fp32", _ORTGENAI, install=_ORTGENAI_EXTRA, variant="fp32", artifacts=_FILES + "ortgenai"),
+    _spec("ortgenai-int8", "whistle_stop.backends.engines.ortgenai.engine:OrtGenAIEngine", "ONNX Runtime GenAI, 8-bit weight-only (MatMulNBits)", _ORTGENAI, "int8", install=_ORTGENAI_EXTRA, variant="int8", artifacts=_FILES + "ortgenai"),
+    _spec("ortgenai-int4", "whistle_stop.backends.engines.ortgenai.engine:OrtGenAIEngine", "ONNX Runtime GenAI, 4-bit weight-only (MatMulNBits, block 32)", _ORTGENAI, "int4", install=_ORTGENAI_EXTRA, variant="int4", artifacts=_FILES + "ortgenai"),
+    _spec("openvino-genai", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, f32 asked for explicitly", _OVGENAI, install=_OVGENAI_EXTRA, weight_format="fp32", artifacts=_FILES + "openvino_genai"),
+    _spec("openvino-genai-bf16", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, bf16 inference precision", _OVGENAI, "bf16", install=_OVGENAI_EXTRA, weight_format="fp32", inference_precision="bf16", artifacts=_FILES + "openvino_genai"),
+    _spec("openvino-genai-int8", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int8 weight compression", _OVGENAI, "int8", install=_OVGENAI_EXTRA, weight_format="int8", artifacts=_FILES + "openvino_genai"),
+    _spec("openvino-genai-int4", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int4 weight compression", _OVGENAI, "int4", install=_OVGENAI_EXTRA, weight_format="int4", artifacts=_FILES + "openvino_genai"),
     _spec("remote", "whistle_stop.backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", (), "server",
           options="whistle_stop.backends.engines.remote_options:RemoteOptions"),
 ]}

@@ -18,6 +18,8 @@ from ..storage.paths import cache_dir
 GGUF_KIND = "gguf"
 CT2_KIND = "ctranslate2"
 OPENVINO_KIND = "openvino"
+ORTGENAI_KIND = "ortgenai"
+OPENVINO_GENAI_KIND = "openvino_genai"
 
 
 def onnx(model: ModelFiles, variant: str = "fp32") -> list[Path]:
@@ -42,3 +44,11 @@ def ctranslate2(model: ModelFiles, compute_type: str = "float32") -> list[Path]:
 
 def openvino(model: ModelFiles, weight_format: str = "fp32") -> list[Path]:
     return [cache_dir(OPENVINO_KIND, model.weights_hash) / weight_format]
+
+
+def ortgenai(model: ModelFiles, variant: str = "fp32") -> list[Path]:
+    return [cache_dir(ORTGENAI_KIND, model.weights_hash) / variant]
+
+
+def openvino_genai(model: ModelFiles, weight_format: str = "fp32", inference_precision: str = "f32") -> list[Path]:
+    return [cache_dir(OPENVINO_GENAI_KIND, model.weights_hash) / weight_format]
