@@ -1,6 +1,7 @@
 """The transformers engines against transformers' own `generate`."""
 
 import pytest
+import torch
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
@@ -14,7 +15,7 @@ def test_hf_greedy_equals_generate(tiny_model, prompt_ids, hf_reference):
     assert run_engine_in_process("hf", tiny_model, prompt_ids, N) == hf_reference.greedy(prompt_ids, N)
 
 
-@pytest.mark.parametrize("name", ["hf-bf16", "hf-int8"])
+@pytest.mark.parametrize("name", ["hf-bf16", "hf-int8", "hf-fp16-dynamic"])
 def test_low_precision_engines_report_agreement(name, tiny_model, prompt_ids, hf_reference):
     from whistle_stop.backends.results.stats import agreement
 
@@ -48,6 +49,22 @@ def test_int8_really_quantises_every_matmul(tiny_model):
     for layer in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj, engine.model.lm_head):
         assert isinstance(layer, DynamicQuantLinear) and layer.weight().dtype == torch.qint8
     assert f"{expected} int8 linears" in info.notes
+
+
+def test_fp16_dynamic_converts_only_the_lm_head_and_says_so(tiny_model):
+    """The founding write-up's quantize_dynamic(float16) on the unmodified model: GPT-2's blocks
+    are Conv1D, so only lm_head (an nn.Linear) converts; the notes say so."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
+    from transformers.pytorch_utils import Conv1D
+
+    engine = registry.create("hf-fp16-dynamic", EngineOptions(threads=1))
+    info = engine.load(tiny_model, lambda *a: None)
+    assert isinstance(engine.model.lm_head, DynamicQuantLinear)
+    assert engine.model.lm_head._packed_params.dtype == torch.float16
+    assert isinstance(engine.model.transformer.h[0].mlp.c_fc, Conv1D)
+    assert "converted lm_head (" in info.notes and "torchao" in info.notes
+    config = tiny_model.gpt2_config
+    assert info.weight_bytes_per_token == config.weight_bytes(4) - 2 * config.vocab_size * config.n_embd
 
 
 def test_shared_sampling_is_reproducible(tiny_model, prompt_ids):

@@ -1,4 +1,5 @@
-"""transformers' GPT2LMHeadModel: the baseline users know (fp32, bf16, dynamic int8)."""
+"""transformers' GPT2LMHeadModel: the baseline users know (fp32, bf16, dynamic int8, and the
+founding write-up's dynamic float16)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from transformers.utils import logging as hf_logging
 
 from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
-from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
+from .torch_util import (count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8,
+                         set_threads)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16-dynamic": torch.float32}
 
 
 def conv1d_to_linear(model: nn.Module) -> int:
@@ -55,11 +57,20 @@ class HFEngine(Engine):
             converted = conv1d_to_linear(hf)
             quantize_linear_int8(hf)
             notes.append(f"{count_int8_linears(hf)} int8 linears ({converted} Conv1D converted)")
+        weight_bytes = None
+        if self.dtype == "fp16-dynamic":
+            converted_names = quantize_linear_fp16(hf)
+            share = (config.vocab_size * config.n_embd) / (config.weight_bytes(1, 0) or 1)
+            notes.append(f"torch.ao.quantization.quantize_dynamic({{nn.Linear}}, float16) converted "
+                         f"{', '.join(converted_names) or 'nothing'} ({share:.0%} of the matrix weights; "
+                         f"GPT-2's Conv1D blocks stay fp32); torch.ao eager quantization is deprecated "
+                         f"in favour of torchao")
+            weight_bytes = config.weight_bytes(4) - 2 * config.vocab_size * config.n_embd * len(converted_names)
         self.model = hf
-        bytes_per_matrix_element = {"fp32": 4, "bf16": 2, "int8": 1}[self.dtype]
+        bytes_per_matrix_element = {"fp32": 4, "bf16": 2, "int8": 1, "fp16-dynamic": 4}[self.dtype]
         other = 2 if self.dtype == "bf16" else 4
         return EngineInfo(device="cpu", dtype=self.dtype,
-                          weight_bytes_per_token=config.weight_bytes(bytes_per_matrix_element, other),
+                          weight_bytes_per_token=weight_bytes or config.weight_bytes(bytes_per_matrix_element, other),
                           kv_bytes_per_position=config.kv_bytes_per_position(other),  # int8: fp32 activations
                           notes="; ".join(notes + [f"threads={threads}"]))
 

@@ -24,6 +24,19 @@ def quantize_linear_int8(module: nn.Module) -> nn.Module:
         return quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8, inplace=True)
 
 
+def quantize_linear_fp16(module: nn.Module) -> list[str]:
+    """`quantize_dynamic(model, {nn.Linear}, dtype=torch.float16)`, as one founding write-up did, on
+    the module as it is (GPT-2's Conv1D blocks are not nn.Linear, so only lm_head converts).
+    Returns the names of the converted modules."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.13 flags eager torch.ao quantization as deprecated
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
+        from torch.ao.quantization import quantize_dynamic
+
+        quantize_dynamic(module, {nn.Linear}, dtype=torch.float16, inplace=True)
+    return [name for name, m in module.named_modules() if isinstance(m, DynamicQuantLinear)]
+
+
 def count_int8_linears(module: nn.Module) -> int:
     """How many layers really hold int8 weights (what a test checks after quantising)."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
