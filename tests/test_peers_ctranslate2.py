@@ -65,3 +65,24 @@ def test_conversion_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_
     tokens = run_engine_in_process("ctranslate2", tiny_model, prompt_ids, 8)
     assert artifact_cache.check(folder) == ""
     assert tokens == hf_reference.greedy(prompt_ids, 8)
+
+
+def test_gemm_backend_follows_the_cpu_vendor_and_the_note_says_which():
+    """MKL's int8 GEMM is slow on AMD CPUs (16x here): oneDNN there; Intel keeps what measured best."""
+    from whistle_stop.backends.engines.ctranslate2_engine import choose_use_mkl, gemm_note
+
+    assert choose_use_mkl("int8", "AuthenticAMD") == "0" and choose_use_mkl("float32", "AuthenticAMD") == "0"
+    assert choose_use_mkl("int8", "GenuineIntel") == "1" and choose_use_mkl("float32", "GenuineIntel") == "0"
+    assert gemm_note("int8", "0", "AuthenticAMD", "chosen").startswith("GEMM backend oneDNN (CT2_USE_MKL=0")
+    forced = gemm_note("int8", "1", "AuthenticAMD", "set by the user")
+    assert "GEMM backend MKL" in forced and "set CT2_USE_MKL=0" in forced
+    assert "GEMM backend MKL (CT2_USE_MKL=unset" in gemm_note("int8", "", "GenuineIntel", "default")
+
+
+def test_loaded_engine_records_its_gemm_backend(tiny_model):
+    from whistle_stop.backends import registry
+    from whistle_stop.backends.engine import EngineOptions
+    from whistle_stop.backends.engines.ctranslate2_engine import cpu_vendor
+
+    info = registry.create("ctranslate2-int8", EngineOptions(threads=1)).load(tiny_model, lambda *a: None)
+    assert "GEMM backend " in info.notes and (cpu_vendor() or "unknown") in info.notes
