@@ -96,13 +96,13 @@ def _builder(model: ModelFiles, variant: str, progress: ProgressFn) -> BuildFn:
             source = ensure(model, "fp32", scaled(progress, 0.0, 0.7))
             args += ["--source", str(model_path(source))]
             span = (0.7, 1.0)
-        details = _run_builder(args + ["--out", str(out)], scaled(progress, *span), variant)
+        details = run_builder(args + ["--out", str(out)], scaled(progress, *span), variant)
         return {**details, "model_id": model.model_id, "onnxruntime": _ort_version()}
 
     return build
 
 
-def _run_builder(args: list[str], progress: ProgressFn, variant: str,
+def run_builder(args: list[str], progress: ProgressFn, variant: str,
                  module: str = "whistle_stop.backends.engines.onnx.build") -> dict:
     """Run onnx/build.py (or another builder `module` speaking its protocol, e.g. concat_build)
     in a child process, relaying its progress lines; return its details."""

@@ -54,7 +54,7 @@ def _ready(artefact: Artifact, progress: ProgressFn) -> Artifact:
 def _builder(model: ModelFiles, progress: ProgressFn) -> BuildFn:
     def build(out: Path) -> dict:
         args = ["--weights", str(model.safetensors), "--config", str(model.folder / "config.json"), "--out", str(out)]
-        details = onnx_cache._run_builder(args, progress, VARIANT, module=_BUILDER)
+        details = onnx_cache.run_builder(args, progress, VARIANT, module=_BUILDER)
         return {**details, "model_id": model.model_id, "onnxruntime": onnx_cache._ort_version()}
 
     return build

@@ -1,0 +1,124 @@
+"""ONNX Runtime GenAI engines on random:tiny: parity with transformers, agreement of the quantised
+variants, native sampling, and the artefact cache."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.results.stats import agreement
+from whistle_stop.backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends.storage import artifact_cache
+from tests.conftest import run_engine_in_process
+
+pytestmark = [pytest.mark.extras]
+og = pytest.importorskip("onnxruntime_genai")
+pytest.importorskip("onnx")
+pytest.importorskip("torch")  # the export (in a child process)
+
+from whistle_stop.backends.engines import artifact_folders  # noqa: E402
+from whistle_stop.backends.engines.ortgenai import cache as genai_cache  # noqa: E402
+from whistle_stop.backends.engines.ortgenai.engine import OrtGenAIEngine  # noqa: E402
+
+N = 24
+SAMPLED = SamplingParams("sample", 0.8, 40, 0.9, 7)
+
+
+def load(model, variant: str = "fp32"):
+    engine = OrtGenAIEngine(EngineOptions(threads=1), variant)
+    return engine, engine.load(model, lambda *a: None)
+
+
+def tokens_of(engine, ids, n: int, params: SamplingParams = SamplingParams()) -> list[int]:
+    return list(engine.stream(ids, n, Sampler(params)))
+
+
+@pytest.fixture(scope="module")
+def fp32(tiny_model):
+    engine, info = load(tiny_model)
+    yield engine, info
+    engine.close()
+
+
+def test_fp32_greedy_equals_hf(fp32, prompt_ids, hf_reference):
+    tokens = tokens_of(fp32[0], prompt_ids, N)
+    assert tokens == hf_reference.greedy(prompt_ids, N)
+    assert len(set(tokens)) > 1
+
+
+def test_fp32_logits_match_hf(fp32, prompt_ids, hf_reference):
+    # Same math, other kernels: measured ~5e-6 on logits of magnitude ~10.
+    np.testing.assert_allclose(fp32[0].forward_logits(prompt_ids), hf_reference.logits(prompt_ids), atol=1e-4)
+
+
+def test_info_and_folder(fp32, tiny_model):
+    engine, info = fp32
+    assert info.samples_natively and "tokens from GenAI's own loop" in info.notes
+    assert f"onnxruntime-genai {og.__version__}" in info.notes and "threads=1" in info.notes
+    assert info.kv_bytes_per_position == tiny_model.gpt2_config.kv_bytes_per_position(4)
+    estimate = tiny_model.gpt2_config.weight_bytes(4, 4)
+    assert abs(info.weight_bytes_per_token - estimate) < 0.01 * estimate
+    # The folder the registry's light function names (page-cache eviction for --cold).
+    assert artifact_folders.ortgenai(tiny_model, "fp32") == [engine.folder]
+    assert artifact_cache.engine_folders(registry.get("ortgenai"), tiny_model) == [engine.folder]
+    assert (engine.folder / "genai_config.json").is_file()
+
+
+@pytest.mark.parametrize("variant", ["int8", "int4"])
+def test_quantised_runs_and_reports_agreement(variant, fp32, tiny_model, prompt_ids, hf_reference):
+    engine, info = load(tiny_model, variant)
+    try:
+        tokens = tokens_of(engine, prompt_ids, N)
+        same, first = agreement(hf_reference.greedy(prompt_ids, N), tokens)
+        print(f"ortgenai-{variant}: {same} of {N} greedy tokens equal to hf fp32 before the first divergence ({first})")
+        assert len(tokens) == N and all(0 <= t < 50257 for t in tokens)
+        assert info.weight_bytes_per_token < fp32[1].weight_bytes_per_token
+        assert f"MatMulNBits {variant[3:]}-bit" in info.notes
+        correlation = np.corrcoef(engine.forward_logits(prompt_ids).ravel(),
+                                  fp32[0].forward_logits(prompt_ids).ravel())[0, 1]
+        print(f"ortgenai-{variant}: logit correlation with fp32 {correlation:.4f}")
+        assert correlation > 0.9
+    finally:
+        engine.close()
+
+
+def test_sampling_is_native_reproducible_and_cancellable(fp32, prompt_ids):
+    engine = fp32[0]
+    first, second = tokens_of(engine, prompt_ids, N, SAMPLED), tokens_of(engine, prompt_ids, N, SAMPLED)
+    assert first == second and len(first) == N
+    assert "GenAI's own sampler" in engine.run_notes
+    cancel, got = threading.Event(), []
+    for token in engine.stream(prompt_ids, 50, Sampler(SAMPLED), cancel):
+        got.append(token)
+        if len(got) == 3:
+            cancel.set()
+    assert len(got) == 3
+
+
+def test_cache_hit_then_rebuilt_when_corrupt(fp32, tiny_model, prompt_ids, hf_reference):
+    engine, info = load(tiny_model)
+    folder = engine.folder
+    engine.close()
+    assert info.artifact_cache == "hit" and info.build_s == 0.0
+    # Half the weights, as a new file: the fp32 fixture's session may still map the old one.
+    weights = folder / "model.onnx.data"
+    half = weights.with_name("half.tmp")
+    half.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    os.replace(half, weights)
+    assert artifact_cache.check(folder, genai_cache.meta(tiny_model, "fp32")) != ""
+    rebuilt, info = load(tiny_model)
+    try:
+        assert info.artifact_cache == "miss" and info.build_s > 0
+        assert artifact_cache.check(folder, genai_cache.meta(tiny_model, "fp32")) == ""
+        assert tokens_of(rebuilt, prompt_ids, 8) == hf_reference.greedy(prompt_ids, 8)
+    finally:
+        rebuilt.close()
+
+
+def test_registry_names_give_exact_token_counts(tiny_model, prompt_ids):
+    assert len(run_engine_in_process("ortgenai-int4", tiny_model, prompt_ids, 17)) == 17
