@@ -35,7 +35,9 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q -e ".[peers]" || echo "warning: the optional [peers] engines could not be installed; their tests will be skipped"
-	for extra in ortgenai openvino-genai tf; do $(PY) -m pip install -q -e ".[$$extra]" || echo "warning: the optional [$$extra] engines could not be installed; their tests will be skipped"; done
+	for extra in ortgenai openvino-genai tf; do start=$$(date +%s); \
+	  $(PY) -m pip install -q -e ".[$$extra]" && echo "[$$extra] installed in $$(( $$(date +%s) - start )) s" \
+	  || echo "warning: the optional [$$extra] engines could not be installed; their tests will be skipped"; done
 	touch $@
 
 clean:
