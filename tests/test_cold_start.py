@@ -18,7 +18,9 @@ from tests import fake_engines
 
 # (engine, the modules it needs): onnx always runs, the peers when installed.
 ARTEFACT_ENGINES = [("onnx", ("onnxruntime", "onnx", "torch")), ("llamacpp", ("llama_cpp", "gguf")),
-                    ("ctranslate2", ("ctranslate2", "transformers", "torch")), ("openvino", ("openvino",))]
+                    ("ctranslate2", ("ctranslate2", "transformers", "torch")), ("openvino", ("openvino",)),
+                    ("ortgenai", ("onnxruntime_genai", "onnxruntime", "onnx", "torch")),
+                    ("openvino-genai", ("openvino_genai", "openvino_tokenizers", "openvino"))]
 
 
 def _quiet(*_args, **_kwargs) -> None:
