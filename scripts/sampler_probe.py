@@ -48,7 +48,7 @@ def per_token_us(pick: Callable[[np.ndarray], object], logits: list[np.ndarray],
 
 def floor_pass(buffer: np.ndarray) -> Callable[[np.ndarray], float]:
     def run(logits: np.ndarray) -> float:
-        np.subtract(logits, logits.max(), out=buffer)
+        np.subtract(logits, logits.max() - np.float32(64), out=buffer)  # as the sampler does: no subnormals
         np.exp(buffer, out=buffer)
         return float(buffer.sum())
     return run
