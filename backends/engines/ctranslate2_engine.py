@@ -40,15 +40,11 @@ FORMAT = "ct2-1"
 
 def cpu_vendor() -> str:
     """The x86 vendor string (GenuineIntel, AuthenticAMD, ...), '' where it cannot be read."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import platform
 
-    return "GenuineIntel" if "Intel" in platform.processor() else ""
+    from ..results.environment import cpuinfo_field
+
+    return cpuinfo_field("vendor_id") or ("GenuineIntel" if "Intel" in platform.processor() else "")
 
 
 def choose_use_mkl(compute_type: str, vendor: str) -> str:

@@ -18,14 +18,19 @@ LIBRARIES = ("numpy", "torch", "transformers", "tokenizers", "safetensors", "hug
              "onnxruntime", "llama_cpp_python", "ctranslate2", "openvino", "PySide6_Essentials", "pyqtgraph")
 
 
-def cpu_model() -> str:
+def cpuinfo_field(name: str) -> str:
+    """The first value of `name` in /proc/cpuinfo ("model name", "vendor_id"), '' where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(name):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return ""
+
+
+def cpu_model() -> str:
+    return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 def gpu_names() -> list[str]:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 from ...gpt2_config import GPT2Config
 from ...progress import ProgressFn
@@ -110,6 +110,28 @@ def _exit_when_parent_goes(stdin: TextIO) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
+def run_child_build(build: Callable[[ProgressFn], dict], model_file: Path) -> int:
+    """The builder's side of the protocol (cache.run_builder is the parent's): JSON progress lines
+    on the original stdout, library chatter moved to stderr (exporters print to stdout), exit when
+    the parent closes our stdin; the last line is {"done": details} with the build time and the
+    stored weight bytes of `model_file`. Every child builder (onnx, onnx-concat, GenAI) runs here."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    _exit_when_parent_goes(sys.stdin)
+
+    def report(message: str, fraction: float | None) -> None:
+        channel.write(json.dumps({"message": message, "fraction": fraction}) + "\n")
+
+    started = time.perf_counter()
+    details = build(report)
+    details["build_s"] = round(time.perf_counter() - started, 2)
+    details["weight_bytes_per_token"] = stored_weight_bytes(model_file)
+    channel.write(json.dumps({"done": details}) + "\n")
+    channel.flush()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--variant", choices=("fp32", "int8", "int4"), required=True)
@@ -119,26 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, help="the fp32 model.onnx to quantise (int8, int4)")
     args = parser.parse_args(argv)
 
-    channel = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # library chatter (the exporter prints to stdout) must not garble the channel
-    sys.stdout = sys.stderr
-    _exit_when_parent_goes(sys.stdin)
+    def build(report: ProgressFn) -> dict:
+        if args.variant == "fp32":
+            return build_fp32(args.weights, GPT2Config.from_json(args.config), args.out, report)
+        if args.variant == "int8":
+            return build_int8(args.source, args.out, report)
+        return build_int4(args.source, args.out, report)
 
-    def report(message: str, fraction: float | None) -> None:
-        channel.write(json.dumps({"message": message, "fraction": fraction}) + "\n")
-
-    started = time.perf_counter()
-    if args.variant == "fp32":
-        details = build_fp32(args.weights, GPT2Config.from_json(args.config), args.out, report)
-    elif args.variant == "int8":
-        details = build_int8(args.source, args.out, report)
-    else:
-        details = build_int4(args.source, args.out, report)
-    details["build_s"] = round(time.perf_counter() - started, 2)
-    details["weight_bytes_per_token"] = stored_weight_bytes(args.out / MODEL_FILE)
-    channel.write(json.dumps({"done": details}) + "\n")
-    channel.flush()
-    return 0
+    return run_child_build(build, args.out / MODEL_FILE)
 
 
 if __name__ == "__main__":

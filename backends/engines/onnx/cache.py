@@ -54,9 +54,10 @@ def variant_dir(model: ModelFiles, variant: str) -> Path:
     return cache_dir(KIND, _key(model)) / variant
 
 
-def meta(model: ModelFiles, variant: str) -> dict:
-    """What a cached variant must have been built with to be used."""
-    return {"format": FORMAT_VERSION, "variant": variant, "weights_hash": model.weights_hash,
+def meta(model: ModelFiles, variant: str, format_version: int = FORMAT_VERSION) -> dict:
+    """What a cached variant must have been built with to be used (`format_version`: the export's,
+    which each family that builds from this export bumps on its own)."""
+    return {"format": format_version, "variant": variant, "weights_hash": model.weights_hash,
             "config_digest": config_digest(model.config)}
 
 

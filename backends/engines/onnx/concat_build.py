@@ -9,14 +9,12 @@ worker never imports torch.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from ...gpt2_config import GPT2Config
-from .build import MODEL_FILE, _exit_when_parent_goes, stored_weight_bytes
+from ...progress import ProgressFn
+from .build import MODEL_FILE, run_child_build
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,23 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True, help="config.json")
     args = parser.parse_args(argv)
 
-    channel = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # the exporter prints to stdout: keep it off the progress channel
-    sys.stdout = sys.stderr
-    _exit_when_parent_goes(sys.stdin)
+    def build(report: ProgressFn) -> dict:
+        report("exporting to ONNX, classic past/present (torch.export)", 0.05)
+        from .concat_export import export_gpt2_concat  # torch is imported here, in this child only
 
-    started = time.perf_counter()
-    channel.write(json.dumps({"message": "exporting to ONNX, classic past/present (torch.export)",
-                              "fraction": 0.05}) + "\n")
-    from .concat_export import export_gpt2_concat  # torch is imported here, in this child only
+        export_gpt2_concat(args.weights, GPT2Config.from_json(args.config), args.out / MODEL_FILE)
+        return {"exporter": "torch.onnx.export(dynamo=True)", "kv": "past/present concatenated per step"}
 
-    export_gpt2_concat(args.weights, GPT2Config.from_json(args.config), args.out / MODEL_FILE)
-    details = {"exporter": "torch.onnx.export(dynamo=True)", "kv": "past/present concatenated per step",
-               "build_s": round(time.perf_counter() - started, 2),
-               "weight_bytes_per_token": stored_weight_bytes(args.out / MODEL_FILE)}
-    channel.write(json.dumps({"done": details}) + "\n")
-    channel.flush()
-    return 0
+    return run_child_build(build, args.out / MODEL_FILE)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,12 @@ onnx/cache.py's runner drives it.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from ...gpt2_config import GPT2Config
-from ..onnx.build import _exit_when_parent_goes, stored_weight_bytes
+from ...progress import ProgressFn
+from ..onnx.build import run_child_build
 from .genai_config import MODEL_FILE, write_genai_config
 
 BITS = {"int8": 8, "int4": 4}
@@ -58,28 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, help="the fp32 model.onnx to quantise (int8, int4)")
     args = parser.parse_args(argv)
 
-    channel = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # the exporter prints to stdout: keep it off the progress channel
-    sys.stdout = sys.stderr
-    _exit_when_parent_goes(sys.stdin)
+    def build(report: ProgressFn) -> dict:
+        config = GPT2Config.from_json(args.config)
+        if args.variant == "fp32":
+            report("exporting GPT-2 as a GenAI decoder (torch.export)", 0.05)
+            details = build_fp32(args.weights, config, args.out)
+        else:
+            report(f"quantising for GenAI ({quantisation_note(args.variant)})", 0.1)
+            details = build_quantised(args.variant, args.source, config, args.out)
+        write_genai_config(config, args.out)
+        return details
 
-    def report(message: str, fraction: float) -> None:
-        channel.write(json.dumps({"message": message, "fraction": fraction}) + "\n")
-
-    started = time.perf_counter()
-    config = GPT2Config.from_json(args.config)
-    if args.variant == "fp32":
-        report("exporting GPT-2 as a GenAI decoder (torch.export)", 0.05)
-        details = build_fp32(args.weights, config, args.out)
-    else:
-        report(f"quantising for GenAI ({quantisation_note(args.variant)})", 0.1)
-        details = build_quantised(args.variant, args.source, config, args.out)
-    write_genai_config(config, args.out)
-    details["build_s"] = round(time.perf_counter() - started, 2)
-    details["weight_bytes_per_token"] = stored_weight_bytes(args.out / MODEL_FILE)
-    channel.write(json.dumps({"done": details}) + "\n")
-    channel.flush()
-    return 0
+    return run_child_build(build, args.out / MODEL_FILE)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from ...sources.model_files import ModelFiles
 from ...storage import artifact_cache
 from ...storage.artifact_cache import Artifact, BuildFn
 from ..artifact_folders import ORTGENAI_KIND
-from ..onnx.cache import run_builder, config_digest
+from ..onnx import cache as onnx_cache
 from .genai_config import MODEL_FILE
 
 FORMAT_VERSION = 1  # bump when the export or genai_config.json changes: older caches are rebuilt
@@ -27,12 +27,7 @@ _BUILDER = "whistle_stop.backends.engines.ortgenai.build"
 
 def meta(model: ModelFiles, variant: str) -> dict:
     """What a cached variant must have been built with to be used."""
-    return {"format": FORMAT_VERSION, "variant": variant, "weights_hash": model.weights_hash,
-            "config_digest": config_digest(model.config)}
-
-
-def model_path(artefact: Artifact) -> Path:
-    return artefact.folder / MODEL_FILE
+    return onnx_cache.meta(model, variant, FORMAT_VERSION)
 
 
 def ensure(model: ModelFiles, variant: str, progress: ProgressFn) -> Artifact:
@@ -58,9 +53,9 @@ def _builder(model: ModelFiles, variant: str, progress: ProgressFn) -> BuildFn:
             span = (0.0, 1.0)
         else:
             source = ensure(model, "fp32", scaled(progress, 0.0, 0.7))
-            args += ["--source", str(model_path(source))]
+            args += ["--source", str(source.folder / MODEL_FILE)]
             span = (0.7, 1.0)
-        details = run_builder(args + ["--out", str(out)], scaled(progress, *span), f"GenAI {variant}", _BUILDER)
+        details = onnx_cache.run_builder(args + ["--out", str(out)], scaled(progress, *span), f"GenAI {variant}", _BUILDER)
         return {**details, "model_id": model.model_id, "onnxruntime": _version("onnxruntime")}
 
     return build
