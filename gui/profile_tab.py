@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QComboBox, QFormLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QWidget)
 
 from whistle_stop.backends.errors import UsageError
@@ -34,7 +34,7 @@ from .job_manager import JobKind, JobManager
 from .job_runner import JobContext
 from .setup_panel import SetupPanel
 from .theme import Theme
-from .widgets import controls_column, results_root, stacked, three_panes
+from .widgets import controls_column, read_only_table, results_root, stacked, three_panes
 
 OPS_HEADERS = ["phase", "operation", "category", "ms / step", "calls / step", "share"]
 
@@ -87,17 +87,9 @@ class ProfileTab(QWidget):
         controls = controls_column(form, self.run_button, self.job.cancel_button, options=(self.open_folder,),
                                    status=(self.reason, self.progress, self.status))
         self.table = QTableWidget(0, len(HEADERS))
-        self.table.setHorizontalHeaderLabels(HEADERS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        read_only_table(self.table, HEADERS, select_rows=True)
         self.table.itemSelectionChanged.connect(self._show_ops)
-        self.ops = QTableWidget(0, len(OPS_HEADERS))
-        self.ops.setHorizontalHeaderLabels(OPS_HEADERS)
-        self.ops.verticalHeader().setVisible(False)
-        self.ops.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.ops.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.ops = read_only_table(QTableWidget(0, len(OPS_HEADERS)), OPS_HEADERS)
         self.note = QLabel(NOTE)
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QTableWid
                                QWidget)
 
 from whistle_stop.backends.runs.quality import Divergence, QualityRow
+from .widgets import read_only_table
 
 COLUMNS = ["engine", "dtype", "perplexity", "Δ vs reference", "tokens/s", "agreement", "first divergence", "status"]
 
@@ -37,15 +38,9 @@ class QualityTable(QTableWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(0, len(COLUMNS), parent)
         self.rows: list[QualityRow] = []
-        self.setHorizontalHeaderLabels(COLUMNS)
-        self.verticalHeader().setVisible(False)
-        self.verticalHeader().setDefaultSectionSize(22)
-        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        read_only_table(self, COLUMNS, row_height=22, select_rows=True)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        header = self.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        self.horizontalHeader().setStretchLastSection(True)
 
     def set_rows(self, rows: list[QualityRow], colours: dict[str, QColor], error: QColor) -> None:
         self.rows = list(rows)
@@ -78,11 +73,7 @@ class TopLogitsView(QWidget):
         self.title = QLabel("Select an engine to see the top-5 logits where it diverges from the reference.")
         self.title.setWordWrap(True)
         self.title.setObjectName("muted")
-        self.table = QTableWidget(0, 2)
-        self.table.verticalHeader().setVisible(False)
-        self.table.verticalHeader().setDefaultSectionSize(22)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table = read_only_table(QTableWidget(0, 2), resize=QHeaderView.ResizeMode.Stretch, row_height=22)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 0)
         layout.addWidget(self.title)

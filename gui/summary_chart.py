@@ -13,13 +13,14 @@ import pyqtgraph as pg
 import pyqtgraph.exporters
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
 from whistle_stop.backends.results.stats import Summary
 from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, harness_note, interval_note,
                                                    sampling_notes, summary_rows)
 
 from .theme import Theme, current_theme
+from .widgets import read_only_table
 
 Metric = Callable[[BackendSummary], "Summary | float | None"]
 METRICS: list[tuple[str, Metric, int]] = [  # title, value, decimals
@@ -108,11 +109,7 @@ class SummaryView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         splitter = QSplitter(Qt.Orientation.Vertical)
         self.bars = SummaryBars()
-        self.table = QTableWidget(0, len(SUMMARY_HEADERS))
-        self.table.setHorizontalHeaderLabels(SUMMARY_HEADERS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table = read_only_table(QTableWidget(0, len(SUMMARY_HEADERS)), SUMMARY_HEADERS)
         self.note = QLabel(_BARS_NOTE)
         self.note.setWordWrap(True)
         self.note.setObjectName("muted")

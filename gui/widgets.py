@@ -1,4 +1,4 @@
-"""Small widget helpers shared by the setup panel and the Sweep and Quality tabs."""
+"""Small widget helpers shared by the setup panel and the Summary, Sweep, Quality and Profile tabs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Sequence
 
 from PySide6.QtCore import QStandardPaths, Qt
-from PySide6.QtWidgets import (QDoubleSpinBox, QFormLayout, QHBoxLayout, QLineEdit, QPushButton, QSpinBox,
-                               QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QDoubleSpinBox, QFormLayout, QHBoxLayout, QHeaderView, QLineEdit,
+                               QPushButton, QSpinBox, QSplitter, QTableWidget, QVBoxLayout, QWidget)
 
 
 def spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:
@@ -91,3 +91,20 @@ def three_panes(owner: QWidget, panes: Sequence[QWidget], stretch: int, sizes: S
     layout.setContentsMargins(0, 0, 0, 0)
     layout.addWidget(splitter)
     return splitter
+
+
+def read_only_table(table: QTableWidget, headers: Sequence[str] = (),
+                    resize: QHeaderView.ResizeMode = QHeaderView.ResizeMode.ResizeToContents,
+                    row_height: int = 0, select_rows: bool = False) -> QTableWidget:
+    """A results table as every tab shows one: not editable, no row numbers, columns sized by
+    `resize`; optionally a fixed row height and whole-row selection."""
+    if headers:
+        table.setHorizontalHeaderLabels(list(headers))
+    table.verticalHeader().setVisible(False)
+    if row_height:
+        table.verticalHeader().setDefaultSectionSize(row_height)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    if select_rows:
+        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.horizontalHeader().setSectionResizeMode(resize)
+    return table

@@ -307,8 +307,6 @@ def test_cache_hit_does_not_import_torch(fp32, tiny_model):
 
 @pytest.mark.parametrize("holder_alive", [True, False])
 def test_build_lock_waits_for_a_live_builder_and_breaks_a_dead_ones(holder_alive, tiny_model, fp32):
-    import threading
-
     folder = onnx_cache.variant_dir(tiny_model, "int8")
     artifact_cache.discard(folder)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -317,13 +315,19 @@ def test_build_lock_waits_for_a_live_builder_and_breaks_a_dead_ones(holder_alive
         holder.wait()
     lock = folder.parent / ".int8.lock"
     lock.write_text(str(holder.pid))
-    release = threading.Timer(1.5, lambda: lock.unlink(missing_ok=True))
-    release.start()
+
+    class ReleasingRecorder(Recorder):
+        """The live holder "finishes" (frees the lock) once the builder is seen waiting for it."""
+
+        def __call__(self, message: str, fraction: float | None = None) -> None:
+            super().__call__(message, fraction)
+            if "waiting for another process" in message:
+                lock.unlink(missing_ok=True)
+
     try:
-        recorder = Recorder()
+        recorder = ReleasingRecorder()
         artefact = onnx_cache.ensure(tiny_model, "int8", recorder)
     finally:
-        release.cancel()
         holder.kill()
         holder.wait()
     assert artefact.built and not lock.exists()
