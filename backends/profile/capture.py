@@ -13,7 +13,9 @@ import contextlib
 import json
 import os
 import threading
+import time
 from abc import ABC, abstractmethod
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -82,3 +84,21 @@ def write_trace(path: str, events: list[dict], **other) -> str:
         return path
     except OSError:
         return ""
+
+
+class StepTrace:
+    """Counts the engine's prefill/decode steps and keeps one trace span per step, plus any spans
+    its owner adds: for the adapters whose runtime has no tracer of its own (timers, llama.cpp)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, int] = defaultdict(int)
+        self.events: list[dict] = []
+
+    @contextlib.contextmanager
+    def step(self, phase: str) -> Iterator[None]:
+        self.steps[phase] += 1
+        began = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            self.events.append(span(f"whistle_stop::{phase}", began, time.perf_counter_ns() - began))

@@ -10,13 +10,10 @@ engine calls as spans.
 from __future__ import annotations
 
 import contextlib
-import time
-from collections import defaultdict
-from typing import Iterator
 
 import llama_cpp
 
-from .capture import EngineProfiler, ProfileCapture, span, write_trace
+from .capture import EngineProfiler, ProfileCapture, StepTrace, write_trace
 
 
 class LlamaPerfProfiler(EngineProfiler):
@@ -24,26 +21,19 @@ class LlamaPerfProfiler(EngineProfiler):
 
     def __init__(self, ctx) -> None:
         self._ctx = ctx
-        self._steps: dict[str, int] = defaultdict(int)
-        self._trace: list[dict] = []
+        self._trace = StepTrace()
 
     def start(self) -> None:
         llama_cpp.llama_perf_context_reset(self._ctx)
 
-    @contextlib.contextmanager
-    def step(self, phase: str) -> Iterator[None]:
-        self._steps[phase] += 1
-        began = time.perf_counter_ns()
-        try:
-            yield
-        finally:
-            self._trace.append(span(f"whistle_stop::{phase}", began, time.perf_counter_ns() - began))
+    def step(self, phase: str) -> contextlib.AbstractContextManager[None]:
+        return self._trace.step(phase)
 
     def finish(self, trace_path: str) -> ProfileCapture:
         data = llama_cpp.llama_perf_context(self._ctx)
         runtime = {"prefill": int(data.t_p_eval_ms * 1e6), "decode": int(data.t_eval_ms * 1e6)}
-        written = write_trace(trace_path, self._trace, llama_perf={
+        written = write_trace(trace_path, self._trace.events, llama_perf={
             "t_p_eval_ms": data.t_p_eval_ms, "n_p_eval": data.n_p_eval, "t_eval_ms": data.t_eval_ms,
             "n_eval": data.n_eval})
-        return ProfileCapture(self.name, (), dict(self._steps), runtime, written,
+        return ProfileCapture(self.name, (), dict(self._trace.steps), runtime, written,
                               note="llama.cpp times its graph evaluation as a whole (no per-op split)")

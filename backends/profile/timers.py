@@ -13,7 +13,7 @@ from collections import defaultdict
 from types import ModuleType
 from typing import Callable, Iterator, Sequence
 
-from .capture import EngineProfiler, OpStat, ProfileCapture, span, write_trace
+from .capture import EngineProfiler, OpStat, ProfileCapture, StepTrace, span, write_trace
 from .categories import classify
 
 
@@ -26,8 +26,7 @@ class FunctionTimers(EngineProfiler):
         self._stack: list[int] = []  # time spent in timed children of each open call
         self._phase = "other"
         self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-        self._steps: dict[str, int] = defaultdict(int)
-        self._trace: list[dict] = []
+        self._trace = StepTrace()  # steps, and each timed call as a span
 
     def start(self) -> None:
         for name in self._names:
@@ -49,26 +48,22 @@ class FunctionTimers(EngineProfiler):
                 entry = self._totals[(self._phase, name)]
                 entry[0] += spent - children
                 entry[1] += 1
-                self._trace.append(span(name, began, spent))
+                self._trace.events.append(span(name, began, spent))
         timed.__wrapped__ = function
         return timed
 
     @contextlib.contextmanager
     def step(self, phase: str) -> Iterator[None]:
         self._phase = phase
-        self._steps[phase] += 1
-        began = time.perf_counter_ns()
-        try:
+        with self._trace.step(phase):
             yield
-        finally:
-            self._trace.append(span(f"whistle_stop::{phase}", began, time.perf_counter_ns() - began))
 
     def finish(self, trace_path: str) -> ProfileCapture:
         for name, original in self._originals.items():
             setattr(self._module, name, original)
-        written = write_trace(trace_path, self._trace)
+        written = write_trace(trace_path, self._trace.events)
         ops = tuple(OpStat(phase, name, classify(name, self._family).value, ns, calls)
                     for (phase, name), (ns, calls) in self._totals.items())
-        return ProfileCapture(self.name, ops, dict(self._steps), trace_file=written,
+        return ProfileCapture(self.name, ops, dict(self._trace.steps), trace_file=written,
                               note="self time of each runtime function (the rest of a step is Python around them)")
 
