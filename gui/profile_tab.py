@@ -34,7 +34,7 @@ from .job_manager import JobKind, JobManager
 from .job_runner import JobContext
 from .setup_panel import SetupPanel
 from .theme import Theme
-from .widgets import controls_column, read_only_table, results_root, stacked, three_panes
+from .widgets import controls_column, read_only_table, results_root, show_job_failure, stacked, three_panes
 
 OPS_HEADERS = ["phase", "operation", "category", "ms / step", "calls / step", "share"]
 
@@ -188,13 +188,9 @@ class ProfileTab(QWidget):
         self.finished.emit(result)
 
     def _on_failed(self, message: str) -> None:
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-        if message == CANCELLED:
-            self.status.setText("Profile cancelled before the engines started")
-        else:
-            self.status.setText(message.splitlines()[0])
-            self.error.emit("The profile could not run", message)
+        error = show_job_failure(message, "Profile", CANCELLED, self.progress, self.status)
+        if error:
+            self.error.emit("The profile could not run", error)
 
     # --- results ---------------------------------------------------------------------------------
     def show_results(self) -> None:

@@ -33,7 +33,7 @@ from .job_runner import JobContext
 from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
 from .theme import Theme, current_theme, engine_colours
-from .widgets import controls_column, path_row, spin, stacked, three_panes
+from .widgets import controls_column, path_row, show_job_failure, spin, stacked, three_panes
 
 RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
 
@@ -225,14 +225,11 @@ class QualityTab(QWidget):
         self.finished.emit(value)
 
     def _on_failed(self, message: str) -> None:
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-        if message == CANCELLED:
-            self.status.setText("Quality evaluation cancelled before the engines started")
-            self.message.emit("Quality evaluation cancelled")
+        error = show_job_failure(message, "Quality evaluation", CANCELLED, self.progress, self.status)
+        if error:
+            self.error.emit("The quality evaluation could not run", error)
         else:
-            self.status.setText(message.splitlines()[0])
-            self.error.emit("The quality evaluation could not run", message)
+            self.message.emit("Quality evaluation cancelled")
 
     def _on_running(self, running: bool) -> None:
         for widget in (self.text_path, self.max_length, self.stride):
