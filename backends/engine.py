@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from .profile.capture import EngineProfiler
 from .progress import ProgressFn
 from .sources.model_files import ModelFiles
 from .sampling import Sampler
+
+if TYPE_CHECKING:
+    from .engines.server.metrics import ServerMetrics
 
 
 @dataclass
@@ -43,6 +46,7 @@ class EngineInfo:
     build_s: float = 0.0  # part of load spent building cached artefacts (export, conversion, quantisation)
     artifact_cache: str = "none"  # "hit", "miss" (built now) or "none" (the engine builds nothing)
     samples_natively: bool = False  # picks tokens in its own code (not the shared Sampler): sampled timings differ
+    serves_concurrently: bool = False  # a server: `stream` may be called from several threads at once (load runs)
 
 
 class Engine(ABC):
@@ -81,6 +85,11 @@ class Engine(ABC):
     def profiler(self) -> "EngineProfiler | None":
         """A profiler for one profiled run (its runtime's own, see backends/profile), or None when
         the engine has none: a profile then shows its total and the harness only."""
+        return None
+
+    def server_metrics(self) -> "ServerMetrics | None":
+        """A server's own latency histograms now (its /metrics), or None (a local engine, or none
+        to read). Read outside every timed span: before a run starts and after its last token."""
         return None
 
     def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,7 +26,7 @@ class EngineSpec:
     install: str = ""  # the command that makes it available
     precision: str = "fp32"
     kwargs: dict = field(default_factory=dict)
-    needs: str = ""  # "cuda" for GPU-only variants
+    needs: str = ""  # "cuda" for GPU-only variants, "linux" for runtimes with Linux wheels only
     options: str = ""  # "package.module:Class" of its typed settings (an EngineSettings), if any
     # "package.module:function" in a light module: (model, **kwargs) -> the artefact-cache folders
     # it loads from (page-cache eviction for --cold; the parent never imports the engine for it)
@@ -93,6 +94,9 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("openvino-genai-bf16", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, bf16 inference precision", _OVGENAI, "bf16", install=_OVGENAI_EXTRA, weight_format="fp32", inference_precision="bf16", artifacts=_FILES + "openvino_genai"),
     _spec("openvino-genai-int8", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int8 weight compression", _OVGENAI, "int8", install=_OVGENAI_EXTRA, weight_format="int8", artifacts=_FILES + "openvino_genai"),
     _spec("openvino-genai-int4", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int4 weight compression", _OVGENAI, "int4", install=_OVGENAI_EXTRA, weight_format="int4", artifacts=_FILES + "openvino_genai"),
+    # A real vLLM server, set up and started by the engine itself in its own environment.
+    _spec("vllm", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, fp32, managed (first use creates its own ~3.5 GB environment)", (), needs="linux", dtype="fp32"),
+    _spec("vllm-bf16", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, bfloat16, managed", (), "bf16", needs="linux", dtype="bf16"),
     _spec("remote", "whistle_stop.backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", (), "server",
           options="whistle_stop.backends.engines.remote_options:RemoteOptions"),
 ]}
@@ -117,6 +121,8 @@ def available(name: str) -> tuple[bool, str]:
         return False, f"{', '.join(missing)} not installed: {spec.install}"
     if spec.needs == "cuda" and not cuda_available():
         return False, "needs a CUDA GPU (none found)"
+    if spec.needs == "linux" and not sys.platform.startswith("linux"):
+        return False, "needs Linux (its runtime publishes Linux wheels only)"
     try:
         module_spec = importlib.util.find_spec(spec.target.split(":")[0])
     except ModuleNotFoundError:
@@ -128,8 +134,6 @@ def available(name: str) -> tuple[bool, str]:
 
 def cuda_available() -> bool:
     """Ask torch in a cheap way: only if the parent already imported it, or via nvidia's device nodes."""
-    import sys
-
     if "torch" in sys.modules:
         return bool(sys.modules["torch"].cuda.is_available())
     return os.path.exists("/dev/nvidiactl") and importlib.util.find_spec("torch") is not None

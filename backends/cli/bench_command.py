@@ -12,6 +12,7 @@ from ..results.export import write_results
 from ..results.summary import (SUMMARY_HEADERS, harness_note, interval_note, sampling_notes, summarize_backends,
                                summary_rows)
 from ..runs.bench import BenchResult, BenchSession
+from .load_table import print_load
 from .common import (add_cached_bandwidth, check_reference, config_from_args, in_thread,
                      out_dir, progress_printer, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
@@ -32,8 +33,10 @@ def bench_command(args: argparse.Namespace) -> int:
     _warn_if_busy(session.threads, err)
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     add_cached_bandwidth(result.environment, session.threads)
-    paths = write_results(out, result.runs, result.tokens, result.environment)
+    paths = write_results(out, result.runs, result.tokens, result.environment, load=result.load, slo=config.slo)
     print_summary(result, stdout_console())
+    if config.concurrency:
+        print_load(result, stdout_console())
     err.print("wrote " + ", ".join(str(p) for p in paths))
     if result.cancelled:
         err.print("[yellow]cancelled:[/] partial results were written")
@@ -71,3 +74,4 @@ def print_summary(result: BenchResult, console: Console) -> None:
         console.print(harness)
     if any(s.concurrent for s in summaries):
         console.print("[yellow]race mode: engines ran at the same time, so timings are contended[/]")
+

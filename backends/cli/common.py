@@ -15,6 +15,7 @@ from rich.markup import escape
 from .. import registry
 from ..errors import UsageError
 from ..runs.bench import BenchConfig, BenchSession, RunRecorded
+from ..runs.events import LoadRecorded
 from ..sampling import SamplingParams
 from ..storage.atomic import check_writable_dir
 from ..worker.events import BackendEvent, Progress, Ready
@@ -51,7 +52,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         new_tokens=args.new_tokens, sampling=sampling, repeats=args.repeats, warmup=args.warmup,
         threads=args.threads, mode=getattr(args, "mode", "fair"), reference=args.reference,
         timeouts=Timeouts(token_s=args.timeout), engine_options=settings_from_args(args, backends),
-        cold=getattr(args, "cold", False),
+        cold=getattr(args, "cold", False), concurrency=tuple(getattr(args, "concurrency", None) or ()),
+        slo_ttft_ms=getattr(args, "slo_ttft_ms", None), slo_itl_ms=getattr(args, "slo_itl_ms", None),
     ).validate()
 
 
@@ -118,6 +120,15 @@ def progress_printer(console: Console) -> Callable[[object], None]:
             elif isinstance(inner, Progress):
                 pct = f" {inner.fraction * 100:.0f}%" if inner.fraction is not None else ""
                 console.print(f"  {event.backend}: {inner.message}{pct}")
+        elif isinstance(event, LoadRecorded) and event.records:
+            first = event.records[0]
+            ok = [r for r in event.records if r.status == "ok"]
+            tokens = sum(r.tokens_generated for r in event.records)
+            rate = f", {tokens / first.round_s:.1f} output tok/s" if first.round_s else ""
+            errors = [r.error for r in event.records if r.error]
+            problem = f" [red]{len(errors)} failed:[/] {escape(errors[0])}" if errors else ""
+            console.print(f"  {first.run_id}{' (warm-up)' if first.is_warmup else ''}: {len(ok)}/{len(event.records)} "
+                          f"requests ok{rate}{problem}")
         elif isinstance(event, RunRecorded):
             r = event.record
             if r.status == "ok":

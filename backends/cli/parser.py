@@ -83,6 +83,12 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--threads", type=int, default=0, help="threads per engine (0: all cores)")
     if not sweep:
         p.add_argument("--mode", choices=["fair", "race"], default="fair")
+    p.add_argument("--concurrency", type=_int_list, default=[],
+                   help="load levels for server engines (remote, vllm), e.g. 1,2,4,8: that many requests at once, "
+                        "each with its own random prefix; every engine's bench runs are level 1")
+    p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO: a request's time to first token at most this")
+    p.add_argument("--slo-itl-ms", type=float,
+                   help="goodput SLO: a request's mean inter-token latency (TPOT, as vLLM's goodput) at most this")
     p.add_argument("--reference", help="engine whose tokens the others are compared with (default: hf)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung")
     p.add_argument("--cold", action="store_true",

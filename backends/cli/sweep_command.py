@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..runs.bench import BenchResult
+from .load_table import print_load
 from .common import (check_reference, config_from_args, in_thread, out_dir,
                      progress_printer, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
@@ -55,6 +56,8 @@ def sweep_command(args: argparse.Namespace) -> int:
                    itl_vs_position(result.runs, result.tokens, gb_s, result.environment)]
         err.print("plots: " + ", ".join(str(p) for p in render_all(figures, out)))
     _print_sweep(result, stdout_console())
+    if config.concurrency:
+        print_load(result, stdout_console())
     if result.cancelled:
         err.print("[yellow]cancelled:[/] finished cells are saved; run the same command again to resume")
     return EXIT_RUN_FAILED if result.failed else EXIT_OK

@@ -35,15 +35,16 @@ import numpy as np
 from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
 from ..sampling import Sampler, SamplingParams
+from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
 from ..sources.tokenizer import decode, encode
 from .remote_options import RemoteOptions
+from .server.metrics import ServerMetrics
+from .server.metrics import parse as parse_metrics
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins
 _POLL_S = 0.05  # how often the cancel event is checked while waiting for the server
 _MAX_ERROR_BODY = 64 * 1024
-UNIQUE_PREFIX_TOKENS = 2  # random token ids replacing the prompt's first ones (no server salt)
-_PREFIX_IDS = (256, 50000)  # ordinary tokens of GPT-2's vocabulary (no byte tokens, no end-of-text)
 SALT_NOTE = "prefix caching defeated: a fresh cache_salt per request (vLLM)"
 NO_CACHE_NOTE = ("prefix caching: cache_prompt=false asked (llama.cpp's server honours it; "
                  "llama-cpp-python may still reuse the previous run's prefix)")
@@ -85,6 +86,7 @@ class RemoteEngine(Engine):
         self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
         self._ids_prompt = True  # falls back to text if the server wants a string prompt
         self._server_kind: str | None = None  # "vllm", "llamacpp" or "" (unknown); asked at the first run
+        self._has_metrics = True  # until a GET of /metrics fails: then never asked again
 
     # --- setup -------------------------------------------------------------------------------
     def load(self, model: ModelFiles, progress) -> EngineInfo:
@@ -109,7 +111,35 @@ class RemoteEngine(Engine):
             self.resolved_key = os.environ.get(self.api_key_env, "")
             notes.append(f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key")
         return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,
-                          samples_natively=True, notes="; ".join(notes))
+                          samples_natively=True, serves_concurrently=True, notes="; ".join(notes))
+
+    def server_metrics(self) -> ServerMetrics | None:
+        """The server's Prometheus /metrics (vLLM's latency histograms), or None if it has none."""
+        if not self._has_metrics:
+            return None
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        try:
+            conn = cls(self.host, self.port, timeout=self.connect_timeout)
+            try:
+                conn.request("GET", "/metrics", headers=self._headers())
+                response = conn.getresponse()
+                body = response.read(8 * 2**20)
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException):
+            self._has_metrics = False
+            return None
+        metrics = parse_metrics(body.decode("utf-8", "replace")) if response.status == 200 else None
+        if metrics is None or metrics.ttft is None:
+            self._has_metrics = False
+            return None
+        return metrics
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"User-Agent": "whistle-stop"}
+        if self.resolved_key:
+            headers["Authorization"] = f"Bearer {self.resolved_key}"
+        return headers
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         raise NotImplementedError("a remote server streams tokens, not logits; use stream()")
@@ -196,9 +226,7 @@ class RemoteEngine(Engine):
         """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), or "" (unknown, failed)."""
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         path = self.path.rsplit("/completions", 1)[0] + "/models"
-        headers = {"User-Agent": "whistle-stop"}
-        if self.resolved_key:
-            headers["Authorization"] = f"Bearer {self.resolved_key}"
+        headers = self._headers()
         try:
             conn = cls(self.host, self.port, timeout=self.connect_timeout)
             try:
@@ -390,14 +418,6 @@ class _Reader:
             raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}")
         self.events.put(("event", event))
         return True
-
-
-def unique_prefix(ids: list[int], vocab_size: int) -> list[int]:
-    """The prompt with its first tokens replaced by random ones: as many tokens as before, and a
-    prefix no cache has seen."""
-    count = min(UNIQUE_PREFIX_TOKENS, len(ids))
-    low, high = _PREFIX_IDS[0], min(_PREFIX_IDS[1], vocab_size - 1)
-    return [low + secrets.randbelow(high - low) for _ in range(count)] + list(ids[count:])
 
 
 def _error_message(body: bytes) -> str:

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Iterable
 
 from ..storage.atomic import atomic_write, check_writable_dir
+from .load import LOAD_LEVEL_COLUMNS, LOAD_REQUEST_COLUMNS, LoadRequestRecord, Slo, load_levels, requests_from_runs
 from .records import RUN_COLUMNS, TOKEN_COLUMNS, RunRecord, TokenRecord
 
 TOKENS_CSV, RUNS_CSV, ENVIRONMENT_JSON = "tokens.csv", "runs.csv", "environment.json"
+LOAD_REQUESTS_CSV, LOAD_CSV = "load_requests.csv", "load.csv"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s", "cpu_s_per_token")
 # median_ci_*: the median's distribution-free interval (order statistics) and its exact level, the
@@ -44,9 +46,11 @@ def write_csv(path: Path, columns: list[str], rows: Iterable[object]) -> None:
 
 
 def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict,
-                  summary: bool = True) -> list[Path]:
+                  summary: bool = True, load: list[LoadRequestRecord] | None = None, slo: Slo = Slo()) -> list[Path]:
     """Write tokens.csv, runs.csv, summary.csv (per engine, across measured repeats; left out for
-    sweeps, whose rows mix cells) and environment.json into `out_dir`; return their paths."""
+    sweeps, whose rows mix cells) and environment.json into `out_dir`; return their paths. With
+    load runs: load_requests.csv (a row per request of concurrency > 1) and load.csv (a row per
+    engine and level, level 1 from the bench runs)."""
     out_dir = Path(out_dir)
     check_writable_dir(out_dir)
     write_csv(out_dir / TOKENS_CSV, TOKEN_COLUMNS, tokens)
@@ -55,6 +59,12 @@ def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord
     if summary:
         write_csv(out_dir / SUMMARY_CSV, SUMMARY_COLUMNS, summary_rows(runs, tokens))
         paths.append(out_dir / SUMMARY_CSV)
+    if load:
+        write_csv(out_dir / LOAD_REQUESTS_CSV, LOAD_REQUEST_COLUMNS, load)
+        servers = {r.backend for r in load}
+        write_csv(out_dir / LOAD_CSV, LOAD_LEVEL_COLUMNS,
+                  load_levels(requests_from_runs(runs, tokens) + list(load), slo, servers))
+        paths += [out_dir / LOAD_REQUESTS_CSV, out_dir / LOAD_CSV]
     with atomic_write(out_dir / ENVIRONMENT_JSON, encoding="utf-8") as f:
         json.dump(environment, f, indent=2, default=str)
     return paths + [out_dir / ENVIRONMENT_JSON]

@@ -18,7 +18,8 @@ from typing import Any, Callable, TypeVar
 
 from ..errors import UsageError
 from ..status import RunStatus
-from .export import ENVIRONMENT_JSON, RUNS_CSV, TOKENS_CSV
+from .export import ENVIRONMENT_JSON, LOAD_REQUESTS_CSV, RUNS_CSV, TOKENS_CSV
+from .load import LoadRequestRecord
 from .records import RunRecord, TokenRecord
 
 T = TypeVar("T")
@@ -52,6 +53,12 @@ def load_results(folder: Path) -> tuple[list[RunRecord], list[TokenRecord], dict
         if not isinstance(environment, dict):
             raise ResultsError(f"{env_path} does not hold a JSON object")
     return runs, tokens, environment
+
+
+def load_requests(folder: Path) -> list[LoadRequestRecord]:
+    """The load runs' requests of a results folder ([] when it has none)."""
+    path = Path(folder) / LOAD_REQUESTS_CSV
+    return _read_records(path, LoadRequestRecord) if path.exists() else []
 
 
 def _read_records(path: Path, cls: type[T]) -> list[T]:

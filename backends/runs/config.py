@@ -7,10 +7,12 @@ from typing import Literal
 
 from ..engines.options import EngineSettings
 from ..errors import UsageError
+from ..results.load import Slo
 from ..sampling import SamplingParams
 from ..worker.process import Timeouts
 
 Mode = Literal["fair", "race"]
+MAX_CONCURRENCY = 256  # vLLM's default max_num_seqs
 
 
 @dataclass
@@ -29,6 +31,9 @@ class BenchConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     engine_options: dict[str, EngineSettings] = field(default_factory=dict)  # per backend: its typed settings
     cold: bool = False  # evict the weights and each engine's artefact files from the page cache before it starts
+    concurrency: tuple[int, ...] = ()  # load levels for server engines (bench runs are level 1)
+    slo_ttft_ms: float | None = None  # goodput: a request is good when its TTFT <= this ...
+    slo_itl_ms: float | None = None  # ... and its TPOT (mean inter-token latency) <= this
     calibrate_harness: bool = False  # time the null engine afterwards (environment.json "harness"); bench and Run set it
 
     def validate(self) -> "BenchConfig":
@@ -51,8 +56,19 @@ class BenchConfig:
             raise UsageError(f"--threads must be >= 0, got {self.threads}")
         if self.mode not in ("fair", "race"):
             raise UsageError(f"--mode must be 'fair' or 'race', not {self.mode!r}")
+        if any(c < 1 or c > MAX_CONCURRENCY for c in self.concurrency):
+            raise UsageError(f"--concurrency levels must be 1 to {MAX_CONCURRENCY}, got {list(self.concurrency)}")
+        for flag, value in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-itl-ms", self.slo_itl_ms)):
+            if value is not None and not value > 0:
+                raise UsageError(f"{flag} must be > 0, got {value}")
+        if self.concurrency and self.mode == "race":
+            raise UsageError("--concurrency needs fair mode (a race already runs every engine at once)")
         self.sampling.validate()
         return self
+
+    @property
+    def slo(self) -> Slo:
+        return Slo(self.slo_ttft_ms, self.slo_itl_ms)
 
     @property
     def reference_backend(self) -> str:
@@ -65,6 +81,7 @@ class BenchConfig:
         """Settings for environment.json; secrets (API keys) are never written."""
         data = asdict(replace(self, engine_options={}))  # asdict would copy the secrets too
         data["backends"] = list(self.backends)
+        data["concurrency"] = list(self.concurrency)
         data["engine_options"] = {name: opts.record() for name, opts in self.engine_options.items()}
         return data
 

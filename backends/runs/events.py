@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..results.load import LoadRequestRecord
 from ..results.records import RunRecord, TokenRecord
 from ..sources.model_files import ModelFiles
 from .config import BenchConfig
@@ -26,6 +27,13 @@ class SessionStarted:
 class RunRecorded:
     record: RunRecord
     tokens: list[TokenRecord]
+
+
+@dataclass(frozen=True)
+class LoadRecorded:
+    """One load round's requests (a server engine at a concurrency above 1)."""
+
+    records: list[LoadRequestRecord]
 
 
 # A sweep's progress, cell by cell.

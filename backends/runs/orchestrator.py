@@ -18,14 +18,15 @@ import psutil
 
 from ..engine import EngineOptions
 from ..registry import EngineSpec
+from ..results.load import LoadRequestRecord, request_records
 from ..results.records import RunRecord, TokenRecord
 from ..storage import page_cache
-from ..worker.events import (BackendEvent, Failed, LogitsRequest, Ready, RunContext, RunRequest, ScoreRequest,
+from ..worker.events import (BackendEvent, Failed, LoadRequest, LogitsRequest, Ready, RunContext, RunRequest, ScoreRequest,
                              TopLogits, WorkerLost)
 from ..worker.process import RunOutcome, ScoreOutcome, Worker, WorkerError
 from ..worker.threads import resolve_threads
 from .config import BenchConfig, Cell
-from .events import EventSink, RunRecorded
+from .events import EventSink, LoadRecorded, RunRecorded
 from .preparation import engine_specs
 from .recording import RecordContext, cold_start_s, load_failure_record, run_records
 from .result import BenchResult
@@ -111,6 +112,7 @@ class Orchestrator:
         else:
             self.load(cell)
             self.run_repeats(cell)
+            self.run_load_levels(cell)
 
     def load(self, cell: Cell, warm_up: bool = True) -> bool:
         """Start the engines one at a time (a load never competes with another), each warmed up on
@@ -130,6 +132,43 @@ class Orchestrator:
                     return
                 if self.usable(name):
                     self.run_once(name, repeat, False, cell)
+
+    def run_load_levels(self, cell: Cell) -> None:
+        """The load levels above 1 (`config.concurrency`) of every engine that serves concurrently,
+        after the cell's bench runs (which are every engine's level 1): per level, each engine's
+        warm-up rounds, then the measured rounds interleaved in the fair order."""
+        servers = tuple(n for n in self.config.backends if self.usable(n) and self._workers[n].ready.serves_concurrently)
+        for level in sorted(c for c in set(self.config.concurrency) if c > 1):
+            for name in servers:
+                for index in range(1, self.config.warmup + 1):
+                    if self.cancelled or not self.usable(name):
+                        break
+                    self.run_load(name, level, index, True, cell)
+            for repeat in range(1, self.config.repeats + 1):
+                for name in fair_order(servers, repeat):
+                    if self.cancelled:
+                        return
+                    if self.usable(name):
+                        self.run_load(name, level, repeat, False, cell)
+
+    def run_load(self, name: str, concurrency: int, repeat: int, is_warmup: bool, cell: Cell) -> None:
+        """One round: `concurrency` requests at once; a record per request."""
+        worker = self._workers[name]
+        tag = f"{cell.tag}/" if cell.tag else ""
+        run_id = f"{name}/{tag}c{concurrency}/{'w' if is_warmup else 'r'}{repeat}"
+        request = LoadRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling, concurrency)
+        self.emit(BackendEvent(name, request, RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids),
+                                                         cell.new_tokens)))
+        idle = self.idle_pids(name)
+        if idle:
+            self.settle(idle)
+        outcome = worker.run_load(request)
+        done = outcome.done
+        records = request_records(run_id, name, cell.tag, len(cell.prompt_ids), cell.new_tokens, concurrency, repeat,
+                                  is_warmup, done.started_ns if done else 0, done.streams if done else (),
+                                  done.notes if done else "", "" if done else outcome.error,
+                                  bool(done and done.cancelled))
+        self._add_load(records)
 
     def run_race(self, cell: Cell) -> None:
         """Every engine at once, for the spectacle; records are flagged concurrent."""
@@ -260,6 +299,11 @@ class Orchestrator:
             workers = list(self._workers.values())
         for worker in workers:
             worker.close()
+
+    def _add_load(self, records: list[LoadRequestRecord]) -> None:
+        with self._lock:
+            self._result.load.extend(records)
+        self.emit(LoadRecorded(records))
 
     def _add(self, record: RunRecord, tokens: list[TokenRecord]) -> None:
         page_cache.annotate(record, self._page_state.get(record.backend))

@@ -79,7 +79,7 @@ class SweepSession:
         self._engines = dict(plan.previous_engines)
         first = plan.cells[0] if plan.cells else None
         result = BenchResult(self.config, plan.model, list(first.prompt_ids) if first else [],
-                             list(plan.previous_runs), list(plan.previous_tokens))
+                             list(plan.previous_runs), list(plan.previous_tokens), load=list(plan.previous_load))
         self._orchestrator.emit(SessionStarted(plan.model, result.prompt_ids, self.config))
         with self._orchestrator.session(result):
             if self.measure_bandwidth and plan.cells and not self._orchestrator.cancelled:
@@ -112,6 +112,7 @@ class SweepSession:
             if index > 1:
                 self._warm_up(cell)
             self._orchestrator.run_repeats(cell)
+            self._orchestrator.run_load_levels(cell)
             if self._orchestrator.cancelled:
                 return  # this cell stays incomplete: a resume runs it again
             self._completed.append(cell.key)
@@ -159,4 +160,5 @@ class SweepSession:
         result.environment = self.environment(result)
         if self.out_dir is not None:
             # environment.json is written last: its list of completed cells is what a resume trusts.
-            write_results(self.out_dir, list(result.runs), list(result.tokens), result.environment, summary=False)
+            write_results(self.out_dir, list(result.runs), list(result.tokens), result.environment, summary=False,
+                          load=list(result.load), slo=self.config.slo)

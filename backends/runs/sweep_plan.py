@@ -11,7 +11,8 @@ from pathlib import Path
 from ..errors import UsageError
 from ..results.environment import cpu_model
 from ..results.export import ENVIRONMENT_JSON, RUNS_CSV
-from ..results.reader import load_results
+from ..results.load import LoadRequestRecord
+from ..results.reader import load_requests, load_results
 from ..results.records import RunRecord, TokenRecord
 from ..sources.model_files import ModelFiles
 from ..sources.prompts import prompt_of_length
@@ -56,6 +57,7 @@ class PreviousSweep:
     tokens: tuple[TokenRecord, ...] = ()
     engines: dict = field(default_factory=dict)
     bandwidth: dict | None = None
+    load: tuple[LoadRequestRecord, ...] = ()
 
 
 @dataclass
@@ -69,6 +71,7 @@ class SweepPlan:
     previous_tokens: list[TokenRecord] = field(default_factory=list)
     previous_engines: dict = field(default_factory=dict)
     previous_bandwidth: dict | None = None
+    previous_load: list[LoadRequestRecord] = field(default_factory=list)
 
 
 def cell_tag(prompt_tokens: int, new_tokens: int) -> str:
@@ -83,6 +86,9 @@ def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, refe
             "repeats": config.repeats, "sampling": settings["sampling"], "threads": threads,
             "prompt_sha256_16": prompt, "engine_options": settings["engine_options"], "reference": reference,
             "cpu": cpu_model()}
+    if config.concurrency:  # (absent otherwise: sweeps begun before load runs existed still resume)
+        data["concurrency"] = sorted(set(config.concurrency))
+        data["slo"] = [config.slo_ttft_ms, config.slo_itl_ms]
     return json.loads(json.dumps(data))
 
 
@@ -101,7 +107,7 @@ def plan_sweep(config: BenchConfig, grid: SweepGrid, model: ModelFiles, fingerpr
         elif (p, n) not in previous.completed:
             cells.append(Cell(tuple(cell_prompt(config, p)), n, cell_tag(p, n)))
     return SweepPlan(model, fingerprint, cells, sorted(previous.completed), skipped, list(previous.runs),
-                     list(previous.tokens), dict(previous.engines), previous.bandwidth)
+                     list(previous.tokens), dict(previous.engines), previous.bandwidth, list(previous.load))
 
 
 def cell_prompt(config: BenchConfig, n_tokens: int) -> list[int]:
@@ -135,5 +141,6 @@ def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> Pre
     # Rows of a cell that was cut short are dropped: that cell runs again from the start.
     runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) in completed]
     kept = {r.run_id for r in runs}
+    load = tuple(r for r in load_requests(out_dir) if (r.prompt_tokens, r.new_tokens) in completed)
     return PreviousSweep(completed, tuple(runs), tuple(t for t in tokens if t.run_id in kept),
-                         dict(environment.get("engines") or {}), environment.get("bandwidth"))
+                         dict(environment.get("engines") or {}), environment.get("bandwidth"), load)

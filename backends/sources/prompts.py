@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from functools import lru_cache
 
 from ..errors import UsageError
@@ -39,3 +40,16 @@ def example_prompts() -> dict[str, str]:
 
 def prompt_text(ids: list[int]) -> str:
     return decode(ids)
+
+
+UNIQUE_PREFIX_TOKENS = 2  # random token ids replacing a prompt's first ones
+_PREFIX_IDS = (256, 50000)  # ordinary tokens of GPT-2's vocabulary (no byte tokens, no end-of-text)
+
+
+def unique_prefix(ids: list[int], vocab_size: int) -> list[int]:
+    """The prompt with its first tokens replaced by random ones: as many tokens as before, and a
+    prefix no server's prefix cache has seen."""
+    ids = list(ids)
+    count = min(UNIQUE_PREFIX_TOKENS, len(ids))
+    low, high = _PREFIX_IDS[0], min(_PREFIX_IDS[1], vocab_size - 1)
+    return [low + secrets.randbelow(high - low) for _ in range(count)] + ids[count:]

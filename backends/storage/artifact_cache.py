@@ -33,6 +33,9 @@ from .paths import cache_dir
 MANIFEST = "manifest.json"
 FORMAT = 1
 BuildFn = Callable[[Path], dict | None]  # fills an empty folder; may return details for the manifest
+# Which files of a built folder the manifest lists (default: all). A virtual environment of
+# thousands of files lists a few that prove it whole instead of hashing gigabytes.
+ListFn = Callable[[Path], list[Path]]
 _STALE_LOCK_S = 3600.0  # no single build takes this long; an older lock's pid has been reused
 # Hidden siblings of a variant folder that carry their creator's pid (".building-": older versions).
 _PID_MARKERS = (".build-", ".building-", ".old-")
@@ -64,7 +67,7 @@ class Artifact:
 
 
 def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
-           meta: dict | None = None) -> Artifact:
+           meta: dict | None = None, listed: ListFn | None = None) -> Artifact:
     """The folder cache_dir(kind, key)/variant, built by `build(empty folder)` unless it is whole
     and was built with `meta` (a dict of settings that must match, e.g. a format version)."""
     folder = cache_dir(kind, key) / variant
@@ -78,7 +81,7 @@ def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: Progress
             return Artifact(folder, manifest, built=False, build_s=_since(started))
         if folder.exists():
             progress(f"rebuilding cached {kind}/{variant}: {problem}", None)
-        return _timed(_build(folder, f"{kind}/{variant}", build, progress, meta), started)
+        return _timed(_build(folder, f"{kind}/{variant}", build, progress, meta, listed), started)
 
 
 def rebuild(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
@@ -122,6 +125,15 @@ def files_of(folders: list[Path]) -> list[Path]:
 def check(folder: Path, meta: dict | None = None) -> str:
     """Why `folder` is not whole or not current (one line), or "" when it is."""
     return _validate(folder, meta)[1]
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link (no copy of a large weights file, and no dangling link if the source folder
+    moves), or a copy across file systems."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def discard(folder: Path) -> None:
@@ -183,7 +195,8 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def _build(folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: dict | None) -> Artifact:
+def _build(folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: dict | None,
+           listed: ListFn | None = None) -> Artifact:
     """Build into a hidden staging folder and rename it into place (the lock is held)."""
     remove_abandoned(folder.parent)
     staging = folder.with_name(f".{folder.name}.build-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -191,7 +204,7 @@ def _build(folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: 
     try:
         details = build(staging) or {}
         progress(f"checking the {what} files", None)
-        manifest = _write_manifest(staging, meta, details)
+        manifest = _write_manifest(staging, meta, details, listed)
         discard(folder)
         os.replace(staging, folder)
     finally:
@@ -202,10 +215,12 @@ def _build(folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: 
     return Artifact(folder, manifest, built=True)
 
 
-def _write_manifest(folder: Path, meta: dict | None, details: dict) -> dict:
-    """Record every file in `folder` (recursively); called last, so its presence means whole."""
+def _write_manifest(folder: Path, meta: dict | None, details: dict, listed: ListFn | None = None) -> dict:
+    """Record every file in `folder` (recursively, or those `listed` picks); called last, so its
+    presence means whole."""
     files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    chosen = listed(folder) if listed is not None else [p for p in folder.rglob("*") if p.is_file()]
+    for path in sorted(chosen):
         stat = path.stat()
         files[path.relative_to(folder).as_posix()] = {
             "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(path)}

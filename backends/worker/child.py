@@ -16,12 +16,13 @@ import numpy as np
 
 from ..engine import Engine, EngineOptions
 from ..profile.capture import EngineProfiler, ProfileCapture
-from .events import (Failed, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted,
+from .events import (Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted,
                      ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..sampling import Sampler
 from ..sources.tokenizer import IncrementalDetokenizer
+from .load_runner import serve_load, server_cross_check
 from .scoring import score_window, top_logits
 
 
@@ -104,7 +105,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
                     info.dtype, options.threads, info.weight_bytes_per_token, notes,
                     kv_bytes_per_position=info.kv_bytes_per_position, build_s=build_s,
                     artifact_cache=info.artifact_cache, samples_natively=info.samples_natively,
-                    load_peak_rss_mb=load_peak))
+                    serves_concurrently=info.serves_concurrently, load_peak_rss_mb=load_peak))
     while True:
         message = conn.recv()
         if isinstance(message, Shutdown):
@@ -116,6 +117,8 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
             _serve_score(conn, cancel, engine, message)
         elif isinstance(message, LogitsRequest):
             _serve_logits(conn, engine, message)
+        elif isinstance(message, LoadRequest):
+            serve_load(conn, cancel, engine, info, message, int(model.config.get("vocab_size", 50257)), _one_line)
 
 
 def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunRequest) -> None:
@@ -124,16 +127,17 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     detokenizer = IncrementalDetokenizer(request.prompt_ids)
     drives = type(engine).stream is Engine.stream
     profiler, problem = _profiler(engine, drives) if request.profile_trace else (None, "")
+    server_before = engine.server_metrics()  # a server's own histograms, read before the clock starts
     cpu_start = cpu_seconds()
     start = time.perf_counter_ns()  # after the profiler started: its set-up is in no timed span
     conn.send(RunStarted(request.run_id, start))
-    count = 0
+    stamps: list[int] = []
     try:
         tokens = (_drive(engine, request, sampler, detokenizer, cancel, start, profiler) if drives
                   else _relay(engine, request, sampler, detokenizer, cancel, start))
         for token in tokens:
             conn.send(token)
-            count += 1
+            stamps.append(token.t_ns)
     except Exception as exc:
         conn.send(Failed(_one_line(exc), traceback.format_exc(), request.run_id))
         return
@@ -141,8 +145,10 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     cpu_s = cpu_seconds() - cpu_start
     if request.profile_trace:
         conn.send(ProfileCaptured(request.run_id, _capture(profiler, problem, request.profile_trace)))
+    count = len(stamps)
     cancelled = cancel.is_set() and count < request.new_tokens
-    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, engine.run_notes, cpu_s))
+    notes = "; ".join(n for n in (engine.run_notes, server_cross_check(engine, server_before, [(start, stamps)])) if n)
+    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, notes, cpu_s))
 
 
 # Both loops below yield each Token for `_serve_run` to send, and are resumed only after the send,

@@ -51,6 +51,18 @@ class LogitsRequest:
 
 
 @dataclass(frozen=True)
+class LoadRequest:
+    """`concurrency` streams of one prompt at once (a server engine only), each with its own random
+    prefix (no prefix-cache hits) and the same lengths."""
+
+    run_id: str
+    prompt_ids: tuple[int, ...]
+    new_tokens: int
+    sampling: SamplingParams
+    concurrency: int
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -83,6 +95,7 @@ class Ready:
     build_s: float = 0.0  # inside load_s's span but reported apart (load_s excludes it)
     artifact_cache: str = "none"  # "hit", "miss" or "none"
     samples_natively: bool = False
+    serves_concurrently: bool = False  # a server: load runs may send it several streams at once
     load_peak_rss_mb: float | None = None  # the worker's own high-water mark at Ready (VmHWM on Linux)
 
 
@@ -128,6 +141,36 @@ class RunDone:
     cancelled: bool = False
     notes: str = ""  # what the engine could not honour in this run
     cpu_s: float | None = None  # the worker's user + system CPU seconds (all its threads) over the run
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """One request of a load run: its own start and token stamps (perf_counter_ns, in the child)."""
+
+    index: int
+    started_ns: int
+    token_ns: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    error: str = ""  # one failing request is recorded, the others go on
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """Sent about twice a second during a load run (tokens so far, all streams): life, and a live count."""
+
+    run_id: str
+    tokens: int
+    streams_done: int
+
+
+@dataclass(frozen=True)
+class LoadDone:
+    run_id: str
+    started_ns: int  # the first request sent
+    ended_ns: int  # the last request ended
+    streams: tuple[StreamResult, ...]
+    notes: str = ""
+    cancelled: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..engine import EngineOptions
 from ..profile.capture import ProfileCapture
-from .events import (Failed, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
+from .events import (Failed, LoadDone, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
                      ScoreRequest, Shutdown, Token, TopLogits, WorkerLost)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
@@ -83,6 +83,17 @@ class RunOutcome(_Ended):
     done: RunDone | None = None
     failure: Failed | WorkerLost | None = None
     profile: ProfileCapture | None = None  # a profiled run's capture (RunRequest.profile_trace)
+
+
+@dataclass
+class LoadOutcome:
+    request: LoadRequest
+    done: LoadDone | None = None
+    failure: Failed | WorkerLost | None = None
+
+    @property
+    def error(self) -> str:
+        return failure_text(self.failure)
 
 
 @dataclass
@@ -183,6 +194,11 @@ class Worker:
         else:
             outcome.failure = final
         return outcome
+
+    def run_load(self, request: LoadRequest) -> LoadOutcome:
+        """Several streams at once (a server engine); LoadProgress events keep the token clock alive."""
+        final = self._exchange(request, self.timeouts.token_s, (LoadDone,))
+        return LoadOutcome(request, final) if isinstance(final, LoadDone) else LoadOutcome(request, failure=final)
 
     def top_logits(self, request: LogitsRequest) -> TopLogits | Failed | WorkerLost:
         """The engine's k best next tokens after `request.prefix_ids` (teacher-forced)."""

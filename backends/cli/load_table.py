@@ -1,0 +1,32 @@
+"""The load table `bench --concurrency` and `sweep --concurrency` print: one per cell."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..results.load import LOAD_HEADERS, load_levels, load_rows, requests_from_runs
+from ..runs.result import BenchResult
+
+
+def print_load(result: BenchResult, console: Console) -> None:
+    """Throughput and latency per concurrency level (level 1: every engine's bench runs)."""
+    config = result.config
+    servers = {r.backend for r in result.load}
+    levels = load_levels(requests_from_runs(result.runs, result.tokens) + list(result.load), config.slo, servers)
+    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
+    for prompt, new in cells:
+        table = Table(title=f"load: {prompt}-token prompts, {new} new tokens, "
+                            f"levels {', '.join(map(str, sorted(set(config.concurrency) | {1})))}")
+        for header in LOAD_HEADERS:
+            table.add_column(header, justify="left" if header in ("backend", "kind") else "right")
+        for row in load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == (prompt, new)]):
+            table.add_row(*row)
+        console.print(table)
+    console.print("output tok/s: every generated token over the level's wall time (rounds of requests sent "
+                  "together); ITL pooled over every request's gaps; goodput: " + config.slo.describe(), markup=False)
+    for level in levels:
+        if level.notes:
+            console.print(f"{level.backend} at {level.concurrency}: {level.notes}", markup=False)
+    if not servers:
+        console.print("no engine served concurrently (only server engines - remote, vllm - have levels above 1)")

@@ -1,0 +1,1 @@
+"""Servers whistle-stop starts itself (vLLM): their process lifecycle and their own metrics."""

@@ -1,0 +1,216 @@
+"""Load runs: one record per request, and per concurrency level the figures vLLM's serving
+benchmark reports (aggregate output tokens/s, TTFT and pooled ITL percentiles, goodput).
+
+Concurrency 1 is every engine's measured bench runs (local engines serve one sequence at a time:
+they appear there only, as the reference); higher levels are load runs of server engines, where
+`concurrency` requests start together and the level's duration is the sum of its rounds (first
+request sent -> last token). Goodput follows vLLM's definition: requests per second that meet
+every SLO set (TTFT <= --slo-ttft-ms, TPOT <= --slo-itl-ms, TPOT being the request's mean
+inter-token latency), counted over the same duration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..status import RunStatus
+from ..engines.server.metrics import CROSS_CHECK_PREFIX
+from .records import RunRecord, TokenRecord
+from .stats import run_metrics
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_ms: float | None = None
+    itl_ms: float | None = None  # bound on each request's TPOT (its mean inter-token latency)
+
+    @property
+    def set(self) -> bool:
+        return self.ttft_ms is not None or self.itl_ms is not None
+
+    def met(self, request: "LoadRequestRecord") -> bool:
+        if request.status != RunStatus.OK or request.ttft_ms is None:
+            return False
+        if self.ttft_ms is not None and request.ttft_ms > self.ttft_ms:
+            return False
+        if self.itl_ms is not None and (request.tpot_ms is None or request.tpot_ms > self.itl_ms):
+            return False
+        return True
+
+    def describe(self) -> str:
+        parts = ([f"TTFT <= {self.ttft_ms:g} ms"] if self.ttft_ms is not None else []) + (
+            [f"TPOT <= {self.itl_ms:g} ms"] if self.itl_ms is not None else [])
+        return " and ".join(parts) or "no SLO set (--slo-ttft-ms, --slo-itl-ms)"
+
+
+@dataclass
+class LoadRequestRecord:
+    run_id: str  # the round: every request of one round shares it
+    backend: str
+    cell: str
+    prompt_tokens: int
+    new_tokens: int
+    concurrency: int
+    repeat: int
+    is_warmup: bool
+    stream: int
+    status: RunStatus
+    tokens_generated: int = 0
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_s: float | None = None
+    start_offset_ms: float | None = None  # when this request was sent, after the round's first one
+    round_s: float | None = None  # the round's wall time: first request sent -> last token of any
+    itl_ms: str = ""  # every gap between this request's tokens (ms, space-separated): pooled per level
+    error: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        self.status = RunStatus.parse(self.status)
+
+    @property
+    def gaps(self) -> list[float]:
+        return [float(v) for v in self.itl_ms.split()] if self.itl_ms else []
+
+
+LOAD_REQUEST_COLUMNS = [f.name for f in fields(LoadRequestRecord)]
+
+
+@dataclass
+class LoadLevel:
+    backend: str
+    prompt_tokens: int
+    new_tokens: int
+    concurrency: int
+    kind: str  # "server" or "batch 1" (a local engine: its bench runs)
+    requests: int
+    failed: int
+    duration_s: float
+    output_tok_s: float  # every generated token over the level's duration
+    request_s: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    ttft_p99_ms: float
+    itl_p50_ms: float  # pooled over every gap of the level's requests
+    itl_p90_ms: float
+    itl_p99_ms: float
+    tpot_p50_ms: float
+    goodput_req_s: float | None  # None without an SLO
+    slo_met_pct: float | None
+    slo: str
+    notes: str = ""
+
+
+LOAD_LEVEL_COLUMNS = [f.name for f in fields(LoadLevel)]
+
+
+def request_records(run_id: str, backend: str, cell: str, prompt_tokens: int, new_tokens: int, concurrency: int,
+                    repeat: int, is_warmup: bool, started_ns: int, streams, notes: str = "",
+                    failure: str = "", cancelled: bool = False) -> list[LoadRequestRecord]:
+    """Records of one round from the child's StreamResults (or one failed record per stream when
+    the whole round failed: `failure`)."""
+    if failure:
+        return [LoadRequestRecord(run_id, backend, cell, prompt_tokens, new_tokens, concurrency, repeat, is_warmup,
+                                  i, RunStatus.ERROR, error=failure, notes=notes) for i in range(concurrency)]
+    ends = [s.token_ns[-1] for s in streams if s.token_ns]
+    round_s = (max(ends) - started_ns) / 1e9 if ends else None
+    out = []
+    for stream in streams:
+        metrics = run_metrics(stream.started_ns, list(stream.token_ns))
+        status = (RunStatus.ERROR if stream.error else
+                  RunStatus.CANCELLED if cancelled and metrics.tokens < new_tokens else RunStatus.OK)
+        out.append(LoadRequestRecord(
+            run_id, backend, cell, prompt_tokens, new_tokens, concurrency, repeat, is_warmup, stream.index, status,
+            metrics.tokens, _finite(metrics.ttft_ms), _finite(metrics.tpot_ms), _finite(metrics.e2e_s),
+            (stream.started_ns - started_ns) / 1e6, round_s, " ".join(f"{g:.4f}" for g in metrics.itl_ms),
+            stream.error, notes))
+    return out
+
+
+def requests_from_runs(runs: list[RunRecord], tokens: list[TokenRecord]) -> list[LoadRequestRecord]:
+    """Measured bench runs as concurrency-1 requests (each run is a round of one)."""
+    gaps: dict[str, list[float]] = defaultdict(list)
+    for token in tokens:
+        if token.itl_ms is not None and not token.is_warmup:
+            gaps[token.run_id].append(token.itl_ms)
+    out = []
+    for run in runs:
+        if run.is_warmup or run.status == RunStatus.CANCELLED:
+            continue
+        cell = run.run_id.split("/")[1] if run.run_id.count("/") >= 2 else ""
+        out.append(LoadRequestRecord(
+            run.run_id, run.backend, cell, run.prompt_tokens, run.new_tokens, 1, run.repeat, False, 0, run.status,
+            run.tokens_generated, run.ttft_ms, run.tpot_ms, run.e2e_s, 0.0, run.e2e_s,
+            " ".join(f"{g:.4f}" for g in gaps.get(run.run_id, [])), run.error, run.notes))
+    return out
+
+
+def load_levels(requests: list[LoadRequestRecord], slo: Slo = Slo(),
+                servers: set[str] | frozenset[str] = frozenset()) -> list[LoadLevel]:
+    """One row per (engine, prompt, new tokens, concurrency), measured requests only."""
+    groups: dict[tuple, list[LoadRequestRecord]] = defaultdict(list)
+    for request in requests:
+        if not request.is_warmup:
+            groups[(request.backend, request.prompt_tokens, request.new_tokens, request.concurrency)].append(request)
+    levels = []
+    for (backend, prompt, new, concurrency), group in groups.items():
+        rounds = {r.run_id: r.round_s for r in group if r.round_s is not None}
+        duration = float(sum(rounds.values()))
+        ok = [r for r in group if r.status == RunStatus.OK]
+        generated = sum(r.tokens_generated for r in group)
+        ttft = _percentiles([r.ttft_ms for r in ok])
+        itl = _percentiles([g for r in ok for g in r.gaps])
+        tpot = _percentiles([r.tpot_ms for r in ok])
+        good = sum(slo.met(r) for r in group)
+        notes = _cross_check_notes(group)
+        levels.append(LoadLevel(
+            backend, prompt, new, concurrency, "server" if backend in servers else "batch 1", len(group),
+            len(group) - len(ok), duration, generated / duration if duration > 0 else math.nan,
+            len(group) / duration if duration > 0 else math.nan, *ttft, *itl, tpot[0],
+            good / duration if slo.set and duration > 0 else None,
+            100.0 * good / len(group) if slo.set and group else None, slo.describe() if slo.set else "", notes))
+    return sorted(levels, key=lambda lv: (lv.prompt_tokens, lv.new_tokens, lv.backend, lv.concurrency))
+
+
+def _cross_check_notes(group: list[LoadRequestRecord]) -> str:
+    """The server's own /metrics note of the level's first round (every round's is in its records)."""
+    by_round: dict[str, str] = {}
+    for request in group:
+        for note in request.notes.split("; "):
+            if note.startswith(CROSS_CHECK_PREFIX) and request.run_id not in by_round:
+                by_round[request.run_id] = note
+    if not by_round:
+        return ""
+    first = next(iter(by_round.values()))
+    return first if len(by_round) == 1 else f"{first} (first of {len(by_round)} rounds)"
+
+
+def _percentiles(values) -> tuple[float, float, float]:
+    data = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
+    if not data.size:
+        return (math.nan,) * 3
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return float(p50), float(p90), float(p99)
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+LOAD_HEADERS = ["backend", "conc.", "kind", "requests", "failed", "output tok/s", "req/s", "TTFT p50 ms",
+                "TTFT p99 ms", "ITL p50 ms", "ITL p90 ms", "ITL p99 ms", "TPOT p50 ms", "goodput req/s", "SLO met"]
+
+
+def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
+    """The load table's rows (what `bench --concurrency` prints and the Load tab lists)."""
+    def f(value: float | None, digits: int = 1) -> str:
+        return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+    return [[lv.backend, str(lv.concurrency), lv.kind, str(lv.requests), str(lv.failed), f(lv.output_tok_s),
+             f(lv.request_s, 2), f(lv.ttft_p50_ms), f(lv.ttft_p99_ms), f(lv.itl_p50_ms, 2), f(lv.itl_p90_ms, 2),
+             f(lv.itl_p99_ms, 2), f(lv.tpot_p50_ms, 2), f(lv.goodput_req_s, 2),
+             "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%"] for lv in levels]

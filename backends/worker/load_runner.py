@@ -1,0 +1,99 @@
+"""The child side of a load run: several streams at once against a server engine.
+
+Each stream runs `Engine.stream` on its own thread (the engine's client is thread-safe; the
+server does the batching) and stamps each token with `perf_counter_ns` as it arrives, as a
+single run does. Every stream gets a fresh random prefix of the same length, so no request is a
+prefix-cache hit. A failing stream records its error and the others go on. The server's own
+/metrics are read before the first request and after the last token, outside every timed span.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+
+from ..engine import Engine, EngineInfo
+from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
+from ..sampling import Sampler
+from ..sources.prompts import unique_prefix
+from .events import Failed, LoadDone, LoadProgress, LoadRequest, StreamResult
+
+PROGRESS_EVERY_S = 0.5
+METRICS_SETTLE_S = 1.0  # a server may record its histograms just after it sent the last token
+
+
+class _Stream:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.started_ns = 0
+        self.stamps: list[int] = []
+        self.ids: list[int] = []
+        self.error = ""
+
+    def result(self) -> StreamResult:
+        return StreamResult(self.index, self.started_ns, tuple(self.stamps), tuple(self.ids), self.error)
+
+
+def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, request: LoadRequest,
+               vocab_size: int, one_line) -> None:
+    if not info.serves_concurrently:
+        conn.send(Failed(f"{engine.name} serves one sequence at a time: it has no load runs", "", request.run_id))
+        return
+    streams = [_Stream(i) for i in range(request.concurrency)]
+    before = engine.server_metrics()
+    go = threading.Event()
+
+    def run(stream: _Stream) -> None:
+        ids = unique_prefix(list(request.prompt_ids), vocab_size)
+        # each stream its own seed: sampled streams must not be copies of each other
+        sampler = Sampler(dataclasses.replace(request.sampling, seed=request.sampling.seed + stream.index))
+        go.wait()
+        stream.started_ns = time.perf_counter_ns()
+        try:
+            for token in engine.stream(ids, request.new_tokens, sampler, cancel):
+                stream.stamps.append(time.perf_counter_ns())
+                stream.ids.append(int(token))
+        except Exception as exc:  # noqa: BLE001 - one failing request must not lose the others
+            stream.error = one_line(exc)
+
+    threads = [threading.Thread(target=run, args=(s,), name=f"load-{s.index}", daemon=True) for s in streams]
+    for thread in threads:
+        thread.start()
+    started = time.perf_counter_ns()
+    go.set()
+    while True:
+        alive = [t for t in threads if t.is_alive()]
+        if not alive:
+            break
+        alive[0].join(PROGRESS_EVERY_S)
+        conn.send(LoadProgress(request.run_id, sum(len(s.stamps) for s in streams),
+                               sum(not t.is_alive() for t in threads)))
+    ended = max([s.stamps[-1] for s in streams if s.stamps] or [time.perf_counter_ns()])
+    notes = _metrics_note(engine, before, streams)
+    cancelled = cancel.is_set() and any(len(s.stamps) < request.new_tokens for s in streams)
+    conn.send(LoadDone(request.run_id, started, ended, tuple(s.result() for s in streams), notes, cancelled))
+
+
+def _metrics_note(engine: Engine, before: ServerMetrics | None, streams: list[_Stream]) -> str:
+    return server_cross_check(engine, before, [(s.started_ns, s.stamps) for s in streams])
+
+
+def server_cross_check(engine: Engine, before: ServerMetrics | None, requests: list[tuple[int, list[int]]]) -> str:
+    """The server's own mean TTFT and ITL over these requests (start, token stamps) beside the
+    client's, once the server has recorded them (at most METRICS_SETTLE_S after the last token)."""
+    if before is None:
+        return ""
+    served = sum(1 for _, stamps in requests if stamps)
+    deadline = time.monotonic() + METRICS_SETTLE_S
+    after = engine.server_metrics()
+    while after is not None and not settled(before, after, served) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = engine.server_metrics()
+    ttft = [(stamps[0] - start) / 1e6 for start, stamps in requests if stamps]
+    gaps = [np.diff(np.asarray(stamps, dtype=np.int64)) / 1e6 for _, stamps in requests if len(stamps) > 1]
+    pooled = np.concatenate(gaps) if gaps else np.zeros(0)
+    return cross_check_note(before, after, float(np.mean(ttft)) if ttft else float("nan"),
+                            float(pooled.mean()) if pooled.size else float("nan"))

