@@ -1,4 +1,4 @@
-"""One job at a time: the bench, a sweep, a quality evaluation, a profile and a replay exclude each other
+"""One job at a time: the bench, a sweep, a quality evaluation, a profile, a load run and a replay exclude each other
 (each spawns engines that would contend for the cores, and Cancel/Esc must mean one thing).
 
 The manager creates the job runners, follows the replay, says why a job may not start now
@@ -23,6 +23,7 @@ class JobKind(Enum):
     SWEEP = "a sweep is running"
     QUALITY = "a quality evaluation is running"
     PROFILE = "a profile is running"
+    LOAD = "a load run is in progress"
 
     @property
     def reason(self) -> str:

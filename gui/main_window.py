@@ -1,6 +1,6 @@
 """The main window: setup on the left, one pane per engine in the centre, charts, the results
-table, the Sweep and Quality tabs at the bottom. It collects events and draws; every number
-comes from the engine room's records and functions."""
+table, the Sweep, Quality, Profile and Load tabs at the bottom. It collects events and draws;
+every number comes from the engine room's records and functions."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .charts import HistogramChart, LatencyChart, RaceChart
 from .job_manager import JobKind, JobManager
 from .job_runner import JobStatus
 from .live import LiveView
+from .load_tab import LoadTab
 from .messages import Messages
 from .model_probe import from_files
 from .profile_tab import ProfileTab
@@ -78,6 +79,7 @@ class MainWindow(QMainWindow):
         self.sweep_tab = SweepTab(self.setup, self.jobs, self.extra_specs)
         self.quality_tab = QualityTab(self.setup, self.jobs, self.extra_specs)
         self.profile_tab = ProfileTab(self.setup, self.jobs, self.extra_specs)
+        self.load_tab = LoadTab(self.setup, self.jobs, self.extra_specs)
         self._build_layout()
         self.state = QLabel("Ready")
         self.prepare_bar = QProgressBar()
@@ -114,7 +116,7 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         for widget, title in [(self.latency, "Latency per token"), (self.race, "Race"), (self.summary, "Summary"),
                               (self.histogram, "ITL histogram"), (self.table, "Runs"), (self.sweep_tab, "Sweep"),
-                              (self.quality_tab, "Quality"), (self.profile_tab, "Profile")]:
+                              (self.quality_tab, "Quality"), (self.profile_tab, "Profile"), (self.load_tab, "Load")]:
             self.tabs.addTab(widget, title)
         self.charts_dock = QDockWidget("Charts and results", self)
         self.charts_dock.setObjectName("chartsDock")
@@ -144,7 +146,7 @@ class MainWindow(QMainWindow):
         self.replayer.finished.connect(self._on_replay_finished)
         for tab in (self.sweep_tab, self.quality_tab):
             tab.finished.connect(lambda _result: self._update_actions())  # results to report now
-        for tab in (self.sweep_tab, self.quality_tab, self.profile_tab):
+        for tab in (self.sweep_tab, self.quality_tab, self.profile_tab, self.load_tab):
             tab.message.connect(self.messages.say)
             tab.error.connect(self.messages.report)
         hints = QGuiApplication.styleHints()
@@ -159,7 +161,7 @@ class MainWindow(QMainWindow):
             f"QLabel#muted {{ color: {theme.muted}; }}"
             f"QGroupBox {{ font-weight: bold; }}")
         for widget in (self.grid, self.latency, self.race, self.histogram, self.summary, self.sweep_tab,
-                       self.quality_tab, self.profile_tab):
+                       self.quality_tab, self.profile_tab, self.load_tab):
             widget.apply_theme(theme)
 
     def on_scheme_changed(self) -> None:
@@ -394,6 +396,7 @@ class MainWindow(QMainWindow):
             self.actions.replay_speed.setCurrentText(prefs["replay_speed"])
         self.sweep_tab.set_prefs(prefs.get("sweep"))
         self.quality_tab.set_prefs(prefs.get("quality"))
+        self.load_tab.set_prefs(prefs.get("load"))
         if isinstance(prefs.get("tab"), int) and 0 <= prefs["tab"] < self.tabs.count():
             self.tabs.setCurrentIndex(prefs["tab"])
         geometry, state = self.store.geometry()
@@ -411,7 +414,8 @@ class MainWindow(QMainWindow):
         self.setup.probe.close()
         self.store.save_params(self.setup.params())
         self.store.save_prefs({"replay_speed": self.actions.replay_speed.currentText(), "tab": self.tabs.currentIndex(),
-                               "sweep": self.sweep_tab.prefs(), "quality": self.quality_tab.prefs()})
+                               "sweep": self.sweep_tab.prefs(), "quality": self.quality_tab.prefs(),
+                               "load": self.load_tab.prefs()})
         self.store.save_geometry(self.saveGeometry(), self.saveState())
         self.store.sync()
         super().closeEvent(event)

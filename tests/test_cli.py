@@ -33,6 +33,9 @@ def _bench(capsys, *args):
     (["--repeats", "0"], "--repeats must be >= 1"),
     (["--threads", "-2"], "--threads must be >= 0"),
     (["--new-tokens", "ten"], "invalid int value"),
+    (["--concurrency", "0,2"], "--concurrency levels must be 1 to 256"),
+    (["--concurrency", "two"], "expected comma-separated whole numbers"),
+    (["--slo-ttft-ms", "-5", "--concurrency", "2"], "--slo-ttft-ms must be > 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
     code, out = _bench(capsys, "--out", str(tmp_path), *args)
@@ -95,3 +98,18 @@ def test_bench_end_to_end_through_main_py(tmp_path):
     assert len(tokens) == 6 * 12
     assert {r["dtype"] for r in runs} == {"fp32", "int8"}
     assert (out_dir / "environment.json").exists()
+
+
+def test_bench_concurrency_prints_the_load_table(capsys, tmp_path, tiny_model):
+    from tests.fake_servers import fake_vllm_server
+
+    with fake_vllm_server(FAKE_VLLM_STEP_MS="5", FAKE_VLLM_PER_SEQ_MS="1") as server:
+        code, out = _bench(capsys, "--backends", "numpy,remote", "--remote-url", server.base_url + "/v1",
+                           "--concurrency", "1,2", "--new-tokens", "6", "--prompt-tokens", "8",
+                           "--slo-ttft-ms", "5000", "--out", str(tmp_path))
+    assert code == 0, out.err
+    assert "load: 8-token prompts, 6 new tokens, levels 1, 2" in out.out
+    assert "goodput req/s" in out.out and "TTFT <= 5000 ms" in out.out
+    rows = list(csv.DictReader((tmp_path / "load.csv").open()))
+    assert {(r["backend"], r["concurrency"], r["kind"]) for r in rows} == {
+        ("numpy", "1", "batch 1"), ("remote", "1", "server"), ("remote", "2", "server")}

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +99,27 @@ def test_killed_worker_takes_its_server_down(h32_model, fake_env):
     os.kill(worker.pid, signal.SIGKILL)  # a crash: no close(), no Shutdown
     assert _wait_gone(pids) == []
     worker.close()
+
+
+def test_ctrl_c_stops_the_server(h32_model, fake_env, tmp_path):
+    """Ctrl+C in a terminal: SIGINT to the whole foreground process group, as a shell sends it."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, str(root / "main.py"), "bench", "--model", MODEL, "--backends", "vllm",
+                             "--new-tokens", "900", "--repeats", "5", "--no-harness-calibration",
+                             "--out", str(tmp_path / "out")], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(pids_in(fake_env)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        pids = pids_in(fake_env)
+        assert len(pids) == 2, proc.stderr.read().decode() if proc.poll() is not None else "server never started"
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _wait_gone(pids) == []
 
 
 def test_a_server_that_dies_while_starting_is_one_clear_line(h32_model, fake_env):

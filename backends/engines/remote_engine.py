@@ -48,6 +48,8 @@ _MAX_ERROR_BODY = 64 * 1024
 SALT_NOTE = "prefix caching defeated: a fresh cache_salt per request (vLLM)"
 NO_CACHE_NOTE = ("prefix caching: cache_prompt=false asked (llama.cpp's server honours it; "
                  "llama-cpp-python may still reuse the previous run's prefix)")
+SERVER_SETTINGS_NOTE = "threads and precision are the server's own"
+CLIENT_USAGE_NOTE = "CPU ms/token and peak RSS are this client's only (the server's are not visible)"
 _LLAMA_CPP_OWNERS = ("llamacpp", "me")
 PREFIX_NOTE = (f"prefix caching defeated: the prompt's first {UNIQUE_PREFIX_TOKENS} tokens are random per request "
                "(length kept; this engine's tokens are not comparable with the others')")
@@ -100,7 +102,7 @@ class RemoteEngine(Engine):
         self.label = f"{self.host}:{self.port}" if parts.port else self.host
         path = parts.path.rstrip("/")
         self.path = path if path.endswith("/completions") else (path or "/v1") + "/completions"
-        notes = [f"server {self.label}", "threads and precision are the server's own",
+        notes = [f"server {self.label}", SERVER_SETTINGS_NOTE, CLIENT_USAGE_NOTE,
                  "a new HTTP connection per run (TTFT includes connecting)",
                  "asks for exactly N tokens (ignore_eos, min_tokens: servers honouring min_tokens mask "
                  "end-of-text until N, so they pick the next-best token where other engines emit it)"]

@@ -1,4 +1,4 @@
-"""The data of every chart, Qt-free: sweeps, position, speed vs quality, comparisons.
+"""The data of every chart, Qt-free: sweeps, position, speed vs quality, comparisons, load.
 
 A `Figure` is plain data (series with 95% interval error bars, dashed limit lines); `plots`
 draws it into a pyqtgraph PlotItem (the GUI's own widgets) or a PNG (reports). Values are
@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from ..results.load import LoadLevel
 from ..results.records import RunRecord, TokenRecord
 from ..results.stats import Summary, summarize
 
@@ -24,8 +25,10 @@ class Series:
     x: list[float]
     y: list[float]
     err: list[float] = field(default_factory=list)  # up from y to the interval's high end (0: none)
-    labels: list[str] = field(default_factory=list)  # per point (scatter), optional
+    labels: list[str] = field(default_factory=list)  # per point (scatter; a line: e.g. c=N), optional
     err_low: list[float] = field(default_factory=list)  # down from y to its low end (empty: as err)
+    # per point, x values that horizontal whiskers reach to, inner to outer (e.g. ITL p90, p99); optional
+    x_whiskers: list[list[float]] = field(default_factory=list)
 
 
 @dataclass
@@ -263,4 +266,31 @@ def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
     floors = [(i, p.floor_ms) for i, p in enumerate(shown) if phase == "decode" and p.floor_ms]
     if floors:
         figure.markers.append(Series("memory floor", [float(i) for i, _ in floors], [f for _, f in floors]))
+    return figure
+
+
+def load_curve(levels: Sequence[LoadLevel]) -> Figure:
+    """Throughput against latency under load: per engine (and cell) a curve with one point per
+    concurrency level at (median ITL, aggregate output tokens/s), labelled c=N, with whiskers to
+    the pooled ITL p90 and p99. A local engine has one point: its concurrency-1 bench runs."""
+    figure = Figure("load_curve", "Output tokens/s vs median ITL under load", "median ITL (ms)",
+                    "output tokens/s (all requests)",
+                    note="one point per concurrency level (c=N); whiskers: pooled ITL p90 (thick) and p99 (thin); "
+                         "local engines: their concurrency-1 bench runs only")
+    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
+    groups: dict[tuple[str, int, int], list[LoadLevel]] = defaultdict(list)
+    for level in levels:
+        groups[(level.backend, level.prompt_tokens, level.new_tokens)].append(level)
+    for (backend, prompt, new), group in groups.items():
+        # Several cells (a sweep with --concurrency): one curve per cell, named by it.
+        name = backend if len(cells) == 1 else f"{backend} · {prompt}+{new}"
+        series = Series(name, [], [])
+        for level in sorted(group, key=lambda lv: lv.concurrency):
+            if not (math.isfinite(level.itl_p50_ms) and math.isfinite(level.output_tok_s)):
+                continue  # every request failed: no point to place
+            series.x.append(level.itl_p50_ms)
+            series.y.append(level.output_tok_s)
+            series.labels.append(f"c={level.concurrency}")
+            series.x_whiskers.append([v for v in (level.itl_p90_ms, level.itl_p99_ms) if math.isfinite(v)])
+        figure.series.append(series)
     return figure

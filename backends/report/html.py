@@ -2,7 +2,8 @@
 
 The page embeds every figure as a base64 PNG and needs no other file or network. With two or
 more folders it adds a side-by-side comparison and lists where their environments differ
-(CPU, library versions, git commit, settings...).
+(CPU, library versions, git commit, settings...). A folder with load runs (load_requests.csv)
+gets a Load section: throughput against latency per concurrency level, and the levels' table.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from ..profile.table import HEADERS as PROFILE_HEADERS
 from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import profile_row
 from ..runs.quality import read_quality
+from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_levels, load_rows, requests_from_runs
 from ..results.records import RunRecord, TokenRecord
-from ..results.reader import load_results
+from ..results.reader import load_requests, load_results
 from ..results.stats import summarize
 from ..results.summary import (SUMMARY_HEADERS, fmt, harness_note, interval_note, sampling_notes, summarize_backends,
                                summary_rows)
@@ -44,6 +46,7 @@ class FolderData:
     quality: list[dict] = field(default_factory=list)
     divergences: list[dict] = field(default_factory=list)
     profiles: list = field(default_factory=list)  # profile.breakdown.EngineProfile, from a `profile` folder
+    load: list[LoadRequestRecord] = field(default_factory=list)  # load_requests.csv: rounds above concurrency 1
 
     @property
     def kind(self) -> str:
@@ -62,6 +65,21 @@ class FolderData:
         return (self.environment.get("bandwidth") or {}).get("gb_s")
 
     @property
+    def slo(self) -> Slo:
+        """The goodput SLO the run was given (environment.json's settings), if any."""
+        settings = self.environment.get("settings") or {}
+        return Slo(settings.get("slo_ttft_ms"), settings.get("slo_itl_ms"))
+
+    @property
+    def load_levels(self) -> list[LoadLevel]:
+        """Per engine and concurrency level, as `bench --concurrency` wrote load.csv: level 1 from
+        the bench runs, the others from the load rounds ([] without load runs)."""
+        if not self.load:
+            return []
+        return load_levels(requests_from_runs(self.runs, self.tokens) + self.load, self.slo,
+                           {r.backend for r in self.load})
+
+    @property
     def backends(self) -> list[str]:
         settings = self.environment.get("settings") or {}
         return list(settings.get("backends") or dict.fromkeys(r.backend for r in self.runs))
@@ -75,7 +93,8 @@ def load_folder(folder: Path) -> FolderData:
             if (folder / "environment.json").exists() else {}
         return FolderData(folder, [], [], environment, quality, divergences)
     runs, tokens, environment = load_results(folder)
-    return FolderData(folder, runs, tokens, environment, quality, divergences, read_profile(folder))
+    return FolderData(folder, runs, tokens, environment, quality, divergences, read_profile(folder),
+                      load_requests(folder))
 
 
 def folder_figures(data: FolderData) -> list[fg.Figure]:
@@ -211,7 +230,28 @@ def _profile_html(data: FolderData) -> str:
     return "".join(parts)
 
 
-def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
+def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
+    """The Load section: the figure, then the levels' table per cell (the rows `bench --concurrency` prints)."""
+    parts = ["<h3>Load</h3>", image]
+    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
+    for prompt, new in cells:
+        if len(cells) > 1:
+            parts.append(f"<p class=facts>{prompt}-token prompts, {new} new tokens</p>")
+        parts.append(_table(LOAD_HEADERS, load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens)
+                                                      == (prompt, new)])))
+    parts += [f"<p class=note>{html.escape(line)}</p>" for line in load_notes(levels, slo)]
+    return "".join(parts)
+
+
+def load_notes(levels: list[LoadLevel], slo: Slo) -> list[str]:
+    """What the load table's figures are, then each level's own note (the server's /metrics beside
+    the client's figures): under the table in reports and in the window's Load tab."""
+    return [("output tok/s: every generated token over the level's wall time (rounds of requests sent together); "
+             "level 1 is every engine's bench runs; ITL pooled over every request's gaps; goodput: " + slo.describe())
+            ] + [f"{lv.backend} at {lv.concurrency}: {lv.notes}" for lv in levels if lv.notes]
+
+
+def _folder_html(index: int, data: FolderData, images: list[str], load: str = "") -> str:
     env = data.environment
     model, machine, app = env.get("model") or {}, env.get("machine") or {}, env.get("app") or {}
     facts = [f"kind: {data.kind}", f"model: {model.get('id', '?')} ({model.get('weights', '?')} weights)",
@@ -238,6 +278,7 @@ def _folder_html(index: int, data: FolderData, images: list[str]) -> str:
     if data.profiles:
         parts.append(_profile_html(data))
     parts += images
+    parts.append(load)
     parts.append("</section>")
     return "".join(parts)
 
@@ -271,7 +312,11 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
     columns = []
     for index, data in enumerate(datas, start=1):
         images = [_img(render_png(f, out_dir / f"{index}-{f.name}.png"), f) for f in folder_figures(data)]
-        columns.append(_folder_html(index, data, images))
+        levels, load = data.load_levels, ""
+        if levels:
+            curve = fg.load_curve(levels)
+            load = _load_html(levels, data.slo, _img(render_png(curve, out_dir / f"{index}-{curve.name}.png"), curve))
+        columns.append(_folder_html(index, data, images, load))
     sections.append(f"<div class=grid>{''.join(columns)}</div>")
     title = "whistle-stop report: " + ", ".join(d.label for d in datas)
     page = (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"

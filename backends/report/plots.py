@@ -71,13 +71,13 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         elif figure.kind == "scatter":
             plot_item.plot(x, y, pen=None, symbol="o", symbolSize=11, symbolBrush=pg.mkBrush(*rgb),
                            symbolPen=pg.mkPen(rgb))  # labelled at the point: no legend entry
-            for px, py, label in zip(x, y, series.labels):
-                text = pg.TextItem(label, color=rgb, anchor=(0, 1))
-                text.setPos(px, py)
-                plot_item.addItem(text)
+            _label_points(plot_item, x, y, series.labels, rgb)
         else:
             plot_item.plot(x, y, pen=pg.mkPen(rgb, width=2), symbol="o", symbolSize=6,
                            symbolBrush=pg.mkBrush(*rgb), symbolPen=pg.mkPen(rgb), name=series.name)
+            _label_points(plot_item, x, y, series.labels, rgb)  # e.g. a load curve's c=N
+        if series.x_whiskers:
+            _draw_whiskers(plot_item, series, rgb, tick=0.02 * max(_top(figure), 1e-9))
         if np.any(err > 0) or np.any(err_low > 0):
             beam = 0.15 / n_series if figure.kind == "bar" else _beam(figure)
             plot_item.addItem(pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5)))
@@ -115,6 +115,39 @@ def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
         plot_item.legend.addItem(pg.PlotDataItem(pen=pg.mkPen(foreground, width=3)), series.name)
 
 
+def _label_points(plot_item, x, y, labels: list[str], rgb) -> None:
+    import pyqtgraph as pg
+
+    for px, py, label in zip(x, y, labels):
+        text = pg.TextItem(label, color=rgb, anchor=(0, 1))
+        text.setPos(px, py)
+        plot_item.addItem(text)
+
+
+def _draw_whiskers(plot_item, series, rgb, tick: float) -> None:
+    """Horizontal whiskers from each point to its `x_whiskers` ends, each end capped by a short
+    vertical tick; the innermost whisker is drawn thicker than the outer ones (p90 vs p99)."""
+    import numpy as np
+    import pyqtgraph as pg
+
+    depth = max((len(ends) for ends in series.x_whiskers), default=0)
+    for level in range(depth):
+        xs: list[float] = []
+        ys: list[float] = []
+        for px, py, ends in zip(series.x, series.y, series.x_whiskers):
+            if level < len(ends):
+                end = ends[level]
+                xs += [px, end, end, end]  # the whisker, then its cap: pairs of points
+                ys += [py, py, py - tick, py + tick]
+        if xs:
+            plot_item.plot(np.asarray(xs, float), np.asarray(ys, float), connect="pairs",
+                           pen=pg.mkPen(rgb, width=2.5 if level == 0 else 1.0))
+
+
+def _top(figure: Figure) -> float:
+    return max((y for s in figure.series for y in s.y), default=0.0)
+
+
 def _beam(figure: Figure) -> float:
     xs = sorted({x for s in figure.series for x in s.x})
     gaps = [b - a for a, b in zip(xs, xs[1:]) if b > a]
@@ -131,7 +164,8 @@ def _fit_range(plot_item, figure: Figure) -> None:
                 tops[x] = tops.get(x, 0.0) + y
         ys = [top * 1.45 for top in tops.values()]  # room for the legend above the bars
     ys += [limit.value for limit in figure.limits] + [y for s in figure.markers for y in s.y]
-    xs = [x for s in figure.series for x in s.x]
+    xs = [x for s in figure.series for x in s.x] + [e for s in figure.series for ends in s.x_whiskers for e in ends]
+    labelled = any(s.labels for s in figure.series)
     if figure.kind == "scatter":
         if xs:
             for lo, hi, set_range in ((min(xs), max(xs), plot_item.setXRange), (min(ys), max(ys), plot_item.setYRange)):
@@ -139,11 +173,11 @@ def _fit_range(plot_item, figure: Figure) -> None:
                 set_range(lo - pad, hi + pad * 2, padding=0)  # room for the labels above and right
         return
     if ys:
-        plot_item.setYRange(0, max(ys) * 1.1 or 1.0, padding=0)
+        plot_item.setYRange(0, max(ys) * (1.18 if labelled else 1.1) or 1.0, padding=0)
     if xs:
         lo, hi = min(xs), max(xs)
         pad = 0.6 if figure.kind in ("bar", "stacked") else max((hi - lo) * 0.06, 0.5)
-        plot_item.setXRange(lo - pad, hi + pad, padding=0)
+        plot_item.setXRange(lo - pad, hi + pad * (3 if labelled else 1), padding=0)  # labels sit right of points
 
 
 def render_png(figure: Figure, path: Path, size: tuple[int, int] = DEFAULT_SIZE) -> Path:

@@ -6,7 +6,6 @@ This module is what a spawned process imports first, so it must stay light: no t
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -24,60 +23,7 @@ from ..sampling import Sampler
 from ..sources.tokenizer import IncrementalDetokenizer
 from .load_runner import serve_load, server_cross_check
 from .scoring import score_window, top_logits
-
-
-# --- the worker's own memory and CPU ------------------------------------------------------------
-# `ru_maxrss` is no good on Linux: the kernel carries a process's high-water mark across fork +
-# exec, so a spawned worker reports at least its parent's peak (after the window touched 600 MB,
-# a ~70 MB engine read 640 MB). VmHWM belongs to the process's own address space, which exec
-# replaces, and Linux can reset it (clear_refs), so load and serving get a peak each.
-
-def peak_rss_mb() -> float:
-    """This process's own peak resident set size, MB: what the OS accounted, not a sample.
-
-    Linux: VmHWM of /proc/self/status (since exec, or since the last `reset_peak_rss`).
-    Windows: the peak working set (psutil). macOS: `ru_maxrss` (bytes there), which the OS does not
-    let us reset; it is the process's own since exec as far as macOS accounts it.
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/self/status", encoding="ascii") as status:
-                for line in status:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) / 1024  # kB
-        except (OSError, ValueError, IndexError):
-            pass
-    try:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak / 1024 if sys.platform != "darwin" else peak / 2**20
-    except ImportError:  # Windows
-        import psutil
-
-        info = psutil.Process().memory_info()
-        return getattr(info, "peak_wset", info.rss) / 2**20
-
-
-def reset_peak_rss() -> bool:
-    """Start a new high-water mark at the current RSS (Linux >= 4.0); False where the OS cannot."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
-            clear_refs.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process so far, all its threads.
-
-    `process_time` reads CLOCK_PROCESS_CPUTIME_ID on Linux and macOS (nanoseconds) and
-    GetProcessTimes on Windows; os.times() would count in 10 ms clock ticks on Linux.
-    """
-    return time.process_time()
+from .usage import cpu_seconds, peak_rss_mb, reset_peak_rss
 
 
 def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFiles, options: EngineOptions) -> None:

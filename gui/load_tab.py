@@ -1,0 +1,299 @@
+"""The Load tab: throughput against latency as concurrent requests grow (`bench --concurrency`).
+
+Engines, model and generation settings come from the setup panel (`SetupPanel.config()`, as every
+tab); the concurrency levels and the optional goodput SLOs are here. The Run button's own
+`start_bench` runs a fair `BenchSession` with `config.concurrency` on this tab's JobRunner: every
+engine's bench runs are level 1, then engines that serve concurrently (remote, vllm) run rounds of
+N requests at once. The table and the curve both come from `load_levels` over the result's
+records: the rows `bench --concurrency` prints and load.csv holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QProgressBar, QTableWidget, QTableWidgetItem, QWidget
+
+from whistle_stop.backends import registry
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.report import figures
+from whistle_stop.backends.report.html import load_notes
+from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_levels, load_rows, requests_from_runs
+from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
+from whistle_stop.backends.runs.config import MAX_CONCURRENCY
+from whistle_stop.backends.runs.events import LoadRecorded
+from whistle_stop.backends.worker.events import (BackendEvent, Failed, LoadProgress, LoadRequest, Ready, RunRequest,
+                                                 WorkerLost)
+
+from .bench_job import BenchPrepared, start_bench
+from .event_queue import CANCELLED
+from .figure_view import FigureGrid
+from .job_controls import JobControls
+from .job_manager import JobKind, JobManager
+from .setup_panel import SetupPanel
+from .theme import Theme, engine_colours
+from .widgets import controls_column, read_only_table, show_job_failure, stacked, three_panes
+
+DEFAULT_LEVELS = "1,2,4,8"
+NO_SERVER = ("No selected engine served concurrently: local engines give only the concurrency-1 reference "
+             "(levels above 1 need a server engine: remote or vllm).")
+
+
+def parse_levels(text: str) -> tuple[tuple[int, ...], str]:
+    """("1, 2,4") -> ((1, 2, 4), "") or ((), one line saying what is wrong)."""
+    parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
+    if not parts:
+        return (), "give at least one concurrency level"
+    values = []
+    for part in parts:
+        if not part.isdigit():
+            return (), f"levels: {part!r} is not a whole number"
+        if not 1 <= int(part) <= MAX_CONCURRENCY:
+            return (), f"levels must be from 1 to {MAX_CONCURRENCY}, not {int(part)}"
+        values.append(int(part))
+    return tuple(sorted(set(values))), ""
+
+
+def parse_slo(text: str, label: str) -> tuple[float | None, str]:
+    """An optional SLO in ms: "" is not set; otherwise a number > 0."""
+    text = text.strip()
+    if not text:
+        return None, ""
+    try:
+        value = float(text)
+    except ValueError:
+        return None, f"{label}: {text!r} is not a number"
+    if not (math.isfinite(value) and value > 0):
+        return None, f"{label} must be a number of ms > 0, not {text}"
+    return value, ""
+
+
+class LoadTab(QWidget):
+    message = Signal(str)  # a status-bar line
+    error = Signal(str, str)  # title, message: the window shows it
+    finished = Signal(object)  # the BenchResult (cancelled ones too)
+
+    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.result: BenchResult | None = None
+        self.levels: list[LoadLevel] = []
+        self.colours: dict[str, QColor] = {}
+        self._config: BenchConfig | None = None
+        self._servers: set[str] = set()  # engines whose worker said it serves concurrently
+        self._rounds: dict[str, LoadRequest] = {}  # per engine: its load round in flight
+        self._recorded = 0  # runs and rounds recorded, warm-ups included
+        self._build()
+        self.runner.events.connect(self._on_events)
+        self.runner.ready.connect(self._on_prepared)
+        self.runner.finished.connect(self._on_finished)
+        self.runner.failed.connect(self._on_failed)
+        self.runner.running_changed.connect(self._on_running)
+        setup.changed.connect(self.refresh)
+        jobs.changed.connect(self.refresh)  # another job started or ended
+        self.refresh()
+
+    def _build(self) -> None:
+        self.concurrency = QLineEdit(DEFAULT_LEVELS)
+        self.concurrency.setToolTip("requests sent at once, separated by commas; level 1 is every engine's "
+                                    "bench runs (always run); levels above 1 need a server engine "
+                                    f"(at most {MAX_CONCURRENCY})")
+        self.slo_ttft = QLineEdit()
+        self.slo_itl = QLineEdit()
+        for edit, what in ((self.slo_ttft, "a request's time to first token"),
+                           (self.slo_itl, "a request's mean inter-token latency (TPOT)")):
+            edit.setPlaceholderText("not set")
+            edit.setToolTip(f"goodput SLO: {what} at most this many ms; empty: not set")
+        for edit in (self.concurrency, self.slo_ttft, self.slo_itl):
+            edit.textChanged.connect(self.refresh)
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m runs and rounds")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.status = QLabel("Aggregate tokens/s and latency as requests grow, with the setup's engines and settings "
+                             "in fair mode: level 1 from every engine's bench runs, higher levels from server engines.")
+        self.status.setObjectName("muted")
+        self.status.setWordWrap(True)
+        self.job = JobControls(self.jobs, JobKind.LOAD, "load run", " Run load", self.status,
+                               "cancelling: each engine stops after its current token…")
+        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.run_button.clicked.connect(self.start)
+        form = QFormLayout()
+        form.addRow("Levels", self.concurrency)
+        form.addRow("SLO TTFT ms", self.slo_ttft)
+        form.addRow("SLO ITL ms", self.slo_itl)
+        controls = controls_column(form, self.run_button, self.job.cancel_button,
+                                   status=(self.reason, self.progress, self.status))
+
+        self.notice = QLabel(NO_SERVER)
+        self.notice.setObjectName("notice")
+        self.notice.setWordWrap(True)
+        self.notice.setVisible(False)
+        self.table = read_only_table(QTableWidget(0, len(LOAD_HEADERS)), LOAD_HEADERS)
+        self.note = QLabel()
+        self.note.setObjectName("muted")
+        self.note.setWordWrap(True)
+        middle = stacked(self.notice, self.table, self.note, stretch=self.table)
+        self.chart = FigureGrid(1)
+        three_panes(self, (controls, middle, self.chart), stretch=1, sizes=(280, 720, 520))
+
+    # --- inputs -------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.runner.running
+
+    def inputs(self) -> tuple[tuple[int, ...], float | None, float | None, str]:
+        """(levels, SLO TTFT ms, SLO ITL ms, why they cannot run or "")."""
+        levels, why = parse_levels(self.concurrency.text())
+        ttft, why_ttft = parse_slo(self.slo_ttft.text(), "SLO TTFT")
+        itl, why_itl = parse_slo(self.slo_itl.text(), "SLO ITL")
+        return levels, ttft, itl, why or why_ttft or why_itl
+
+    def problem(self) -> str:
+        """Why Run load cannot start now, or ""."""
+        return self.job.blocker() or self.inputs()[3] or self.setup.problem()
+
+    def refresh(self) -> None:
+        self.job.show_problem(self.problem())
+
+    # --- running ------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Start the load run; False (and the reason shown) if it cannot."""
+        self.setup.flush()
+        problem = self.problem()
+        if problem:
+            self.reason.setText(problem)
+            return False
+        levels, ttft, itl, _ = self.inputs()
+        # The setup's config, as Run builds it; fair whatever the setup says (load levels need it),
+        # and no harness calibration (this tab does not show it).
+        config = replace(self.setup.config(), mode="fair", concurrency=levels, slo_ttft_ms=ttft, slo_itl_ms=itl,
+                         calibrate_harness=False)
+        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
+        try:
+            start_bench(self.runner, config, specs)
+        except UsageError as exc:
+            self.error.emit("Cannot run the load levels", str(exc))
+            return False
+        self.result, self.levels, self._config = None, [], config
+        self._servers, self._rounds, self._recorded = set(), {}, 0
+        self.colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self.table.setRowCount(0)
+        self.chart.clear_figures()
+        self.notice.setVisible(False)
+        self.note.clear()
+        self.progress.setRange(0, 0)
+        self.status.setText(f"resolving the model {config.model}…")
+        self.message.emit("load run…")
+        return True
+
+    # --- events (GUI thread) --------------------------------------------------------------------
+    def _on_prepared(self, prepared: BenchPrepared) -> None:
+        levels = ", ".join(str(c) for c in self._config.concurrency if c > 1) if self._config else ""
+        self.status.setText(f"{prepared.model.label}: {len(prepared.prompt_ids)}-token prompt; every engine's bench "
+                            f"runs first (level 1)" + (f", then levels {levels} for server engines" if levels else ""))
+
+    def _on_events(self, batch: list) -> None:
+        for event in batch:
+            if isinstance(event, (RunRecorded, LoadRecorded)):
+                self._recorded += 1
+            elif isinstance(event, BackendEvent):
+                self._on_backend_event(event)
+        self._show_progress()
+
+    def _on_backend_event(self, event: BackendEvent) -> None:
+        name, payload = event.backend, event.event
+        if isinstance(payload, Ready) and payload.serves_concurrently:
+            self._servers.add(name)
+        elif isinstance(payload, RunRequest):
+            self.status.setText(f"{name}: level 1, run {payload.run_id}…")
+        elif isinstance(payload, LoadRequest):
+            self._rounds[name] = payload
+            self.status.setText(f"{name}: c={payload.concurrency}, round {payload.run_id}: sending "
+                                f"{payload.concurrency} requests…")
+        elif isinstance(payload, LoadProgress):
+            round_ = self._rounds.get(name)
+            if round_ is not None:  # the live count, from the worker's own tally
+                self.status.setText(f"{name}: c={round_.concurrency}, round {payload.run_id}: {payload.tokens}/"
+                                    f"{round_.concurrency * round_.new_tokens} tokens, {payload.streams_done}/"
+                                    f"{round_.concurrency} requests done")
+        elif isinstance(payload, (Failed, WorkerLost)):
+            self.status.setText(f"{name}: failed")
+
+    def _show_progress(self) -> None:
+        """Runs and rounds to come: every engine's bench runs, then each server's rounds per level above 1."""
+        config = self._config
+        if config is None:
+            return
+        per_level = config.warmup + config.repeats
+        total = per_level * (len(config.backends) + len(self._servers) * sum(c > 1 for c in config.concurrency))
+        self.progress.setRange(0, max(1, total))
+        self.progress.setValue(min(self._recorded, total))
+
+    def _on_finished(self, result: BenchResult) -> None:
+        self.result = result
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
+        self.show_results()
+        failed = sorted({r.backend for r in [*result.runs, *result.load] if r.status.is_failure})
+        text = "Load run cancelled" if result.cancelled else "Load run finished"
+        if failed:
+            text += f"; failed: {', '.join(failed)}"
+        self.status.setText(text)
+        self.message.emit(text)
+        self.finished.emit(result)
+
+    def _on_failed(self, message: str) -> None:
+        error = show_job_failure(message, "Load run", CANCELLED, self.progress, self.status)
+        if error:
+            self.error.emit("The load run could not run", error)
+        else:
+            self.message.emit("Load run cancelled")
+
+    def _on_running(self, running: bool) -> None:
+        for edit in (self.concurrency, self.slo_ttft, self.slo_itl):
+            edit.setEnabled(not running)
+        self.refresh()
+
+    # --- results ------------------------------------------------------------------------------
+    def show_results(self) -> None:
+        """The levels of the result's records (as load.csv), as a table and a curve per engine."""
+        result = self.result
+        if result is None:
+            return
+        config = result.config
+        self.levels = load_levels(requests_from_runs(result.runs, result.tokens) + list(result.load), config.slo,
+                                  {r.backend for r in result.load})
+        rows = load_rows(self.levels)
+        self.table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, cell in enumerate(row):
+                self.table.setItem(r, c, QTableWidgetItem(cell))
+        self.chart.show_figures([figures.load_curve(self.levels)], self.colours)
+        self.note.setText("\n".join(load_notes(self.levels, config.slo)))
+        wanted = any(c > 1 for c in config.concurrency)
+        self.notice.setVisible(wanted and not result.load and not self._servers)
+
+    # --- preferences and theme ------------------------------------------------------------------
+    def prefs(self) -> dict:
+        return {"levels": self.concurrency.text(), "slo_ttft_ms": self.slo_ttft.text(),
+                "slo_itl_ms": self.slo_itl.text()}
+
+    def set_prefs(self, prefs: object) -> None:
+        if not isinstance(prefs, dict):
+            return
+        if isinstance(prefs.get("levels"), str) and prefs["levels"].strip():
+            self.concurrency.setText(prefs["levels"])
+        for key, edit in (("slo_ttft_ms", self.slo_ttft), ("slo_itl_ms", self.slo_itl)):
+            if isinstance(prefs.get(key), str):
+                edit.setText(prefs[key])
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.chart.apply_theme(theme)
+        if self.result is not None:
+            self.show_results()
