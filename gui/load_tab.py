@@ -4,7 +4,7 @@ Engines, model and generation settings come from the setup panel (`SetupPanel.co
 tab); the concurrency levels and the optional goodput SLOs are here. The Run button's own
 `start_bench` runs a fair `BenchSession` with `config.concurrency` on this tab's JobRunner: every
 engine's bench runs are level 1, then engines that serve concurrently (remote, vllm) run rounds of
-N requests at once. The table and the curve both come from `load_levels` over the result's
+N requests at once. The table and the curve both come from `session_levels` over the result's
 records: the rows `bench --concurrency` prints and load.csv holds.
 """
 
@@ -22,7 +22,7 @@ from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.report.html import load_notes
-from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_levels, load_rows, requests_from_runs
+from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_rows, session_levels
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
 from whistle_stop.backends.runs.config import MAX_CONCURRENCY
 from whistle_stop.backends.runs.events import LoadRecorded
@@ -267,8 +267,7 @@ class LoadTab(QWidget):
         if result is None:
             return
         config = result.config
-        self.levels = load_levels(requests_from_runs(result.runs, result.tokens) + list(result.load), config.slo,
-                                  {r.backend for r in result.load})
+        self.levels = session_levels(result.runs, result.tokens, result.load, config.slo)
         rows = load_rows(self.levels)
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):

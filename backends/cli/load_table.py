@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..results.load import LOAD_HEADERS, load_levels, load_rows, requests_from_runs
+from ..results.load import LOAD_HEADERS, load_rows, session_levels
 from ..runs.result import BenchResult
 
 
@@ -13,7 +13,7 @@ def print_load(result: BenchResult, console: Console) -> None:
     """Throughput and latency per concurrency level (level 1: every engine's bench runs)."""
     config = result.config
     servers = {r.backend for r in result.load}
-    levels = load_levels(requests_from_runs(result.runs, result.tokens) + list(result.load), config.slo, servers)
+    levels = session_levels(result.runs, result.tokens, result.load, config.slo)
     cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
     for prompt, new in cells:
         table = Table(title=f"load: {prompt}-token prompts, {new} new tokens, "

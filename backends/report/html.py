@@ -24,7 +24,7 @@ from ..profile.table import HEADERS as PROFILE_HEADERS
 from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import profile_row
 from ..runs.quality import read_quality
-from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_levels, load_rows, requests_from_runs
+from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_rows, session_levels
 from ..results.records import RunRecord, TokenRecord
 from ..results.reader import load_requests, load_results
 from ..results.stats import summarize
@@ -76,8 +76,7 @@ class FolderData:
         the bench runs, the others from the load rounds ([] without load runs)."""
         if not self.load:
             return []
-        return load_levels(requests_from_runs(self.runs, self.tokens) + self.load, self.slo,
-                           {r.backend for r in self.load})
+        return session_levels(self.runs, self.tokens, self.load, self.slo)
 
     @property
     def backends(self) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..storage.atomic import atomic_write, check_writable_dir
-from .load import LOAD_LEVEL_COLUMNS, LOAD_REQUEST_COLUMNS, LoadRequestRecord, Slo, load_levels, requests_from_runs
+from .load import LOAD_LEVEL_COLUMNS, LOAD_REQUEST_COLUMNS, LoadRequestRecord, Slo, session_levels
 from .records import RUN_COLUMNS, TOKEN_COLUMNS, RunRecord, TokenRecord
 
 TOKENS_CSV, RUNS_CSV, ENVIRONMENT_JSON = "tokens.csv", "runs.csv", "environment.json"
@@ -61,9 +61,7 @@ def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord
         paths.append(out_dir / SUMMARY_CSV)
     if load:
         write_csv(out_dir / LOAD_REQUESTS_CSV, LOAD_REQUEST_COLUMNS, load)
-        servers = {r.backend for r in load}
-        write_csv(out_dir / LOAD_CSV, LOAD_LEVEL_COLUMNS,
-                  load_levels(requests_from_runs(runs, tokens) + list(load), slo, servers))
+        write_csv(out_dir / LOAD_CSV, LOAD_LEVEL_COLUMNS, session_levels(runs, tokens, load, slo))
         paths += [out_dir / LOAD_REQUESTS_CSV, out_dir / LOAD_CSV]
     with atomic_write(out_dir / ENVIRONMENT_JSON, encoding="utf-8") as f:
         json.dump(environment, f, indent=2, default=str)

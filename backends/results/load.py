@@ -176,6 +176,13 @@ def load_levels(requests: list[LoadRequestRecord], slo: Slo = Slo(),
     return sorted(levels, key=lambda lv: (lv.prompt_tokens, lv.new_tokens, lv.backend, lv.concurrency))
 
 
+def session_levels(runs: list[RunRecord], tokens: list[TokenRecord], load: list[LoadRequestRecord],
+                   slo: Slo = Slo()) -> list[LoadLevel]:
+    """A session's levels: its bench runs as level 1 of every engine, its load rounds above (the
+    engines with load rounds are the servers). What every view of a load shows."""
+    return load_levels(requests_from_runs(runs, tokens) + list(load), slo, {r.backend for r in load})
+
+
 def _cross_check_notes(group: list[LoadRequestRecord]) -> str:
     """The server's own /metrics note of the level's first round (every round's is in its records)."""
     by_round: dict[str, str] = {}
