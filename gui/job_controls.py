@@ -1,4 +1,4 @@
-"""What the Sweep and Quality tabs share about running their job: its runner (from the job
+"""What the Sweep, Quality, Profile and Load tabs share about running their job: its runner (from the job
 manager), the Run and Cancel buttons, the line saying why Run is off, and a status line that
 shows the job's progress and its cancelling."""
 

@@ -1,7 +1,10 @@
-"""Save screenshots of the Sweep, Quality and Profile tabs after a tiny real run (for the README):
+"""Save screenshots of the Sweep, Quality, Profile and Load tabs after a tiny real run (for the README):
 
     python -m scripts.screenshot_tabs [docs/sweep.png] [docs/quality.png] [--profile-out docs/profile.png]
-                                      [--engines hf,hf-int8] [--only sweep|quality|profile]
+                                      [--load-out docs/load.png] [--engines hf,hf-int8]
+                                      [--only sweep|quality|profile|load]
+
+The Load tab runs --load-engines (default numpy and vllm-bf16: a real vLLM server, minutes to start).
 
 Runs offscreen when there is no display. Settings and the sweep folder go to a temporary
 folder. The sweep draws its bandwidth limit lines only if the probe's result is cached: this never runs it.
@@ -28,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1600x1000")
     parser.add_argument("--dock-height", type=int, default=560)
     parser.add_argument("--profile-out", default="docs/profile.png")
-    parser.add_argument("--only", choices=("sweep", "quality", "profile"), help="take one of the screenshots")
+    parser.add_argument("--load-out", default="docs/load.png")
+    parser.add_argument("--load-engines", default="numpy,vllm-bf16")
+    parser.add_argument("--load-model", default="random:gpt2")
+    parser.add_argument("--load-levels", default="1, 2, 4, 8")
+    parser.add_argument("--only", choices=("sweep", "quality", "profile", "load"), help="take one of the screenshots")
     args = parser.parse_args(argv)
     offscreen_without_display()
 
@@ -84,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
             profile = window.profile_tab
             profile.out.setText(str(Path(scratch) / "profile"))
             if not run_and_grab(profile, args.profile_out):
+                return 1
+        if args.only in (None, "load"):
+            setup.set_model_spec(args.load_model)
+            setup.set_engines(args.load_engines.split(","))
+            setup.flush()
+            window.load_tab.concurrency.setText(args.load_levels)
+            if not run_and_grab(window.load_tab, args.load_out):
                 return 1
         close_window(window, app)
     return 0
