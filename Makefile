@@ -6,13 +6,16 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch. With a CUDA build already in $(VENV), nothing is replaced.
 TORCH ?= torch==2.13.0
 
-.PHONY: run test test-all bench install install-dev clean
+.PHONY: run test test-vllm test-all bench install install-dev clean
 
 run: install
 	$(PY) main.py
 
 test: install-dev
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not slow" -q
+
+test-vllm: install-dev  # the real vLLM CPU server (makes its environment on first use)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m vllm -q
 
 test-all: install-dev
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q

@@ -27,7 +27,8 @@ def recolour(plot_item: pg.PlotItem, figure: Figure, colours: dict[str, QColor])
     for item in plot_item.items:
         if isinstance(item, pg.PlotDataItem):
             pen = item.opts.get("pen")
-            brush = item.opts.get("symbolBrush")
+            # a line without symbols (a whisker) still has pyqtgraph's default symbol brush: its pen tells
+            brush = item.opts.get("symbolBrush") if item.opts.get("symbol") is not None else None
             rgb = _rgb(pg.mkBrush(brush).color()) if brush is not None else _rgb(pg.mkPen(pen).color())
             if rgb in wanted:
                 colour = wanted[rgb]

@@ -237,8 +237,9 @@ class LoadTab(QWidget):
 
     def _on_finished(self, result: BenchResult) -> None:
         self.result = result
-        self.progress.setRange(0, 1)
-        self.progress.setValue(1)
+        done = max(1, self._recorded)  # what ran (a cancel or a failed engine ends it early)
+        self.progress.setRange(0, done)
+        self.progress.setValue(done)
         self.show_results()
         failed = sorted({r.backend for r in [*result.runs, *result.load] if r.status.is_failure})
         text = "Load run cancelled" if result.cancelled else "Load run finished"

