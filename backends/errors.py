@@ -7,3 +7,9 @@ class UsageError(ValueError):
 
 class ModelError(UsageError):
     """A model that cannot be found, fetched or read."""
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`: how a failure is reported in a record or a status line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -119,23 +119,26 @@ class RemoteEngine(Engine):
         """The server's Prometheus /metrics (vLLM's latency histograms), or None if it has none."""
         if not self._has_metrics:
             return None
+        body = self._get("/metrics", 8 * 2**20)
+        metrics = parse_metrics(body.decode("utf-8", "replace")) if body is not None else None
+        if metrics is None or metrics.ttft is None:
+            self._has_metrics = False  # not a server with these histograms: never asked again
+            return None
+        return metrics
+
+    def _get(self, path: str, limit: int) -> bytes | None:
+        """The body of one GET (at most `limit` bytes) when the server answers 200, else None."""
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         try:
             conn = cls(self.host, self.port, timeout=self.connect_timeout)
             try:
-                conn.request("GET", "/metrics", headers=self._headers())
+                conn.request("GET", path, headers=self._headers())
                 response = conn.getresponse()
-                body = response.read(8 * 2**20)
+                return response.read(limit) if response.status == 200 else None
             finally:
                 conn.close()
         except (OSError, http.client.HTTPException):
-            self._has_metrics = False
             return None
-        metrics = parse_metrics(body.decode("utf-8", "replace")) if response.status == 200 else None
-        if metrics is None or metrics.ttft is None:
-            self._has_metrics = False
-            return None
-        return metrics
 
     def _headers(self) -> dict[str, str]:
         headers = {"User-Agent": "whistle-stop"}
@@ -226,21 +229,11 @@ class RemoteEngine(Engine):
 
     def _server(self) -> str:
         """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), or "" (unknown, failed)."""
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        path = self.path.rsplit("/completions", 1)[0] + "/models"
-        headers = self._headers()
+        body = self._get(self.path.rsplit("/completions", 1)[0] + "/models", _MAX_ERROR_BODY)
         try:
-            conn = cls(self.host, self.port, timeout=self.connect_timeout)
-            try:
-                conn.request("GET", path, headers=headers)
-                response = conn.getresponse()
-                if response.status != 200:
-                    return ""
-                models = json.loads(response.read(_MAX_ERROR_BODY)).get("data") or []
-            finally:
-                conn.close()
+            models = (json.loads(body).get("data") or []) if body is not None else []
             owners = {m.get("owned_by") for m in models if isinstance(m, dict)}
-        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+        except (ValueError, AttributeError, TypeError):
             return ""
         if "vllm" in owners:
             return "vllm"

@@ -137,7 +137,7 @@ class Orchestrator:
         """The load levels above 1 (`config.concurrency`) of every engine that serves concurrently,
         after the cell's bench runs (which are every engine's level 1): per level, each engine's
         warm-up rounds, then the measured rounds interleaved in the fair order."""
-        servers = tuple(n for n in self.config.backends if self.usable(n) and self._workers[n].ready.serves_concurrently)
+        servers = tuple(n for n in self.config.backends if self.usable(n) and self.ready(n).serves_concurrently)
         for level in sorted(c for c in set(self.config.concurrency) if c > 1):
             for name in servers:
                 for index in range(1, self.config.warmup + 1):

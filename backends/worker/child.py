@@ -14,6 +14,7 @@ from typing import Iterator
 import numpy as np
 
 from ..engine import Engine, EngineOptions
+from ..errors import one_line
 from ..profile.capture import EngineProfiler, ProfileCapture
 from .events import (Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted,
                      ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token)
@@ -38,7 +39,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         info = engine.load(model, lambda message, fraction=None: conn.send(Progress(message, fraction)))
         loaded = time.perf_counter()
     except BaseException as exc:  # report anything, even SystemExit from a broken engine
-        conn.send(Failed(_one_line(exc), traceback.format_exc()))
+        conn.send(Failed(one_line(exc), traceback.format_exc()))
         return
     load_peak = peak_rss_mb()  # before anything else: the peak of import + load, transients included
     # Load the detokenizer's tables now, outside any timed span: it serves the text view only.
@@ -64,7 +65,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         elif isinstance(message, LogitsRequest):
             _serve_logits(conn, engine, message)
         elif isinstance(message, LoadRequest):
-            serve_load(conn, cancel, engine, info, message, int(model.config.get("vocab_size", 50257)), _one_line)
+            serve_load(conn, cancel, engine, info, message, int(model.config.get("vocab_size", 50257)))
 
 
 def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunRequest) -> None:
@@ -85,7 +86,7 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
             conn.send(token)
             stamps.append(token.t_ns)
     except Exception as exc:
-        conn.send(Failed(_one_line(exc), traceback.format_exc(), request.run_id))
+        conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))
         return
     end = time.perf_counter_ns()
     cpu_s = cpu_seconds() - cpu_start
@@ -110,7 +111,7 @@ def _profiler(engine: Engine, drives: bool) -> tuple[EngineProfiler | None, str]
         if profiler is not None:
             profiler.start()
     except Exception as exc:  # a profiler that cannot start leaves the run itself intact
-        return None, f"its profiler could not start: {_one_line(exc)}"
+        return None, f"its profiler could not start: {one_line(exc)}"
     return profiler, "" if profiler is not None else "no profiler for this engine (total and harness only)"
 
 
@@ -120,7 +121,7 @@ def _capture(profiler: EngineProfiler | None, problem: str, trace_path: str) -> 
     try:
         return profiler.finish(trace_path)
     except Exception as exc:
-        return ProfileCapture(profiler.name, note=f"the profiler failed: {_one_line(exc)}")
+        return ProfileCapture(profiler.name, note=f"the profiler failed: {one_line(exc)}")
 
 
 def _drive(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: IncrementalDetokenizer,
@@ -182,7 +183,7 @@ def _serve_score(conn, cancel: threading.Event, engine, request: ScoreRequest) -
             count += window_count
             conn.send(ScoreProgress(request.run_id, done + 1, total))
     except Exception as exc:
-        conn.send(Failed(_one_line(exc), traceback.format_exc(), request.run_id))
+        conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))
         return
     conn.send(ScoreDone(request.run_id, nll, count, time.perf_counter() - started, method))
 
@@ -191,9 +192,4 @@ def _serve_logits(conn, engine, request: LogitsRequest) -> None:
     try:
         conn.send(top_logits(request.run_id, np.asarray(engine.prefill(request.prefix_ids)), request.k))
     except Exception as exc:
-        conn.send(Failed(_one_line(exc), traceback.format_exc(), request.run_id))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))

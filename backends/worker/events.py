@@ -150,7 +150,6 @@ class StreamResult:
     index: int
     started_ns: int
     token_ns: tuple[int, ...]
-    token_ids: tuple[int, ...]
     error: str = ""  # one failing request is recorded, the others go on
 
 
@@ -166,8 +165,7 @@ class LoadProgress:
 @dataclass(frozen=True)
 class LoadDone:
     run_id: str
-    started_ns: int  # the first request sent
-    ended_ns: int  # the last request ended
+    started_ns: int  # the first request sent (the round's wall time ends at its last token)
     streams: tuple[StreamResult, ...]
     notes: str = ""
     cancelled: bool = False

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from ..engine import Engine, EngineInfo
+from ..errors import one_line
 from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
 from ..sampling import Sampler
 from ..sources.prompts import unique_prefix
@@ -30,15 +31,14 @@ class _Stream:
         self.index = index
         self.started_ns = 0
         self.stamps: list[int] = []
-        self.ids: list[int] = []
         self.error = ""
 
     def result(self) -> StreamResult:
-        return StreamResult(self.index, self.started_ns, tuple(self.stamps), tuple(self.ids), self.error)
+        return StreamResult(self.index, self.started_ns, tuple(self.stamps), self.error)
 
 
 def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, request: LoadRequest,
-               vocab_size: int, one_line) -> None:
+               vocab_size: int) -> None:
     if not info.serves_concurrently:
         conn.send(Failed(f"{engine.name} serves one sequence at a time: it has no load runs", "", request.run_id))
         return
@@ -53,9 +53,8 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, 
         go.wait()
         stream.started_ns = time.perf_counter_ns()
         try:
-            for token in engine.stream(ids, request.new_tokens, sampler, cancel):
+            for _token in engine.stream(ids, request.new_tokens, sampler, cancel):
                 stream.stamps.append(time.perf_counter_ns())
-                stream.ids.append(int(token))
         except Exception as exc:  # noqa: BLE001 - one failing request must not lose the others
             stream.error = one_line(exc)
 
@@ -71,14 +70,9 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, 
         alive[0].join(PROGRESS_EVERY_S)
         conn.send(LoadProgress(request.run_id, sum(len(s.stamps) for s in streams),
                                sum(not t.is_alive() for t in threads)))
-    ended = max([s.stamps[-1] for s in streams if s.stamps] or [time.perf_counter_ns()])
-    notes = _metrics_note(engine, before, streams)
+    notes = server_cross_check(engine, before, [(s.started_ns, s.stamps) for s in streams])
     cancelled = cancel.is_set() and any(len(s.stamps) < request.new_tokens for s in streams)
-    conn.send(LoadDone(request.run_id, started, ended, tuple(s.result() for s in streams), notes, cancelled))
-
-
-def _metrics_note(engine: Engine, before: ServerMetrics | None, streams: list[_Stream]) -> str:
-    return server_cross_check(engine, before, [(s.started_ns, s.stamps) for s in streams])
+    conn.send(LoadDone(request.run_id, started, tuple(s.result() for s in streams), notes, cancelled))
 
 
 def server_cross_check(engine: Engine, before: ServerMetrics | None, requests: list[tuple[int, list[int]]]) -> str:

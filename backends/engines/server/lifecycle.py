@@ -113,17 +113,7 @@ class ManagedServer:
             time.sleep(_POLL_S)
 
     def answers(self, path: str, timeout_s: float = 2.0) -> bool:
-        try:
-            conn = http.client.HTTPConnection(self.command.host, self.command.port, timeout=timeout_s)
-            try:
-                conn.request("GET", path)
-                response = conn.getresponse()
-                response.read()
-                return response.status == 200
-            finally:
-                conn.close()
-        except (OSError, http.client.HTTPException):
-            return False
+        return self.get(path, timeout_s) is not None
 
     def get(self, path: str, timeout_s: float = 5.0) -> str | None:
         """The body of a GET (text), or None when it fails."""
