@@ -114,12 +114,14 @@ def test_int8_quantises_every_matmul(tiny_model):
     assert engine.model.lm_head.weight().dtype == torch.qint8
 
 
-@pytest.mark.parametrize("name, matrix, other", [("torch-static", 4, 4), ("torch-static-bf16", 2, 2),
-                                                  ("torch-static-int8", 1, 4)])
-def test_engine_info(name, matrix, other, tiny_model):
+# On the CPU, bf16 is weights-only: matrices 2 bytes, norms/biases/positions and the KV cache float32.
+@pytest.mark.parametrize("name, matrix, other, kv", [("torch-static", 4, 4, 4), ("torch-static-bf16", 2, 4, 4),
+                                                      ("torch-static-int8", 1, 4, 4)])
+def test_engine_info(name, matrix, other, kv, tiny_model):
     _, info = loaded(name, tiny_model, threads=2)
     assert info.device == "cpu"
     assert info.weight_bytes_per_token == tiny_model.gpt2_config.weight_bytes(matrix, other)
+    assert info.kv_bytes_per_position == tiny_model.gpt2_config.kv_bytes_per_position(kv)
     assert "threads=2" in info.notes and "static KV cache 1024" in info.notes
     assert torch.get_num_threads() == 2
     torch.set_num_threads(1)
@@ -143,7 +145,7 @@ def test_compiled_decode(tiny_model, prompt_ids, hf_reference):
     engine, info = loaded("torch-static-compile", tiny_model)
     assert info.dtype == "bf16" and "compile_s=" in info.notes
     eager, _ = loaded("torch-static-bf16", tiny_model)
-    # A recompile would also drop the freezing that load() compiled with: positions must not cause one.
+    # Positions must not cause a recompile: load() compiled every graph (compile_s is load time).
     no_recompile = torch._dynamo.config.patch(error_on_recompile=True)
     for ids in (prompt_of_length(60), prompt_ids):  # the second sequence must not see the first's slots
         with no_recompile:

@@ -2,9 +2,12 @@
 
 Decode avoids per-token Python and allocator work: the cache is preallocated, the token and
 position live in two small preallocated tensors filled in place, and the position is tracked
-as a Python int (no `.item()` sync). With `compile`, only the one-token decode step is compiled
-(fixed shapes through a masked attention over the whole cache); the compile and a warm-up run
+as a Python int (no `.item()` sync). With `compile`, only the one-token decode step is compiled:
+on the CPU over the filled cache slots with the length as a symbolic size, on CUDA with fixed
+shapes (a masked attention over the whole cache) for CUDA graphs; the compile and a warm-up run
 inside `load()`, so their cost shows up in load time and is reported as `compile_s`.
+On the CPU, fp32 linears are prepacked for oneDNN (onednn_linear.py) and bf16 keeps only the
+matrices in bf16 with float32 arithmetic (bf16_weights.py); int8 is torch's dynamic quantisation.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import torch
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
 from ...sources.model_files import ModelFiles
+from . import onednn_linear
+from .bf16_weights import enable_kernel, keep_weights_bf16
 from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
-from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
+from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, release_freed_heap, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
 MATRIX_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
@@ -68,11 +73,21 @@ class TorchStaticEngine(Engine):
         if self.dtype == "int8":
             quantize_linear_int8(net)
             notes.append(f"{count_int8_linears(net)} int8 linears")
+        elif self.dtype == "fp32" and device.type == "cpu" and onednn_linear.available():
+            progress("packing the linears for oneDNN", None)
+            notes.append(f"{onednn_linear.pack_linears(net)} linears prepacked for oneDNN "
+                         "(lm_head a packed copy beside the embedding)")
+        elif self.dtype == "bf16" and device.type == "cpu":
+            progress("building the bf16 GEMV kernel", None)
+            keep_weights_bf16(net)
+            notes.append("bf16 weights; float32 activations, norms and KV cache")
+            notes.append(enable_kernel())
         with torch.inference_mode():
             net.setup_caches()
             self._token = torch.zeros((1, 1), dtype=torch.long, device=device)
             self._pos = torch.zeros((1,), dtype=torch.long, device=device)
         self.model = net
+        release_freed_heap()
         notes.append(f"static KV cache {net.max_seq} positions")
         if self.compile:
             progress("compiling the decode step (torch.compile)", None)
@@ -82,10 +97,11 @@ class TorchStaticEngine(Engine):
         if device.type == "cuda":
             notes.append(torch.cuda.get_device_name(device))
         notes.append(f"threads={threads}")
-        other_bytes = 2 if self.dtype == "bf16" else 4
+        cache_dtype = net.h[0].attn.kv_cache.k.dtype
+        other_bytes = torch.finfo(net.ln_f.weight.dtype).bits // 8  # norms, biases, positions
         return EngineInfo(device=device.type, dtype=self.dtype,
                           weight_bytes_per_token=config.weight_bytes(MATRIX_BYTES[self.dtype], other_bytes),
-                          kv_bytes_per_position=config.kv_bytes_per_position(DTYPES[self.dtype].itemsize),
+                          kv_bytes_per_position=config.kv_bytes_per_position(cache_dtype.itemsize),
                           notes="; ".join(notes))
 
     def _compile(self, device: torch.device) -> str:
@@ -97,21 +113,21 @@ class TorchStaticEngine(Engine):
                 torch._dynamo.mark_static_address(tensor)
             # reduce-overhead = CUDA graphs: one replay per token instead of ~150 kernel launches.
             self._decode_compiled = torch.compile(decode_masked, mode="reduce-overhead", fullgraph=True)
-            warmups, how, config = CUDA_GRAPH_WARMUPS, "mode=reduce-overhead (CUDA graphs)", contextlib.nullcontext()
+            warmups, how, config = range(CUDA_GRAPH_WARMUPS), "mode=reduce-overhead (CUDA graphs)", contextlib.nullcontext()
         else:
-            # Freezing folds the weights in as constants, so bf16 linears become prepacked oneDNN
-            # kernels. It must be the global inductor config while compiling (here, in warm-up):
-            # torch.compile(options={"freezing": True}) left plain addmm in torch 2.13.
-            self._decode_compiled = torch.compile(decode_masked, fullgraph=True)
-            import torch._inductor.config as inductor_config
-
-            warmups, how, config = 2, "inductor freezing", inductor_config.patch(freezing=True)
+            # Only the filled slots, with the length as a symbolic size: one graph for every
+            # position (the masked whole-cache form read all 1,024 slots per layer per token).
+            # The matrices are the bf16 GEMV op; inductor fuses what lies between them.
+            # Dynamic shapes specialise a length of 1 and the full cache (the slice is then the
+            # whole buffer): warming those and one general length compiles every graph now.
+            self._decode_compiled = torch.compile(decode_one, fullgraph=True, dynamic=True)
+            warmups, how, config = [0, 1, self.model.max_seq - 1], "inductor, dynamic cache length", contextlib.nullcontext()
         started = time.perf_counter()
         with torch.inference_mode(), config:
-            for step in range(warmups):  # stale cache slots are harmless: prefill starts at 0
+            for step in warmups:  # stale cache slots are harmless: prefill starts at 0
                 self._token.fill_(0)
                 self._pos.fill_(step)
-                logits_to_numpy(self._decode_compiled(self.model, self._token, self._pos))  # .cpu() syncs
+                logits_to_numpy(self._decode(step))  # .cpu() syncs
         self._length = 0
         return f"compiled decode, {how}; compile_s={time.perf_counter() - started:.2f}"
 
@@ -132,12 +148,17 @@ class TorchStaticEngine(Engine):
             raise UsageError(f"the context is full ({self.model.max_seq} tokens); cannot decode further")
         self._token.fill_(token_id)
         self._pos.fill_(pos)
-        if self._decode_compiled is not None:
-            logits = self._decode_compiled(self.model, self._token, self._pos)
-        else:
-            logits = decode_one(self.model, self._token, self._pos, kv_len=pos + 1)
+        logits = self._decode(pos)
         self._length = pos + 1
         return logits_to_numpy(logits[0])
+
+    def _decode(self, pos: int) -> torch.Tensor:
+        """One step with the token and position already in place. -> [1, V]"""
+        if self._decode_compiled is None:
+            return decode_one(self.model, self._token, self._pos, kv_len=pos + 1)
+        if self.device.startswith("cuda"):  # fixed shapes for CUDA graphs
+            return self._decode_compiled(self.model, self._token, self._pos)
+        return self._decode_compiled(self.model, self._token, self._pos, pos + 1)
 
     @torch.inference_mode()
     def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:

@@ -1,0 +1,76 @@
+"""Build a kernel of this folder with the machine's C compiler, cache it, open it with ctypes.
+
+The shared library goes through the one artefact cache (kernels/<key>/<name>), keyed by the
+source, the compiler and the CPU's flags: `-march=native` code must never run on another CPU.
+A build takes well under a second; a machine without a C compiler gets KernelUnavailable and
+the caller falls back to a library kernel (and says so in its notes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from ..results.environment import cpuinfo_field
+from ..storage import artifact_cache
+
+KIND = "kernels"
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+_HERE = Path(__file__).parent
+
+
+class KernelUnavailable(RuntimeError):
+    """No C compiler, or the kernel did not build: the caller uses its fallback."""
+
+
+def compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _version(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> ctypes.CDLL:
+    """The compiled `<name>.c` of this folder, built on first use on this machine."""
+    cc = compiler()
+    if cc is None:
+        raise KernelUnavailable("no C compiler (cc/gcc) on PATH")
+    source = (_HERE / f"{name}.c").read_text()
+    version = _version(cc)
+    key = hashlib.sha256("\n".join([source, version, " ".join(FLAGS), cpuinfo_field("flags")]).encode()).hexdigest()[:16]
+    library = f"lib{name}.so"
+
+    def build(folder: Path) -> dict:
+        src = folder / f"{name}.c"
+        src.write_text(source)
+        done = subprocess.run([cc, *FLAGS, str(src), "-o", str(folder / library)],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise KernelUnavailable(f"{cc} could not build {name}.c: {done.stderr.strip()[:300]}")
+        return {"compiler": version, "flags": " ".join(FLAGS)}
+
+    try:
+        artefact = artifact_cache.ensure(KIND, key, name, build)
+    except KernelUnavailable:
+        raise
+    except (OSError, artifact_cache.ArtifactError, subprocess.SubprocessError) as exc:
+        raise KernelUnavailable(f"{name}.c could not be built: {exc}") from exc
+    return ctypes.CDLL(str(artefact.folder / library))
+
+
+def bf16_gemv() -> ctypes._CFuncPtr:
+    """void bf16_gemv(const uint16_t *W, const float *x, const float *b, float *y, int64 M, N, K)."""
+    fn = load("bf16_gemv").bf16_gemv
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3
+    return fn
