@@ -1,10 +1,15 @@
 /* y[m, n] = sum_k W[n, k] x[m, k] + b[n], W bfloat16 [N, K] (raw uint16), x, y, b float32.
  *
  * Plain C on purpose: with -O3 -march=native -ffast-math the compiler vectorises the inner
- * loop for whatever the CPU has (AVX2 here, AVX-512 elsewhere), unrolls it with several
- * accumulators and widens bf16 to float32 by a 16-bit shift in registers, so the weights are
- * read once at their stored size. Rows are split across OpenMP threads; in a PyTorch process
- * this is torch's own libgomp (same soname), so torch.set_num_threads applies. */
+ * loop for whatever the CPU has (AVX2 here, AVX-512 elsewhere) and widens bf16 to float32 by a
+ * 16-bit shift in registers, so the weights are read once at their stored size.
+ *
+ * Each thread takes a contiguous block of rows and walks four quarters of it at once: four
+ * independent memory streams per core. On a 2-core EPYC one stream per core read ~8 GB/s;
+ * four took GPT-2's 49 decode products from 14.0 to 10.6 ms (eight gained nothing more).
+ * The threads are OpenMP's; in a PyTorch process that is torch's own libgomp (same soname), so
+ * torch.set_num_threads applies. */
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -15,18 +20,39 @@ static inline float bf16_to_f32(uint16_t h) {
     return f;
 }
 
+static inline float dot(const uint16_t *restrict w, const float *restrict x, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; k++)
+        acc += bf16_to_f32(w[k]) * x[k];
+    return acc;
+}
+
 void bf16_gemv(const uint16_t *restrict W, const float *restrict x, const float *restrict b,
                float *restrict y, int64_t M, int64_t N, int64_t K) {
     for (int64_t m = 0; m < M; m++) {
         const float *restrict xm = x + m * K;
         float *restrict ym = y + m * N;
-        #pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; n++) {
-            const uint16_t *restrict w = W + n * K;
-            float acc = 0.0f;
-            for (int64_t k = 0; k < K; k++)
-                acc += bf16_to_f32(w[k]) * xm[k];
-            ym[n] = b ? acc + b[n] : acc;
+        #pragma omp parallel
+        {
+            const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+            const int64_t lo = N * t / threads, hi = N * (t + 1) / threads, q = (hi - lo) / 4;
+            for (int64_t i = lo; i < lo + q; i++) {  /* rows i, i+q, i+2q, i+3q together */
+                const uint16_t *w0 = W + i * K, *w1 = w0 + q * K, *w2 = w1 + q * K, *w3 = w2 + q * K;
+                float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                for (int64_t k = 0; k < K; k++) {
+                    const float xk = xm[k];
+                    a0 += bf16_to_f32(w0[k]) * xk;
+                    a1 += bf16_to_f32(w1[k]) * xk;
+                    a2 += bf16_to_f32(w2[k]) * xk;
+                    a3 += bf16_to_f32(w3[k]) * xk;
+                }
+                ym[i] = a0; ym[i + q] = a1; ym[i + 2 * q] = a2; ym[i + 3 * q] = a3;
+            }
+            for (int64_t n = lo + 4 * q; n < hi; n++)  /* the rows a quarter split leaves */
+                ym[n] = dot(W + n * K, xm, K);
+            if (b)
+                for (int64_t n = lo; n < hi; n++)
+                    ym[n] += b[n];
         }
     }
 }
