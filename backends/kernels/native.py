@@ -68,9 +68,10 @@ def load(name: str) -> ctypes.CDLL:
     return ctypes.CDLL(str(artefact.folder / library))
 
 
-def bf16_gemv() -> ctypes._CFuncPtr:
-    """void bf16_gemv(const uint16_t *W, const float *x, const float *b, float *y, int64 M, N, K)."""
-    fn = load("bf16_gemv").bf16_gemv
+def gemv(dtype: str) -> ctypes._CFuncPtr:
+    """`dtype` "f32" or "bf16": void <dtype>_gemv(const W *, const float *x, const float *b, float *y,
+    int64 M, int64 N, int64 K), y = x W^T + b for M rows (gemv.c)."""
+    fn = getattr(load("gemv"), f"{dtype}_gemv")
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3
     return fn

@@ -6,8 +6,9 @@ as a Python int (no `.item()` sync). With `compile`, only the one-token decode s
 on the CPU over the filled cache slots with the length as a symbolic size, on CUDA with fixed
 shapes (a masked attention over the whole cache) for CUDA graphs; the compile and a warm-up run
 inside `load()`, so their cost shows up in load time and is reported as `compile_s`.
-On the CPU, fp32 linears are prepacked for oneDNN (onednn_linear.py) and bf16 keeps only the
-matrices in bf16 with float32 arithmetic (bf16_weights.py); int8 is torch's dynamic quantisation.
+On the CPU, fp32 and bf16 decode their linears with the project's GEMV kernels, and bf16 keeps
+only the matrices in bf16 with float32 arithmetic (gemv_linear.py); int8 is torch's dynamic
+quantisation.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ import torch
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
 from ...sources.model_files import ModelFiles
-from . import onednn_linear
-from .bf16_weights import enable_kernel, keep_weights_bf16
+from .gemv_linear import enable_kernels, use_gemv_linears
 from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
 from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, release_freed_heap, set_threads
 
@@ -73,15 +73,12 @@ class TorchStaticEngine(Engine):
         if self.dtype == "int8":
             quantize_linear_int8(net)
             notes.append(f"{count_int8_linears(net)} int8 linears")
-        elif self.dtype == "fp32" and device.type == "cpu" and onednn_linear.available():
-            progress("packing the linears for oneDNN", None)
-            notes.append(f"{onednn_linear.pack_linears(net)} linears prepacked for oneDNN "
-                         "(lm_head a packed copy beside the embedding)")
-        elif self.dtype == "bf16" and device.type == "cpu":
-            progress("building the bf16 GEMV kernel", None)
-            keep_weights_bf16(net)
-            notes.append("bf16 weights; float32 activations, norms and KV cache")
-            notes.append(enable_kernel())
+        elif device.type == "cpu":
+            progress("building the GEMV kernels", None)
+            notes.append(f"{use_gemv_linears(net)} linears")
+            if self.dtype == "bf16":
+                notes.append("bf16 weights; float32 activations, norms and KV cache")
+            notes.append(enable_kernels())
         with torch.inference_mode():
             net.setup_caches()
             self._token = torch.zeros((1, 1), dtype=torch.long, device=device)
