@@ -41,7 +41,7 @@ def test_kernel_matches_a_float64_product(dtype, rows, n, k, bias, isolated_cach
     assert y.shape == (rows, n) and y.dtype == torch.float32
     np.testing.assert_allclose(y.numpy(), _reference(w, x, b).numpy(), rtol=1e-4, atol=1e-4 * np.sqrt(k))
     # the op that compiled graphs call is the same kernel
-    np.testing.assert_array_equal(torch.ops.whistle_stop.gemv(x, w, b).numpy(), y.numpy())
+    np.testing.assert_array_equal(torch.ops.whistle_stop_kernels.gemv(x, w, b).numpy(), y.numpy())
 
 
 def test_kernel_is_cached_per_machine(isolated_cache):

@@ -52,7 +52,9 @@ def test_known_costs_land_in_their_categories(tmp_path):
 
 
 @pytest.mark.parametrize("engine, expected_events", [
-    ("hf", "aten::"), ("torch-static", "aten::"), ("numpy", "linear"), ("onnx", "model_run"),
+    ("hf", "aten::"), ("torch-static", "whistle_stop_kernels::gemv"),
+    ("torch-static-bf16", "whistle_stop_kernels::gemv"),
+    ("numpy", "linear"), ("onnx", "model_run"),
     ("onnx-concat", "model_run"), ("nanogpt", "aten::"),
 ])
 def test_each_profiler_adapter_explains_a_real_run(tmp_path, engine, expected_events):
@@ -79,6 +81,7 @@ def test_engine_without_a_profiler_shows_its_total_and_harness(tmp_path):
 
 def test_categories_of_common_operations():
     assert classify("aten::addmm", "torch") is Category.MATMUL
+    assert classify("whistle_stop_kernels::gemv", "torch") is Category.MATMUL  # the project's own decode kernel
     assert classify("aten::_scaled_dot_product_flash_attention_for_cpu", "torch") is Category.ATTENTION
     assert classify("aten::index_copy_", "torch") is Category.KV_CACHE
     assert classify("aten::view", "torch") is Category.FRAMEWORK

@@ -30,7 +30,7 @@ ORDER = KERNELS + (Category.ENGINE_UNSPLIT, Category.FRAMEWORK, Category.HARNESS
 # (pattern, category), first match wins; patterns match the whole lower-cased op name.
 _TORCH = [
     (r"aten::(addmm|mm|bmm|matmul|linear|baddbmm_?|addbmm|dot|mv)|quantized::linear.*|.*fbgemm.*|mkldnn.*linear.*"
-     r"|aten::_?weight_int8pack_mm|aten::_mm_.*|onednn::.*", Category.MATMUL),
+     r"|aten::_?weight_int8pack_mm|aten::_mm_.*|onednn::.*|whistle_stop_kernels::gemv", Category.MATMUL),
     (r"aten::(_?scaled_dot_product.*|_?softmax|softmax|masked_fill_?|_safe_softmax|triu|tril|where)",
      Category.ATTENTION),
     (r"aten::(copy_|index_copy_?|index_put_?|_index_put_impl_|cat|_cat|narrow_copy|slice_scatter|clone|fill_|zero_)",
