@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import warnings
 
 import numpy as np
@@ -51,11 +49,3 @@ def logits_to_numpy(logits: torch.Tensor) -> np.ndarray:
     """float32 numpy logits; `.cpu()` also synchronises a GPU before the caller reads a clock."""
     return logits.detach().to(torch.float32).cpu().numpy()
 
-
-def release_freed_heap() -> None:
-    """Hand the heap that loading freed back to the OS (glibc keeps it otherwise), so that resident
-    memory shows what the engine holds: 250 MB stayed behind after packing GPT-2's linears."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: nothing to do

@@ -25,7 +25,7 @@ from ...errors import UsageError
 from ...sources.model_files import ModelFiles
 from .gemv_linear import enable_kernels, use_gemv_linears
 from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
-from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, release_freed_heap, set_threads
+from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
 MATRIX_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
@@ -84,7 +84,6 @@ class TorchStaticEngine(Engine):
             self._token = torch.zeros((1, 1), dtype=torch.long, device=device)
             self._pos = torch.zeros((1,), dtype=torch.long, device=device)
         self.model = net
-        release_freed_heap()
         notes.append(f"static KV cache {net.max_seq} positions")
         if self.compile:
             progress("compiling the decode step (torch.compile)", None)
