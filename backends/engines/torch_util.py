@@ -48,4 +48,3 @@ def count_int8_linears(module: nn.Module) -> int:
 def logits_to_numpy(logits: torch.Tensor) -> np.ndarray:
     """float32 numpy logits; `.cpu()` also synchronises a GPU before the caller reads a clock."""
     return logits.detach().to(torch.float32).cpu().numpy()
-

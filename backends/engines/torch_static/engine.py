@@ -13,7 +13,6 @@ quantisation.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Sequence
 
@@ -109,17 +108,17 @@ class TorchStaticEngine(Engine):
                 torch._dynamo.mark_static_address(tensor)
             # reduce-overhead = CUDA graphs: one replay per token instead of ~150 kernel launches.
             self._decode_compiled = torch.compile(decode_masked, mode="reduce-overhead", fullgraph=True)
-            warmups, how, config = range(CUDA_GRAPH_WARMUPS), "mode=reduce-overhead (CUDA graphs)", contextlib.nullcontext()
+            warmups, how = range(CUDA_GRAPH_WARMUPS), "mode=reduce-overhead (CUDA graphs)"
         else:
             # Only the filled slots, with the length as a symbolic size: one graph for every
             # position (the masked whole-cache form read all 1,024 slots per layer per token).
-            # The matrices are the bf16 GEMV op; inductor fuses what lies between them.
+            # The matrices are the GEMV kernel's op; inductor fuses what lies between them.
             # Dynamic shapes specialise a length of 1 and the full cache (the slice is then the
             # whole buffer): warming those and one general length compiles every graph now.
             self._decode_compiled = torch.compile(decode_one, fullgraph=True, dynamic=True)
-            warmups, how, config = [0, 1, self.model.max_seq - 1], "inductor, dynamic cache length", contextlib.nullcontext()
+            warmups, how = [0, 1, self.model.max_seq - 1], "inductor, dynamic cache length"
         started = time.perf_counter()
-        with torch.inference_mode(), config:
+        with torch.inference_mode():
             for step in warmups:  # stale cache slots are harmless: prefill starts at 0
                 self._token.fill_(0)
                 self._pos.fill_(step)
