@@ -32,6 +32,17 @@ def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
+def _identity(cc: str) -> str:
+    """The compiler as a cache key without running it (a `cc --version` per engine load cost a
+    process start): its resolved path, size and mtime change when it is replaced or upgraded."""
+    path = shutil.which(cc) or cc
+    try:
+        stat = os.stat(os.path.realpath(path))
+    except OSError as exc:
+        raise KernelUnavailable(f"no C compiler at {path}: {exc.strerror}") from exc
+    return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
 def _version(cc: str) -> str:
     try:
         return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
@@ -46,8 +57,7 @@ def load(name: str) -> ctypes.CDLL:
     if cc is None:
         raise KernelUnavailable("no C compiler (cc/gcc) on PATH")
     source = (_HERE / f"{name}.c").read_text()
-    version = _version(cc)
-    key = hashlib.sha256("\n".join([source, version, " ".join(FLAGS), cpuinfo_field("flags")]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([source, _identity(cc), " ".join(FLAGS), cpuinfo_field("flags")]).encode()).hexdigest()[:16]
     library = f"lib{name}.so"
 
     def build(folder: Path) -> dict:
@@ -57,12 +67,10 @@ def load(name: str) -> ctypes.CDLL:
                               capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise KernelUnavailable(f"{cc} could not build {name}.c: {done.stderr.strip()[:300]}")
-        return {"compiler": version, "flags": " ".join(FLAGS)}
+        return {"compiler": _version(cc), "flags": " ".join(FLAGS)}  # only when building
 
     try:
         artefact = artifact_cache.ensure(KIND, key, name, build)
-    except KernelUnavailable:
-        raise
     except (OSError, artifact_cache.ArtifactError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"{name}.c could not be built: {exc}") from exc
     return ctypes.CDLL(str(artefact.folder / library))

@@ -54,7 +54,7 @@ def _gemv(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
 # and decode makes 49 of them per token.
 _LIBRARY = torch.library.Library("whistle_stop_kernels", "DEF")  # not "whistle_stop::", the profiler's phase marks
 _LIBRARY.define("gemv(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
-_LIBRARY.impl("gemv", lambda x, weight, bias: _gemv(x, weight, bias), "CPU")
+_LIBRARY.impl("gemv", _gemv, "CPU")
 
 
 @torch.library.register_fake("whistle_stop_kernels::gemv")
