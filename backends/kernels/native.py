@@ -21,6 +21,7 @@ from ..storage import artifact_cache
 
 KIND = "kernels"
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+LIBS = ("-lm",)  # with -ffast-math, glibc's libm also brings libmvec (vectorised expf)
 _HERE = Path(__file__).parent
 
 
@@ -57,13 +58,13 @@ def load(name: str) -> ctypes.CDLL:
     if cc is None:
         raise KernelUnavailable("no C compiler (cc/gcc) on PATH")
     source = (_HERE / f"{name}.c").read_text()
-    key = hashlib.sha256("\n".join([source, _identity(cc), " ".join(FLAGS), cpuinfo_field("flags")]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([source, _identity(cc), " ".join(FLAGS + LIBS), cpuinfo_field("flags")]).encode()).hexdigest()[:16]
     library = f"lib{name}.so"
 
     def build(folder: Path) -> dict:
         src = folder / f"{name}.c"
         src.write_text(source)
-        done = subprocess.run([cc, *FLAGS, str(src), "-o", str(folder / library)],
+        done = subprocess.run([cc, *FLAGS, str(src), "-o", str(folder / library), *LIBS],
                               capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise KernelUnavailable(f"{cc} could not build {name}.c: {done.stderr.strip()[:300]}")

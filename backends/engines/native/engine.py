@@ -1,0 +1,80 @@
+"""whistle-stop's own C runtime: one call per token (backends/kernels/gpt2_step.c).
+
+The weights come from a zero-copy map of model.safetensors (as the numpy engine's) and are put
+in the step's layout once at load: [out, in] rows at float32, bf16, int8 (a scale per row) or
+4-bit (a scale per block of 32). Nothing here imports torch. The kernel is built on first use
+with the machine's C compiler (cached per CPU); without one the engine says so at load.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ...engine import Engine, EngineInfo, EngineOptions
+from ...kernels.native import KernelUnavailable
+from ...sources.model_files import ModelFiles
+from ...sources.weights import mmap_numpy
+from ..numpy_runtime.model import nest_params
+from .step import NativeGPT2, library
+from .weights import QBLOCK, WeightType
+
+_DTYPES = {"fp32": WeightType.F32, "bf16": WeightType.BF16, "int8": WeightType.I8, "int4": WeightType.Q4}
+_HOW = {
+    WeightType.F32: "float32 weights",
+    WeightType.BF16: "bf16 weights widened in registers, float32 sums",
+    WeightType.I8: "int8 weights (symmetric, a float32 scale per row), float32 activations and sums",
+    WeightType.Q4: (f"4-bit weights (symmetric, a float32 scale per block of {QBLOCK}); decode quantises "
+                    f"activations to int8 per block of {QBLOCK} for the products (int32 sums)"),
+}
+
+
+class NativeEngine(Engine):
+    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(options)
+        self.dtype = dtype
+        self.wtype = _DTYPES[dtype]
+        self.model: NativeGPT2 | None = None
+
+    def load(self, model: ModelFiles, progress) -> EngineInfo:
+        config = model.gpt2_config.require_supported(self.name)
+        if self.wtype == WeightType.Q4 and (config.n_embd % QBLOCK or config.n_inner % QBLOCK):
+            raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {QBLOCK}")
+        progress("building the native step (first use only)", None)
+        try:
+            lib = library()
+        except KernelUnavailable as exc:
+            raise RuntimeError(f"{self.name} needs a C compiler to build its kernel: {exc}") from exc
+        lib.gpt2_set_threads(self.options.threads)
+        progress("mapping weights", None)
+        began = time.perf_counter()
+        params = nest_params(mmap_numpy(model.safetensors), config.n_layer)
+        self.model = NativeGPT2(params, config, self.wtype, lib)
+        converted = time.perf_counter() - began
+        notes = [_HOW[self.wtype], f"weights laid out at load in {converted:.2f} s",
+                 f"OpenMP threads={lib.gpt2_threads()}", "one C call per token (backends/kernels/gpt2_step.c)"]
+        return EngineInfo(device="cpu", dtype=self.dtype,
+                          weight_bytes_per_token=self.model.matrix_bytes + config.weight_bytes(0, 4),  # scales included
+                          kv_bytes_per_position=config.kv_bytes_per_position(4), notes="; ".join(notes))
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        return self.model.prefill(np.asarray(token_ids, dtype=np.int32))
+
+    def decode(self, token_id: int) -> np.ndarray:
+        return self.model.decode(int(token_id))
+
+    def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Every position's logits; the cache is reused, so the sequence in progress ends here."""
+        logits = self.model.forward(np.asarray(token_ids, dtype=np.int32), 0, True)
+        self.model.pos = 0
+        return logits
+
+    def profiler(self):
+        from ...profile.native_timers import NativeStepTimers
+
+        return NativeStepTimers(self.model)
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,132 @@
+"""The ctypes side of backends/kernels/gpt2_step.c: its structs, and one sequence's state.
+
+`NativeGPT2` owns every array the C structs point at (they must outlive each call), the KV
+cache and the position; `forward` runs T tokens through gpt2_forward in one call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...gpt2_config import GPT2Config
+from ...kernels.native import load
+from .weights import StoredMatrix, WeightType, store
+
+TIMER_CATEGORIES = ("matmul", "attention", "kv_write", "norm_act", "other")  # gpt2_step.c's T_* order
+
+_P = ctypes.c_void_p
+
+
+class Mat(ctypes.Structure):
+    _fields_ = [("w", _P), ("scale", _P), ("bias", _P)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [("ln1_w", _P), ("ln1_b", _P), ("ln2_w", _P), ("ln2_b", _P),
+                ("qkv", Mat), ("proj", Mat), ("fc", Mat), ("fc2", Mat)]
+
+
+class Model(ctypes.Structure):
+    _fields_ = [("n_layer", ctypes.c_int64), ("n_head", ctypes.c_int64), ("n_embd", ctypes.c_int64),
+                ("n_inner", ctypes.c_int64), ("vocab", ctypes.c_int64), ("max_seq", ctypes.c_int64),
+                ("wtype", ctypes.c_int64), ("eps", ctypes.c_float),
+                ("wte", _P), ("wpe", _P), ("lnf_w", _P), ("lnf_b", _P), ("lm_head", Mat),
+                ("layers", ctypes.POINTER(Layer)), ("k_cache", _P), ("v_cache", _P), ("timers", _P)]
+
+
+def _ptr(array: np.ndarray | None) -> int | None:
+    return None if array is None else array.ctypes.data
+
+
+def _f32(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _mat(m: StoredMatrix) -> Mat:
+    return Mat(_ptr(m.data), _ptr(m.scale), _ptr(m.bias))
+
+
+def library() -> ctypes.CDLL:
+    """The compiled step (KernelUnavailable without a C compiler)."""
+    lib = load("gpt2_step")
+    lib.gpt2_forward.restype = ctypes.c_int
+    lib.gpt2_forward.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int]
+    lib.gpt2_set_threads.argtypes = [ctypes.c_int]
+    lib.gpt2_threads.restype = ctypes.c_int
+    return lib
+
+
+@dataclass
+class NativeGPT2:
+    """Weights at one stored type (from the nested float32 params of numpy_runtime.model.nest_params),
+    one sequence's KV cache and position."""
+
+    params: dict
+    config: GPT2Config
+    wtype: WeightType
+    lib: ctypes.CDLL = field(default_factory=library)
+    pos: int = 0
+    timers: np.ndarray | None = None  # int64 [5] ns per category while a profile reads them
+
+    def __post_init__(self) -> None:
+        c, p = self.config, self.params
+        keep: list = []  # every array a struct points at
+
+        def vec(a: np.ndarray) -> np.ndarray:
+            keep.append(_f32(a))
+            return keep[-1]
+
+        def matrix(leaf: dict) -> Mat:  # HF Conv1D [in, out] -> [out, in] at the stored type
+            stored = store(leaf["w"].T, vec(leaf["b"]), self.wtype)
+            keep.append(stored)
+            return _mat(stored)
+
+        self.layers = (Layer * c.n_layer)()
+        for index, block in enumerate(p["blocks"]):
+            layer = self.layers[index]
+            layer.ln1_w, layer.ln1_b = _ptr(vec(block["ln_1"]["w"])), _ptr(vec(block["ln_1"]["b"]))
+            layer.ln2_w, layer.ln2_b = _ptr(vec(block["ln_2"]["w"])), _ptr(vec(block["ln_2"]["b"]))
+            layer.qkv, layer.proj = matrix(block["attn"]["c_attn"]), matrix(block["attn"]["c_proj"])
+            layer.fc, layer.fc2 = matrix(block["mlp"]["c_fc"]), matrix(block["mlp"]["c_proj"])
+        wte = vec(p["wte"])  # float32 rows for the lookup (zero-copy when the file is float32)
+        self.lm_head = store(wte, None, self.wtype)  # tied: [vocab, d] is already [out, in]
+        shape = (c.n_layer, c.n_head, c.n_positions, c.head_dim)
+        self.k_cache, self.v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)  # zero pages until written
+        self.matrix_bytes = sum(m.nbytes for m in keep if isinstance(m, StoredMatrix)) + self.lm_head.nbytes
+        self._keep = keep
+        self.model = Model(c.n_layer, c.n_head, c.n_embd, c.n_inner, c.vocab_size, c.n_positions, int(self.wtype),
+                           c.layer_norm_epsilon, _ptr(wte), _ptr(vec(p["wpe"])), _ptr(vec(p["ln_f"]["w"])),
+                           _ptr(vec(p["ln_f"]["b"])), _mat(self.lm_head), self.layers,
+                           _ptr(self.k_cache), _ptr(self.v_cache), None)
+
+    def set_timers(self, timers: np.ndarray | None) -> None:
+        self.timers = timers
+        self.model.timers = _ptr(timers)
+
+    def forward(self, ids: np.ndarray, pos: int, all_logits: bool) -> np.ndarray:
+        """Token ids [T] at positions [pos, pos+T) -> logits [T, V] or [V] (the last position)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+            raise ValueError(f"token id out of range 0..{self.config.vocab_size - 1}")
+        if not 0 < len(ids) <= self.config.n_positions - pos:
+            raise ValueError(f"{pos + len(ids)} tokens; this model takes 1 to {self.config.n_positions}")
+        out = np.empty((len(ids), self.config.vocab_size) if all_logits else self.config.vocab_size, np.float32)
+        if self.lib.gpt2_forward(ctypes.byref(self.model), _ptr(ids), len(ids), pos, _ptr(out), int(all_logits)):
+            raise MemoryError("the native step could not allocate its scratch memory")
+        return out
+
+    def prefill(self, ids: np.ndarray) -> np.ndarray:  # [T] -> [V]
+        self.pos = 0
+        logits = self.forward(ids, 0, False)
+        self.pos = len(ids)
+        return logits
+
+    def decode(self, token: int) -> np.ndarray:  # -> [V]
+        if self.pos >= self.config.n_positions:
+            raise ValueError(f"the context is full ({self.config.n_positions} tokens)")
+        logits = self.forward(np.array([token], np.int32), self.pos, False)
+        self.pos += 1
+        return logits

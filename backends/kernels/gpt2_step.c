@@ -1,0 +1,397 @@
+/* GPT-2's whole forward pass in one C call: T tokens at positions [pos, pos+T) through every
+ * layer, the KV cache written in place, logits out. One-token decode is one call and one OpenMP
+ * parallel region, so nothing but the products' weight traffic and a few barriers stands between
+ * a token and the memory floor (no interpreter, no framework dispatch, no thread pool wake-ups
+ * between operations).
+ *
+ * Weights are [out, in] rows ("Mat") in one of four stored types:
+ *   WT_F32   float32
+ *   WT_BF16  bfloat16 as raw uint16, widened by a shift in registers (float32 sums)
+ *   WT_I8    int8 with one float32 scale per row (symmetric), float32 activations
+ *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each (q4_0's layout: byte j of
+ *            a block holds element j in its low nibble and j+16 in its high one, value - 8);
+ *            activations are quantised to int8 per block of 32 for the products (as llama.cpp's
+ *            q4_0 and ONNX Runtime's MatMulNBits with accuracy level 4 do), sums in int32
+ * Everything else (embeddings, norms, biases, the KV cache, attention) is float32.
+ *
+ * Decode (T == 1) streams each matrix once: every thread takes a block of rows and walks four
+ * quarters of it at once (four memory streams per core, as kernels/gemv.c). Prefill (T > 1)
+ * widens two weight rows at a time into a thread's buffer and multiplies them with four tokens
+ * at once (compute-bound: each weight is used T times).
+ *
+ * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
+ * inner loops for the CPU at hand; the one hand-written AVX2 loop (q4 x int8) has a plain-C twin.
+ * Per-category nanoseconds (matmul, attention, KV, norm/act, other) are summed by thread 0 when
+ * `timers` is set: a profile's breakdown without a profiler. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+enum { WT_F32 = 0, WT_BF16 = 1, WT_I8 = 2, WT_Q4 = 3 };
+enum { T_MATMUL = 0, T_ATTENTION = 1, T_KV = 2, T_NORM_ACT = 3, T_OTHER = 4, T_COUNT = 5 };
+#define QBLOCK 32
+
+typedef struct {
+    const void *w;       /* [N][K] (WT_Q4: [N][K/2] bytes) */
+    const float *scale;  /* WT_I8: [N]; WT_Q4: [N][K/32]; otherwise NULL */
+    const float *bias;   /* [N] or NULL */
+} Mat;
+
+typedef struct {
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    Mat qkv, proj, fc, fc2;
+} Layer;
+
+typedef struct {
+    int64_t n_layer, n_head, n_embd, n_inner, vocab, max_seq, wtype;
+    float eps;
+    const float *wte;         /* [V][d] float32: the embedding lookup */
+    const float *wpe;         /* [max_seq][d] */
+    const float *lnf_w, *lnf_b;
+    Mat lm_head;              /* [V][d], tied to wte, at the stored type */
+    const Layer *layers;      /* [n_layer] */
+    float *k_cache, *v_cache; /* [L][H][max_seq][hd] each */
+    int64_t *timers;          /* [T_COUNT] ns, or NULL */
+} Model;
+
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- products -------------------------------------------------------------------------- */
+
+/* One row's dot with x (K floats), for each weight type; `xq`/`xs` are x quantised per block (q4). */
+static inline float dot_f32(const float *restrict w, const float *restrict x, int64_t K) {
+    float a = 0.0f;
+    for (int64_t k = 0; k < K; k++) a += w[k] * x[k];
+    return a;
+}
+
+#define ROWS4(NAME, WTYPE, LOAD)                                                                  \
+static void NAME(const WTYPE *restrict w0, const WTYPE *restrict w1, const WTYPE *restrict w2,      \
+                 const WTYPE *restrict w3, const float *restrict x, int64_t K, float out[4]) {     \
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                             \
+    for (int64_t k = 0; k < K; k++) {                                                             \
+        const float xk = x[k];                                                                    \
+        a0 += LOAD(w0[k]) * xk;                                                                   \
+        a1 += LOAD(w1[k]) * xk;                                                                   \
+        a2 += LOAD(w2[k]) * xk;                                                                   \
+        a3 += LOAD(w3[k]) * xk;                                                                   \
+    }                                                                                             \
+    out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;                                           \
+}
+#define AS_F32(v) (v)
+#define AS_I8(v) ((float)(v))
+ROWS4(rows4_f32, float, AS_F32)
+ROWS4(rows4_bf16, uint16_t, bf16_to_f32)
+ROWS4(rows4_i8, int8_t, AS_I8)
+
+/* Sum over the blocks of one q4 row against x quantised to int8 per block (xq, xs). */
+static float dot_q4(const uint8_t *restrict w, const float *restrict ws, const int8_t *restrict xq,
+                    const float *restrict xs, int64_t K) {
+    const int64_t blocks = K / QBLOCK;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(w + b * QBLOCK / 2));
+        __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw); /* elements 0-15 | 16-31 */
+        q = _mm256_sub_epi8(_mm256_and_si256(q, low), eight);      /* -8..7 */
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * QBLOCK));
+        /* maddubs wants unsigned x signed: |q| and x with q's sign (|q| <= 8, |x| <= 127: no overflow) */
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+        const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * xs[b]), sums, acc);
+    }
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
+#else
+    float a = 0.0f;
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *qb = w + b * QBLOCK / 2;
+        const int8_t *xb = xq + b * QBLOCK;
+        int32_t s = 0;
+        for (int j = 0; j < QBLOCK / 2; j++)
+            s += ((int32_t)(qb[j] & 15) - 8) * xb[j] + ((int32_t)(qb[j] >> 4) - 8) * xb[j + QBLOCK / 2];
+        a += ws[b] * xs[b] * (float)s;
+    }
+    return a;
+#endif
+}
+
+/* x [K] -> int8 per block of 32 with a float scale each (max |x| maps to 127). */
+static void quantise_blocks(const float *restrict x, int8_t *restrict xq, float *restrict xs, int64_t K) {
+    for (int64_t b = 0; b < K / QBLOCK; b++) {
+        const float *xb = x + b * QBLOCK;
+        float amax = 0.0f;
+        for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        xs[b] = scale;
+        for (int j = 0; j < QBLOCK; j++) xq[b * QBLOCK + j] = (int8_t)lrintf(xb[j] * inv);
+    }
+}
+
+/* Row n of a matrix widened to float32 (prefill): `buf` [K]. */
+static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K, float *restrict buf) {
+    switch (wtype) {
+    case WT_F32:
+        return (const float *)m->w + n * K;
+    case WT_BF16: {
+        const uint16_t *w = (const uint16_t *)m->w + n * K;
+        for (int64_t k = 0; k < K; k++) buf[k] = bf16_to_f32(w[k]);
+        return buf;
+    }
+    case WT_I8: {
+        const int8_t *w = (const int8_t *)m->w + n * K;
+        const float s = m->scale[n];
+        for (int64_t k = 0; k < K; k++) buf[k] = (float)w[k] * s;
+        return buf;
+    }
+    default: { /* WT_Q4 */
+        const uint8_t *w = (const uint8_t *)m->w + n * K / 2;
+        const float *s = m->scale + n * (K / QBLOCK);
+        for (int64_t b = 0; b < K / QBLOCK; b++)
+            for (int j = 0; j < QBLOCK / 2; j++) {
+                const uint8_t byte = w[b * QBLOCK / 2 + j];
+                buf[b * QBLOCK + j] = (float)((int)(byte & 15) - 8) * s[b];
+                buf[b * QBLOCK + j + QBLOCK / 2] = (float)((int)(byte >> 4) - 8) * s[b];
+            }
+        return buf;
+    }
+    }
+}
+
+/* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
+ * parallel region, each taking its block of rows of W; ends with a barrier. `xq`/`xs` are
+ * shared scratch for q4 (x quantised by thread 0 first); `buf` is this thread's [2][K]. */
+static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
+                   int64_t N, int64_t K, int8_t *xq, float *xs, float *restrict buf) {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
+    const float *bias = m->bias;
+    if (M == 1) {
+        float out[4];
+        int64_t n = lo;
+        if (wtype == WT_Q4) {
+            #pragma omp single
+            quantise_blocks(x, xq, xs, K); /* implied barrier: every thread sees xq */
+            const int64_t rb = K / 2, sb = K / QBLOCK;
+            const uint8_t *w = (const uint8_t *)m->w;
+            const int64_t q = (hi - lo) / 4;
+            for (int64_t i = lo; i < lo + q; i++) /* rows i, i+q, i+2q, i+3q: four streams */
+                for (int r = 0; r < 4; r++)
+                    y[i + r * q] = dot_q4(w + (i + r * q) * rb, m->scale + (i + r * q) * sb, xq, xs, K);
+            for (n = lo + 4 * q; n < hi; n++) y[n] = dot_q4(w + n * rb, m->scale + n * sb, xq, xs, K);
+        } else {
+            const int64_t q = (hi - lo) / 4;
+            for (int64_t i = lo; i < lo + q; i++) {
+                const int64_t r0 = i, r1 = i + q, r2 = i + 2 * q, r3 = i + 3 * q;
+                if (wtype == WT_F32) {
+                    const float *w = (const float *)m->w;
+                    rows4_f32(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
+                } else if (wtype == WT_BF16) {
+                    const uint16_t *w = (const uint16_t *)m->w;
+                    rows4_bf16(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
+                } else {
+                    const int8_t *w = (const int8_t *)m->w;
+                    rows4_i8(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
+                    out[0] *= m->scale[r0]; out[1] *= m->scale[r1]; out[2] *= m->scale[r2]; out[3] *= m->scale[r3];
+                }
+                y[r0] = out[0]; y[r1] = out[1]; y[r2] = out[2]; y[r3] = out[3];
+            }
+            for (n = lo + 4 * q; n < hi; n++) y[n] = dot_f32(widen_row(m, wtype, n, K, buf), x, K);
+        }
+        if (bias)
+            for (n = lo; n < hi; n++) y[n] += bias[n];
+    } else {
+        /* two weight rows x four tokens per inner loop: each widened weight is used 4 times from registers */
+        for (int64_t n = lo; n < hi; n += 2) {
+            const int two = n + 1 < hi;
+            const float *w0 = widen_row(m, wtype, n, K, buf);
+            const float *w1 = two ? widen_row(m, wtype, n + 1, K, buf + K) : w0;
+            const float b0 = bias ? bias[n] : 0.0f, b1 = bias && two ? bias[n + 1] : 0.0f;
+            int64_t r = 0;
+            for (; r + 4 <= M; r += 4) {
+                const float *x0 = x + r * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+                float a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    const float u = w0[k], v = w1[k];
+                    a00 += u * x0[k]; a01 += u * x1[k]; a02 += u * x2[k]; a03 += u * x3[k];
+                    a10 += v * x0[k]; a11 += v * x1[k]; a12 += v * x2[k]; a13 += v * x3[k];
+                }
+                y[r * N + n] = a00 + b0; y[(r + 1) * N + n] = a01 + b0;
+                y[(r + 2) * N + n] = a02 + b0; y[(r + 3) * N + n] = a03 + b0;
+                if (two) {
+                    y[r * N + n + 1] = a10 + b1; y[(r + 1) * N + n + 1] = a11 + b1;
+                    y[(r + 2) * N + n + 1] = a12 + b1; y[(r + 3) * N + n + 1] = a13 + b1;
+                }
+            }
+            for (; r < M; r++) {
+                y[r * N + n] = dot_f32(w0, x + r * K, K) + b0;
+                if (two) y[r * N + n + 1] = dot_f32(w1, x + r * K, K) + b1;
+            }
+        }
+    }
+    #pragma omp barrier
+}
+
+/* ---- the rest of a layer -------------------------------------------------------------------- */
+
+static void layer_norm(const float *restrict x, float *restrict out, const float *restrict w,
+                       const float *restrict b, int64_t d, float eps) {
+    float mean = 0.0f, var = 0.0f;
+    for (int64_t i = 0; i < d; i++) mean += x[i];
+    mean /= (float)d;
+    for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean);
+    const float inv = 1.0f / sqrtf(var / (float)d + eps);
+    for (int64_t i = 0; i < d; i++) out[i] = (x[i] - mean) * inv * w[i] + b[i];
+}
+
+/* GPT-2's tanh GELU: 0.5 x (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3). */
+static void gelu(float *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i], u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        x[i] = v / (1.0f + expf(-2.0f * u));
+    }
+}
+
+/* Causal attention for T queries at positions [pos, pos+T), heads split across threads.
+ * qkv [T][3d] (q | k | v, each head's hd contiguous), out [T][d]; scores scratch [threads][max_seq]. */
+static void attention(const Model *md, int64_t layer, const float *restrict qkv, float *restrict out,
+                      int64_t T, int64_t pos, float *scores_all) {
+    const int64_t d = md->n_embd, H = md->n_head, hd = d / H, S = md->max_seq;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = scores_all + omp_get_thread_num() * S;
+    #pragma omp for schedule(static)
+    for (int64_t h = 0; h < H; h++) {
+        const float *kc = md->k_cache + ((layer * H + h) * S) * hd;
+        const float *vc = md->v_cache + ((layer * H + h) * S) * hd;
+        for (int64_t t = 0; t < T; t++) {
+            const float *q = qkv + t * 3 * d + h * hd;
+            const int64_t keys = pos + t + 1;
+            float best = -INFINITY;
+            for (int64_t j = 0; j < keys; j++) {
+                const float s = dot_f32(q, kc + j * hd, hd) * scale;
+                scores[j] = s;
+                best = fmaxf(best, s);
+            }
+            float total = 0.0f;
+            for (int64_t j = 0; j < keys; j++) { scores[j] = expf(scores[j] - best); total += scores[j]; }
+            float *o = out + t * d + h * hd;
+            for (int64_t e = 0; e < hd; e++) o[e] = 0.0f;
+            for (int64_t j = 0; j < keys; j++) {
+                const float p = scores[j] / total;
+                const float *v = vc + j * hd;
+                for (int64_t e = 0; e < hd; e++) o[e] += p * v[e];
+            }
+        }
+    }
+}
+
+/* Keys and values of T tokens into the cache at [pos, pos+T). */
+static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, int64_t T, int64_t pos) {
+    const int64_t d = md->n_embd, H = md->n_head, hd = d / H, S = md->max_seq;
+    #pragma omp for schedule(static)
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(md->k_cache + ((layer * H + h) * S + pos + t) * hd, qkv + t * 3 * d + d + h * hd, hd * sizeof(float));
+            memcpy(md->v_cache + ((layer * H + h) * S + pos + t) * hd, qkv + t * 3 * d + 2 * d + h * hd, hd * sizeof(float));
+        }
+}
+
+/* ---- the step -------------------------------------------------------------------------------- */
+
+#define TICK(CAT)                                                                                  \
+    do {                                                                                           \
+        if (timing) { const int64_t t1 = now_ns(); md->timers[CAT] += t1 - t0; t0 = t1; }          \
+    } while (0)
+
+/* T tokens `ids` at positions [pos, pos+T) -> logits [T][V] (`all_logits`) or [V] for the last
+ * position. Returns 0, or -1 when scratch memory could not be had. The caller checks the range. */
+int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, float *logits, int all_logits) {
+    const int64_t d = md->n_embd, inner = md->n_inner, V = md->vocab, wt = md->wtype;
+    const int64_t widest = inner > 3 * d ? inner : 3 * d;
+    const int64_t rows_out = all_logits ? T : 1;
+    const int threads = omp_get_max_threads();
+    /* x: residual [T][d]; h: normed [T][d]; big: qkv or fc [T][widest]; att: [T][d] */
+    float *x = malloc(sizeof(float) * T * d), *h = malloc(sizeof(float) * T * d);
+    float *big = malloc(sizeof(float) * T * widest), *att = malloc(sizeof(float) * T * d);
+    float *scores = malloc(sizeof(float) * threads * md->max_seq);
+    float *bufs = malloc(sizeof(float) * threads * 2 * widest);
+    int8_t *xq = malloc(widest); float *xs = malloc(sizeof(float) * (widest / QBLOCK + 1));
+    int failed = !x || !h || !big || !att || !scores || !bufs || !xq || !xs;
+    if (!failed) {
+        const int timing = md->timers != NULL;
+        #pragma omp parallel
+        {
+            int64_t t0 = timing ? now_ns() : 0;
+            const int main_thread = omp_get_thread_num() == 0;
+            float *buf = bufs + omp_get_thread_num() * 2 * widest;
+            #pragma omp for schedule(static)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t i = 0; i < d; i++)
+                    x[t * d + i] = md->wte[(int64_t)ids[t] * d + i] + md->wpe[(pos + t) * d + i];
+            if (main_thread) TICK(T_OTHER);
+            for (int64_t l = 0; l < md->n_layer; l++) {
+                const Layer *ly = &md->layers[l];
+                #pragma omp for schedule(static)
+                for (int64_t t = 0; t < T; t++) layer_norm(x + t * d, h + t * d, ly->ln1_w, ly->ln1_b, d, md->eps);
+                if (main_thread) TICK(T_NORM_ACT);
+                matmul(&ly->qkv, wt, h, big, T, 3 * d, d, xq, xs, buf);
+                if (main_thread) TICK(T_MATMUL);
+                kv_write(md, l, big, T, pos);
+                if (main_thread) TICK(T_KV);
+                attention(md, l, big, att, T, pos, scores);
+                if (main_thread) TICK(T_ATTENTION);
+                matmul(&ly->proj, wt, att, h, T, d, d, xq, xs, buf);
+                if (main_thread) TICK(T_MATMUL);
+                #pragma omp for schedule(static)
+                for (int64_t t = 0; t < T; t++) {
+                    for (int64_t i = 0; i < d; i++) x[t * d + i] += h[t * d + i];
+                    layer_norm(x + t * d, h + t * d, ly->ln2_w, ly->ln2_b, d, md->eps);
+                }
+                if (main_thread) TICK(T_NORM_ACT);
+                matmul(&ly->fc, wt, h, big, T, inner, d, xq, xs, buf);
+                if (main_thread) TICK(T_MATMUL);
+                #pragma omp for schedule(static)
+                for (int64_t t = 0; t < T; t++) gelu(big + t * inner, inner);
+                if (main_thread) TICK(T_NORM_ACT);
+                matmul(&ly->fc2, wt, big, h, T, d, inner, xq, xs, buf);
+                if (main_thread) TICK(T_MATMUL);
+                #pragma omp for schedule(static)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t i = 0; i < d; i++) x[t * d + i] += h[t * d + i];
+                if (main_thread) TICK(T_OTHER);
+            }
+            const int64_t first = T - rows_out; /* the lm_head only for the rows asked for */
+            #pragma omp for schedule(static)
+            for (int64_t t = first; t < T; t++) layer_norm(x + t * d, h + (t - first) * d, md->lnf_w, md->lnf_b, d, md->eps);
+            if (main_thread) TICK(T_NORM_ACT);
+            matmul(&md->lm_head, wt, h, logits, rows_out, V, d, xq, xs, buf);
+            if (main_thread) TICK(T_MATMUL);
+        }
+    }
+    free(x); free(h); free(big); free(att); free(scores); free(bufs); free(xq); free(xs);
+    return failed ? -1 : 0;
+}
+
+/* The threads this library's OpenMP runtime will use (set before the first call). */
+void gpt2_set_threads(int threads) { if (threads > 0) omp_set_num_threads(threads); }
+int gpt2_threads(void) { return omp_get_max_threads(); }

@@ -1,0 +1,55 @@
+"""The native engine's own timers: gpt2_step.c sums nanoseconds per category on its main thread.
+
+Each of the step's operations ends at a barrier, so the main thread's time between two of them
+is that operation's wall time. What a step spends outside the C call (ctypes, the logits array)
+is left to "framework + Python" by the breakdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Iterator
+
+import numpy as np
+
+from .capture import EngineProfiler, OpStat, ProfileCapture, StepTrace, write_trace
+from .categories import Category
+
+_CATEGORIES = {  # step.TIMER_CATEGORIES -> the breakdown's categories
+    "matmul": Category.MATMUL, "attention": Category.ATTENTION, "kv_write": Category.KV_CACHE,
+    "norm_act": Category.NORM_ACTIVATION, "other": Category.OTHER_KERNELS,
+}
+
+
+class NativeStepTimers(EngineProfiler):
+    name = "the native step's own timers"
+
+    def __init__(self, model) -> None:
+        from ..engines.native.step import TIMER_CATEGORIES
+
+        self._model, self._names = model, TIMER_CATEGORIES
+        self._timers = np.zeros(len(TIMER_CATEGORIES), np.int64)
+        self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        self._trace = StepTrace()
+
+    def start(self) -> None:
+        self._model.set_timers(self._timers)
+
+    @contextlib.contextmanager
+    def step(self, phase: str) -> Iterator[None]:
+        before = self._timers.copy()
+        with self._trace.step(phase):
+            yield
+        for name, spent in zip(self._names, (self._timers - before).tolist()):
+            entry = self._totals[(phase, name)]
+            entry[0] += int(spent)
+            entry[1] += 1
+
+    def finish(self, trace_path: str) -> ProfileCapture:
+        self._model.set_timers(None)
+        written = write_trace(trace_path, self._trace.events)
+        ops = tuple(OpStat(phase, name, _CATEGORIES[name].value, ns, calls)
+                    for (phase, name), (ns, calls) in self._totals.items())
+        return ProfileCapture(self.name, ops, dict(self._trace.steps), trace_file=written,
+                              note="wall time of each category inside the C step, on its main thread")

@@ -1,0 +1,114 @@
+"""The native engines: GPT-2's whole step in one C call (backends/kernels/gpt2_step.c), at fp32,
+bf16, int8 and 4-bit weights. fp32 must equal transformers' greedy tokens; the others are held
+to their quantisation's error against float32 and report their agreement like any engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.engines.native import weights
+from whistle_stop.backends.kernels import native
+from whistle_stop.backends.profile.categories import Category
+
+from .conftest import greedy_logits, load_engine_in_process, run_engine_in_process
+
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
+
+# Largest |logit - float32 reference| each stored type may show on random:tiny (its logits are O(1)).
+TOLERANCE = {"native": 1e-4, "native-bf16": 0.15, "native-int8": 0.6, "native-int4": 6.0}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fp32_greedy_equals_transformers_generate(tiny_model, prompt_ids, hf_reference, threads):
+    tokens = run_engine_in_process("native", tiny_model, prompt_ids, 40, threads=threads)
+    assert tokens == hf_reference.greedy(prompt_ids, 40)
+
+
+@pytest.mark.parametrize("name", list(TOLERANCE))
+def test_logits_of_prefill_and_every_decode_step_match_transformers(name, tiny_model, prompt_ids, hf_reference):
+    engine = load_engine_in_process(name, tiny_model, threads=2)
+    tokens, logits = greedy_logits(engine, prompt_ids, 12)
+    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    assert np.abs(logits - reference).max() < TOLERANCE[name]
+    # scoring a whole sequence (perplexity) takes the prefill path for every position
+    scored = engine.forward_logits(prompt_ids + tokens)
+    assert np.abs(scored - hf_reference.logits(prompt_ids + tokens)).max() < TOLERANCE[name]
+
+
+@pytest.mark.parametrize("name, dtype", [("native", "fp32"), ("native-bf16", "bf16"), ("native-int8", "int8"),
+                                         ("native-int4", "int4")])
+def test_info_counts_the_stored_bytes(name, dtype, tiny_model):
+    engine = registry.create(name, EngineOptions(threads=1))
+    info = engine.load(tiny_model, lambda *a: None)
+    config = tiny_model.gpt2_config
+    vectors = config.weight_bytes(0, 4)
+    assert info.dtype == dtype and info.device == "cpu"
+    assert info.weight_bytes_per_token == engine.model.matrix_bytes + vectors
+    fp32 = config.weight_bytes(4, 4)
+    share = {"fp32": 1.0, "bf16": 0.5, "int8": 0.25, "int4": 0.125}[dtype]
+    assert info.weight_bytes_per_token >= share * (fp32 - vectors) + vectors
+    assert info.weight_bytes_per_token < (share * 1.3) * (fp32 - vectors) + vectors  # scales are a few %
+    assert info.kv_bytes_per_position == config.kv_bytes_per_position(4)
+
+
+def test_sequence_restarts_and_the_context_has_an_end(tiny_model, prompt_ids):
+    engine = load_engine_in_process("native", tiny_model)
+    first = engine.prefill(prompt_ids)
+    engine.decode(3)
+    np.testing.assert_array_equal(engine.prefill(prompt_ids), first)  # a new prefill forgets the old sequence
+    with pytest.raises(ValueError, match="token id out of range"):
+        engine.decode(tiny_model.gpt2_config.vocab_size)
+    with pytest.raises(ValueError, match="tokens"):
+        engine.prefill([])
+    n = tiny_model.gpt2_config.n_positions
+    engine.prefill([1] * n)
+    with pytest.raises(ValueError, match="context is full"):
+        engine.decode(1)
+
+
+def test_without_a_compiler_the_engine_says_so(tiny_model, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    native.load.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="needs a C compiler.*nonexistent"):
+            load_engine_in_process("native-int8", tiny_model)
+    finally:
+        monkeypatch.delenv("CC")
+        native.load.cache_clear()
+
+
+def test_quantisers_round_trip_within_half_a_step():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((40, 96)).astype(np.float32)
+    q, scale = weights.quantise_rows_i8(w)
+    assert np.abs(q * scale[:, None] - w).max() <= scale.max() / 2 + 1e-6
+    packed, block_scale = weights.quantise_blocks_q4(w)
+    assert packed.shape == (40, 48) and block_scale.shape == (40, 3)
+    low, high = (packed & 15).astype(int) - 8, (packed >> 4).astype(int) - 8
+    values = np.concatenate([low.reshape(40, 3, 16), high.reshape(40, 3, 16)], axis=2)  # [N, B, 32]
+    restored = (values * block_scale[:, :, None]).reshape(40, 96)
+    assert np.abs(restored - w).max() <= block_scale.max() / 2 + 1e-6
+    bits = weights.to_bf16_bits(w)
+    widened = (bits.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_allclose(widened, w, rtol=2 ** -8)
+
+
+def test_profile_timers_split_the_step(tiny_model, prompt_ids):
+    engine = load_engine_in_process("native-int4", tiny_model)
+    profiler = engine.profiler()
+    profiler.start()
+    with profiler.step("prefill"):
+        logits = engine.prefill(prompt_ids)
+    for _ in range(3):
+        with profiler.step("decode"):
+            logits = engine.decode(int(np.argmax(logits)))
+    capture = profiler.finish("")
+    assert capture.steps == {"prefill": 1, "decode": 3}
+    decode = {op.category: op.total_ns for op in capture.ops if op.phase == "decode"}
+    assert set(decode) == {c.value for c in (Category.MATMUL, Category.ATTENTION, Category.KV_CACHE,
+                                             Category.NORM_ACTIVATION, Category.OTHER_KERNELS)}
+    assert decode[Category.MATMUL.value] > 0
+    assert engine.model.timers is None  # timers off again once the profile is done
