@@ -76,7 +76,7 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("numpy", "whistle_stop.backends.engines.numpy_runtime.engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", ("numpy",)),
     _spec("native", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime: the whole step in one call per token (built with the machine's compiler), fp32", ("numpy",)),
     _spec("native-bf16", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, bf16 weights, float32 arithmetic", ("numpy",), "bf16", dtype="bf16"),
-    _spec("native-int8", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, int8 weights (a scale per row), float32 activations", ("numpy",), "int8", dtype="int8"),
+    _spec("native-int8", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, int8 weights (a scale per row), int8 activations in decode's products", ("numpy",), "int8", dtype="int8"),
     _spec("native-int4", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, 4-bit weights (blocks of 32), int8 activations in the products", ("numpy",), "int4", dtype="int4"),
     _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", ("numpy",)),
     # The engines users would pick instead (the [peers] extra).

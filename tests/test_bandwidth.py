@@ -89,3 +89,14 @@ def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
     figure = figures.decode_vs_output(runs, 10.0, environment)
     assert "sgemv over a 1074 MB" in figure.limits[0].label
     assert "limit: sgemv" in figure.note and "weights of e fit in the last-level cache" in figure.note
+
+
+def test_probe_takes_the_faster_reader_and_names_it():
+    from whistle_stop.backends.kernels import native
+
+    result = bw.measure_bandwidth(threads=1, n_bytes=8 << 20, passes=2)
+    expected = {"sgemv", "own kernel"} if native.compiler() else {"sgemv"}
+    assert set(result.readers) == expected
+    assert result.reader in expected and result.gb_s == pytest.approx(max(result.readers.values()), abs=0.01)
+    assert result.label.startswith(f"{result.reader} over a 8 MB fp32 matrix, 1 thread:")
+    assert bw.Bandwidth.from_dict(result.as_dict()) == result

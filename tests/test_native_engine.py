@@ -82,14 +82,14 @@ def test_without_a_compiler_the_engine_says_so(tiny_model, monkeypatch):
 
 def test_quantisers_round_trip_within_half_a_step():
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((40, 96)).astype(np.float32)
+    w = rng.standard_normal((40, 128)).astype(np.float32)
     q, scale = weights.quantise_rows_i8(w)
     assert np.abs(q * scale[:, None] - w).max() <= scale.max() / 2 + 1e-6
     packed, block_scale = weights.quantise_blocks_q4(w)
-    assert packed.shape == (40, 48) and block_scale.shape == (40, 3)
-    low, high = (packed & 15).astype(int) - 8, (packed >> 4).astype(int) - 8
-    values = np.concatenate([low.reshape(40, 3, 16), high.reshape(40, 3, 16)], axis=2)  # [N, B, 32]
-    restored = (values * block_scale[:, :, None]).reshape(40, 96)
+    assert packed.shape == (40, 64) and block_scale.shape == (40, 4)
+    pairs = packed.reshape(40, 2, 32)  # two blocks per 32 bytes: low nibbles, then high ones
+    values = np.stack([(pairs & 15), (pairs >> 4)], axis=2).astype(int) - 8  # [N, 2, 2, 32]
+    restored = (values.reshape(40, 4, 32) * block_scale[:, :, None]).reshape(40, 128)
     assert np.abs(restored - w).max() <= block_scale.max() / 2 + 1e-6
     bits = weights.to_bf16_bits(w)
     widened = (bits.astype(np.uint32) << 16).view(np.float32)

@@ -95,7 +95,7 @@ def test_categories_of_common_operations():
 def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, capsys):
     from whistle_stop.backends.cli.main import main
 
-    monkeypatch.setattr("whistle_stop.backends.runs.profile.probe_bandwidth", lambda threads: BANDWIDTH)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads: BANDWIDTH)
     out = tmp_path / "prof"
     code = main(["profile", "--model", "random:tiny", "--backends", "numpy,null", "--new-tokens", "8",
                  "--repeats", "1", "--threads", "1", "--out", str(out)])

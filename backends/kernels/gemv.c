@@ -62,3 +62,6 @@ void NAME(const WTYPE *restrict W, const float *restrict x, const float *restric
 
 GEMV(f32_gemv, float, from_f32)
 GEMV(bf16_gemv, uint16_t, from_bf16)
+
+/* OpenMP's thread count for this process's kernels (a process without torch has no other handle). */
+void gemv_set_threads(int threads) { if (threads > 0) omp_set_num_threads(threads); }

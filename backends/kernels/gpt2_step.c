@@ -7,11 +7,13 @@
  * Weights are [out, in] rows ("Mat") in one of four stored types:
  *   WT_F32   float32
  *   WT_BF16  bfloat16 as raw uint16, widened by a shift in registers (float32 sums)
- *   WT_I8    int8 with one float32 scale per row (symmetric), float32 activations
- *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each (q4_0's layout: byte j of
- *            a block holds element j in its low nibble and j+16 in its high one, value - 8);
- *            activations are quantised to int8 per block of 32 for the products (as llama.cpp's
- *            q4_0 and ONNX Runtime's MatMulNBits with accuracy level 4 do), sums in int32
+ *   WT_I8    int8 with one float32 scale per row (symmetric)
+ *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8; two
+ *            blocks share 32 bytes (byte j: element j of the first in its low nibble, of the
+ *            second in its high one), so rows are multiples of 64
+ * For both integer types decode quantises the activations to int8 per block of 32 and sums the
+ * products in int32 (as llama.cpp's q8_0/q4_0 and ONNX Runtime's MatMulNBits at accuracy level
+ * 4 do): widening every weight to float32 made the products compute-bound on AVX2.
  * Everything else (embeddings, norms, biases, the KV cache, attention) is float32.
  *
  * Decode (T == 1) streams each matrix once: every thread takes a block of rows and walks four
@@ -20,7 +22,8 @@
  * at once (compute-bound: each weight is used T times).
  *
  * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
- * inner loops for the CPU at hand; the one hand-written AVX2 loop (q4 x int8) has a plain-C twin.
+ * inner loops for the CPU at hand; the two hand-written AVX2 loops (int8 and q4 x int8) have
+ * plain-C twins.
  * Per-category nanoseconds (matmul, attention, KV, norm/act, other) are summed by thread 0 when
  * `timers` is set: a profile's breakdown without a profiler. */
 #include <math.h>
@@ -75,7 +78,7 @@ static inline float bf16_to_f32(uint16_t h) {
 
 /* ---- products -------------------------------------------------------------------------- */
 
-/* One row's dot with x (K floats), for each weight type; `xq`/`xs` are x quantised per block (q4). */
+/* Float32 products: one row's dot with x, and four rows at once (four memory streams). */
 static inline float dot_f32(const float *restrict w, const float *restrict x, int64_t K) {
     float a = 0.0f;
     for (int64_t k = 0; k < K; k++) a += w[k] * x[k];
@@ -96,56 +99,172 @@ static void NAME(const WTYPE *restrict w0, const WTYPE *restrict w1, const WTYPE
     out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;                                           \
 }
 #define AS_F32(v) (v)
-#define AS_I8(v) ((float)(v))
 ROWS4(rows4_f32, float, AS_F32)
 ROWS4(rows4_bf16, uint16_t, bf16_to_f32)
-ROWS4(rows4_i8, int8_t, AS_I8)
 
-/* Sum over the blocks of one q4 row against x quantised to int8 per block (xq, xs). */
-static float dot_q4(const uint8_t *restrict w, const float *restrict ws, const int8_t *restrict xq,
-                    const float *restrict xs, int64_t K) {
-    const int64_t blocks = K / QBLOCK;
-#if defined(__AVX2__) && defined(__FMA__)
-    const __m256i low = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++) {
-        const __m128i raw = _mm_loadu_si128((const __m128i *)(w + b * QBLOCK / 2));
-        __m256i q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw); /* elements 0-15 | 16-31 */
-        q = _mm256_sub_epi8(_mm256_and_si256(q, low), eight);      /* -8..7 */
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * QBLOCK));
-        /* maddubs wants unsigned x signed: |q| and x with q's sign (|q| <= 8, |x| <= 127: no overflow) */
-        const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
-        const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * xs[b]), sums, acc);
-    }
-    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
-#else
-    float a = 0.0f;
-    for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *qb = w + b * QBLOCK / 2;
-        const int8_t *xb = xq + b * QBLOCK;
-        int32_t s = 0;
-        for (int j = 0; j < QBLOCK / 2; j++)
-            s += ((int32_t)(qb[j] & 15) - 8) * xb[j] + ((int32_t)(qb[j] >> 4) - 8) * xb[j + QBLOCK / 2];
-        a += ws[b] * xs[b] * (float)s;
-    }
-    return a;
-#endif
-}
+/* x quantised to int8 per block of 32 for the integer products: values, scales, and (for q4's
+ * unsigned nibbles) 8 * scale * sum of the block's values. */
+typedef struct {
+    int8_t *q;     /* [K] */
+    float *scale;  /* [K/32] */
+    float *offset; /* [K/32]: 8 * scale * sum(q of the block) */
+} QuantX;
 
-/* x [K] -> int8 per block of 32 with a float scale each (max |x| maps to 127). */
-static void quantise_blocks(const float *restrict x, int8_t *restrict xq, float *restrict xs, int64_t K) {
+static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K) {
     for (int64_t b = 0; b < K / QBLOCK; b++) {
         const float *xb = x + b * QBLOCK;
         float amax = 0.0f;
         for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        xs[b] = scale;
-        for (int j = 0; j < QBLOCK; j++) xq[b * QBLOCK + j] = (int8_t)lrintf(xb[j] * inv);
+        int32_t sum = 0;
+        for (int j = 0; j < QBLOCK; j++) {
+            const int8_t v = (int8_t)lrintf(xb[j] * inv);
+            qx->q[b * QBLOCK + j] = v;
+            sum += v;
+        }
+        qx->scale[b] = scale;
+        qx->offset[b] = 8.0f * scale * (float)sum;
     }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+static inline float hsum8(__m256 v) {
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
+}
+#endif
+
+/* One int8 row (scale per row, applied by the caller) against x quantised per block. */
+static float dot_i8(const int8_t *restrict w, const QuantX *qx, int64_t K) {
+    const int64_t blocks = K / QBLOCK;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* two chains: an FMA's latency is 4 cycles */
+    for (int64_t b = 0; b < blocks; b++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + b * QBLOCK));
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
+        /* maddubs wants unsigned x signed: |w| and x with w's sign (127 * 127 * 2 fits in int16) */
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(qx->scale[b]), _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), acc[b & 1]);
+    }
+    return hsum8(_mm256_add_ps(acc[0], acc[1]));
+#else
+    float a = 0.0f;
+    for (int64_t b = 0; b < blocks; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < QBLOCK; j++) s += (int32_t)w[b * QBLOCK + j] * qx->q[b * QBLOCK + j];
+        a += qx->scale[b] * (float)s;
+    }
+    return a;
+#endif
+}
+
+/* One q4 row against x quantised per block. The nibbles hold value + 8, so they multiply as
+ * unsigned bytes: sum_b ws[b] (xs[b] sum_j nibble_j x_j - 8 xs[b] sum_j x_j). Two blocks share
+ * 32 bytes (byte j: element j of the first in its low nibble, of the second in its high one), so
+ * one load and two masks unpack 64 weights. */
+static float dot_q4(const uint8_t *restrict w, const float *restrict ws, const QuantX *qx, int64_t K) {
+    const int64_t blocks = K / QBLOCK;
+    float offset = 0.0f;
+    for (int64_t b = 0; b < blocks; b++) offset += ws[b] * qx->offset[b];
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; b += 2) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + b * QBLOCK / 2));
+        const __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(qx->q + (b + 1) * QBLOCK));
+        /* 15 * 127 * 2 fits in int16 */
+        const __m256 s0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones));
+        const __m256 s1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * qx->scale[b]), s0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(ws[b + 1] * qx->scale[b + 1]), s1, acc1);
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1)) - offset;
+#else
+    float a = 0.0f;
+    for (int64_t b = 0; b < blocks; b += 2) {
+        const uint8_t *pair = w + b * QBLOCK / 2;
+        const int8_t *x0 = qx->q + b * QBLOCK, *x1 = x0 + QBLOCK;
+        int32_t s0 = 0, s1 = 0;
+        for (int j = 0; j < QBLOCK; j++) {
+            s0 += (int32_t)(pair[j] & 15) * x0[j];
+            s1 += (int32_t)(pair[j] >> 4) * x1[j];
+        }
+        a += ws[b] * qx->scale[b] * (float)s0 + ws[b + 1] * qx->scale[b + 1] * (float)s1;
+    }
+    return a - offset;
+#endif
+}
+
+/* Row n of an int8 or q4 matrix against x quantised per block. */
+static inline float quant_dot(const Mat *m, int64_t wtype, int64_t n, int64_t K, const QuantX *qx) {
+    if (wtype == WT_I8) return dot_i8((const int8_t *)m->w + n * K, qx, K) * m->scale[n];
+    return dot_q4((const uint8_t *)m->w + n * K / 2, m->scale + n * (K / QBLOCK), qx, K);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* Four rows at once (rows n, n+q, n+2q, n+3q: four memory streams), sharing each block of x. */
+static void dot4_i8(const int8_t *const w[4], const QuantX *qx, int64_t K, float out[4]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < K / QBLOCK; b++) {
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
+        const __m256 xs = _mm256_set1_ps(qx->scale[b]);
+        for (int r = 0; r < 4; r++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[r] + b * QBLOCK));
+            const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+            acc[r] = _mm256_fmadd_ps(xs, _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);
+}
+
+static void dot4_q4(const uint8_t *const w[4], const float *const ws[4], const QuantX *qx, int64_t K, float out[4]) {
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < K / QBLOCK; b += 2) {
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(qx->q + (b + 1) * QBLOCK));
+        for (int r = 0; r < 4; r++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w[r] + b * QBLOCK / 2));
+            const __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            const __m256 s0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones));
+            const __m256 s1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ws[r][b] * qx->scale[b]), s0, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ws[r][b + 1] * qx->scale[b + 1]), s1, acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        float offset = 0.0f;
+        for (int64_t b = 0; b < K / QBLOCK; b++) offset += ws[r][b] * qx->offset[b];
+        out[r] = hsum8(acc[r]) - offset;
+    }
+}
+#endif
+
+/* Rows n, n+q, n+2q, n+3q of an int8 or q4 matrix against x quantised per block. */
+static void quant_dot4(const Mat *m, int64_t wtype, int64_t n, int64_t q, int64_t K, const QuantX *qx, float out[4]) {
+#if defined(__AVX2__) && defined(__FMA__)
+    if (wtype == WT_I8) {
+        const int8_t *w[4];
+        for (int r = 0; r < 4; r++) w[r] = (const int8_t *)m->w + (n + r * q) * K;
+        dot4_i8(w, qx, K, out);
+        for (int r = 0; r < 4; r++) out[r] *= m->scale[n + r * q];
+    } else {
+        const uint8_t *w[4];
+        const float *ws[4];
+        for (int r = 0; r < 4; r++) {
+            w[r] = (const uint8_t *)m->w + (n + r * q) * K / 2;
+            ws[r] = m->scale + (n + r * q) * (K / QBLOCK);
+        }
+        dot4_q4(w, ws, qx, K, out);
+    }
+#else
+    for (int r = 0; r < 4; r++) out[r] = quant_dot(m, wtype, n + r * q, K, qx);
+#endif
 }
 
 /* Row n of a matrix widened to float32 (prefill): `buf` [K]. */
@@ -164,14 +283,14 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
         for (int64_t k = 0; k < K; k++) buf[k] = (float)w[k] * s;
         return buf;
     }
-    default: { /* WT_Q4 */
+    default: { /* WT_Q4: two blocks per 32 bytes */
         const uint8_t *w = (const uint8_t *)m->w + n * K / 2;
         const float *s = m->scale + n * (K / QBLOCK);
-        for (int64_t b = 0; b < K / QBLOCK; b++)
-            for (int j = 0; j < QBLOCK / 2; j++) {
+        for (int64_t b = 0; b < K / QBLOCK; b += 2)
+            for (int j = 0; j < QBLOCK; j++) {
                 const uint8_t byte = w[b * QBLOCK / 2 + j];
                 buf[b * QBLOCK + j] = (float)((int)(byte & 15) - 8) * s[b];
-                buf[b * QBLOCK + j + QBLOCK / 2] = (float)((int)(byte >> 4) - 8) * s[b];
+                buf[(b + 1) * QBLOCK + j] = (float)((int)(byte >> 4) - 8) * s[b + 1];
             }
         return buf;
     }
@@ -179,47 +298,41 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
 }
 
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
- * parallel region, each taking its block of rows of W; ends with a barrier. `xq`/`xs` are
- * shared scratch for q4 (x quantised by thread 0 first); `buf` is this thread's [2][K]. */
+ * parallel region, each taking its block of rows of W; ends with a barrier. `qx` is shared
+ * scratch for the integer types (x quantised by one thread first); `buf` is this thread's [2][K]. */
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
-                   int64_t N, int64_t K, int8_t *xq, float *xs, float *restrict buf) {
+                   int64_t N, int64_t K, const QuantX *qx, float *restrict buf) {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
     const float *bias = m->bias;
     if (M == 1) {
-        float out[4];
-        int64_t n = lo;
-        if (wtype == WT_Q4) {
+        const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
+        if (wtype == WT_I8 || wtype == WT_Q4) {
             #pragma omp single
-            quantise_blocks(x, xq, xs, K); /* implied barrier: every thread sees xq */
-            const int64_t rb = K / 2, sb = K / QBLOCK;
-            const uint8_t *w = (const uint8_t *)m->w;
-            const int64_t q = (hi - lo) / 4;
-            for (int64_t i = lo; i < lo + q; i++) /* rows i, i+q, i+2q, i+3q: four streams */
-                for (int r = 0; r < 4; r++)
-                    y[i + r * q] = dot_q4(w + (i + r * q) * rb, m->scale + (i + r * q) * sb, xq, xs, K);
-            for (n = lo + 4 * q; n < hi; n++) y[n] = dot_q4(w + n * rb, m->scale + n * sb, xq, xs, K);
+            quantise_blocks(x, qx, K); /* implied barrier: every thread sees it */
+            float out[4];
+            for (int64_t i = lo; i < lo + q; i++) {
+                quant_dot4(m, wtype, i, q, K, qx, out);
+                for (int64_t r = 0; r < 4; r++) y[i + r * q] = out[r];
+            }
+            for (int64_t n = lo + 4 * q; n < hi; n++) y[n] = quant_dot(m, wtype, n, K, qx);
         } else {
-            const int64_t q = (hi - lo) / 4;
+            float out[4];
             for (int64_t i = lo; i < lo + q; i++) {
                 const int64_t r0 = i, r1 = i + q, r2 = i + 2 * q, r3 = i + 3 * q;
                 if (wtype == WT_F32) {
                     const float *w = (const float *)m->w;
                     rows4_f32(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
-                } else if (wtype == WT_BF16) {
+                } else {
                     const uint16_t *w = (const uint16_t *)m->w;
                     rows4_bf16(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
-                } else {
-                    const int8_t *w = (const int8_t *)m->w;
-                    rows4_i8(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
-                    out[0] *= m->scale[r0]; out[1] *= m->scale[r1]; out[2] *= m->scale[r2]; out[3] *= m->scale[r3];
                 }
                 y[r0] = out[0]; y[r1] = out[1]; y[r2] = out[2]; y[r3] = out[3];
             }
-            for (n = lo + 4 * q; n < hi; n++) y[n] = dot_f32(widen_row(m, wtype, n, K, buf), x, K);
+            for (int64_t n = lo + 4 * q; n < hi; n++) y[n] = dot_f32(widen_row(m, wtype, n, K, buf), x, K);
         }
         if (bias)
-            for (n = lo; n < hi; n++) y[n] += bias[n];
+            for (int64_t n = lo; n < hi; n++) y[n] += bias[n];
     } else {
         /* two weight rows x four tokens per inner loop: each widened weight is used 4 times from registers */
         for (int64_t n = lo; n < hi; n += 2) {
@@ -286,18 +399,22 @@ static void attention(const Model *md, int64_t layer, const float *restrict qkv,
         for (int64_t t = 0; t < T; t++) {
             const float *q = qkv + t * 3 * d + h * hd;
             const int64_t keys = pos + t + 1;
+            int64_t j = 0;
+            for (; j + 4 <= keys; j += 4) /* four keys at once: independent sums */
+                rows4_f32(kc + j * hd, kc + (j + 1) * hd, kc + (j + 2) * hd, kc + (j + 3) * hd, q, hd, scores + j);
+            for (; j < keys; j++) scores[j] = dot_f32(q, kc + j * hd, hd);
             float best = -INFINITY;
-            for (int64_t j = 0; j < keys; j++) {
-                const float s = dot_f32(q, kc + j * hd, hd) * scale;
-                scores[j] = s;
-                best = fmaxf(best, s);
+            for (j = 0; j < keys; j++) {
+                scores[j] *= scale;
+                best = fmaxf(best, scores[j]);
             }
             float total = 0.0f;
-            for (int64_t j = 0; j < keys; j++) { scores[j] = expf(scores[j] - best); total += scores[j]; }
+            for (j = 0; j < keys; j++) { scores[j] = expf(scores[j] - best); total += scores[j]; }
             float *o = out + t * d + h * hd;
             for (int64_t e = 0; e < hd; e++) o[e] = 0.0f;
-            for (int64_t j = 0; j < keys; j++) {
-                const float p = scores[j] / total;
+            const float inv_total = 1.0f / total;
+            for (j = 0; j < keys; j++) {
+                const float p = scores[j] * inv_total;
                 const float *v = vc + j * hd;
                 for (int64_t e = 0; e < hd; e++) o[e] += p * v[e];
             }
@@ -335,8 +452,9 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     float *big = malloc(sizeof(float) * T * widest), *att = malloc(sizeof(float) * T * d);
     float *scores = malloc(sizeof(float) * threads * md->max_seq);
     float *bufs = malloc(sizeof(float) * threads * 2 * widest);
-    int8_t *xq = malloc(widest); float *xs = malloc(sizeof(float) * (widest / QBLOCK + 1));
-    int failed = !x || !h || !big || !att || !scores || !bufs || !xq || !xs;
+    const int64_t blocks = widest / QBLOCK + 1;
+    QuantX qx = {malloc(widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks)};
+    int failed = !x || !h || !big || !att || !scores || !bufs || !qx.q || !qx.scale || !qx.offset;
     if (!failed) {
         const int timing = md->timers != NULL;
         #pragma omp parallel
@@ -354,13 +472,13 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) layer_norm(x + t * d, h + t * d, ly->ln1_w, ly->ln1_b, d, md->eps);
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->qkv, wt, h, big, T, 3 * d, d, xq, xs, buf);
+                matmul(&ly->qkv, wt, h, big, T, 3 * d, d, &qx, buf);
                 if (main_thread) TICK(T_MATMUL);
                 kv_write(md, l, big, T, pos);
                 if (main_thread) TICK(T_KV);
                 attention(md, l, big, att, T, pos, scores);
                 if (main_thread) TICK(T_ATTENTION);
-                matmul(&ly->proj, wt, att, h, T, d, d, xq, xs, buf);
+                matmul(&ly->proj, wt, att, h, T, d, d, &qx, buf);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) {
@@ -368,12 +486,12 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
                     layer_norm(x + t * d, h + t * d, ly->ln2_w, ly->ln2_b, d, md->eps);
                 }
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc, wt, h, big, T, inner, d, xq, xs, buf);
+                matmul(&ly->fc, wt, h, big, T, inner, d, &qx, buf);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) gelu(big + t * inner, inner);
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc2, wt, big, h, T, d, inner, xq, xs, buf);
+                matmul(&ly->fc2, wt, big, h, T, d, inner, &qx, buf);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++)
@@ -384,11 +502,11 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             #pragma omp for schedule(static)
             for (int64_t t = first; t < T; t++) layer_norm(x + t * d, h + (t - first) * d, md->lnf_w, md->lnf_b, d, md->eps);
             if (main_thread) TICK(T_NORM_ACT);
-            matmul(&md->lm_head, wt, h, logits, rows_out, V, d, xq, xs, buf);
+            matmul(&md->lm_head, wt, h, logits, rows_out, V, d, &qx, buf);
             if (main_thread) TICK(T_MATMUL);
         }
     }
-    free(x); free(h); free(big); free(att); free(scores); free(bufs); free(xq); free(xs);
+    free(x); free(h); free(big); free(att); free(scores); free(bufs); free(qx.q); free(qx.scale); free(qx.offset);
     return failed ? -1 : 0;
 }
 

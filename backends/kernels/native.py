@@ -84,3 +84,9 @@ def gemv(dtype: str) -> ctypes._CFuncPtr:
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3
     return fn
+
+
+def set_threads(threads: int) -> None:
+    """OpenMP's thread count for the kernels of this process (libgomp is one library per process)."""
+    if threads > 0:
+        load("gemv").gemv_set_threads(ctypes.c_int(threads))

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
 from ..registry import EngineSpec
-from ..results.bandwidth import Bandwidth, fits_in_cache_note, probe_bandwidth
+from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
 from ..results.records import RunRecord
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
@@ -75,7 +75,7 @@ class ProfileSession:
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         result = ProfileResult(BenchResult(self.config, model, list(prompt_ids)))
         try:
-            result.bandwidth = (self._bandwidth or probe_bandwidth)(self.threads)
+            result.bandwidth = (self._bandwidth or fresh_bandwidth)(self.threads)
         except Exception:  # no floor is better than no profile
             result.bandwidth = None
         cell = bench_cell(self.config, list(prompt_ids))

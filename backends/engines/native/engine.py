@@ -25,9 +25,11 @@ _DTYPES = {"fp32": WeightType.F32, "bf16": WeightType.BF16, "int8": WeightType.I
 _HOW = {
     WeightType.F32: "float32 weights",
     WeightType.BF16: "bf16 weights widened in registers, float32 sums",
-    WeightType.I8: "int8 weights (symmetric, a float32 scale per row), float32 activations and sums",
+    WeightType.I8: (f"int8 weights (symmetric, a float32 scale per row); decode quantises activations to int8 "
+                    f"per block of {QBLOCK} for the products (int32 sums); prefill and scoring widen the weights"),
     WeightType.Q4: (f"4-bit weights (symmetric, a float32 scale per block of {QBLOCK}); decode quantises "
-                    f"activations to int8 per block of {QBLOCK} for the products (int32 sums)"),
+                    f"activations to int8 per block of {QBLOCK} for the products (int32 sums); prefill and "
+                    f"scoring widen the weights"),
 }
 
 
@@ -40,8 +42,8 @@ class NativeEngine(Engine):
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         config = model.gpt2_config.require_supported(self.name)
-        if self.wtype == WeightType.Q4 and (config.n_embd % QBLOCK or config.n_inner % QBLOCK):
-            raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {QBLOCK}")
+        if self.wtype == WeightType.Q4 and (config.n_embd % (2 * QBLOCK) or config.n_inner % (2 * QBLOCK)):
+            raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {2 * QBLOCK}")
         progress("building the native step (first use only)", None)
         try:
             lib = library()

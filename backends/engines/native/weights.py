@@ -50,12 +50,15 @@ def quantise_rows_i8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] 
 
 
 def quantise_blocks_q4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] -> uint8 [N, K/2], scale [N, K/32]
+    """Blocks of 32 with a scale each, stored as value + 8 (0..15); blocks 2p and 2p+1 share 32 bytes:
+    byte j holds element j of block 2p in its low nibble and of block 2p+1 in its high one."""
     n, k = w.shape
     blocks = w.reshape(n, k // QBLOCK, QBLOCK)  # [N, B, 32]
-    scale = np.abs(blocks).max(axis=2) / np.float32(7)  # symmetric: -7..7 stored as 1..15 (value - 8)
+    scale = np.abs(blocks).max(axis=2) / np.float32(7)  # symmetric: -7..7
     scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
     q = (np.clip(np.rint(blocks / scale[:, :, None]), -8, 7) + 8).astype(np.uint8)  # [N, B, 32] in 0..15
-    packed = q[:, :, : QBLOCK // 2] | (q[:, :, QBLOCK // 2 :] << np.uint8(4))  # element j low, j+16 high
+    pairs = q.reshape(n, k // (2 * QBLOCK), 2, QBLOCK)  # [N, B/2, 2, 32]
+    packed = pairs[:, :, 0] | (pairs[:, :, 1] << np.uint8(4))  # [N, B/2, 32]
     return np.ascontiguousarray(packed.reshape(n, k // 2)), scale
 
 
@@ -68,6 +71,6 @@ def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> S
     w = np.ascontiguousarray(w_out_in, dtype=np.float32)
     if wtype == WeightType.I8:
         return StoredMatrix(*quantise_rows_i8(w), bias)
-    if w.shape[1] % QBLOCK:
-        raise ValueError(f"4-bit blocks of {QBLOCK} need rows whose length is a multiple of {QBLOCK} (got {w.shape[1]})")
+    if w.shape[1] % (2 * QBLOCK):
+        raise ValueError(f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} (got {w.shape[1]})")
     return StoredMatrix(*quantise_blocks_q4(w), bias)
