@@ -4,12 +4,15 @@ to their quantisation's error against float32 and report their agreement like an
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.native import weights
+from whistle_stop.backends.engines.numpy_runtime.model import file_mapping
 from whistle_stop.backends.kernels import native
 from whistle_stop.backends.profile.categories import Category
 
@@ -52,6 +55,9 @@ def test_info_counts_the_stored_bytes(name, dtype, tiny_model):
     assert info.weight_bytes_per_token >= share * (fp32 - vectors) + vectors
     assert info.weight_bytes_per_token < (share * 1.3) * (fp32 - vectors) + vectors  # scales are a few %
     assert info.kv_bytes_per_position == config.kv_bytes_per_position(4)
+    # every weight is its own copy at the stored type: nothing keeps the weight file mapped
+    arrays = [engine.model.lm_head.data] + [a if isinstance(a, np.ndarray) else a.data for a in engine.model._keep]
+    assert not any(isinstance(file_mapping(a), (mmap.mmap, np.memmap)) for a in arrays)
 
 
 def test_sequence_restarts_and_the_context_has_an_end(tiny_model, prompt_ids):

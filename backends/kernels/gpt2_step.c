@@ -54,10 +54,9 @@ typedef struct {
 typedef struct {
     int64_t n_layer, n_head, n_embd, n_inner, vocab, max_seq, wtype;
     float eps;
-    const float *wte;         /* [V][d] float32: the embedding lookup */
     const float *wpe;         /* [max_seq][d] */
     const float *lnf_w, *lnf_b;
-    Mat lm_head;              /* [V][d], tied to wte, at the stored type */
+    Mat lm_head;              /* [V][d] at the stored type: the tied embedding too (rows widened) */
     const Layer *layers;      /* [n_layer] */
     float *k_cache, *v_cache; /* [L][H][max_seq][hd] each */
     int64_t *timers;          /* [T_COUNT] ns, or NULL */
@@ -463,9 +462,10 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             const int main_thread = omp_get_thread_num() == 0;
             float *buf = bufs + omp_get_thread_num() * 2 * widest;
             #pragma omp for schedule(static)
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t i = 0; i < d; i++)
-                    x[t * d + i] = md->wte[(int64_t)ids[t] * d + i] + md->wpe[(pos + t) * d + i];
+            for (int64_t t = 0; t < T; t++) { /* the embedding is the lm_head's row, at its stored type */
+                const float *row = widen_row(&md->lm_head, wt, ids[t], d, buf);
+                for (int64_t i = 0; i < d; i++) x[t * d + i] = row[i] + md->wpe[(pos + t) * d + i];
+            }
             if (main_thread) TICK(T_OTHER);
             for (int64_t l = 0; l < md->n_layer; l++) {
                 const Layer *ly = &md->layers[l];

@@ -7,7 +7,7 @@ cache and the position; `forward` runs T tokens through gpt2_forward in one call
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class Model(ctypes.Structure):
     _fields_ = [("n_layer", ctypes.c_int64), ("n_head", ctypes.c_int64), ("n_embd", ctypes.c_int64),
                 ("n_inner", ctypes.c_int64), ("vocab", ctypes.c_int64), ("max_seq", ctypes.c_int64),
                 ("wtype", ctypes.c_int64), ("eps", ctypes.c_float),
-                ("wte", _P), ("wpe", _P), ("lnf_w", _P), ("lnf_b", _P), ("lm_head", Mat),
+                ("wpe", _P), ("lnf_w", _P), ("lnf_b", _P), ("lm_head", Mat),
                 ("layers", ctypes.POINTER(Layer)), ("k_cache", _P), ("v_cache", _P), ("timers", _P)]
 
 
@@ -41,8 +41,9 @@ def _ptr(array: np.ndarray | None) -> int | None:
     return None if array is None else array.ctypes.data
 
 
-def _f32(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array, dtype=np.float32)
+def _own_f32(array: np.ndarray) -> np.ndarray:
+    """A float32 copy in this process's memory: nothing keeps the weight file mapped after load."""
+    return np.array(array, dtype=np.float32, order="C", copy=True)
 
 
 def _mat(m: StoredMatrix) -> Mat:
@@ -61,26 +62,26 @@ def library() -> ctypes.CDLL:
 
 @dataclass
 class NativeGPT2:
-    """Weights at one stored type (from the nested float32 params of numpy_runtime.model.nest_params),
-    one sequence's KV cache and position."""
+    """Weights at one stored type (from the nested float32 params of numpy_runtime.model.nest_params,
+    copied: once built, it holds no view of the weight file), one sequence's KV cache and position."""
 
-    params: dict
+    params: InitVar[dict]
     config: GPT2Config
     wtype: WeightType
     lib: ctypes.CDLL = field(default_factory=library)
     pos: int = 0
     timers: np.ndarray | None = None  # int64 [5] ns per category while a profile reads them
 
-    def __post_init__(self) -> None:
-        c, p = self.config, self.params
+    def __post_init__(self, p: dict) -> None:
+        c = self.config
         keep: list = []  # every array a struct points at
 
         def vec(a: np.ndarray) -> np.ndarray:
-            keep.append(_f32(a))
+            keep.append(_own_f32(a))
             return keep[-1]
 
         def matrix(leaf: dict) -> Mat:  # HF Conv1D [in, out] -> [out, in] at the stored type
-            stored = store(leaf["w"].T, vec(leaf["b"]), self.wtype)
+            stored = store(leaf["w"].T, vec(leaf["b"]), self.wtype)  # a new array at every type
             keep.append(stored)
             return _mat(stored)
 
@@ -91,14 +92,14 @@ class NativeGPT2:
             layer.ln2_w, layer.ln2_b = _ptr(vec(block["ln_2"]["w"])), _ptr(vec(block["ln_2"]["b"]))
             layer.qkv, layer.proj = matrix(block["attn"]["c_attn"]), matrix(block["attn"]["c_proj"])
             layer.fc, layer.fc2 = matrix(block["mlp"]["c_fc"]), matrix(block["mlp"]["c_proj"])
-        wte = vec(p["wte"])  # float32 rows for the lookup (zero-copy when the file is float32)
-        self.lm_head = store(wte, None, self.wtype)  # tied: [vocab, d] is already [out, in]
+        # tied: [vocab, d] is already [out, in]; the step reads its rows for the embedding too
+        self.lm_head = store(p["wte"], None, self.wtype)
         shape = (c.n_layer, c.n_head, c.n_positions, c.head_dim)
         self.k_cache, self.v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)  # zero pages until written
         self.matrix_bytes = sum(m.nbytes for m in keep if isinstance(m, StoredMatrix)) + self.lm_head.nbytes
         self._keep = keep
         self.model = Model(c.n_layer, c.n_head, c.n_embd, c.n_inner, c.vocab_size, c.n_positions, int(self.wtype),
-                           c.layer_norm_epsilon, _ptr(wte), _ptr(vec(p["wpe"])), _ptr(vec(p["ln_f"]["w"])),
+                           c.layer_norm_epsilon, _ptr(vec(p["wpe"])), _ptr(vec(p["ln_f"]["w"])),
                            _ptr(vec(p["ln_f"]["b"])), _mat(self.lm_head), self.layers,
                            _ptr(self.k_cache), _ptr(self.v_cache), None)
 

@@ -63,9 +63,9 @@ def quantise_blocks_q4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K
 
 
 def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> StoredMatrix:
-    """A float32 [N, K] matrix (any strides) at `wtype`."""
+    """A float32 [N, K] matrix (any strides) at `wtype`, in new arrays (never a view of `w_out_in`)."""
     if wtype == WeightType.F32:
-        return StoredMatrix(np.ascontiguousarray(w_out_in, dtype=np.float32), None, bias)
+        return StoredMatrix(np.array(w_out_in, dtype=np.float32, order="C", copy=True), None, bias)
     if wtype == WeightType.BF16:
         return StoredMatrix(to_bf16_bits(w_out_in), None, bias)
     w = np.ascontiguousarray(w_out_in, dtype=np.float32)
