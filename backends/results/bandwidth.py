@@ -8,7 +8,7 @@ EPYC sgemv read ~29 GB/s while the native engine's products streamed at ~40-48 G
 `np.sum` reads only about half as fast here (it is partly compute-bound).
 It runs once per CPU model and thread count, in a spawned process of its own (its buffer of a
 GiB or more would otherwise stay in the parent's peak RSS and page tables), and the result is
-cached in `cache_dir()`. `label` says what the limit is: "sgemv over a N MB fp32 matrix, T threads".
+cached in `cache_dir()`. `label` says what the limit is: "<reader> over a N MB fp32 matrix, T threads".
 """
 
 from __future__ import annotations
