@@ -44,7 +44,7 @@ class NativeEngine(Engine):
         config = model.gpt2_config.require_supported(self.name)
         if self.wtype == WeightType.Q4 and (config.n_embd % (2 * QBLOCK) or config.n_inner % (2 * QBLOCK)):
             raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {2 * QBLOCK}")
-        progress("building the native step (first use only)", None)
+        progress("preparing the native step (built on first use only)", None)
         try:
             lib = library()
         except KernelUnavailable as exc:
