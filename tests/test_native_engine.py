@@ -5,6 +5,7 @@ to their quantisation's error against float32 and report their agreement like an
 from __future__ import annotations
 
 import mmap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,3 +119,27 @@ def test_profile_timers_split_the_step(tiny_model, prompt_ids):
                                              Category.NORM_ACTIVATION, Category.OTHER_KERNELS)}
     assert decode[Category.MATMUL.value] > 0
     assert engine.model.timers is None  # timers off again once the profile is done
+
+
+def test_plain_c_build_computes_what_the_avx2_one_does(tiny_model, prompt_ids, tmp_path):
+    """The integer products' plain-C twins (CPUs without AVX2) against the build the engines use."""
+    import ctypes
+    import subprocess
+
+    from whistle_stop.backends.engines.native import step
+    from whistle_stop.backends.engines.numpy_runtime.model import nest_params
+    from whistle_stop.backends.sources.weights import mmap_numpy
+
+    source = Path(native.__file__).with_name("gpt2_step.c")
+    portable = tmp_path / "libgpt2_step_portable.so"
+    flags = [f for f in native.FLAGS if f != "-march=native"] + ["-mno-avx2", "-mno-fma"]
+    subprocess.run([native.compiler(), *flags, str(source), "-o", str(portable), *native.LIBS], check=True)
+    config = tiny_model.gpt2_config
+    for wtype in weights.WeightType:
+        params = nest_params(mmap_numpy(tiny_model.safetensors), config.n_layer)
+        fast = step.NativeGPT2(params, config, wtype)
+        plain = step.NativeGPT2(params, config, wtype, step.bind(ctypes.CDLL(str(portable))))
+        first, second = fast.prefill(prompt_ids), plain.prefill(prompt_ids)
+        np.testing.assert_allclose(second, first, rtol=1e-4, atol=1e-4)
+        for token in (5, 17, 4000):
+            np.testing.assert_allclose(plain.decode(token), fast.decode(token), rtol=1e-3, atol=1e-3)

@@ -52,7 +52,11 @@ def _mat(m: StoredMatrix) -> Mat:
 
 def library() -> ctypes.CDLL:
     """The compiled step (KernelUnavailable without a C compiler)."""
-    lib = load("gpt2_step")
+    return bind(load("gpt2_step"))
+
+
+def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """Declare the step's functions on a loaded build of gpt2_step.c."""
     lib.gpt2_forward.restype = ctypes.c_int
     lib.gpt2_forward.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int]
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
