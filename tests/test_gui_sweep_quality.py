@@ -42,8 +42,8 @@ def private_qsettings(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def fake_bandwidth(monkeypatch):
     """The memory-bandwidth probe (sweep, profile) is a benchmark: a fixed answer instead."""
-    for module in ("sweep", "profile"):
-        monkeypatch.setattr(f"whistle_stop.backends.runs.{module}.probe_bandwidth",
+    for target in ("sweep.probe_bandwidth", "profile.fresh_bandwidth"):
+        monkeypatch.setattr(f"whistle_stop.backends.runs.{target}",
                             lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
 
 
