@@ -143,3 +143,13 @@ def test_plain_c_build_computes_what_the_avx2_one_does(tiny_model, prompt_ids, t
         np.testing.assert_allclose(second, first, rtol=1e-4, atol=1e-4)
         for token in (5, 17, 4000):
             np.testing.assert_allclose(plain.decode(token), fast.decode(token), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["native-int8", "native-int4"])
+def test_integer_types_score_what_they_decode(name, tiny_model, prompt_ids):
+    """Prefill and scoring make decode's integer products (int8 activations per block): the logits
+    a sequence is scored with are the ones it was decoded with (perplexity and divergence reports)."""
+    engine = load_engine_in_process(name, tiny_model, threads=2)
+    tokens, logits = greedy_logits(engine, prompt_ids, 8)
+    scored = engine.forward_logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    np.testing.assert_allclose(scored, logits, rtol=1e-4, atol=1e-4)

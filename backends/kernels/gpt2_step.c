@@ -18,8 +18,9 @@
  *
  * Decode (T == 1) streams each matrix once: every thread takes a block of rows and walks four
  * quarters of it at once (four memory streams per core, as kernels/gemv.c). Prefill (T > 1)
- * widens two weight rows at a time into a thread's buffer and multiplies them with four tokens
- * at once (compute-bound: each weight is used T times).
+ * widens two float32/bf16 weight rows at a time into a thread's buffer and multiplies them with
+ * four tokens at once (compute-bound: each weight is used T times); int8/q4 prefill makes
+ * decode's integer products token by token, so prefill, decode and scoring compute alike.
  *
  * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
  * inner loops for the CPU at hand; the two hand-written AVX2 loops (int8 and q4 x int8) have
@@ -108,6 +109,12 @@ typedef struct {
     float *scale;  /* [K/32] */
     float *offset; /* [K/32]: 8 * scale * sum(q of the block) */
 } QuantX;
+
+/* Row r of x quantised, in scratch that holds M rows of K. */
+static inline QuantX quant_row(const QuantX *qx, int64_t r, int64_t K) {
+    const QuantX row = {qx->q + r * K, qx->scale + r * (K / QBLOCK), qx->offset + r * (K / QBLOCK)};
+    return row;
+}
 
 static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K) {
     for (int64_t b = 0; b < K / QBLOCK; b++) {
@@ -332,6 +339,20 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
         }
         if (bias)
             for (int64_t n = lo; n < hi; n++) y[n] += bias[n];
+    } else if (wtype == WT_I8 || wtype == WT_Q4) {
+        /* the products decode makes, row by row: prefill, decode and scoring compute alike */
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < M; r++) {
+            const QuantX row = quant_row(qx, r, K);
+            quantise_blocks(x + r * K, &row, K);
+        } /* implied barrier */
+        for (int64_t n = lo; n < hi; n++) {
+            const float b0 = bias ? bias[n] : 0.0f;
+            for (int64_t r = 0; r < M; r++) {
+                const QuantX row = quant_row(qx, r, K);
+                y[r * N + n] = quant_dot(m, wtype, n, K, &row) + b0;
+            }
+        }
     } else {
         /* two weight rows x four tokens per inner loop: each widened weight is used 4 times from registers */
         for (int64_t n = lo; n < hi; n += 2) {
@@ -451,8 +472,8 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     float *big = malloc(sizeof(float) * T * widest), *att = malloc(sizeof(float) * T * d);
     float *scores = malloc(sizeof(float) * threads * md->max_seq);
     float *bufs = malloc(sizeof(float) * threads * 2 * widest);
-    const int64_t blocks = widest / QBLOCK + 1;
-    QuantX qx = {malloc(widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks)};
+    const int64_t blocks = T * (widest / QBLOCK) + 1; /* x quantised: T rows of up to `widest` */
+    QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks)};
     int failed = !x || !h || !big || !att || !scores || !bufs || !qx.q || !qx.scale || !qx.offset;
     if (!failed) {
         const int timing = md->timers != NULL;
