@@ -186,8 +186,6 @@ def _sgemv_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: i
 
 def _kernel_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: int) -> list[float]:
     """The project's decode kernel over the same matrix ([] without a C compiler)."""
-    import ctypes
-
     from ..kernels.native import KernelUnavailable, gemv, set_threads
 
     try:

@@ -25,11 +25,11 @@ _DTYPES = {"fp32": WeightType.F32, "bf16": WeightType.BF16, "int8": WeightType.I
 _HOW = {
     WeightType.F32: "float32 weights",
     WeightType.BF16: "bf16 weights widened in registers, float32 sums",
-    WeightType.I8: (f"int8 weights (symmetric, a float32 scale per row); decode quantises activations to int8 "
-                    f"per block of {QBLOCK} for the products (int32 sums); prefill and scoring widen the weights"),
-    WeightType.Q4: (f"4-bit weights (symmetric, a float32 scale per block of {QBLOCK}); decode quantises "
-                    f"activations to int8 per block of {QBLOCK} for the products (int32 sums); prefill and "
-                    f"scoring widen the weights"),
+    WeightType.I8: (f"int8 weights (symmetric, a float32 scale per row); activations quantised to int8 per "
+                    f"block of {QBLOCK} for the products (int32 sums), in prefill, decode and scoring alike"),
+    WeightType.Q4: (f"4-bit weights (symmetric, a float32 scale per block of {QBLOCK}); activations quantised "
+                    f"to int8 per block of {QBLOCK} for the products (int32 sums), in prefill, decode and "
+                    f"scoring alike"),
 }
 
 

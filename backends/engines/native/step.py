@@ -122,7 +122,10 @@ class NativeGPT2:
         if not 0 < len(ids) <= self.config.n_positions - pos:
             raise ValueError(f"{pos + len(ids)} tokens; this model takes 1 to {self.config.n_positions}")
         out = np.empty((len(ids), self.config.vocab_size) if all_logits else self.config.vocab_size, np.float32)
-        if self.lib.gpt2_forward(ctypes.byref(self.model), _ptr(ids), len(ids), pos, _ptr(out), int(all_logits)):
+        return self._call(_ptr(ids), len(ids), pos, out, all_logits)
+
+    def _call(self, ids_address: int, count: int, pos: int, out: np.ndarray, all_logits: bool) -> np.ndarray:
+        if self._forward(self._model_ref, ids_address, count, pos, out.ctypes.data, int(all_logits)):
             raise MemoryError("the native step could not allocate its scratch memory")
         return out
 
@@ -139,8 +142,6 @@ class NativeGPT2:
         if not 0 <= token < self.config.vocab_size:
             raise ValueError(f"token id out of range 0..{self.config.vocab_size - 1}")
         self._one[0] = token
-        out = np.empty(self.config.vocab_size, np.float32)
-        if self._forward(self._model_ref, self._one_address, 1, self.pos, out.ctypes.data, 0):
-            raise MemoryError("the native step could not allocate its scratch memory")
+        logits = self._call(self._one_address, 1, self.pos, np.empty(self.config.vocab_size, np.float32), False)
         self.pos += 1
-        return out
+        return logits
