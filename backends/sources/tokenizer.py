@@ -1,20 +1,32 @@
-"""The real GPT-2 tokenizer, shipped in resources/, and incremental detokenization."""
+"""The real GPT-2 tokenizer, shipped in resources/, and incremental detokenization.
+
+Encoding uses `tokenizers` (BPE over vocab.json + merges.txt). Decoding needs only each token's
+bytes, which resources/tokenizer/token_bytes.bin holds (derived from vocab.json by
+`build_token_bytes`; a test checks the two agree): reading it takes ~1 ms, where building the BPE
+takes ~100 ms, and a worker pays that in every engine's cold start before its first token.
+"""
 
 from __future__ import annotations
 
+import struct
+from array import array
 from functools import lru_cache
-from typing import Sequence
-
-from tokenizers import ByteLevelBPETokenizer
+from typing import TYPE_CHECKING, Sequence
 
 from ..storage.paths import TOKENIZER_DIR
 
+if TYPE_CHECKING:
+    from tokenizers import ByteLevelBPETokenizer
+
 EOS_ID = 50256
 REPLACEMENT = "\ufffd"
+TOKEN_BYTES_FILE = TOKENIZER_DIR / "token_bytes.bin"
 
 
 @lru_cache(maxsize=1)
 def gpt2_tokenizer() -> ByteLevelBPETokenizer:
+    from tokenizers import ByteLevelBPETokenizer
+
     return ByteLevelBPETokenizer(str(TOKENIZER_DIR / "vocab.json"), str(TOKENIZER_DIR / "merges.txt"))
 
 
@@ -22,8 +34,46 @@ def encode(text: str) -> list[int]:
     return gpt2_tokenizer().encode(text).ids
 
 
+# --- decoding: each token's bytes -----------------------------------------------------------------
+
+def byte_alphabet() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2's bytes_to_unicode), inverted:
+    printable Latin-1 bytes stand for themselves, the other 68 map to U+0100 onwards."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(others)}}
+
+
+def build_token_bytes() -> bytes:
+    """token_bytes.bin's contents from the tokenizer's vocabulary: uint32 count N, N + 1 uint32
+    offsets, then every token's bytes back to back (little-endian)."""
+    alphabet = byte_alphabet()
+    by_id = sorted((index, token) for token, index in gpt2_tokenizer().get_vocab().items())
+    assert [index for index, _ in by_id] == list(range(len(by_id))), "token ids are not 0..N-1"
+    pieces = [bytes(alphabet[ch] for ch in token) for _, token in by_id]
+    offsets = [0]
+    for piece in pieces:
+        offsets.append(offsets[-1] + len(piece))
+    return struct.pack(f"<I{len(offsets)}I", len(pieces), *offsets) + b"".join(pieces)
+
+
+@lru_cache(maxsize=1)
+def _token_table() -> tuple[array, bytes]:
+    data = TOKEN_BYTES_FILE.read_bytes()
+    (count,) = struct.unpack_from("<I", data)
+    offsets = array("I", data[4 : 4 + 4 * (count + 1)])
+    if array("I", [1]).tobytes() != (1).to_bytes(4, "little"):
+        offsets.byteswap()  # the file is little-endian
+    return offsets, data[4 + 4 * (count + 1) :]
+
+
 def decode(ids: Sequence[int]) -> str:
-    return gpt2_tokenizer().decode(list(ids), skip_special_tokens=False)
+    """Token ids -> text; bytes that do not complete a UTF-8 character become U+FFFD (as
+    `tokenizers` decodes them). Ids outside the vocabulary decode to nothing, as there."""
+    offsets, blob = _token_table()
+    count = len(offsets) - 1
+    return b"".join([blob[offsets[i] : offsets[i + 1]] for i in map(int, ids) if 0 <= i < count]).decode(
+        "utf-8", "replace")
 
 
 class IncrementalDetokenizer:
