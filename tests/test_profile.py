@@ -71,6 +71,29 @@ def test_each_profiler_adapter_explains_a_real_run(tmp_path, engine, expected_ev
     assert any(expected_events in e.get("name", "") for e in _trace_events(profile.trace_file))
 
 
+def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
+    """The bandwidth moves between minutes: every engine gets a probe just before it starts and
+    one just after it closes, and its floor uses the faster of its own two."""
+    from dataclasses import replace
+
+    rates = iter([10.0, 20.0, 40.0, 5.0])  # engine one: 10 then 20; engine two: 40 then 5
+    probes = []
+
+    def probe(threads):
+        probes.append(replace(BANDWIDTH, gb_s=next(rates), measured_at=f"probe {len(probes) + 1}"))
+        return probes[-1]
+
+    config = BenchConfig(model="random:tiny", backends=("one", "two"), prompt="Hello world", new_tokens=6,
+                         repeats=1, warmup=0, threads=1)
+    specs = {"one": phased_spec("one"), "two": phased_spec("two")}
+    result = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=probe).run()
+    one, two = result.profiles
+    assert (one.bandwidth_gb_s, two.bandwidth_gb_s) == (20.0, 40.0)
+    assert one.floor_ms == pytest.approx(2 * two.floor_ms)
+    assert "probe 2" in one.bandwidth_label and "probe 3" in two.bandwidth_label
+    assert result.bandwidth.gb_s == 40.0  # environment.json: the session's fastest probe
+
+
 def test_engine_without_a_profiler_shows_its_total_and_harness(tmp_path):
     result = _profile(tmp_path, ["null"], new_tokens=10)
     (profile,) = result.profiles

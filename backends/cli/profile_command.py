@@ -61,10 +61,11 @@ def _charts(result: ProfileResult, out, err: Console) -> list:
 
 
 def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:
-    bandwidth = result.bandwidth.label if result.bandwidth else "bandwidth not measured"
+    probe = result.bandwidth.label.split(":")[0] if result.bandwidth else "bandwidth not measured"
     for phase in ("decode", "prefill"):
         unit = "ms per token" if phase == "decode" else "ms for the prompt"
-        table = Table(title=f"{phase} step, {unit}" + (f" (floor from {bandwidth})" if phase == "decode" else ""))
+        table = Table(title=f"{phase} step, {unit}" + (f" (floor: {probe}, probed around each engine)"
+                                                        if phase == "decode" else ""))
         rows = [profile_row(p, phase) for p in result.profiles]
         columns = shown_columns(rows)
         for index in columns:

@@ -4,7 +4,10 @@ Each engine runs alone (its worker is closed before the next one starts): load, 
 measured repeats exactly as `bench` runs them (recorded: they give ms/token), then one more run
 under the engine's own profiler (never recorded: it carries the profiler's overhead). The
 profiled run's capture and its per-token timers become the engine's breakdown (see
-profile/breakdown.py); the bandwidth probe (own process, cached) gives the floor.
+profile/breakdown.py). The floor's bandwidth is probed (in its own process) right before each
+engine starts and right after its worker closes, and the faster of the two is that engine's: a
+shared machine's bandwidth moves by tens of percent over minutes, so one probe at the start of a
+half-hour profile judged later engines against another moment's memory system.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class ProfileSession:
     def __init__(self, config: BenchConfig, trace_dir: Path, on_event: EventSink | None = None,
                  specs: dict[str, EngineSpec] | None = None,
                  bandwidth: Callable[[int], Bandwidth | None] | None = None) -> None:
-        """`bandwidth(threads)`: the floor's bandwidth (default: the probe, cached after its first run)."""
+        """`bandwidth(threads)`: one probe of the floor's bandwidth (default: measured afresh)."""
         self.config = config.validate()
         self.trace_dir = Path(trace_dir)
         self._orchestrator = Orchestrator(self.config, on_event, specs)
@@ -74,10 +77,6 @@ class ProfileSession:
             model, prompt_ids = self.prepare()
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         result = ProfileResult(BenchResult(self.config, model, list(prompt_ids)))
-        try:
-            result.bandwidth = (self._bandwidth or fresh_bandwidth)(self.threads)
-        except Exception:  # no floor is better than no profile
-            result.bandwidth = None
         cell = bench_cell(self.config, list(prompt_ids))
         orchestrator, names = self._orchestrator, self.config.backends
         with orchestrator.session(result.bench):
@@ -85,13 +84,23 @@ class ProfileSession:
                 if orchestrator.cancelled:
                     break
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
+                before = self._probe()
                 profile = self._profile_one(name, cell, result)
+                bandwidth = faster(before, None if orchestrator.cancelled else self._probe())
+                set_floor(profile, bandwidth)
+                result.bandwidth = faster(result.bandwidth, bandwidth)
                 result.profiles.append(profile)
                 orchestrator.emit(ProfileEngineDone(profile))
         finish_bench(result.bench, self.threads, orchestrator.cancelled)
         if result.bandwidth is not None:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
         return result
+
+    def _probe(self) -> Bandwidth | None:
+        try:
+            return (self._bandwidth or fresh_bandwidth)(self.threads)
+        except Exception:  # no floor is better than no profile
+            return None
 
     def _profile_one(self, name: str, cell, result: ProfileResult) -> EngineProfile:
         orchestrator = self._orchestrator
@@ -112,8 +121,7 @@ class ProfileSession:
             outcome = orchestrator.run_profiled(name, cell, str(trace))
         finally:
             orchestrator.close(name)
-        _fill_measured(profile, measured, orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens,
-                       result.bandwidth)
+        _fill_measured(profile, measured, orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens)
         if outcome.status != RunStatus.OK:
             profile.status, profile.error = outcome.status, outcome.error
             return profile
@@ -136,8 +144,18 @@ def _failed(profile: EngineProfile, runs: list[RunRecord], name: str) -> EngineP
     return profile
 
 
-def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int,
-                   bandwidth: Bandwidth | None) -> None:
+def faster(a: Bandwidth | None, b: Bandwidth | None) -> Bandwidth | None:
+    """The faster of two probes (the stricter floor); either may be missing."""
+    present = [x for x in (a, b) if x is not None]
+    return max(present, key=lambda x: x.gb_s) if present else None
+
+
+def set_floor(profile: EngineProfile, bandwidth: Bandwidth | None) -> None:
+    if bandwidth is not None:
+        profile.bandwidth_gb_s, profile.bandwidth_label = bandwidth.gb_s, f"{bandwidth.label} at {bandwidth.measured_at}"
+
+
+def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int) -> None:
     """ms/token, TTFT and CPU per token as bench computes them (medians of the measured runs)."""
     def median(values):
         values = [v for v in values if v is not None]
@@ -151,5 +169,3 @@ def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, pro
         mean_position = prompt_tokens + (new_tokens - 1) / 2  # the KV cache read grows by one per step
         profile.bytes_per_token = ready.weight_bytes_per_token + ready.kv_bytes_per_position * mean_position
         profile.floor_note = fits_in_cache_note(ready.weight_bytes_per_token)
-    if bandwidth is not None:
-        profile.bandwidth_gb_s, profile.bandwidth_label = bandwidth.gb_s, bandwidth.label
