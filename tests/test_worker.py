@@ -2,6 +2,7 @@
 
 import sys
 import threading
+import time
 
 import pytest
 
@@ -74,9 +75,10 @@ def test_cancel_stops_within_one_token(tiny_model):
 
     def on_event(event):
         inner = getattr(event, "event", None)
-        if isinstance(inner, Token):
-            seen.append(inner.index)
-            if inner.index == 4:
+        if isinstance(inner, Token) and inner.run_id.startswith("long/"):
+            seen.append(inner.t_ns)
+            if inner.index == 4:  # (a measured run's tokens reach the parent in batches: later than made)
+                session_box["at_ns"] = time.perf_counter_ns()  # the child's clock too (events.py)
                 session_box["session"].cancel()
 
     specs = {"long": fake_engines.spec("long", decode_s=0.02), "never": fake_engines.spec("never")}
@@ -85,7 +87,8 @@ def test_cancel_stops_within_one_token(tiny_model):
     result = session.run()
     (run,) = [r for r in result.runs if r.backend == "long"]
     assert run.status == "cancelled" and result.cancelled
-    assert run.tokens_generated <= 6  # the token in flight when Cancel came, at most one more
+    made_after_cancel = [t_ns for t_ns in seen if t_ns > session_box["at_ns"]]
+    assert len(made_after_cancel) <= 2  # the token in flight when Cancel came, at most one more
     assert not [r for r in result.runs if r.backend == "never"]  # nothing starts after Cancel
     assert not live_workers()
 
@@ -100,6 +103,36 @@ def test_a_worker_that_ignores_cancel_is_killed(tiny_model):
     assert outcome.status == "killed" and len(outcome.tokens) == 2
     assert not worker.alive
     worker.close()
+
+
+def test_measured_runs_send_their_tokens_in_batches(tiny_model):
+    """A run that is not live reaches the parent in a few TokenBatch events (the engine's thread
+    never wakes the parent mid-run) and yields the same tokens, in order, as a live one."""
+    from whistle_stop.backends.worker.events import TokenBatch
+
+    received: list[object] = []
+    spec = fake_engines.spec("batched", decode_s=0.005)
+    worker = Worker(spec, tiny_model, EngineOptions(threads=1))
+    original = worker._next_event
+
+    def spy(*args, **kwargs):
+        received.append(original(*args, **kwargs))
+        return received[-1]
+
+    worker._next_event = spy
+    worker.start()
+    try:
+        live = worker.run(RunRequest("batched/w1", (1, 2, 3), 40, SamplingParams()))
+        sends_live = sum(isinstance(e, Token) for e in received)
+        received.clear()
+        batched = worker.run(RunRequest("batched/r1", (1, 2, 3), 40, SamplingParams(), live=False))
+    finally:
+        worker.close()
+    batches = [e for e in received if isinstance(e, TokenBatch)]
+    assert sends_live == 40 and not any(isinstance(e, Token) for e in received)
+    assert 1 <= len(batches) < 10 and sum(len(b.tokens) for b in batches) == 40
+    assert [t.token_id for t in batched.tokens] == [t.token_id for t in live.tokens]
+    assert [t.index for t in batched.tokens] == list(range(40)) and batched.status == "ok"
 
 
 def test_load_failure_raises_worker_error(tiny_model):

@@ -216,7 +216,9 @@ class Orchestrator:
     def run_once(self, name: str, repeat: int, is_warmup: bool, cell: Cell) -> None:
         worker = self._workers[name]
         run_id = f"{name}/{cell.tag + '/' if cell.tag else ''}{'w' if is_warmup else 'r'}{repeat}"
-        request = RunRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling)
+        # measured fair runs are timed undisturbed (tokens batched); warm-ups and a race stream live
+        live = is_warmup or self.config.mode == "race"
+        request = RunRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling, live=live)
         context = (RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids), cell.new_tokens) if cell.tag
                    else RunContext(repeat, is_warmup))
         self.emit(BackendEvent(name, request, context))  # (the window draws everything before this run now)
@@ -240,7 +242,7 @@ class Orchestrator:
         which stay still only while measured runs are timed."""
         worker = self._workers[name]
         request = RunRequest(f"{name}/profiled", cell.prompt_ids, cell.new_tokens, self.config.sampling,
-                             profile_trace=trace_path)
+                             profile_trace=trace_path, live=False)  # its harness as the measured runs' is
         self.emit(BackendEvent(name, request, RunContext(0, True, "profiled")))
         return worker.run(request)
 

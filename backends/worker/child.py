@@ -16,8 +16,8 @@ import numpy as np
 from ..engine import Engine, EngineOptions
 from ..errors import one_line
 from ..profile.capture import EngineProfiler, ProfileCapture
-from .events import (Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted,
-                     ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token)
+from .events import (BATCH_S, Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest,
+                     RunStarted, ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token, TokenBatch)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..sampling import Sampler
@@ -79,15 +79,18 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     start = time.perf_counter_ns()  # after the profiler started: its set-up is in no timed span
     conn.send(RunStarted(request.run_id, start))
     stamps: list[int] = []
+    outbox = _Outbox(conn, request)
     try:
         tokens = (_drive(engine, request, sampler, detokenizer, cancel, start, profiler) if drives
                   else _relay(engine, request, sampler, detokenizer, cancel, start))
         for token in tokens:
-            conn.send(token)
+            outbox.send(token)
             stamps.append(token.t_ns)
     except Exception as exc:
+        outbox.close()
         conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))
         return
+    outbox.close()
     end = time.perf_counter_ns()
     cpu_s = cpu_seconds() - cpu_start
     if request.profile_trace:
@@ -96,6 +99,45 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     cancelled = cancel.is_set() and count < request.new_tokens
     notes = "; ".join(n for n in (engine.run_notes, server_cross_check(engine, server_before, [(start, stamps)])) if n)
     conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, notes, cpu_s))
+
+
+class _Outbox:
+    """Sends a run's tokens: each at once for a live run; otherwise a thread sends what has piled up
+    every BATCH_S, so the engine's thread never wakes the parent mid-run (and a run that hangs or
+    fails still delivers the tokens made before). `close` sends the rest; call it before RunDone."""
+
+    def __init__(self, conn, request: RunRequest) -> None:
+        self.conn, self.run_id, self.live = conn, request.run_id, request.live
+        self.pending: list[Token] = []
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+        self.sender = None
+        if not self.live:
+            self.sender = threading.Thread(target=self._every_batch, name="token-batches", daemon=True)
+            self.sender.start()
+
+    def send(self, token: Token) -> None:
+        if self.live:
+            self.conn.send(token)
+            return
+        with self.lock:
+            self.pending.append(token)
+
+    def _every_batch(self) -> None:
+        while not self.closed.wait(BATCH_S):
+            self._flush()
+
+    def _flush(self) -> None:
+        with self.lock:
+            batch, self.pending = self.pending, []
+        if batch:  # only one thread sends at a time: the sender until close() has joined it, then close()
+            self.conn.send(TokenBatch(self.run_id, tuple(batch)))
+
+    def close(self) -> None:
+        self.closed.set()
+        if self.sender is not None:
+            self.sender.join()
+        self._flush()
 
 
 # Both loops below yield each Token for `_serve_run` to send, and are resumed only after the send,

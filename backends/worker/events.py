@@ -25,6 +25,13 @@ class RunRequest:
     new_tokens: int
     sampling: SamplingParams
     profile_trace: str = ""  # profile this run with the engine's own profiler, trace written here ("" = not)
+    # Each token sent as it comes (warm-ups, race: what a window streams), or, for measured runs, in
+    # TokenBatch events sent by a thread every BATCH_S: on a 2-core machine each send wakes the parent,
+    # which cost the engine it timed ~0.2-0.4 ms per token (worker/child.py). Stamps are the child's either way.
+    live: bool = True
+
+
+BATCH_S = 0.25  # a run that is not live still sends its tokens this often (progress, and a hang keeps them)
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,8 @@ class Token:
       generator): its calls cannot be seen from outside, so all of its time counts as engine.
     - `harness_ns`: the rest of the gap, i.e. the harness's own per-token work in it: sampling this
       token, and detokenizing + building + sending the previous token's event (or RunStarted, for
-      token 0), plus the loop around them. A token's own detokenizing and sending happen after
+      token 0; in a run that is not live, handing it to the batch sender), plus the loop around
+      them. A token's own detokenizing and sending happen after
       its stamp, so they are counted in the next token's gap: each gap holds exactly one of each,
       and engine_ns + harness_ns equals the gap (the ITL; TTFT for token 0). For an engine that
       overrides `stream`, it is the time the child spent outside the engine's generator in the gap.
@@ -130,6 +138,14 @@ class Token:
     t_ns: int  # taken once the token id is on the CPU
     engine_ns: int | None = None  # the engine's prefill/decode call that produced this token's logits
     harness_ns: int | None = None  # the rest of the gap before t_ns: sampling, the previous token's send
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Tokens of a run that is not live (RunRequest.live False), in order; the parent hands them on one by one."""
+
+    run_id: str
+    tokens: tuple[Token, ...]
 
 
 @dataclass(frozen=True)

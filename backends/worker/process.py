@@ -17,7 +17,7 @@ from typing import Callable
 from ..engine import EngineOptions
 from ..profile.capture import ProfileCapture
 from .events import (Failed, LoadDone, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
-                     ScoreRequest, Shutdown, Token, TopLogits, WorkerLost)
+                     ScoreRequest, Shutdown, Token, TokenBatch, TopLogits, WorkerLost)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..status import RunStatus
@@ -171,6 +171,11 @@ class Worker:
             return outcome
         while True:
             event = self._next_event(self.timeouts.token_s, run_id=request.run_id)
+            if isinstance(event, TokenBatch):  # a run that is not live: its tokens, one by one as if streamed
+                for token in event.tokens:
+                    self._on_event(token)
+                    outcome.tokens.append(token)
+                continue
             self._on_event(event)
             if isinstance(event, Token):
                 outcome.tokens.append(event)
