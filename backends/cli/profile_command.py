@@ -61,7 +61,7 @@ def _charts(result: ProfileResult, out, err: Console) -> list:
 
 
 def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:
-    probe = result.bandwidth.label.split(":")[0] if result.bandwidth else "bandwidth not measured"
+    probe = result.bandwidth.method if result.bandwidth else "bandwidth not measured"
     for phase in ("decode", "prefill"):
         unit = "ms per token" if phase == "decode" else "ms for the prompt"
         table = Table(title=f"{phase} step, {unit}" + (f" (floor: {probe}, probed around each engine)"

@@ -48,10 +48,15 @@ class Bandwidth:
     readers: dict = field(default_factory=dict)  # reader -> its best GB/s
 
     @property
+    def method(self) -> str:
+        """How it was measured: "<reader> over a N MB fp32 matrix, T threads"."""
+        return (f"{self.reader} over a {self.bytes / 1e6:.0f} MB fp32 matrix, {self.threads} "
+                f"thread{'s' if self.threads != 1 else ''}")
+
+    @property
     def label(self) -> str:
         """What the limit is, in one line (environment.json, plots, reports)."""
-        return (f"{self.reader} over a {self.bytes / 1e6:.0f} MB fp32 matrix, {self.threads} "
-                f"thread{'s' if self.threads != 1 else ''}: {self.gb_s:.1f} GB/s")
+        return f"{self.method}: {self.gb_s:.1f} GB/s"
 
     def as_dict(self) -> dict:
         return {**asdict(self), "label": self.label, "llc_bytes": last_level_cache_bytes()}

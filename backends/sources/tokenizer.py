@@ -9,6 +9,7 @@ takes ~100 ms, and a worker pays that in every engine's cold start before its fi
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
@@ -62,7 +63,7 @@ def _token_table() -> tuple[array, bytes]:
     data = TOKEN_BYTES_FILE.read_bytes()
     (count,) = struct.unpack_from("<I", data)
     offsets = array("I", data[4 : 4 + 4 * (count + 1)])
-    if array("I", [1]).tobytes() != (1).to_bytes(4, "little"):
+    if sys.byteorder == "big":
         offsets.byteswap()  # the file is little-endian
     return offsets, data[4 + 4 * (count + 1) :]
 
