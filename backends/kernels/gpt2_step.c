@@ -8,9 +8,10 @@
  *   WT_F32   float32
  *   WT_BF16  bfloat16 as raw uint16, widened by a shift in registers (float32 sums)
  *   WT_I8    int8 with one float32 scale per row (symmetric)
- *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8; two
- *            blocks share 32 bytes (byte j: element j of the first in its low nibble, of the
- *            second in its high one), so rows are multiples of 64
+ *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8, in
+ *            groups of four blocks (64 bytes; a row whose block count is 2 mod 4 ends with a
+ *            group of two) whose nibbles are interleaved so that one int32 lane of the summed
+ *            products belongs to one block (see q4_position); rows are multiples of 64
  * For both integer types decode quantises the activations to int8 per block of 32 and sums the
  * products in int32 (as llama.cpp's q8_0/q4_0 and ONNX Runtime's MatMulNBits at accuracy level
  * 4 do): widening every weight to float32 made the products compute-bound on AVX2.
@@ -116,21 +117,53 @@ static inline QuantX quant_row(const QuantX *qx, int64_t r, int64_t K) {
     return row;
 }
 
-static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K) {
-    for (int64_t b = 0; b < K / QBLOCK; b++) {
+/* q4's groups: four blocks, or two for the last group of a row whose block count is 2 mod 4. */
+static inline int64_t q4_group_start(int64_t b, int64_t blocks) {
+    const int64_t quads = blocks / 4 * 4;
+    return b < quads ? b / 4 * 4 : quads;
+}
+static inline int64_t q4_group_size(int64_t start, int64_t blocks) { return blocks - start >= 4 ? 4 : 2; }
+
+/* Where element j of block `beta` of a group of G blocks sits among the group's G * 32 nibbles,
+ * counted as G vectors ("slots") of 32 lanes: slot s is the low (s even) or high (s odd) nibbles
+ * of the group's 32-byte word s / 2. Lanes go in runs of four elements; run g of every slot
+ * belongs to block g % G, so after maddubs and madd(ones) int32 lane g holds a sum from block
+ * g % G alone, and the G slots' products can be added in int16 (G * 15 * 127 * 2 fits) before
+ * one conversion and one scaled add per group instead of one per block. The activations are
+ * quantised into the same order (slot s at byte s * 32 of the group). */
+static inline int64_t q4_position(int64_t G, int64_t beta, int64_t j) {
+    const int64_t run = j / 4, per_slot = 8 / G; /* runs of one block in one slot */
+    const int64_t slot = run / per_slot, g = (run % per_slot) * G + beta;
+    return slot * 32 + g * 4 + j % 4;
+}
+
+/* x quantised per block of 32; `q4_order` writes each block's values where q4_position puts
+ * its weights (scales and offsets stay per block, in order). */
+static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K, int q4_order) {
+    const int64_t blocks = K / QBLOCK;
+    for (int64_t b = 0; b < blocks; b++) {
         const float *xb = x + b * QBLOCK;
         float amax = 0.0f;
         for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+        const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
         int32_t sum = 0;
         for (int j = 0; j < QBLOCK; j++) {
             const int8_t v = (int8_t)lrintf(xb[j] * inv);
-            qx->q[b * QBLOCK + j] = v;
+            qx->q[q4_order ? start * QBLOCK + q4_position(G, b - start, j) : b * QBLOCK + j] = v;
             sum += v;
         }
         qx->scale[b] = scale;
         qx->offset[b] = 8.0f * scale * (float)sum;
     }
+}
+
+/* Element k of a q4 row, value + 8 (0..15). */
+static inline int q4_nibble(const uint8_t *restrict w, int64_t k, int64_t blocks) {
+    const int64_t b = k / QBLOCK, start = q4_group_start(b, blocks);
+    const int64_t p = q4_position(q4_group_size(start, blocks), b - start, k % QBLOCK);
+    const uint8_t byte = w[start * QBLOCK / 2 + (p / 64) * 32 + p % 32];
+    return (p / 32) % 2 ? byte >> 4 : byte & 15;
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -166,40 +199,57 @@ static float dot_i8(const int8_t *restrict w, const QuantX *qx, int64_t K) {
 #endif
 }
 
-/* One q4 row against x quantised per block. The nibbles hold value + 8, so they multiply as
- * unsigned bytes: sum_b ws[b] (xs[b] sum_j nibble_j x_j - 8 xs[b] sum_j x_j). Two blocks share
- * 32 bytes (byte j: element j of the first in its low nibble, of the second in its high one), so
- * one load and two masks unpack 64 weights. */
+#if defined(__AVX2__) && defined(__FMA__)
+/* Sum of the products of G q4 slots (G / 2 words of 32 bytes) with x's G slots: int32 lane g
+ * holds block g % G's part (see q4_position), as float32. */
+static inline __attribute__((always_inline)) __m256 q4_group_sums(const uint8_t *restrict w, const int8_t *restrict xq, int G) {
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256i sum = _mm256_setzero_si256();
+    for (int v = 0; v < G / 2; v++) { /* G * 15 * 127 * 2 fits in int16 */
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + v * 32));
+        const __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(xq + v * 64))));
+        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(xq + v * 64 + 32))));
+    }
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(sum, ones));
+}
+
+/* The scale of each int32 lane of a group: block b + g % G's weight scale times its x scale. */
+static inline __attribute__((always_inline)) __m256 q4_scales(const float *restrict ws, const float *restrict xs, int G) {
+    if (G == 4) return _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)ws), _mm256_broadcast_ps((const __m128 *)xs));
+    return _mm256_mul_ps(_mm256_castpd_ps(_mm256_broadcast_sd((const double *)ws)),
+                         _mm256_castpd_ps(_mm256_broadcast_sd((const double *)xs)));
+}
+#endif
+
+/* One q4 row against x quantised per block (both in q4_position's order). The nibbles hold
+ * value + 8, so they multiply as unsigned bytes: sum_b ws[b] (xs[b] sum_j nibble_j x_j - 8 xs[b]
+ * sum_j x_j), the second term from x's per-block offsets. */
 static float dot_q4(const uint8_t *restrict w, const float *restrict ws, const QuantX *qx, int64_t K) {
     const int64_t blocks = K / QBLOCK;
     float offset = 0.0f;
     for (int64_t b = 0; b < blocks; b++) offset += ws[b] * qx->offset[b];
 #if defined(__AVX2__) && defined(__FMA__)
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; b += 2) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + b * QBLOCK / 2));
-        const __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
-        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(qx->q + (b + 1) * QBLOCK));
-        /* 15 * 127 * 2 fits in int16 */
-        const __m256 s0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones));
-        const __m256 s1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(ws[b] * qx->scale[b]), s0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(ws[b + 1] * qx->scale[b + 1]), s1, acc1);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1)) - offset;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= blocks; b += 4)
+        acc = _mm256_fmadd_ps(q4_scales(ws + b, qx->scale + b, 4), q4_group_sums(w + b * QBLOCK / 2, qx->q + b * QBLOCK, 4), acc);
+    if (b < blocks)
+        acc = _mm256_fmadd_ps(q4_scales(ws + b, qx->scale + b, 2), q4_group_sums(w + b * QBLOCK / 2, qx->q + b * QBLOCK, 2), acc);
+    return hsum8(acc) - offset;
 #else
     float a = 0.0f;
-    for (int64_t b = 0; b < blocks; b += 2) {
-        const uint8_t *pair = w + b * QBLOCK / 2;
-        const int8_t *x0 = qx->q + b * QBLOCK, *x1 = x0 + QBLOCK;
-        int32_t s0 = 0, s1 = 0;
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
+        const uint8_t *group = w + start * QBLOCK / 2;
+        const int8_t *xg = qx->q + start * QBLOCK;
+        int32_t sum = 0;
         for (int j = 0; j < QBLOCK; j++) {
-            s0 += (int32_t)(pair[j] & 15) * x0[j];
-            s1 += (int32_t)(pair[j] >> 4) * x1[j];
+            const int64_t p = q4_position(G, b - start, j);
+            const uint8_t byte = group[(p / 64) * 32 + p % 32];
+            sum += (int32_t)((p / 32) % 2 ? byte >> 4 : byte & 15) * xg[p];
         }
-        a += ws[b] * qx->scale[b] * (float)s0 + ws[b + 1] * qx->scale[b + 1] * (float)s1;
+        a += ws[b] * qx->scale[b] * (float)sum;
     }
     return a - offset;
 #endif
@@ -229,23 +279,20 @@ static void dot4_i8(const int8_t *const w[4], const QuantX *qx, int64_t K, float
 }
 
 static void dot4_q4(const uint8_t *const w[4], const float *const ws[4], const QuantX *qx, int64_t K, float out[4]) {
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const int64_t blocks = K / QBLOCK;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < K / QBLOCK; b += 2) {
-        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
-        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(qx->q + (b + 1) * QBLOCK));
-        for (int r = 0; r < 4; r++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w[r] + b * QBLOCK / 2));
-            const __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-            const __m256 s0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones));
-            const __m256 s1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ws[r][b] * qx->scale[b]), s0, acc[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ws[r][b + 1] * qx->scale[b + 1]), s1, acc[r]);
-        }
-    }
+    int64_t b = 0;
+    for (; b + 4 <= blocks; b += 4) /* groups of four (constant G: the loops unroll) */
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm256_fmadd_ps(q4_scales(ws[r] + b, qx->scale + b, 4),
+                                     q4_group_sums(w[r] + b * QBLOCK / 2, qx->q + b * QBLOCK, 4), acc[r]);
+    if (b < blocks) /* a last group of two */
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm256_fmadd_ps(q4_scales(ws[r] + b, qx->scale + b, 2),
+                                     q4_group_sums(w[r] + b * QBLOCK / 2, qx->q + b * QBLOCK, 2), acc[r]);
     for (int r = 0; r < 4; r++) {
         float offset = 0.0f;
-        for (int64_t b = 0; b < K / QBLOCK; b++) offset += ws[r][b] * qx->offset[b];
+        for (int64_t b = 0; b < blocks; b++) offset += ws[r][b] * qx->offset[b];
         out[r] = hsum8(acc[r]) - offset;
     }
 }
@@ -289,15 +336,10 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
         for (int64_t k = 0; k < K; k++) buf[k] = (float)w[k] * s;
         return buf;
     }
-    default: { /* WT_Q4: two blocks per 32 bytes */
+    default: { /* WT_Q4, in q4_position's order */
         const uint8_t *w = (const uint8_t *)m->w + n * K / 2;
         const float *s = m->scale + n * (K / QBLOCK);
-        for (int64_t b = 0; b < K / QBLOCK; b += 2)
-            for (int j = 0; j < QBLOCK; j++) {
-                const uint8_t byte = w[b * QBLOCK / 2 + j];
-                buf[b * QBLOCK + j] = (float)((int)(byte & 15) - 8) * s[b];
-                buf[(b + 1) * QBLOCK + j] = (float)((int)(byte >> 4) - 8) * s[b + 1];
-            }
+        for (int64_t k = 0; k < K; k++) buf[k] = (float)(q4_nibble(w, k, K / QBLOCK) - 8) * s[k / QBLOCK];
         return buf;
     }
     }
@@ -315,7 +357,7 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
         const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
         if (wtype == WT_I8 || wtype == WT_Q4) {
             #pragma omp single
-            quantise_blocks(x, qx, K); /* implied barrier: every thread sees it */
+            quantise_blocks(x, qx, K, wtype == WT_Q4); /* implied barrier: every thread sees it */
             float out[4];
             for (int64_t i = lo; i < lo + q; i++) {
                 quant_dot4(m, wtype, i, q, K, qx, out);
@@ -344,7 +386,7 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < M; r++) {
             const QuantX row = quant_row(qx, r, K);
-            quantise_blocks(x + r * K, &row, K);
+            quantise_blocks(x + r * K, &row, K, wtype == WT_Q4);
         } /* implied barrier */
         for (int64_t n = lo; n < hi; n++) {
             const float b0 = bias ? bias[n] : 0.0f;

@@ -49,17 +49,56 @@ def quantise_rows_i8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] 
     return np.clip(q, -127, 127).astype(np.int8), scale
 
 
+def q4_position(group: int, beta: int, j: int) -> int:
+    """Where element j of block `beta` of a group of `group` (4, or 2) blocks sits among the group's
+    group * 32 nibbles (gpt2_step.c's q4_position): slot s = position // 32 is the low (s even) or
+    high (s odd) nibbles of the group's 32-byte word s // 2; lanes go in runs of four elements, and
+    run g of every slot belongs to block g % group, so the kernel adds the slots' integer products
+    before one conversion and one scaled add per group."""
+    run, per_slot = j // 4, 8 // group
+    slot, g = run // per_slot, (run % per_slot) * group + beta
+    return slot * 32 + g * 4 + j % 4
+
+
+def _q4_groups(blocks: int) -> list[tuple[int, int]]:  # (first block, blocks in the group)
+    quads = blocks // 4 * 4
+    return [(b, 4) for b in range(0, quads, 4)] + ([(quads, 2)] if blocks > quads else [])
+
+
+def _pack_q4_group(q: np.ndarray, group: int) -> np.ndarray:  # [N, G, 32] in 0..15 -> uint8 [N, G * 16]
+    n = q.shape[0]
+    order = np.empty(group * QBLOCK, np.int64)  # order[position] = element index in the group
+    for beta in range(group):
+        for j in range(QBLOCK):
+            order[q4_position(group, beta, j)] = beta * QBLOCK + j
+    slots = q.reshape(n, group * QBLOCK)[:, order].reshape(n, group // 2, 2, QBLOCK)  # [N, words, lo/hi, 32]
+    return (slots[:, :, 0] | (slots[:, :, 1] << np.uint8(4))).reshape(n, group * QBLOCK // 2)
+
+
 def quantise_blocks_q4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] -> uint8 [N, K/2], scale [N, K/32]
-    """Blocks of 32 with a scale each, stored as value + 8 (0..15); blocks 2p and 2p+1 share 32 bytes:
-    byte j holds element j of block 2p in its low nibble and of block 2p+1 in its high one."""
+    """Blocks of 32 with a scale each, stored as value + 8 (0..15), in groups of four blocks (a row
+    whose block count is 2 mod 4 ends with a group of two) laid out by q4_position."""
     n, k = w.shape
     blocks = w.reshape(n, k // QBLOCK, QBLOCK)  # [N, B, 32]
     scale = np.abs(blocks).max(axis=2) / np.float32(7)  # symmetric: -7..7
     scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
     q = (np.clip(np.rint(blocks / scale[:, :, None]), -8, 7) + 8).astype(np.uint8)  # [N, B, 32] in 0..15
-    pairs = q.reshape(n, k // (2 * QBLOCK), 2, QBLOCK)  # [N, B/2, 2, 32]
-    packed = pairs[:, :, 0] | (pairs[:, :, 1] << np.uint8(4))  # [N, B/2, 32]
-    return np.ascontiguousarray(packed.reshape(n, k // 2)), scale
+    packed = [_pack_q4_group(q[:, b:b + g], g) for b, g in _q4_groups(k // QBLOCK)]
+    return np.ascontiguousarray(np.concatenate(packed, axis=1)), scale
+
+
+def unpack_q4(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:  # uint8 [N, K/2], [N, K/32] -> float32 [N, K]
+    """The float32 values quantise_blocks_q4 stored (a reference for tests)."""
+    n, blocks = scale.shape
+    out = np.empty((n, blocks * QBLOCK), np.float32)
+    for b0, group in _q4_groups(blocks):
+        words = packed[:, b0 * QBLOCK // 2:(b0 + group) * QBLOCK // 2].reshape(n, group // 2, 1, QBLOCK)
+        slots = np.concatenate([words & 15, words >> 4], axis=2).reshape(n, group * QBLOCK)
+        for beta in range(group):
+            positions = [q4_position(group, beta, j) for j in range(QBLOCK)]
+            b = b0 + beta
+            out[:, b * QBLOCK:(b + 1) * QBLOCK] = (slots[:, positions].astype(np.float32) - 8) * scale[:, b:b + 1]
+    return out
 
 
 def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> StoredMatrix:
