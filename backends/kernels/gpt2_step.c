@@ -137,25 +137,26 @@ static inline int64_t q4_position(int64_t G, int64_t beta, int64_t j) {
     return slot * 32 + g * 4 + j % 4;
 }
 
-/* x quantised per block of 32; `q4_order` writes each block's values where q4_position puts
- * its weights (scales and offsets stay per block, in order). */
-static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K, int q4_order) {
-    const int64_t blocks = K / QBLOCK;
-    for (int64_t b = 0; b < blocks; b++) {
-        const float *xb = x + b * QBLOCK;
-        float amax = 0.0f;
-        for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
-        const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-        const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
-        int32_t sum = 0;
-        for (int j = 0; j < QBLOCK; j++) {
-            const int8_t v = (int8_t)lrintf(xb[j] * inv);
-            qx->q[q4_order ? start * QBLOCK + q4_position(G, b - start, j) : b * QBLOCK + j] = v;
-            sum += v;
-        }
-        qx->scale[b] = scale;
-        qx->offset[b] = 8.0f * scale * (float)sum;
+/* Block b of x quantised (of `blocks` per row); `q4_order` writes its values where q4_position
+ * puts its weights (scales and offsets stay per block, in order). */
+static void quantise_block(const float *restrict x, const QuantX *qx, int64_t blocks, int64_t b, int q4_order) {
+    const float *xb = x + b * QBLOCK;
+    float amax = 0.0f;
+    for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+    const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
+    int32_t sum = 0;
+    for (int j = 0; j < QBLOCK; j++) {
+        const int8_t v = (int8_t)lrintf(xb[j] * inv);
+        qx->q[q4_order ? start * QBLOCK + q4_position(G, b - start, j) : b * QBLOCK + j] = v;
+        sum += v;
     }
+    qx->scale[b] = scale;
+    qx->offset[b] = 8.0f * scale * (float)sum;
+}
+
+static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K, int q4_order) {
+    for (int64_t b = 0; b < K / QBLOCK; b++) quantise_block(x, qx, K / QBLOCK, b, q4_order);
 }
 
 /* Element k of a q4 row, value + 8 (0..15). */
@@ -356,8 +357,8 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
     if (M == 1) {
         const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
         if (wtype == WT_I8 || wtype == WT_Q4) {
-            #pragma omp single
-            quantise_blocks(x, qx, K, wtype == WT_Q4); /* implied barrier: every thread sees it */
+            #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
+            for (int64_t b = 0; b < K / QBLOCK; b++) quantise_block(x, qx, K / QBLOCK, b, wtype == WT_Q4);
             float out[4];
             for (int64_t i = lo; i < lo + q; i++) {
                 quant_dot4(m, wtype, i, q, K, qx, out);
