@@ -9,9 +9,10 @@
  *   WT_BF16  bfloat16 as raw uint16, widened by a shift in registers (float32 sums)
  *   WT_I8    int8 with one float32 scale per row (symmetric)
  *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8, in
- *            groups of four blocks (64 bytes; a row whose block count is 2 mod 4 ends with a
- *            group of two) whose nibbles are interleaved so that one int32 lane of the summed
- *            products belongs to one block (see q4_position); rows are multiples of 64
+ *            groups of four blocks (a row whose block count is 2 mod 4 ends with a group of
+ *            two), each group one record: its G scales, then its nibbles, interleaved so that
+ *            one int32 lane of the summed products belongs to one block (see q4_position).
+ *            20 bytes per block, one memory stream per row; rows are multiples of 64
  * For both integer types decode quantises the activations to int8 per block of 32 and sums the
  * products in int32 (as llama.cpp's q8_0/q4_0 and ONNX Runtime's MatMulNBits at accuracy level
  * 4 do): widening every weight to float32 made the products compute-bound on AVX2.
@@ -43,8 +44,8 @@ enum { T_MATMUL = 0, T_ATTENTION = 1, T_KV = 2, T_NORM_ACT = 3, T_OTHER = 4, T_C
 #define QBLOCK 32
 
 typedef struct {
-    const void *w;       /* [N][K] (WT_Q4: [N][K/2] bytes) */
-    const float *scale;  /* WT_I8: [N]; WT_Q4: [N][K/32]; otherwise NULL */
+    const void *w;       /* [N][K] (WT_Q4: [N][K/32 * 20] bytes of records) */
+    const float *scale;  /* WT_I8: [N]; otherwise NULL (WT_Q4's are in its records) */
     const float *bias;   /* [N] or NULL */
 } Mat;
 
@@ -159,11 +160,28 @@ static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K
     for (int64_t b = 0; b < K / QBLOCK; b++) quantise_block(x, qx, K / QBLOCK, b, q4_order);
 }
 
+/* A q4 row's group that starts at block `start` is one record at byte start * Q4_BLOCK_BYTES:
+ * G float32 scales, then G * 16 bytes of nibbles. */
+#define Q4_BLOCK_BYTES (4 + QBLOCK / 2)
+
+static inline float q4_scale(const uint8_t *restrict row, int64_t b, int64_t blocks) {
+    const int64_t start = q4_group_start(b, blocks);
+    float scale;
+    memcpy(&scale, row + start * Q4_BLOCK_BYTES + (b - start) * 4, sizeof scale);
+    return scale;
+}
+
+/* Element j of block b of x quantised in q4 order. */
+static inline int32_t qx_value(const QuantX *qx, int64_t b, int j, int64_t blocks) {
+    const int64_t start = q4_group_start(b, blocks);
+    return qx->q[start * QBLOCK + q4_position(q4_group_size(start, blocks), b - start, j)];
+}
+
 /* Element k of a q4 row, value + 8 (0..15). */
-static inline int q4_nibble(const uint8_t *restrict w, int64_t k, int64_t blocks) {
-    const int64_t b = k / QBLOCK, start = q4_group_start(b, blocks);
-    const int64_t p = q4_position(q4_group_size(start, blocks), b - start, k % QBLOCK);
-    const uint8_t byte = w[start * QBLOCK / 2 + (p / 64) * 32 + p % 32];
+static inline int q4_nibble(const uint8_t *restrict row, int64_t k, int64_t blocks) {
+    const int64_t b = k / QBLOCK, start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
+    const int64_t p = q4_position(G, b - start, k % QBLOCK);
+    const uint8_t byte = row[start * Q4_BLOCK_BYTES + G * 4 + (p / 64) * 32 + p % 32];
     return (p / 32) % 2 ? byte >> 4 : byte & 15;
 }
 
@@ -223,43 +241,52 @@ static inline __attribute__((always_inline)) __m256 q4_scales(const float *restr
 }
 #endif
 
-/* One q4 row against x quantised per block (both in q4_position's order). The nibbles hold
- * value + 8, so they multiply as unsigned bytes: sum_b ws[b] (xs[b] sum_j nibble_j x_j - 8 xs[b]
- * sum_j x_j), the second term from x's per-block offsets. */
-static float dot_q4(const uint8_t *restrict w, const float *restrict ws, const QuantX *qx, int64_t K) {
+#if defined(__AVX2__) && defined(__FMA__)
+/* One group record of a q4 row against x: acc += its products times their scales; off4 += its
+ * blocks' offset terms (weight scale times x's 8 * scale * sum, four lanes for four blocks). */
+static inline __attribute__((always_inline)) void q4_group(const uint8_t *restrict record, const QuantX *qx, int64_t b,
+                                                           int G, __m256 *acc, __m128 *off4) {
+    const float *ws = (const float *)record;
+    *acc = _mm256_fmadd_ps(q4_scales(ws, qx->scale + b, G), q4_group_sums(record + 4 * G, qx->q + b * QBLOCK, G), *acc);
+    const __m128 w4 = G == 4 ? _mm_loadu_ps(ws) : _mm_castpd_ps(_mm_load_sd((const double *)ws)); /* zeros after two */
+    const __m128 o4 = G == 4 ? _mm_loadu_ps(qx->offset + b) : _mm_castpd_ps(_mm_load_sd((const double *)(qx->offset + b)));
+    *off4 = _mm_fmadd_ps(w4, o4, *off4);
+}
+
+static inline float hsum4(__m128 v) {
+    const __m128 half = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+}
+#endif
+
+/* One q4 row (its records) against x quantised per block (in q4_position's order). The nibbles
+ * hold value + 8, so they multiply as unsigned bytes: sum_b ws[b] (xs[b] sum_j nibble_j x_j -
+ * 8 xs[b] sum_j x_j), the second term from x's per-block offsets. */
+static float dot_q4(const uint8_t *restrict row, const QuantX *qx, int64_t K) {
     const int64_t blocks = K / QBLOCK;
-    float offset = 0.0f;
-    for (int64_t b = 0; b < blocks; b++) offset += ws[b] * qx->offset[b];
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 acc = _mm256_setzero_ps();
+    __m128 off4 = _mm_setzero_ps();
     int64_t b = 0;
-    for (; b + 4 <= blocks; b += 4)
-        acc = _mm256_fmadd_ps(q4_scales(ws + b, qx->scale + b, 4), q4_group_sums(w + b * QBLOCK / 2, qx->q + b * QBLOCK, 4), acc);
-    if (b < blocks)
-        acc = _mm256_fmadd_ps(q4_scales(ws + b, qx->scale + b, 2), q4_group_sums(w + b * QBLOCK / 2, qx->q + b * QBLOCK, 2), acc);
-    return hsum8(acc) - offset;
+    for (; b + 4 <= blocks; b += 4) q4_group(row + b * Q4_BLOCK_BYTES, qx, b, 4, &acc, &off4);
+    if (b < blocks) q4_group(row + b * Q4_BLOCK_BYTES, qx, b, 2, &acc, &off4);
+    return hsum8(acc) - hsum4(off4);
 #else
     float a = 0.0f;
     for (int64_t b = 0; b < blocks; b++) {
-        const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
-        const uint8_t *group = w + start * QBLOCK / 2;
-        const int8_t *xg = qx->q + start * QBLOCK;
         int32_t sum = 0;
-        for (int j = 0; j < QBLOCK; j++) {
-            const int64_t p = q4_position(G, b - start, j);
-            const uint8_t byte = group[(p / 64) * 32 + p % 32];
-            sum += (int32_t)((p / 32) % 2 ? byte >> 4 : byte & 15) * xg[p];
-        }
-        a += ws[b] * qx->scale[b] * (float)sum;
+        for (int j = 0; j < QBLOCK; j++) sum += (int32_t)q4_nibble(row, b * QBLOCK + j, blocks) * qx_value(qx, b, j, blocks);
+        const float ws = q4_scale(row, b, blocks);
+        a += ws * qx->scale[b] * (float)sum - ws * qx->offset[b];
     }
-    return a - offset;
+    return a;
 #endif
 }
 
 /* Row n of an int8 or q4 matrix against x quantised per block. */
 static inline float quant_dot(const Mat *m, int64_t wtype, int64_t n, int64_t K, const QuantX *qx) {
     if (wtype == WT_I8) return dot_i8((const int8_t *)m->w + n * K, qx, K) * m->scale[n];
-    return dot_q4((const uint8_t *)m->w + n * K / 2, m->scale + n * (K / QBLOCK), qx, K);
+    return dot_q4((const uint8_t *)m->w + n * (K / QBLOCK) * Q4_BLOCK_BYTES, qx, K);
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -279,23 +306,16 @@ static void dot4_i8(const int8_t *const w[4], const QuantX *qx, int64_t K, float
     for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);
 }
 
-static void dot4_q4(const uint8_t *const w[4], const float *const ws[4], const QuantX *qx, int64_t K, float out[4]) {
+static void dot4_q4(const uint8_t *const rows[4], const QuantX *qx, int64_t K, float out[4]) {
     const int64_t blocks = K / QBLOCK;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m128 off4[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
     int64_t b = 0;
     for (; b + 4 <= blocks; b += 4) /* groups of four (constant G: the loops unroll) */
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm256_fmadd_ps(q4_scales(ws[r] + b, qx->scale + b, 4),
-                                     q4_group_sums(w[r] + b * QBLOCK / 2, qx->q + b * QBLOCK, 4), acc[r]);
+        for (int r = 0; r < 4; r++) q4_group(rows[r] + b * Q4_BLOCK_BYTES, qx, b, 4, &acc[r], &off4[r]);
     if (b < blocks) /* a last group of two */
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm256_fmadd_ps(q4_scales(ws[r] + b, qx->scale + b, 2),
-                                     q4_group_sums(w[r] + b * QBLOCK / 2, qx->q + b * QBLOCK, 2), acc[r]);
-    for (int r = 0; r < 4; r++) {
-        float offset = 0.0f;
-        for (int64_t b = 0; b < blocks; b++) offset += ws[r][b] * qx->offset[b];
-        out[r] = hsum8(acc[r]) - offset;
-    }
+        for (int r = 0; r < 4; r++) q4_group(rows[r] + b * Q4_BLOCK_BYTES, qx, b, 2, &acc[r], &off4[r]);
+    for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]) - hsum4(off4[r]);
 }
 #endif
 
@@ -308,13 +328,9 @@ static void quant_dot4(const Mat *m, int64_t wtype, int64_t n, int64_t q, int64_
         dot4_i8(w, qx, K, out);
         for (int r = 0; r < 4; r++) out[r] *= m->scale[n + r * q];
     } else {
-        const uint8_t *w[4];
-        const float *ws[4];
-        for (int r = 0; r < 4; r++) {
-            w[r] = (const uint8_t *)m->w + (n + r * q) * K / 2;
-            ws[r] = m->scale + (n + r * q) * (K / QBLOCK);
-        }
-        dot4_q4(w, ws, qx, K, out);
+        const uint8_t *rows[4];
+        for (int r = 0; r < 4; r++) rows[r] = (const uint8_t *)m->w + (n + r * q) * (K / QBLOCK) * Q4_BLOCK_BYTES;
+        dot4_q4(rows, qx, K, out);
     }
 #else
     for (int r = 0; r < 4; r++) out[r] = quant_dot(m, wtype, n + r * q, K, qx);
@@ -338,9 +354,9 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
         return buf;
     }
     default: { /* WT_Q4, in q4_position's order */
-        const uint8_t *w = (const uint8_t *)m->w + n * K / 2;
-        const float *s = m->scale + n * (K / QBLOCK);
-        for (int64_t k = 0; k < K; k++) buf[k] = (float)(q4_nibble(w, k, K / QBLOCK) - 8) * s[k / QBLOCK];
+        const uint8_t *row = (const uint8_t *)m->w + n * (K / QBLOCK) * Q4_BLOCK_BYTES;
+        for (int64_t k = 0; k < K; k++)
+            buf[k] = (float)(q4_nibble(row, k, K / QBLOCK) - 8) * q4_scale(row, k / QBLOCK, K / QBLOCK);
         return buf;
     }
     }

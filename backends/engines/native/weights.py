@@ -25,7 +25,7 @@ class WeightType(IntEnum):
 
 @dataclass
 class StoredMatrix:
-    """One [N, K] matrix at its stored type: `data` (q4: [N, K/2] bytes), `scale` (i8: [N]; q4: [N, K/32])."""
+    """One [N, K] matrix at its stored type: `data` (q4: [N, K/32 * 20] bytes of records), `scale` (i8: [N])."""
 
     data: np.ndarray
     scale: np.ndarray | None
@@ -75,29 +75,36 @@ def _pack_q4_group(q: np.ndarray, group: int) -> np.ndarray:  # [N, G, 32] in 0.
     return (slots[:, :, 0] | (slots[:, :, 1] << np.uint8(4))).reshape(n, group * QBLOCK // 2)
 
 
-def quantise_blocks_q4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] -> uint8 [N, K/2], scale [N, K/32]
-    """Blocks of 32 with a scale each, stored as value + 8 (0..15), in groups of four blocks (a row
-    whose block count is 2 mod 4 ends with a group of two) laid out by q4_position."""
+Q4_BLOCK_BYTES = 4 + QBLOCK // 2  # a float32 scale and 16 bytes of nibbles per block (gpt2_step.c)
+
+
+def quantise_blocks_q4(w: np.ndarray) -> np.ndarray:  # [N, K] -> uint8 [N, K/32 * 20]
+    """Blocks of 32 with a float32 scale each, stored as value + 8 (0..15), in groups of four blocks
+    (a row whose block count is 2 mod 4 ends with a group of two); each group is one record, its
+    scales and then its nibbles laid out by q4_position, so a row is one memory stream."""
     n, k = w.shape
     blocks = w.reshape(n, k // QBLOCK, QBLOCK)  # [N, B, 32]
     scale = np.abs(blocks).max(axis=2) / np.float32(7)  # symmetric: -7..7
     scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
     q = (np.clip(np.rint(blocks / scale[:, :, None]), -8, 7) + 8).astype(np.uint8)  # [N, B, 32] in 0..15
-    packed = [_pack_q4_group(q[:, b:b + g], g) for b, g in _q4_groups(k // QBLOCK)]
-    return np.ascontiguousarray(np.concatenate(packed, axis=1)), scale
+    records = [part for b, g in _q4_groups(k // QBLOCK)
+               for part in (np.ascontiguousarray(scale[:, b:b + g]).view(np.uint8), _pack_q4_group(q[:, b:b + g], g))]
+    return np.ascontiguousarray(np.concatenate(records, axis=1))
 
 
-def unpack_q4(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:  # uint8 [N, K/2], [N, K/32] -> float32 [N, K]
+def unpack_q4(records: np.ndarray, k: int) -> np.ndarray:  # uint8 [N, K/32 * 20] -> float32 [N, K]
     """The float32 values quantise_blocks_q4 stored (a reference for tests)."""
-    n, blocks = scale.shape
-    out = np.empty((n, blocks * QBLOCK), np.float32)
-    for b0, group in _q4_groups(blocks):
-        words = packed[:, b0 * QBLOCK // 2:(b0 + group) * QBLOCK // 2].reshape(n, group // 2, 1, QBLOCK)
+    n = records.shape[0]
+    out = np.empty((n, k), np.float32)
+    for b0, group in _q4_groups(k // QBLOCK):
+        record = records[:, b0 * Q4_BLOCK_BYTES:(b0 + group) * Q4_BLOCK_BYTES]
+        scale = np.ascontiguousarray(record[:, :4 * group]).view(np.float32)  # [N, G]
+        words = record[:, 4 * group:].reshape(n, group // 2, 1, QBLOCK)
         slots = np.concatenate([words & 15, words >> 4], axis=2).reshape(n, group * QBLOCK)
         for beta in range(group):
             positions = [q4_position(group, beta, j) for j in range(QBLOCK)]
             b = b0 + beta
-            out[:, b * QBLOCK:(b + 1) * QBLOCK] = (slots[:, positions].astype(np.float32) - 8) * scale[:, b:b + 1]
+            out[:, b * QBLOCK:(b + 1) * QBLOCK] = (slots[:, positions].astype(np.float32) - 8) * scale[:, beta:beta + 1]
     return out
 
 
@@ -112,4 +119,4 @@ def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> S
         return StoredMatrix(*quantise_rows_i8(w), bias)
     if w.shape[1] % (2 * QBLOCK):
         raise ValueError(f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} (got {w.shape[1]})")
-    return StoredMatrix(*quantise_blocks_q4(w), bias)
+    return StoredMatrix(quantise_blocks_q4(w), None, bias)
