@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import numpy as np
 
 from .engines.options import EngineSettings
-from .profile.capture import EngineProfiler
 from .progress import ProgressFn
 from .sources.model_files import ModelFiles
 from .sampling import Sampler
 
 if TYPE_CHECKING:
     from .engines.server.metrics import ServerMetrics
+    from .profile.capture import EngineProfiler
 
 
 @dataclass

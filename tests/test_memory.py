@@ -64,3 +64,37 @@ def test_the_high_water_mark_resets_to_the_current_rss():
     del buffer
     assert reset_peak_rss()
     assert peak_rss_mb() < high - 100
+
+
+def test_a_child_process_counts_with_its_parent():
+    """Peak memory and CPU time include a worker's children (a managed server runs the model in them)."""
+    import subprocess
+    import time
+
+    from whistle_stop.backends.worker import usage
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; b = bytearray(150 * 2**20); sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while usage._vm_hwm_kb(child.pid) < 150 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the child is touching its buffer
+        assert child.pid in [p.pid for p in usage._descendants()]
+        if sys.platform.startswith("linux"):
+            assert usage._has_children_linux() is True
+            assert peak_rss_mb() >= usage._vm_hwm_kb("self") / 1024 + 150
+    finally:
+        child.stdin.close()
+        child.wait()
+    assert child.pid not in [p.pid for p in usage._descendants()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux lists a process's children in /proc")
+def test_a_worker_without_children_does_not_import_psutil():
+    """psutil takes ~17 ms to import, and every worker measures its peak before Ready."""
+    import subprocess
+
+    code = ("import sys; from whistle_stop.backends.worker import usage; "
+            "assert usage.peak_rss_mb() > 0 and usage.cpu_seconds() > 0 and usage.reset_peak_rss(); "
+            "assert 'psutil' not in sys.modules, 'psutil imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -127,6 +126,8 @@ def weights_hash(path: Path) -> str:
         index = {}
     if key not in index:
         with path.open("rb") as f:
+            import hashlib  # here: OpenSSL's load is ~4 ms of every worker's start, which never hashes
+
             index[key] = hashlib.file_digest(f, "sha256").hexdigest()[:16]
         with atomic_write(index_path) as f:
             json.dump(index, f, indent=1)
@@ -157,6 +158,8 @@ def _random(spec: str, asked: str) -> ModelFiles:
     from .random_weights import SEED, write_random_model  # only needed here: keeps worker start-up light
 
     config = json.loads(config_path.read_text())
+    import hashlib
+
     digest = hashlib.sha256(config_path.read_bytes()).hexdigest()[:8]
     folder = cache_dir("models", f"random-{name}-seed{SEED}-{digest}")
     try:

@@ -9,23 +9,27 @@ paths.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import uuid
-from importlib import resources as _resources
 from pathlib import Path
 
-from platformdirs import user_cache_dir
-
 from ... import resources as _shipped
+
+# Every engine's worker imports this module before it is Ready, so what only some paths need
+# (platformdirs, hashlib, importlib.resources for a zipped install) is imported where it is used:
+# importing them all here cost ~18 ms of each worker's cold start.
 
 APP_NAME = "whistle-stop"
 
 
 def cache_dir(*parts: str) -> Path:
     """The user cache folder (WHISTLE_STOP_CACHE overrides it, e.g. for tests)."""
-    root = Path(os.environ.get("WHISTLE_STOP_CACHE") or user_cache_dir(APP_NAME))
+    override = os.environ.get("WHISTLE_STOP_CACHE")
+    if override:
+        root = Path(override)
+    else:
+        from platformdirs import user_cache_dir
+
+        root = Path(user_cache_dir(APP_NAME))
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -42,6 +46,10 @@ def _files(node, prefix: str = ""):
 
 def _unpacked(root) -> Path:
     """A plain-file copy of a non-filesystem resource tree (a zip), made once per content."""
+    import hashlib
+    import shutil
+    import uuid
+
     entries = [(name, node.read_bytes()) for name, node in _files(root)]
     digest = hashlib.sha256()
     for name, data in entries:
@@ -66,7 +74,12 @@ def _unpacked(root) -> Path:
 
 
 def _resource_root() -> Path:
-    root = _resources.files(_shipped)
+    folder = Path(_shipped.__file__).parent if getattr(_shipped, "__file__", None) else None
+    if folder is not None and (folder / "tokenizer").is_dir():  # plain files: a checkout or an install
+        return folder
+    from importlib import resources
+
+    root = resources.files(_shipped)
     return root if isinstance(root, Path) else _unpacked(root)
 
 

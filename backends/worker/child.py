@@ -9,22 +9,25 @@ import signal
 import threading
 import time
 import traceback
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from ..engine import Engine, EngineOptions
 from ..errors import one_line
-from ..profile.capture import EngineProfiler, ProfileCapture
 from .events import (BATCH_S, Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest,
                      RunStarted, ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token, TokenBatch)
 from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..sampling import Sampler
 from ..sources.tokenizer import IncrementalDetokenizer
-from .load_runner import serve_load, server_cross_check
-from .scoring import score_window, top_logits
 from .usage import cpu_seconds, peak_rss_mb, reset_peak_rss
+
+if TYPE_CHECKING:
+    from ..profile.capture import EngineProfiler, ProfileCapture
+
+# What only some requests need (load levels, scoring, profiling) is imported when one comes: every
+# import here is paid before Ready, in each engine's cold start.
 
 
 def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFiles, options: EngineOptions) -> None:
@@ -65,6 +68,8 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         elif isinstance(message, LogitsRequest):
             _serve_logits(conn, engine, message)
         elif isinstance(message, LoadRequest):
+            from .load_runner import serve_load
+
             serve_load(conn, cancel, engine, info, message, int(model.config.get("vocab_size", 50257)))
 
 
@@ -97,6 +102,8 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
         conn.send(ProfileCaptured(request.run_id, _capture(profiler, problem, request.profile_trace)))
     count = len(stamps)
     cancelled = cancel.is_set() and count < request.new_tokens
+    from .load_runner import server_cross_check
+
     notes = "; ".join(n for n in (engine.run_notes, server_cross_check(engine, server_before, [(start, stamps)])) if n)
     conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, notes, cpu_s))
 
@@ -158,6 +165,8 @@ def _profiler(engine: Engine, drives: bool) -> tuple[EngineProfiler | None, str]
 
 
 def _capture(profiler: EngineProfiler | None, problem: str, trace_path: str) -> ProfileCapture:
+    from ..profile.capture import ProfileCapture
+
     if profiler is None:
         return ProfileCapture("none", note=problem)
     try:
@@ -212,6 +221,8 @@ def _relay(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: I
 
 def _serve_score(conn, cancel: threading.Event, engine, request: ScoreRequest) -> None:
     """Summed NLL of the target tokens of every window, through this engine's own forward pass."""
+    from .scoring import score_window
+
     started = time.perf_counter()
     nll, count, method = 0.0, 0, "forward_logits"
     total = len(request.windows)
@@ -231,6 +242,8 @@ def _serve_score(conn, cancel: threading.Event, engine, request: ScoreRequest) -
 
 
 def _serve_logits(conn, engine, request: LogitsRequest) -> None:
+    from .scoring import top_logits
+
     try:
         conn.send(top_logits(request.run_id, np.asarray(engine.prefill(request.prefix_ids)), request.k))
     except Exception as exc:

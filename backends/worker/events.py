@@ -11,10 +11,13 @@ spawn_ns). Durations inside one process (`engine_ns`, `harness_ns`) use the same
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..profile.capture import ProfileCapture
 from ..sampling import SamplingParams
 from ..status import RunStatus
+
+if TYPE_CHECKING:
+    from ..profile.capture import ProfileCapture
 
 
 # Parent -> child

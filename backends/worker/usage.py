@@ -7,10 +7,13 @@ few tens of MB and ~0.5 CPU ms per token for an engine that uses gigabytes and t
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 # --- the worker's own memory and CPU ------------------------------------------------------------
 # `ru_maxrss` is no good on Linux: the kernel carries a process's high-water mark across fork +
@@ -18,7 +21,32 @@ import psutil
 # a ~70 MB engine read 640 MB). VmHWM belongs to the process's own address space, which exec
 # replaces, and Linux can reset it (clear_refs), so load and serving get a peak each.
 
+def _has_children_linux() -> bool | None:
+    """Whether any thread of this process has started a child (/proc/self/task/*/children); None
+    where the kernel does not say (built without CONFIG_PROC_CHILDREN)."""
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in threads:
+        try:
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as children:
+                if children.read().strip():
+                    return True
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/self/task/{tid}"):
+                return None  # the file is missing, not the thread
+        except OSError:
+            continue  # the thread has ended
+    return False
+
+
 def _descendants() -> list[psutil.Process]:
+    # Importing psutil takes ~17 ms, which every worker paid before Ready; most have no children.
+    if sys.platform.startswith("linux") and _has_children_linux() is False:
+        return []
+    import psutil
+
     try:
         return psutil.Process().children(recursive=True)
     except psutil.Error:
@@ -85,12 +113,16 @@ def cpu_seconds() -> float:
     GetProcessTimes on Windows; os.times() would count in 10 ms clock ticks on Linux.
     """
     total = time.process_time()
-    for child in _descendants():
-        try:
-            times = child.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            continue
+    children = _descendants()
+    if children:
+        import psutil
+
+        for child in children:
+            try:
+                times = child.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                continue
     return total
 
 
