@@ -475,6 +475,13 @@ static void attention(const Model *md, int64_t layer, const float *restrict qkv,
     for (int64_t h = 0; h < H; h++) {
         const float *kc = md->k_cache + ((layer * H + h) * S) * hd;
         const float *vc = md->v_cache + ((layer * H + h) * S) * hd;
+        if (T == 1) { /* short streams from DRAM: ask for all of this head's keys and values at once */
+            const int64_t bytes = (pos + 1) * hd * (int64_t)sizeof(float);
+            for (int64_t off = 0; off < bytes; off += 64) {
+                __builtin_prefetch((const char *)kc + off, 0, 3);
+                __builtin_prefetch((const char *)vc + off, 0, 2);
+            }
+        }
         for (int64_t t = 0; t < T; t++) {
             const float *q = qkv + t * 3 * d + h * hd;
             const int64_t keys = pos + t + 1;
