@@ -184,3 +184,18 @@ def test_integer_types_score_what_they_decode(name, tiny_model, prompt_ids):
     tokens, logits = greedy_logits(engine, prompt_ids, 8)
     scored = engine.forward_logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
     np.testing.assert_allclose(scored, logits, rtol=1e-4, atol=1e-4)
+
+
+def test_the_kernels_first_build_is_build_time_not_load(tiny_model, monkeypatch, tmp_path):
+    """Built on first use (a change of source, compiler or CPU): cold start says so, as for any
+    cached artefact, instead of counting the compile as load."""
+    monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))  # an empty cache: the kernel is built again
+    native.load.cache_clear()
+    try:
+        first = registry.create("native-int8", EngineOptions(threads=1)).load(tiny_model, lambda *a: None)
+        native.load.cache_clear()  # a second worker: opens the cached build
+        second = registry.create("native-int8", EngineOptions(threads=1)).load(tiny_model, lambda *a: None)
+    finally:
+        native.load.cache_clear()
+    assert first.artifact_cache == "miss" and first.build_s > 0.05
+    assert second.artifact_cache == "hit" and second.build_s == 0.0

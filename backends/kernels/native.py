@@ -29,6 +29,20 @@ class KernelUnavailable(RuntimeError):
     """No C compiler, or the kernel did not build: the caller uses its fallback."""
 
 
+_BUILD_S: dict[str, float] = {}  # kernel name -> seconds this process's `load` spent building it (0.0: cached)
+
+
+def build_seconds(name: str) -> float | None:
+    """What `load(name)` spent building (or waiting for another process's build of) the kernel in this
+    process, told once (later calls say 0.0: the build is counted by one engine); 0.0 when it was
+    cached, None when it was not loaded. Engines report it as build_s, so a first use after a change
+    of source, compiler or CPU is not counted as load."""
+    seconds = _BUILD_S.get(name)
+    if seconds:
+        _BUILD_S[name] = 0.0
+    return seconds
+
+
 def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
@@ -74,6 +88,7 @@ def load(name: str) -> ctypes.CDLL:
         artefact = artifact_cache.ensure(KIND, key, name, build)
     except (OSError, artifact_cache.ArtifactError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"{name}.c could not be built: {exc}") from exc
+    _BUILD_S[name] = artefact.build_s
     return ctypes.CDLL(str(artefact.folder / library))
 
 
