@@ -69,16 +69,13 @@ def test_the_high_water_mark_resets_to_the_current_rss():
 def test_a_child_process_counts_with_its_parent():
     """Peak memory and CPU time include a worker's children (a managed server runs the model in them)."""
     import subprocess
-    import time
 
     from whistle_stop.backends.worker import usage
 
-    child = subprocess.Popen([sys.executable, "-c", "import sys; b = bytearray(150 * 2**20); sys.stdin.read()"],
-                             stdin=subprocess.PIPE)
+    code = "import sys; b = b'x' * (150 * 2**20); print('touched', flush=True); sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while usage._vm_hwm_kb(child.pid) < 150 * 1024 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the child is touching its buffer
+        assert child.stdout.readline().strip() == "touched"  # its 150 MB are resident
         assert child.pid in [p.pid for p in usage._descendants()]
         if sys.platform.startswith("linux"):
             assert usage._has_children_linux() is True
@@ -86,6 +83,7 @@ def test_a_child_process_counts_with_its_parent():
     finally:
         child.stdin.close()
         child.wait()
+        child.stdout.close()
     assert child.pid not in [p.pid for p in usage._descendants()]
 
 

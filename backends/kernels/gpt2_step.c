@@ -186,10 +186,13 @@ static inline int q4_nibble(const uint8_t *restrict row, int64_t k, int64_t bloc
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
+static inline float hsum4(__m128 v) {
+    const __m128 half = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+}
+
 static inline float hsum8(__m256 v) {
-    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    return _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
+    return hsum4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 #endif
 
@@ -239,9 +242,7 @@ static inline __attribute__((always_inline)) __m256 q4_scales(const float *restr
     return _mm256_mul_ps(_mm256_castpd_ps(_mm256_broadcast_sd((const double *)ws)),
                          _mm256_castpd_ps(_mm256_broadcast_sd((const double *)xs)));
 }
-#endif
 
-#if defined(__AVX2__) && defined(__FMA__)
 /* One group record of a q4 row against x: acc += its products times their scales; off4 += its
  * blocks' offset terms (weight scale times x's 8 * scale * sum, four lanes for four blocks). */
 static inline __attribute__((always_inline)) void q4_group(const uint8_t *restrict record, const QuantX *qx, int64_t b,
@@ -251,11 +252,6 @@ static inline __attribute__((always_inline)) void q4_group(const uint8_t *restri
     const __m128 w4 = G == 4 ? _mm_loadu_ps(ws) : _mm_castpd_ps(_mm_load_sd((const double *)ws)); /* zeros after two */
     const __m128 o4 = G == 4 ? _mm_loadu_ps(qx->offset + b) : _mm_castpd_ps(_mm_load_sd((const double *)(qx->offset + b)));
     *off4 = _mm_fmadd_ps(w4, o4, *off4);
-}
-
-static inline float hsum4(__m128 v) {
-    const __m128 half = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    return _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
 }
 #endif
 

@@ -125,9 +125,9 @@ def weights_hash(path: Path) -> str:
     except (OSError, json.JSONDecodeError):
         index = {}
     if key not in index:
-        with path.open("rb") as f:
-            import hashlib  # here: OpenSSL's load is ~4 ms of every worker's start, which never hashes
+        import hashlib  # here, not at the top: OpenSSL's load is ~4 ms of every worker's start, which never hashes
 
+        with path.open("rb") as f:
             index[key] = hashlib.file_digest(f, "sha256").hexdigest()[:16]
         with atomic_write(index_path) as f:
             json.dump(index, f, indent=1)
@@ -155,11 +155,11 @@ def _random(spec: str, asked: str) -> ModelFiles:
     if not name or not config_path.exists():
         known = ", ".join(RANDOM_PREFIX + n for n in random_config_names())
         raise ModelError(f"unknown model {spec!r}; bundled random configs: {known}")
+    import hashlib
+
     from .random_weights import SEED, write_random_model  # only needed here: keeps worker start-up light
 
     config = json.loads(config_path.read_text())
-    import hashlib
-
     digest = hashlib.sha256(config_path.read_bytes()).hexdigest()[:8]
     folder = cache_dir("models", f"random-{name}-seed{SEED}-{digest}")
     try:

@@ -65,13 +65,15 @@ def _q4_groups(blocks: int) -> list[tuple[int, int]]:  # (first block, blocks in
     return [(b, 4) for b in range(0, quads, 4)] + ([(quads, 2)] if blocks > quads else [])
 
 
+def _q4_positions(group: int) -> np.ndarray:  # [G * 32]: element beta * 32 + j of the group -> its position
+    return np.array([q4_position(group, beta, j) for beta in range(group) for j in range(QBLOCK)], np.int64)
+
+
 def _pack_q4_group(q: np.ndarray, group: int) -> np.ndarray:  # [N, G, 32] in 0..15 -> uint8 [N, G * 16]
     n = q.shape[0]
-    order = np.empty(group * QBLOCK, np.int64)  # order[position] = element index in the group
-    for beta in range(group):
-        for j in range(QBLOCK):
-            order[q4_position(group, beta, j)] = beta * QBLOCK + j
-    slots = q.reshape(n, group * QBLOCK)[:, order].reshape(n, group // 2, 2, QBLOCK)  # [N, words, lo/hi, 32]
+    slots = np.empty((n, group * QBLOCK), np.uint8)
+    slots[:, _q4_positions(group)] = q.reshape(n, group * QBLOCK)
+    slots = slots.reshape(n, group // 2, 2, QBLOCK)  # [N, words, lo/hi, 32]
     return (slots[:, :, 0] | (slots[:, :, 1] << np.uint8(4))).reshape(n, group * QBLOCK // 2)
 
 
@@ -101,10 +103,8 @@ def unpack_q4(records: np.ndarray, k: int) -> np.ndarray:  # uint8 [N, K/32 * 20
         scale = np.ascontiguousarray(record[:, :4 * group]).view(np.float32)  # [N, G]
         words = record[:, 4 * group:].reshape(n, group // 2, 1, QBLOCK)
         slots = np.concatenate([words & 15, words >> 4], axis=2).reshape(n, group * QBLOCK)
-        for beta in range(group):
-            positions = [q4_position(group, beta, j) for j in range(QBLOCK)]
-            b = b0 + beta
-            out[:, b * QBLOCK:(b + 1) * QBLOCK] = (slots[:, positions].astype(np.float32) - 8) * scale[:, beta:beta + 1]
+        values = slots[:, _q4_positions(group)].reshape(n, group, QBLOCK).astype(np.float32) - 8  # [N, G, 32]
+        out[:, b0 * QBLOCK:(b0 + group) * QBLOCK] = (values * scale[:, :, None]).reshape(n, group * QBLOCK)
     return out
 
 
