@@ -107,10 +107,21 @@ def test_quantisers_round_trip_within_half_a_step():
 
 
 
-def test_int4_step_reads_the_weights_as_the_packer_laid_them_out(tiny_model, prompt_ids):
-    """native-int4 against the numpy runtime on the very weights it stores (unpacked by the Python
-    reference): what is left is the activations' int8 rounding (~0.1 on random:tiny); reading the
-    interleaved nibbles in another order than quantise_blocks_q4 wrote them is off by ~10."""
+def _bf16_stored(w: np.ndarray) -> np.ndarray:
+    return (weights.to_bf16_bits(w).astype(np.uint32) << 16).view(np.float32)
+
+
+def _q4_stored(w: np.ndarray) -> np.ndarray:
+    return weights.unpack_q4(weights.quantise_blocks_q4(w), w.shape[1])
+
+
+# What is left against the numpy runtime on the stored weights: int4, the activations' int8 rounding
+# (~0.1 on random:tiny); bf16, only the order of float32 sums (~1e-6). Reading the interleaved nibbles
+# or the de-interleaved bf16 pairs in another order than they were written is off by ~1-10.
+@pytest.mark.parametrize("wtype, stored_as, limit", [(weights.WeightType.Q4, _q4_stored, 0.5),
+                                                     (weights.WeightType.BF16, _bf16_stored, 1e-3)])
+def test_step_reads_the_weights_as_they_were_laid_out(wtype, stored_as, limit, tiny_model, prompt_ids):
+    """The native step against the numpy runtime on the very weights it stores (by the Python reference)."""
     from whistle_stop.backends.engines.native import step
     from whistle_stop.backends.engines.numpy_runtime.model import GPT2, nest_params
     from whistle_stop.backends.sources.weights import mmap_numpy
@@ -119,7 +130,7 @@ def test_int4_step_reads_the_weights_as_the_packer_laid_them_out(tiny_model, pro
     params = nest_params(mmap_numpy(tiny_model.safetensors), config.n_layer)
 
     def stored(w_out_in: np.ndarray) -> np.ndarray:
-        return weights.unpack_q4(weights.quantise_blocks_q4(np.ascontiguousarray(w_out_in, np.float32)), w_out_in.shape[1])
+        return stored_as(np.ascontiguousarray(w_out_in, np.float32))
 
     def as_stored(leaf: dict) -> dict:  # HF Conv1D [in, out]
         return {"w": np.ascontiguousarray(stored(leaf["w"].T).T), "b": leaf["b"]}
@@ -128,11 +139,11 @@ def test_int4_step_reads_the_weights_as_the_packer_laid_them_out(tiny_model, pro
                "mlp": {k: as_stored(v) for k, v in block["mlp"].items()}} for block in params["blocks"]]
     reference = GPT2({**params, "wte": stored(params["wte"]), "blocks": blocks}, config.n_head,
                      np.float32(config.layer_norm_epsilon), config.n_positions)
-    model = step.NativeGPT2(params, config, weights.WeightType.Q4)
+    model = step.NativeGPT2(params, config, wtype)
     ids = np.array(prompt_ids, np.int32)
-    assert np.abs(model.prefill(ids) - reference.prefill(ids)).max() < 0.5
+    assert np.abs(model.prefill(ids) - reference.prefill(ids)).max() < limit
     for token in (5, 17, 4000):
-        assert np.abs(model.decode(token) - reference.decode(token)).max() < 0.5
+        assert np.abs(model.decode(token) - reference.decode(token)).max() < limit
 
 def test_profile_timers_split_the_step(tiny_model, prompt_ids):
     engine = load_engine_in_process("native-int4", tiny_model)

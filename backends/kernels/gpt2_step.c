@@ -6,7 +6,8 @@
  *
  * Weights are [out, in] rows ("Mat") in one of four stored types:
  *   WT_F32   float32
- *   WT_BF16  bfloat16 as raw uint16, widened by a shift in registers (float32 sums)
+ *   WT_BF16  bfloat16 as raw uint16, widened in registers (float32 sums): decode widens a
+ *            pair of weights per 32-bit lane by a shift and a mask against x de-interleaved
  *   WT_I8    int8 with one float32 scale per row (symmetric)
  *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8, in
  *            groups of four blocks (a row whose block count is 2 mod 4 ends with a group of
@@ -103,6 +104,33 @@ static void NAME(const WTYPE *restrict w0, const WTYPE *restrict w1, const WTYPE
 #define AS_F32(v) (v)
 ROWS4(rows4_f32, float, AS_F32)
 ROWS4(rows4_bf16, uint16_t, bf16_to_f32)
+
+/* bf16 rows against x de-interleaved (xd: x's even elements, then its odd ones): a bf16 is the
+ * top half of a float32, so of a 32-bit pair of weights the even one is `pair << 16` and the odd
+ * one `pair & 0xffff0000`, two integer ops per two weights where widening one by one spends a
+ * zero-extension and a shift per weight. Plain C: the compiler vectorises it at the CPU's width. */
+static void bf16_pairs_x(const float *restrict x, float *restrict xd, int64_t K) {
+    for (int64_t j = 0; j < K / 2; j++) { xd[j] = x[2 * j]; xd[K / 2 + j] = x[2 * j + 1]; }
+}
+
+static inline float pair_even(uint32_t pair) { const uint32_t u = pair << 16; float f; memcpy(&f, &u, sizeof f); return f; }
+static inline float pair_odd(uint32_t pair) { const uint32_t u = pair & 0xffff0000u; float f; memcpy(&f, &u, sizeof f); return f; }
+
+static void rows4_bf16_pairs(const uint16_t *restrict w0, const uint16_t *restrict w1, const uint16_t *restrict w2,
+                             const uint16_t *restrict w3, const float *restrict xd, int64_t K, float out[4]) {
+    const float *restrict xe = xd, *restrict xo = xd + K / 2;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    for (int64_t j = 0; j < K / 2; j++) {
+        uint32_t p0, p1, p2, p3;
+        memcpy(&p0, w0 + 2 * j, 4); memcpy(&p1, w1 + 2 * j, 4); memcpy(&p2, w2 + 2 * j, 4); memcpy(&p3, w3 + 2 * j, 4);
+        const float e = xe[j], o = xo[j];
+        a0 += pair_even(p0) * e + pair_odd(p0) * o;
+        a1 += pair_even(p1) * e + pair_odd(p1) * o;
+        a2 += pair_even(p2) * e + pair_odd(p2) * o;
+        a3 += pair_even(p3) * e + pair_odd(p3) * o;
+    }
+    out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;
+}
 
 /* x quantised to int8 per block of 32 for the integer products: values, scales, and (for q4's
  * unsigned nibbles) 8 * scale * sum of the block's values. */
@@ -379,11 +407,17 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
             for (int64_t n = lo + 4 * q; n < hi; n++) y[n] = quant_dot(m, wtype, n, K, qx);
         } else {
             float out[4];
+            const int pairs = wtype == WT_BF16 && K % 2 == 0;
+            float *xd = buf + K; /* this thread's copy of x de-interleaved (widen_row uses buf[0, K)) */
+            if (pairs) bf16_pairs_x(x, xd, K);
             for (int64_t i = lo; i < lo + q; i++) {
                 const int64_t r0 = i, r1 = i + q, r2 = i + 2 * q, r3 = i + 3 * q;
                 if (wtype == WT_F32) {
                     const float *w = (const float *)m->w;
                     rows4_f32(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
+                } else if (pairs) {
+                    const uint16_t *w = (const uint16_t *)m->w;
+                    rows4_bf16_pairs(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, xd, K, out);
                 } else {
                     const uint16_t *w = (const uint16_t *)m->w;
                     rows4_bf16(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
