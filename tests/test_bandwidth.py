@@ -61,6 +61,7 @@ def test_probe_runs_in_its_own_process_and_says_what_it_is():
     # the faster reader names the limit (which one wins on a small matrix is the machine's moment)
     assert result.reader in result.readers and result.gb_s == pytest.approx(max(result.readers.values()), abs=0.01)
     assert result.label.startswith(f"{result.reader} over a 8 MB fp32 matrix, 1 thread: ")
+    assert result.compute_gflops > 0.5  # the cores' GEMM rate at the same moment (checked product)
     data = result.as_dict()
     assert data["label"] == result.label and "llc_bytes" in data
     assert bw.Bandwidth.from_dict(data) == result  # environment.json's extra keys read back

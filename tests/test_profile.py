@@ -77,10 +77,11 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     from dataclasses import replace
 
     rates = iter([10.0, 20.0, 40.0, 5.0])  # engine one: 10 then 20; engine two: 40 then 5
+    gemm = iter([90.0, 60.0, 0.0, 0.0])  # the cores: fast then slow; engine two's probes (older entries) without
     probes = []
 
     def probe(threads):
-        probes.append(replace(BANDWIDTH, gb_s=next(rates), measured_at=f"probe {len(probes) + 1}"))
+        probes.append(replace(BANDWIDTH, gb_s=next(rates), compute_gflops=next(gemm), measured_at=f"probe {len(probes) + 1}"))
         return probes[-1]
 
     config = BenchConfig(model="random:tiny", backends=("one", "two"), prompt="Hello world", new_tokens=6,
@@ -92,6 +93,9 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     assert one.floor_ms == pytest.approx(2 * two.floor_ms)
     assert "probe 2" in one.bandwidth_label and "probe 3" in two.bandwidth_label
     assert result.bandwidth.gb_s == 40.0  # environment.json: the session's fastest probe
+    assert (one.compute_gflops, two.compute_gflops) == (90.0, None)  # the faster of its two; none measured: unknown
+    from whistle_stop.backends.profile.table import HEADERS, profile_row
+    assert profile_row(one)[HEADERS.index("GEMM GFLOP/s")] == "90" and profile_row(two)[HEADERS.index("GEMM GFLOP/s")] == "-"
 
 
 def test_engine_without_a_profiler_shows_its_total_and_harness(tmp_path):

@@ -71,6 +71,7 @@ class EngineProfile:
     bytes_per_token: float | None = None  # weights (stored size) + KV read at the mean decode position
     bandwidth_gb_s: float | None = None
     bandwidth_label: str = ""
+    compute_gflops: float | None = None  # the cores' GEMM rate at the same two probes (the faster): a slow phase shows
     floor_note: str = ""  # set when the weights fit in the last-level cache: DRAM does not bound the engine
     decode: PhaseBreakdown | None = None
     prefill: PhaseBreakdown | None = None

@@ -9,11 +9,13 @@ from .categories import ORDER, Category
 SHORT = {Category.MATMUL: "matmul", Category.ATTENTION: "attn", Category.KV_CACHE: "kv",
          Category.NORM_ACTIVATION: "norm/act", Category.OTHER_KERNELS: "other", Category.ENGINE_UNSPLIT: "engine*",
          Category.FRAMEWORK: "fw+py", Category.HARNESS: "harness", Category.UNATTRIBUTED: "unattr."}
-HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor share", "CPU ms/token"]
+HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor share", "GEMM GFLOP/s", "CPU ms/token"]
            + [SHORT[c] for c in ORDER] + ["profiler"])
 NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
         "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
-        "two bandwidth probes, just before the engine started and just after it closed; "
+        "two bandwidth probes, just before the engine started and just after it closed; GEMM GFLOP/s: how fast the "
+        "cores computed at those probes (an in-cache float32 GEMM, the faster): a low figure marks a slow phase of "
+        "the machine; "
         "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
         "minus every category; (LLC): the weights fit in the last-level cache, so the DRAM floor does not bound it")
 
@@ -27,7 +29,8 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     share = "-" if p.floor_share is None else f"{100 * p.floor_share:.0f}%" + (" (LLC)" if p.floor_note else "")
     head = [p.engine, _ms(p.ms_per_token if phase == "decode" else p.prefill_ms)]
     if p.status != RunStatus.OK or breakdown is None:
-        return head + ["-", _ms(p.floor_ms), _ms(p.bandwidth_gb_s, 1), share, _ms(p.cpu_ms_per_token)] + ["-"] * len(ORDER) + \
+        return head + ["-", _ms(p.floor_ms), _ms(p.bandwidth_gb_s, 1), share, _ms(p.compute_gflops, 0),
+                       _ms(p.cpu_ms_per_token)] + ["-"] * len(ORDER) + \
             [str(p.status) if p.status != RunStatus.OK else p.profiler]
     profiled = p.profiled_ms_per_token if phase == "decode" else None
     overhead = "" if p.overhead_pct is None or phase != "decode" else f" ({p.overhead_pct:+.0f}%)"
@@ -35,7 +38,7 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     decode = phase == "decode"  # the floor, its share and CPU per token are per decoded token
     return head + [_ms(profiled) + overhead, _ms(p.floor_ms) if decode else "-",
                    _ms(p.bandwidth_gb_s, 1) if decode else "-", share if decode else "-",
-                   _ms(p.cpu_ms_per_token) if decode else "-"] + cells + [p.profiler]
+                   _ms(p.compute_gflops, 0) if decode else "-", _ms(p.cpu_ms_per_token) if decode else "-"] + cells + [p.profiler]
 
 
 def shown_columns(rows: list[list[str]]) -> list[int]:

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import psutil
@@ -46,6 +47,10 @@ class Bandwidth:
     probe_pid: int = 0  # the process that measured it (not the app's: the probe runs in its own)
     reader: str = "sgemv"  # what read fastest: "sgemv" (BLAS) or "own kernel" (kernels/gemv.c)
     readers: dict = field(default_factory=dict)  # reader -> its best GB/s
+    # How fast the cores computed at the same moment (best pass of an in-cache float32 GEMM, same
+    # threads; 0.0 for an older cached entry): a shared machine's slow phases slow arithmetic as
+    # well as memory, and a profile shows it beside each engine.
+    compute_gflops: float = 0.0
 
     @property
     def method(self) -> str:
@@ -162,7 +167,8 @@ def measure_here(threads: int, n_bytes: int | None = None, passes: int = 5) -> B
     return Bandwidth(gb_s=max(rates), median_gb_s=float(np.median(rates)), bytes=int(matrix.nbytes), threads=threads,
                      passes=len(rates), cpu=cpu_model(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                      probe_pid=os.getpid(), reader=reader,
-                     readers={name: round(max(r), 2) for name, r in results.items()})
+                     readers={name: round(max(r), 2) for name, r in results.items()},
+                     compute_gflops=round(max(_gemm_rates(threads, passes)), 2))
 
 
 def _timed_passes(product, matrix: np.ndarray, passes: int) -> list[float]:
@@ -178,15 +184,43 @@ def _timed_passes(product, matrix: np.ndarray, passes: int) -> list[float]:
     return rates
 
 
-def _sgemv_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: int) -> list[float]:
+def _with_blas_threads(threads: int, measure: Callable[[], list[float]]) -> list[float]:
     blas = OpenBLAS()
     previous = blas.threads()
     blas.set_threads(threads)
     try:
-        return _timed_passes(lambda: matrix @ vector, matrix, passes)
+        return measure()
     finally:
         if previous:
             blas.set_threads(previous)
+
+
+def _sgemv_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: int) -> list[float]:
+    return _with_blas_threads(threads, lambda: _timed_passes(lambda: matrix @ vector, matrix, passes))
+
+
+GEMM_SIZE, GEMM_CALLS = 256, 16  # three 256 KB matrices stay in cache: BLAS's GEMM is compute-bound
+
+
+def _gemm_rates(threads: int, passes: int) -> list[float]:
+    """GFLOP/s of `passes` passes of GEMM_CALLS float32 GEMMs (~5 ms each here)."""
+    a = np.full((GEMM_SIZE, GEMM_SIZE), 0.5, np.float32)
+    out = np.empty_like(a)
+
+    def measure() -> list[float]:
+        np.matmul(a, a, out=out)  # thread start-up outside the timing
+        rates = []
+        for _ in range(max(1, passes)):
+            start = time.perf_counter()
+            for _ in range(GEMM_CALLS):
+                np.matmul(a, a, out=out)
+            elapsed = time.perf_counter() - start
+            rates.append(2 * GEMM_SIZE ** 3 * GEMM_CALLS / elapsed / 1e9)
+        if out[0, 0] != 0.25 * GEMM_SIZE:  # catches nonsense
+            raise RuntimeError("compute probe: wrong product")
+        return rates
+
+    return _with_blas_threads(threads, measure)
 
 
 def _kernel_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: int) -> list[float]:

@@ -7,7 +7,9 @@ profiled run's capture and its per-token timers become the engine's breakdown (s
 profile/breakdown.py). The floor's bandwidth is probed (in its own process) right before each
 engine starts and right after its worker closes, and the faster of the two is that engine's: a
 shared machine's bandwidth moves by tens of percent over minutes, so one probe at the start of a
-half-hour profile judged later engines against another moment's memory system.
+half-hour profile judged later engines against another moment's memory system. The same probes
+time an in-cache GEMM: the cores' speed around each engine, since a slow phase slows arithmetic
+too (an engine whose products are compute-heavy, int4's, moves with it more than with bandwidth).
 """
 
 from __future__ import annotations
@@ -86,8 +88,11 @@ class ProfileSession:
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
                 before = self._probe()
                 profile = self._profile_one(name, cell, result)
-                bandwidth = faster(before, None if orchestrator.cancelled else self._probe())
+                after = None if orchestrator.cancelled else self._probe()
+                bandwidth = faster(before, after)
                 set_floor(profile, bandwidth)
+                profile.compute_gflops = max((p.compute_gflops for p in (before, after) if p and p.compute_gflops),
+                                             default=None)
                 result.bandwidth = faster(result.bandwidth, bandwidth)
                 result.profiles.append(profile)
                 orchestrator.emit(ProfileEngineDone(profile))
