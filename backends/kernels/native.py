@@ -32,15 +32,16 @@ class KernelUnavailable(RuntimeError):
 _BUILD_S: dict[str, float] = {}  # kernel name -> seconds this process's `load` spent building it (0.0: cached)
 
 
-def build_seconds(name: str) -> float | None:
-    """What `load(name)` spent building (or waiting for another process's build of) the kernel in this
-    process, told once (later calls say 0.0: the build is counted by one engine); 0.0 when it was
-    cached, None when it was not loaded. Engines report it as build_s, so a first use after a change
-    of source, compiler or CPU is not counted as load."""
+def build_report(name: str) -> tuple[float, str]:
+    """(build_s, artifact_cache) for an engine's EngineInfo: what `load(name)` spent building (or
+    waiting for another process's build of) the kernel in this process, told once (later calls say
+    0.0: one engine counts the build), and "miss", "hit", or "none" when it was not loaded. So a first
+    use after a change of source, compiler or CPU is build time, not load."""
     seconds = _BUILD_S.get(name)
-    if seconds:
-        _BUILD_S[name] = 0.0
-    return seconds
+    if seconds is None:
+        return 0.0, "none"
+    _BUILD_S[name] = 0.0
+    return seconds, "miss" if seconds > 0 else "hit"
 
 
 def compiler() -> str | None:

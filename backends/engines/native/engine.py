@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ...engine import Engine, EngineInfo, EngineOptions
-from ...kernels.native import KernelUnavailable, build_seconds
+from ...kernels.native import KernelUnavailable, build_report
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy
 from ..numpy_runtime.model import nest_params
@@ -57,11 +57,11 @@ class NativeEngine(Engine):
         converted = time.perf_counter() - began
         notes = [_HOW[self.wtype], f"weights laid out at load in {converted:.2f} s",
                  f"OpenMP threads={lib.gpt2_threads()}", "one C call per token (backends/kernels/gpt2_step.c)"]
-        build_s = build_seconds("gpt2_step") or 0.0  # the kernel's compile on first use: not load
+        build_s, cache_state = build_report("gpt2_step")  # the kernel's compile on first use: not load
         return EngineInfo(device="cpu", dtype=self.dtype,
                           weight_bytes_per_token=self.model.matrix_bytes + config.weight_bytes(0, 4),  # scales included
                           kv_bytes_per_position=config.kv_bytes_per_position(4), notes="; ".join(notes),
-                          build_s=build_s, artifact_cache="miss" if build_s > 0 else "hit")
+                          build_s=build_s, artifact_cache=cache_state)
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         return self.model.prefill(np.asarray(token_ids, dtype=np.int32))

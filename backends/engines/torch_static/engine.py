@@ -21,7 +21,7 @@ import torch
 
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
-from ...kernels.native import build_seconds
+from ...kernels.native import build_report
 from ...sources.model_files import ModelFiles
 from .gemv_linear import enable_kernels, use_gemv_linears
 from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
@@ -93,14 +93,13 @@ class TorchStaticEngine(Engine):
         if device.type == "cuda":
             notes.append(torch.cuda.get_device_name(device))
         notes.append(f"threads={threads}")
-        kernel_build_s = build_seconds("gemv")  # None where the own GEMV kernel is not used
+        build_s, cache_state = build_report("gemv")  # "none" where the own GEMV kernel is not used
         cache_dtype = net.h[0].attn.kv_cache.k.dtype
         other_bytes = torch.finfo(net.ln_f.weight.dtype).bits // 8  # norms, biases, positions
         return EngineInfo(device=device.type, dtype=self.dtype,
                           weight_bytes_per_token=config.weight_bytes(MATRIX_BYTES[self.dtype], other_bytes),
                           kv_bytes_per_position=config.kv_bytes_per_position(cache_dtype.itemsize),
-                          notes="; ".join(notes), build_s=kernel_build_s or 0.0,
-                          artifact_cache="none" if kernel_build_s is None else "miss" if kernel_build_s > 0 else "hit")
+                          notes="; ".join(notes), build_s=build_s, artifact_cache=cache_state)
 
     def _compile(self, device: torch.device) -> str:
         """Compile decode and run it until it is warm (and captured, on CUDA); return a note."""
