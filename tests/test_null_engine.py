@@ -113,10 +113,12 @@ def test_calibration_gives_the_null_engines_median_itl(tiny_model, prompt_ids):
     assert "error" not in harness, harness
     assert harness["sampling"] == "greedy" and harness["tokens"] == 50
     assert harness["null_itl_us_median"] > 0 and 0 <= harness["harness_us_median"]
+    assert 0 < harness["null_cold_start_s"] < 60
     assert harness["sampled"]["null_itl_us_median"] > 0
     assert harness["sampled"]["sampling"]["top_k"] == 40
     line = harness_note(harness)
     assert line.startswith("harness cost per token (null engine): ") and "(greedy)" in line and "(sampled)" in line
+    assert f"its cold start {harness['null_cold_start_s']:.2f} s" in line
     assert not live_workers()
 
 
@@ -131,6 +133,8 @@ def test_calibration_is_off_unless_asked_and_lands_in_environment(tiny_model):
     (None, ""),
     ({"error": "cancelled"}, "not measured (cancelled)"),
     ({"null_itl_us_median": 41.7}, "harness cost per token (null engine): 42 us (greedy)"),
+    ({"null_itl_us_median": 41.7, "null_cold_start_s": 0.3412},
+     "harness cost per token (null engine): 42 us (greedy); its cold start 0.34 s"),
 ])
 def test_harness_note(harness, text):
     assert text in harness_note(harness) and (text or harness_note(harness) == "")

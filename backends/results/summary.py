@@ -204,5 +204,8 @@ def harness_note(harness: dict | None) -> str:
     sampled = harness.get("sampled") or {}
     if sampled.get("null_itl_us_median") is not None:
         parts.append(f"{sampled['null_itl_us_median']:.0f} us (sampled)")
-    return "harness cost per token (null engine): " + (", ".join(parts) or "not measured")
+    line = "harness cost per token (null engine): " + (", ".join(parts) or "not measured")
+    if harness.get("null_cold_start_s") is not None:  # the part of every cold start that is not the engine's
+        line += f"; its cold start {harness['null_cold_start_s']:.2f} s (interpreter, numpy, the worker's imports)"
+    return line
 

@@ -3,8 +3,10 @@
 The null engine computes nothing (it hands back the same logits every time), so the gap between
 two of its tokens is the harness's own cost per token: sampling, detokenizing, pickling the event
 and sending it over the pipe, and the loop around them. Every engine's ITL contains that cost, so
-it is the floor under every figure of a session; a bench records it in environment.json
-("harness") and the CLI prints it under the table.
+it is the floor under every figure of a session. Its cold start, measured as every engine's is
+(spawned -> Ready, plus its first run's TTFT), is the floor under every cold start: the
+interpreter, numpy and the worker's own imports. A bench records both in environment.json
+("harness") and the CLI prints them under the table.
 
 It runs in its own spawned worker, like any engine, after the session's engines are closed (it
 never competes with them): a short warm-up, then `tokens` greedy tokens, then (when the session
@@ -18,12 +20,14 @@ from typing import Callable, Sequence
 
 from .. import registry
 from ..profile.breakdown import median_decode_ms
+from ..results.stats import run_metrics
 from ..engine import EngineOptions
 from ..sampling import SamplingParams
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from ..worker.events import RunRequest, Token
 from ..worker.process import Timeouts, Worker, WorkerError
+from .recording import cold_start_s
 
 CALIBRATION_ENGINE = "null"  # the registry's engine with no compute (engines/null_engine.py)
 DEFAULT_TOKENS = 200
@@ -49,6 +53,7 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
 
     `null_itl_us_median`: the null engine's median ITL under greedy decoding, in microseconds;
     `harness_us_median`: the part of it the child measured as its own (events.Token.harness_ns);
+    `null_cold_start_s`: its worker's cold start (spawned -> Ready, plus the first run's TTFT);
     `sampled`: the same two with the session's sampling settings, when it samples. On any failure
     the dict carries `error` instead of figures: calibration never fails a bench.
     """
@@ -56,7 +61,7 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
     worker = Worker(registry.get(CALIBRATION_ENGINE), model, EngineOptions(threads=threads), timeouts=timeouts)
     ids = tuple(prompt_ids)
     try:
-        worker.start()
+        ready = worker.start()
         plan = [("warmup", SamplingParams(), min(WARMUP_TOKENS, tokens)), ("greedy", SamplingParams(), tokens)]
         if not sampling.is_greedy:
             plan.append(("sampled", sampling, tokens))
@@ -69,6 +74,9 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
             if outcome.status != RunStatus.OK:
                 out["error"] = f"{label} run {outcome.status}: {outcome.error}"
                 return out
+            if label == "warmup" and outcome.tokens:  # the worker's first run: the one its cold start includes
+                ttft_ms = run_metrics(outcome.started_ns, [t.t_ns for t in outcome.tokens]).ttft_ms
+                out["null_cold_start_s"] = round(cold_start_s(ready, worker.spawn_ns, ttft_ms), 3)
             figures = {"null_itl_us_median": _round(median_itl_us(outcome.tokens)),
                        "harness_us_median": _round(median_harness_us(outcome.tokens))}
             if label == "greedy":

@@ -233,7 +233,7 @@ class Orchestrator:
             record.idle_cpu_pct = 100.0 * max(0.0, idle_cpu_s) / wall_s
         if not worker.produced_tokens and outcome.tokens and worker.ready is not None:
             worker.produced_tokens = True  # this worker's first run: the one its cold start belongs to
-            record.cold_start_s = cold_start_s(worker.ready, worker.spawn_ns, record)
+            record.cold_start_s = cold_start_s(worker.ready, worker.spawn_ns, record.ttft_ms)
         self._add(record, tokens)
 
     def run_profiled(self, name: str, cell: Cell, trace_path: str) -> RunOutcome:

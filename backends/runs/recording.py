@@ -72,6 +72,6 @@ def run_records(ctx: RecordContext, name: str, ready: Ready | None, repeat: int,
     return record, tokens
 
 
-def cold_start_s(ready: Ready, spawn_ns: int, record: RunRecord) -> float:
+def cold_start_s(ready: Ready, spawn_ns: int, ttft_ms: float | None) -> float:
     """Worker spawned -> engine ready, plus the first run's TTFT."""
-    return (ready.t_ns - spawn_ns) / 1e9 + (record.ttft_ms or 0) / 1e3
+    return (ready.t_ns - spawn_ns) / 1e9 + (ttft_ms or 0) / 1e3
