@@ -8,7 +8,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..storage.atomic import atomic_write
 from ..errors import ModelError
 from ..gpt2_config import GPT2Config
 from ..progress import ProgressFn  # noqa: F401  (re-exported: the GUI imports it from here)
@@ -126,6 +125,8 @@ def weights_hash(path: Path) -> str:
         index = {}
     if key not in index:
         import hashlib  # here, not at the top: OpenSSL's load is ~4 ms of every worker's start, which never hashes
+
+        from ..storage.atomic import atomic_write  # likewise: its tempfile and shutil are ~5 ms of that start
 
         with path.open("rb") as f:
             index[key] = hashlib.file_digest(f, "sha256").hexdigest()[:16]
