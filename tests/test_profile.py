@@ -90,12 +90,20 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     result = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=probe).run()
     one, two = result.profiles
     assert (one.bandwidth_gb_s, two.bandwidth_gb_s) == (20.0, 40.0)
+    assert (one.slower_bandwidth_gb_s, two.slower_bandwidth_gb_s) == (10.0, 5.0)  # how far the machine moved
     assert one.floor_ms == pytest.approx(2 * two.floor_ms)
+    assert one.floor_share_at_slower == pytest.approx(2 * one.floor_share)  # the floor the slower probe would set
+    assert two.floor_share_at_slower == pytest.approx(8 * two.floor_share)
     assert "probe 2" in one.bandwidth_label and "probe 3" in two.bandwidth_label
     assert result.bandwidth.gb_s == 40.0  # environment.json: the session's fastest probe
     assert (one.compute_gflops, two.compute_gflops) == (90.0, None)  # the faster of its two; none measured: unknown
     from whistle_stop.backends.profile.table import HEADERS, profile_row
     assert profile_row(one)[HEADERS.index("GEMM GFLOP/s")] == "90" and profile_row(two)[HEADERS.index("GEMM GFLOP/s")] == "-"
+    assert profile_row(one)[HEADERS.index("GB/s")] == "20.0 (10.0)"
+    known = replace(one, ms_per_token=one.floor_ms * 4, floor_note="")  # a floor share of 25%; 50% at the slower probe
+    assert profile_row(known)[HEADERS.index("floor share")] == "25% (50%)"
+    steady = replace(known, slower_bandwidth_gb_s=one.bandwidth_gb_s)  # two probes that agree: one figure each
+    assert [profile_row(steady)[HEADERS.index(h)] for h in ("GB/s", "floor share")] == ["20.0", "25%"]
 
 
 def test_engine_without_a_profiler_shows_its_total_and_harness(tmp_path):

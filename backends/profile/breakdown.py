@@ -69,8 +69,9 @@ class EngineProfile:
     prefill_ms: float | None = None  # unprofiled TTFT
     cpu_ms_per_token: float | None = None  # unprofiled run: the worker's CPU time per generated token
     bytes_per_token: float | None = None  # weights (stored size) + KV read at the mean decode position
-    bandwidth_gb_s: float | None = None
+    bandwidth_gb_s: float | None = None  # the faster of the engine's two probes: the floor's (the stricter)
     bandwidth_label: str = ""
+    slower_bandwidth_gb_s: float | None = None  # the slower of the two: how far the machine moved in the engine's slot
     compute_gflops: float | None = None  # the cores' GEMM rate at the same two probes (the faster): a slow phase shows
     floor_note: str = ""  # set when the weights fit in the last-level cache: DRAM does not bound the engine
     decode: PhaseBreakdown | None = None
@@ -95,6 +96,14 @@ class EngineProfile:
         """Floor / measured ms per token: how close the engine runs to the memory system's limit."""
         floor = self.floor_ms
         return floor / self.ms_per_token if floor and self.ms_per_token else None
+
+    @property
+    def floor_share_at_slower(self) -> float | None:
+        """The floor share had the slower probe set the floor: with `floor_share`, the range the
+        machine's own movement during the engine's slot leaves the figure in."""
+        if not self.floor_share or not self.slower_bandwidth_gb_s or not self.bandwidth_gb_s:
+            return None
+        return self.floor_share * self.bandwidth_gb_s / self.slower_bandwidth_gb_s
 
 
 def median_decode_ms(tokens: Sequence) -> float | None:

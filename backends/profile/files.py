@@ -20,7 +20,7 @@ from .categories import ORDER
 BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "profile.json"
 
 BREAKDOWN_COLUMNS = (["engine", "precision", "phase", "profiler", "ms_per_token", "profiled_ms_per_token",
-                      "overhead_pct", "floor_ms", "bytes_per_token", "bandwidth_gb_s", "compute_gflops", "cpu_ms_per_token", "steps",
+                      "overhead_pct", "floor_ms", "bytes_per_token", "bandwidth_gb_s", "slower_bandwidth_gb_s", "compute_gflops", "cpu_ms_per_token", "steps",
                       "step_ms"] + [f"{c.value.replace(' ', '_').replace('+', 'and')}_ms" for c in ORDER]
                      + ["unattributed_share", "status", "error", "trace_file", "note"])
 TOP_OPS_COLUMNS = ["engine", "phase", "rank", "op", "category", "ms_per_step", "calls_per_step", "share"]
@@ -39,7 +39,8 @@ def breakdown_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
             unattributed = (b.categories.get("unattributed", 0.0) / b.step_ms) if b and b.step_ms else None
             rows.append([p.engine, p.precision, b.phase if b else "", p.profiler, _num(p.ms_per_token),
                          _num(p.profiled_ms_per_token), _num(p.overhead_pct, 2), _num(p.floor_ms),
-                         _num(p.bytes_per_token, 0), _num(p.bandwidth_gb_s, 2), _num(p.compute_gflops, 2), _num(p.cpu_ms_per_token),
+                         _num(p.bytes_per_token, 0), _num(p.bandwidth_gb_s, 2), _num(p.slower_bandwidth_gb_s, 2), _num(p.compute_gflops, 2),
+                         _num(p.cpu_ms_per_token),
                          str(b.steps) if b else "", _num(b.step_ms) if b else "", *values, _num(unattributed),
                          p.status, p.error, p.trace_file, p.note])
     return rows
@@ -58,7 +59,8 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
         write_csv(out / name, columns, (dict(zip(columns, row)) for row in rows))
         written.append(out / name)
     payload = {"settings": settings, "engines": [dict(asdict(p), floor_ms=p.floor_ms, overhead_pct=p.overhead_pct,
-                                                      floor_share=p.floor_share) for p in profiles]}
+                                                      floor_share=p.floor_share,
+                                                      floor_share_at_slower=p.floor_share_at_slower) for p in profiles]}
     with atomic_write(out / PROFILE_JSON, encoding="utf-8") as handle:
         json.dump(payload, handle, indent=1)
     written.append(out / PROFILE_JSON)

@@ -13,7 +13,9 @@ HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor
            + [SHORT[c] for c in ORDER] + ["profiler"])
 NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
         "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
-        "two bandwidth probes, just before the engine started and just after it closed; GEMM GFLOP/s: how fast the "
+        "two bandwidth probes, just before the engine started and just after it closed (in brackets: the slower "
+        "probe, and the floor share it would give, when the two differ: how far the machine moved meanwhile); "
+        "GEMM GFLOP/s: how fast the "
         "cores computed at those probes (an in-cache float32 GEMM, the faster): a low figure marks a slow phase of "
         "the machine; "
         "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
@@ -24,12 +26,29 @@ def _ms(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _moved(p: EngineProfile) -> bool:
+    """Whether the engine's two probes differ enough to show the slower one too."""
+    return bool(p.bandwidth_gb_s and p.slower_bandwidth_gb_s and p.slower_bandwidth_gb_s < p.bandwidth_gb_s - 0.05)
+
+
+def _bandwidth_cell(p: EngineProfile) -> str:
+    return _ms(p.bandwidth_gb_s, 1) + (f" ({p.slower_bandwidth_gb_s:.1f})" if _moved(p) else "")
+
+
+def _share_cell(p: EngineProfile) -> str:
+    if p.floor_share is None:
+        return "-"
+    slower = p.floor_share_at_slower
+    return (f"{100 * p.floor_share:.0f}%" + (f" ({100 * slower:.0f}%)" if _moved(p) and slower else "")
+            + (" (LLC)" if p.floor_note else ""))
+
+
 def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     breakdown = getattr(p, phase)
-    share = "-" if p.floor_share is None else f"{100 * p.floor_share:.0f}%" + (" (LLC)" if p.floor_note else "")
+    share, bandwidth = _share_cell(p), _bandwidth_cell(p)
     head = [p.engine, _ms(p.ms_per_token if phase == "decode" else p.prefill_ms)]
     if p.status != RunStatus.OK or breakdown is None:
-        return head + ["-", _ms(p.floor_ms), _ms(p.bandwidth_gb_s, 1), share, _ms(p.compute_gflops, 0),
+        return head + ["-", _ms(p.floor_ms), bandwidth, share, _ms(p.compute_gflops, 0),
                        _ms(p.cpu_ms_per_token)] + ["-"] * len(ORDER) + \
             [str(p.status) if p.status != RunStatus.OK else p.profiler]
     profiled = p.profiled_ms_per_token if phase == "decode" else None
@@ -37,7 +56,7 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     cells = [_ms(breakdown.categories.get(c.value)) for c in ORDER]
     decode = phase == "decode"  # the floor, its share and CPU per token are per decoded token
     return head + [_ms(profiled) + overhead, _ms(p.floor_ms) if decode else "-",
-                   _ms(p.bandwidth_gb_s, 1) if decode else "-", share if decode else "-",
+                   bandwidth if decode else "-", share if decode else "-",
                    _ms(p.compute_gflops, 0) if decode else "-", _ms(p.cpu_ms_per_token) if decode else "-"] + cells + [p.profiler]
 
 

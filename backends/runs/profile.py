@@ -7,7 +7,8 @@ profiled run's capture and its per-token timers become the engine's breakdown (s
 profile/breakdown.py). The floor's bandwidth is probed (in its own process) right before each
 engine starts and right after its worker closes, and the faster of the two is that engine's: a
 shared machine's bandwidth moves by tens of percent over minutes, so one probe at the start of a
-half-hour profile judged later engines against another moment's memory system. The same probes
+half-hour profile judged later engines against another moment's memory system. The slower of the
+two is kept too: the floor share it would give bounds how much of a gap is the machine moving. The same probes
 time an in-cache GEMM: the cores' speed around each engine, since a slow phase slows arithmetic
 too (an engine whose products are compute-heavy, int4's, moves with it more than with bandwidth).
 """
@@ -90,7 +91,7 @@ class ProfileSession:
                 profile = self._profile_one(name, cell, result)
                 after = None if orchestrator.cancelled else self._probe()
                 bandwidth = faster(before, after)
-                set_floor(profile, bandwidth)
+                set_floor(profile, bandwidth, slower(before, after))
                 profile.compute_gflops = max((p.compute_gflops for p in (before, after) if p and p.compute_gflops),
                                              default=None)
                 result.bandwidth = faster(result.bandwidth, bandwidth)
@@ -155,9 +156,16 @@ def faster(a: Bandwidth | None, b: Bandwidth | None) -> Bandwidth | None:
     return max(present, key=lambda x: x.gb_s) if present else None
 
 
-def set_floor(profile: EngineProfile, bandwidth: Bandwidth | None) -> None:
+def slower(a: Bandwidth | None, b: Bandwidth | None) -> Bandwidth | None:
+    """The slower of two probes; either may be missing."""
+    present = [x for x in (a, b) if x is not None]
+    return min(present, key=lambda x: x.gb_s) if present else None
+
+
+def set_floor(profile: EngineProfile, bandwidth: Bandwidth | None, slowest: Bandwidth | None = None) -> None:
     if bandwidth is not None:
         profile.bandwidth_gb_s, profile.bandwidth_label = bandwidth.gb_s, f"{bandwidth.label} at {bandwidth.measured_at}"
+        profile.slower_bandwidth_gb_s = (slowest or bandwidth).gb_s
 
 
 def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int) -> None:
