@@ -8,9 +8,9 @@ profile/breakdown.py). The floor's bandwidth is probed (in its own process) righ
 engine starts and right after its worker closes, and the faster of the two is that engine's: a
 shared machine's bandwidth moves by tens of percent over minutes, so one probe at the start of a
 half-hour profile judged later engines against another moment's memory system. The slower of the
-two is kept too: the floor share it would give bounds how much of a gap is the machine moving. The same probes
-time an in-cache GEMM: the cores' speed around each engine, since a slow phase slows arithmetic
-too (an engine whose products are compute-heavy, int4's, moves with it more than with bandwidth).
+two is kept too: the floor share it would have given shows how much of a gap is the machine moving.
+The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow phase
+slows arithmetic too.
 """
 
 from __future__ import annotations
