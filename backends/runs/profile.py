@@ -90,11 +90,7 @@ class ProfileSession:
                 before = self._probe()
                 profile = self._profile_one(name, cell, result)
                 after = None if orchestrator.cancelled else self._probe()
-                bandwidth = faster(before, after)
-                set_floor(profile, bandwidth, slower(before, after))
-                profile.compute_gflops = max((p.compute_gflops for p in (before, after) if p and p.compute_gflops),
-                                             default=None)
-                result.bandwidth = faster(result.bandwidth, bandwidth)
+                result.bandwidth = faster(result.bandwidth, set_floor(profile, before, after))
                 result.profiles.append(profile)
                 orchestrator.emit(ProfileEngineDone(profile))
         finish_bench(result.bench, self.threads, orchestrator.cancelled)
@@ -156,16 +152,16 @@ def faster(a: Bandwidth | None, b: Bandwidth | None) -> Bandwidth | None:
     return max(present, key=lambda x: x.gb_s) if present else None
 
 
-def slower(a: Bandwidth | None, b: Bandwidth | None) -> Bandwidth | None:
-    """The slower of two probes; either may be missing."""
-    present = [x for x in (a, b) if x is not None]
-    return min(present, key=lambda x: x.gb_s) if present else None
-
-
-def set_floor(profile: EngineProfile, bandwidth: Bandwidth | None, slowest: Bandwidth | None = None) -> None:
-    if bandwidth is not None:
-        profile.bandwidth_gb_s, profile.bandwidth_label = bandwidth.gb_s, f"{bandwidth.label} at {bandwidth.measured_at}"
-        profile.slower_bandwidth_gb_s = (slowest or bandwidth).gb_s
+def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth | None) -> Bandwidth | None:
+    """The engine's floor from the faster of its two probes (either may be missing), the slower kept
+    beside it, and the cores' faster GEMM rate; returns the faster probe."""
+    probes = sorted((p for p in (before, after) if p is not None), key=lambda p: p.gb_s)
+    if probes:
+        fastest = probes[-1]
+        profile.bandwidth_gb_s, profile.bandwidth_label = fastest.gb_s, f"{fastest.label} at {fastest.measured_at}"
+        profile.slower_bandwidth_gb_s = probes[0].gb_s
+    profile.compute_gflops = max((p.compute_gflops for p in probes if p.compute_gflops), default=None)
+    return probes[-1] if probes else None
 
 
 def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int) -> None:
