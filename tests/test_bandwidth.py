@@ -81,6 +81,23 @@ def test_cached_probe_keeps_working_and_labels_the_limit(monkeypatch):
     assert again.label == "sgemv over a 1074 MB fp32 matrix, 3 threads: 10.0 GB/s"
 
 
+def test_a_sized_probe_reads_that_many_bytes_and_leaves_the_cached_figure(monkeypatch):
+    """The profile's probe reads an engine's bytes per token (at least MIN_SIZED_BYTES); only the
+    default-size probe is cached as the machine's figure."""
+    sizes = []
+
+    def fake(threads, n_bytes=None, passes=5):
+        sizes.append(n_bytes)
+        return bw.Bandwidth(10.0, 9.0, n_bytes or 1 << 30, threads, 5, "cpu", "now", probe_pid=1)
+
+    monkeypatch.setattr(bw, "measure_bandwidth", fake)
+    monkeypatch.setattr(bw, "_read_cache", lambda: {})
+    monkeypatch.setattr(bw, "probe_bandwidth", lambda *a, **k: pytest.fail("a sized probe must not touch the cache"))
+    assert bw.fresh_bandwidth(2, 77_000_000).bytes == 77_000_000
+    assert bw.fresh_bandwidth(2, 1000).bytes == bw.MIN_SIZED_BYTES  # a tiny model: a read long enough to time
+    assert sizes == [77_000_000, bw.MIN_SIZED_BYTES]
+
+
 def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
     from whistle_stop.backends.report import figures
 

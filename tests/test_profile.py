@@ -20,7 +20,7 @@ BANDWIDTH = Bandwidth(gb_s=10.0, median_gb_s=10.0, bytes=1, threads=1, passes=1,
 def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
     config = BenchConfig(model="random:tiny", backends=tuple(backends), prompt="Hello world, this is a test",
                          new_tokens=new_tokens, repeats=repeats, warmup=1, threads=1)
-    session = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=lambda threads: BANDWIDTH)
+    session = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=lambda threads, n_bytes: BANDWIDTH)
     return session.run()
 
 
@@ -72,15 +72,18 @@ def test_each_profiler_adapter_explains_a_real_run(tmp_path, engine, expected_ev
 
 
 def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
-    """The bandwidth moves between minutes: every engine gets a probe just before it starts and
-    one just after it closes, and its floor uses the faster of its own two."""
+    """The bandwidth moves between minutes: every engine gets a probe just before its runs and
+    one just after it closes, of its own bytes per token, and its floor uses the faster of the two."""
     from dataclasses import replace
 
     rates = iter([10.0, 20.0, 40.0, 5.0])  # engine one: 10 then 20; engine two: 40 then 5
     gemm = iter([90.0, 60.0, 0.0, 0.0])  # the cores: fast then slow; engine two's probes (older entries) without
     probes = []
 
-    def probe(threads):
+    sizes = []
+
+    def probe(threads, n_bytes):
+        sizes.append(n_bytes)
         probes.append(replace(BANDWIDTH, gb_s=next(rates), compute_gflops=next(gemm), measured_at=f"probe {len(probes) + 1}"))
         return probes[-1]
 
@@ -95,6 +98,8 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     assert one.floor_share_at_slower == pytest.approx(2 * one.floor_share)  # the floor the slower probe would set
     assert two.floor_share_at_slower == pytest.approx(8 * two.floor_share)
     assert "probe 2" in one.bandwidth_label and "probe 3" in two.bandwidth_label
+    # each probe reads what its engine reads per token: a smaller working set streams faster
+    assert sizes == [int(one.bytes_per_token)] * 2 + [int(two.bytes_per_token)] * 2 and sizes[0] > 0
     assert result.bandwidth.gb_s == 40.0  # environment.json: the session's fastest probe
     assert (one.compute_gflops, two.compute_gflops) == (90.0, None)  # the faster of its two; none measured: unknown
     from whistle_stop.backends.profile.table import HEADERS, profile_row
@@ -130,7 +135,7 @@ def test_categories_of_common_operations():
 def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, capsys):
     from whistle_stop.backends.cli.main import main
 
-    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads: BANDWIDTH)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads, n_bytes=None: BANDWIDTH)
     out = tmp_path / "prof"
     code = main(["profile", "--model", "random:tiny", "--backends", "numpy,null", "--new-tokens", "8",
                  "--repeats", "1", "--threads", "1", "--out", str(out)])

@@ -61,7 +61,8 @@ def _charts(result: ProfileResult, out, err: Console) -> list:
 
 
 def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:
-    probe = result.bandwidth.method if result.bandwidth else "bandwidth not measured"
+    probe = (f"its bytes per token read by the faster of sgemv and the own kernel, {result.bandwidth.threads} "
+             f"thread{'s' if result.bandwidth.threads != 1 else ''}" if result.bandwidth else "bandwidth not measured")
     for phase in ("decode", "prefill"):
         unit = "ms per token" if phase == "decode" else "ms for the prompt"
         table = Table(title=f"{phase} step, {unit}" + (f" (floor: {probe}, probed around each engine)"

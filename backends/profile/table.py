@@ -13,7 +13,8 @@ HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor
            + [SHORT[c] for c in ORDER] + ["profiler"])
 NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
         "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
-        "two bandwidth probes, just before the engine started and just after it closed (in brackets: the slower "
+        "two bandwidth probes that read as many bytes as the engine does per token (caches keep part of a "
+        "working set a few times their size), just before the engine's runs and just after it closed (in brackets: the slower "
         "probe, and the floor share it would give, when the two differ: how far the machine moved meanwhile); "
         "GEMM GFLOP/s: how fast the "
         "cores computed at those probes (an in-cache float32 GEMM, the faster): a low figure marks a slow phase of "

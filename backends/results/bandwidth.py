@@ -8,7 +8,9 @@ EPYC sgemv read ~29 GB/s while the native engine's products streamed at ~40-48 G
 `np.sum` reads only about half as fast here (it is partly compute-bound).
 It runs once per CPU model and thread count, in a spawned process of its own (its buffer of a
 GiB or more would otherwise stay in the parent's peak RSS and page tables), and the result is
-cached in `cache_dir()`. `label` says what the limit is: "<reader> over a N MB fp32 matrix, T threads".
+cached in `cache_dir()`. `profile` probes around each engine over that engine's own bytes per
+token instead (`fresh_bandwidth(threads, n_bytes)`, not cached): how much of a working set the
+caches keep between passes depends on its size. `label` says what the limit is: "<reader> over a N MB fp32 matrix, T threads".
 """
 
 from __future__ import annotations
@@ -264,10 +266,25 @@ def cached_bandwidth(threads: int) -> Bandwidth | None:
         return None
 
 
-def fresh_bandwidth(threads: int) -> Bandwidth:
-    """Measured now (and cached): a profile's floor is of the same minutes as its runs, since a
-    shared machine's bandwidth moves between phases."""
-    return probe_bandwidth(threads, refresh=True)
+MIN_SIZED_BYTES = 4 << 20  # a smaller read would time mostly the call's own overhead
+
+
+def fresh_bandwidth(threads: int, n_bytes: int | None = None) -> Bandwidth:
+    """Measured now: a profile's floor is of the same minutes as its runs, since a shared machine's
+    bandwidth moves between phases. Without `n_bytes`, over the default matrix (1 GiB or more) and
+    cached as the machine's figure. With it (an engine's bytes per token), over a matrix of that
+    size and not cached: the caches keep part of a working set of a few times their size between
+    passes (on a 2-core EPYC with 32 MB of L3, 77 MB read at ~35-43 GB/s where 1 GiB read at
+    24-30), so only a read of the same bytes is a floor that engine cannot beat."""
+    if n_bytes is None:
+        return probe_bandwidth(threads, refresh=True)
+    return measure_bandwidth(threads, sized_probe_bytes(n_bytes))
+
+
+def sized_probe_bytes(n_bytes: float) -> int:
+    """An engine's bytes per token as a probe's size: at least MIN_SIZED_BYTES, at most a quarter
+    of the free memory."""
+    return int(min(max(n_bytes, MIN_SIZED_BYTES), psutil.virtual_memory().available // 4))
 
 
 def probe_bandwidth(threads: int, n_bytes: int | None = None, refresh: bool = False) -> Bandwidth:

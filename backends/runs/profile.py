@@ -4,13 +4,16 @@ Each engine runs alone (its worker is closed before the next one starts): load, 
 measured repeats exactly as `bench` runs them (recorded: they give ms/token), then one more run
 under the engine's own profiler (never recorded: it carries the profiler's overhead). The
 profiled run's capture and its per-token timers become the engine's breakdown (see
-profile/breakdown.py). The floor's bandwidth is probed (in its own process) right before each
-engine starts and right after its worker closes, and the faster of the two is that engine's: a
-shared machine's bandwidth moves by tens of percent over minutes, so one probe at the start of a
-half-hour profile judged later engines against another moment's memory system. The slower of the
-two is kept too: the floor share it would have given shows how much of a gap is the machine moving.
-The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow phase
-slows arithmetic too.
+profile/breakdown.py). The floor's bandwidth is probed (in its own process) once the engine has
+loaded, right before its runs, and again right after its worker closes, and the faster of the two
+is that engine's: a shared machine's bandwidth moves by tens of percent over minutes, so one probe
+at the start of a half-hour profile judged later engines against another moment's memory system.
+Each probe reads as many bytes as the engine reads per token (from its Ready): the caches keep part
+of a working set a few times their size, so a 77 MB int4 model streams faster than a 1 GiB matrix
+does, and only a read of the same size is a floor the engine cannot beat. The slower of the two
+probes is kept too: the floor share it would have given shows how much of a gap is the machine
+moving. The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow
+phase slows arithmetic too.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ class ProfileSession:
 
     def __init__(self, config: BenchConfig, trace_dir: Path, on_event: EventSink | None = None,
                  specs: dict[str, EngineSpec] | None = None,
-                 bandwidth: Callable[[int], Bandwidth | None] | None = None) -> None:
-        """`bandwidth(threads)`: one probe of the floor's bandwidth (default: measured afresh)."""
+                 bandwidth: Callable[[int, int | None], Bandwidth | None] | None = None) -> None:
+        """`bandwidth(threads, n_bytes)`: one probe of the floor's bandwidth over n_bytes (None: the
+        machine's default size; default: measured afresh)."""
         self.config = config.validate()
         self.trace_dir = Path(trace_dir)
         self._orchestrator = Orchestrator(self.config, on_event, specs)
@@ -87,10 +91,8 @@ class ProfileSession:
                 if orchestrator.cancelled:
                     break
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
-                before = self._probe()
-                profile = self._profile_one(name, cell, result)
-                after = None if orchestrator.cancelled else self._probe()
-                result.bandwidth = faster(result.bandwidth, set_floor(profile, before, after))
+                profile, probes = self._profile_one(name, cell, result)
+                result.bandwidth = faster(result.bandwidth, set_floor(profile, *probes))
                 result.profiles.append(profile)
                 orchestrator.emit(ProfileEngineDone(profile))
         finish_bench(result.bench, self.threads, orchestrator.cancelled)
@@ -98,31 +100,39 @@ class ProfileSession:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
         return result
 
-    def _probe(self) -> Bandwidth | None:
+    def _probe(self, n_bytes: float | None) -> Bandwidth | None:
         try:
-            return (self._bandwidth or fresh_bandwidth)(self.threads)
+            return (self._bandwidth or fresh_bandwidth)(self.threads, None if n_bytes is None else int(n_bytes))
         except Exception:  # no floor is better than no profile
             return None
 
-    def _profile_one(self, name: str, cell, result: ProfileResult) -> EngineProfile:
+    def _profile_one(self, name: str, cell, result: ProfileResult) -> tuple[EngineProfile, tuple]:
+        """The engine's profile and its two bandwidth probes (before its runs, after its close)."""
         orchestrator = self._orchestrator
-        spec = orchestrator.specs[name]
-        profile = EngineProfile(name, spec.precision)
+        profile = EngineProfile(name, orchestrator.specs[name].precision)
+        if not orchestrator.start(name, cell):
+            orchestrator.close(name)
+            return _failed(profile, result.bench.runs, name), (None, None)
+        n_bytes = bytes_per_token(orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens)
+        before = self._probe(n_bytes)  # the worker has loaded and sits quiet: its memory is in place
         try:
-            if not orchestrator.start(name, cell):
-                return _failed(profile, result.bench.runs, name)
-            orchestrator.warm_up(name, cell)
-            for repeat in range(1, self.config.repeats + 1):
-                if orchestrator.cancelled or not orchestrator.usable(name):
-                    break
-                orchestrator.run_once(name, repeat, False, cell)
-            measured = [r for r in result.bench.runs if r.backend == name and not r.is_warmup]
-            if orchestrator.cancelled or not orchestrator.usable(name) or not measured:
-                return _failed(profile, result.bench.runs, name)
-            trace = self.trace_dir / f"{name}.trace.json"
-            outcome = orchestrator.run_profiled(name, cell, str(trace))
+            profile = self._measure(name, cell, result, profile)
         finally:
             orchestrator.close(name)
+        return profile, (before, None if orchestrator.cancelled else self._probe(n_bytes))
+
+    def _measure(self, name: str, cell, result: ProfileResult, profile: EngineProfile) -> EngineProfile:
+        """Warm-up, the measured repeats and the profiled run of a started engine."""
+        orchestrator = self._orchestrator
+        orchestrator.warm_up(name, cell)
+        for repeat in range(1, self.config.repeats + 1):
+            if orchestrator.cancelled or not orchestrator.usable(name):
+                break
+            orchestrator.run_once(name, repeat, False, cell)
+        measured = [r for r in result.bench.runs if r.backend == name and not r.is_warmup]
+        if orchestrator.cancelled or not orchestrator.usable(name) or not measured:
+            return _failed(profile, result.bench.runs, name)
+        outcome = orchestrator.run_profiled(name, cell, str(self.trace_dir / f"{name}.trace.json"))
         _fill_measured(profile, measured, orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens)
         if outcome.status != RunStatus.OK:
             profile.status, profile.error = outcome.status, outcome.error
@@ -174,7 +184,15 @@ def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, pro
     profile.prefill_ms = median(r.ttft_ms for r in measured)
     cpu = median(r.cpu_s_per_token for r in measured)
     profile.cpu_ms_per_token = None if cpu is None else cpu * 1e3
-    if ready is not None and ready.weight_bytes_per_token:
-        mean_position = prompt_tokens + (new_tokens - 1) / 2  # the KV cache read grows by one per step
-        profile.bytes_per_token = ready.weight_bytes_per_token + ready.kv_bytes_per_position * mean_position
+    profile.bytes_per_token = bytes_per_token(ready, prompt_tokens, new_tokens)
+    if profile.bytes_per_token:
         profile.floor_note = fits_in_cache_note(ready.weight_bytes_per_token)
+
+
+def bytes_per_token(ready, prompt_tokens: int, new_tokens: int) -> float | None:
+    """What a decode step reads: the weights at their stored size plus the KV cache at the mean
+    decode position (it grows by one per step); None when the engine does not say its weights."""
+    if ready is None or not ready.weight_bytes_per_token:
+        return None
+    mean_position = prompt_tokens + (new_tokens - 1) / 2
+    return ready.weight_bytes_per_token + ready.kv_bytes_per_position * mean_position
