@@ -26,8 +26,8 @@
  * decode's integer products token by token, so prefill, decode and scoring compute alike.
  *
  * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
- * inner loops for the CPU at hand; the two hand-written AVX2 loops (int8 and q4 x int8) have
- * plain-C twins.
+ * inner loops for the CPU at hand; the hand-written AVX2 parts (the int8 and q4 x int8 products,
+ * the activations' quantisation) have plain-C twins.
  * Per-category nanoseconds (matmul, attention, KV, norm/act, other) are summed by thread 0 when
  * `timers` is set: a profile's breakdown without a profiler. */
 #include <math.h>
@@ -166,6 +166,44 @@ static inline int64_t q4_position(int64_t G, int64_t beta, int64_t j) {
     return slot * 32 + g * 4 + j % 4;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* quantise_block in registers (the same values: cvtps rounds to nearest even as lrintf does): a
+ * decode step quantises ~2,000 blocks, ~74 ns each in scalar code (~2.5% of an int4 step). The
+ * 32 values leave as eight 4-element runs, each stored where q4_position puts it. */
+static void quantise_block(const float *restrict x, const QuantX *qx, int64_t blocks, int64_t b, int q4_order) {
+    const float *xb = x + b * QBLOCK;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax8 = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(xb + 8 * i);
+        amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    __m256i q[4];
+    for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(inv)));
+    const __m256i total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(1, 0, 3, 2)));
+    const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(2, 3, 0, 1))));
+    /* packs work per 128-bit lane: 4-byte runs come out as x[0,8,16,24 | 4,12,20,28]; put them in order */
+    const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    const __m256i runs = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (q4_order) {
+        const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
+        int32_t word[8];
+        _mm256_storeu_si256((__m256i *)word, runs);
+        for (int run = 0; run < 8; run++)
+            memcpy(qx->q + start * QBLOCK + q4_position(G, b - start, 4 * run), &word[run], 4);
+    } else {
+        _mm256_storeu_si256((__m256i *)(qx->q + b * QBLOCK), runs);
+    }
+    qx->scale[b] = scale;
+    qx->offset[b] = 8.0f * scale * (float)sum;
+}
+#else
 /* Block b of x quantised (of `blocks` per row); `q4_order` writes its values where q4_position
  * puts its weights (scales and offsets stay per block, in order). */
 static void quantise_block(const float *restrict x, const QuantX *qx, int64_t blocks, int64_t b, int q4_order) {
@@ -183,6 +221,7 @@ static void quantise_block(const float *restrict x, const QuantX *qx, int64_t bl
     qx->scale[b] = scale;
     qx->offset[b] = 8.0f * scale * (float)sum;
 }
+#endif
 
 static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K, int q4_order) {
     for (int64_t b = 0; b < K / QBLOCK; b++) quantise_block(x, qx, K / QBLOCK, b, q4_order);
