@@ -151,9 +151,11 @@ def test_desktop_entry_installs_into_xdg_data_home_and_uninstalls(tmp_path, monk
     assert desktop_entry.data_home({"XDG_DATA_HOME": "relative"}) == Path.home() / ".local" / "share"
 
 
-def test_desktop_entry_exec_quoting_and_other_platforms(capsys):
+def test_desktop_entry_exec_quoting_and_other_platforms(capsys, monkeypatch):
     from whistle_stop.backends.cli import desktop_entry
     from whistle_stop.backends.cli.launcher import main
+
+    monkeypatch.setattr(desktop_entry.shutil, "which", lambda name: None)  # an installed whistle-stop on PATH would win
 
     assert desktop_entry.exec_arg("/usr/bin/whistle-stop") == "/usr/bin/whistle-stop"
     assert desktop_entry.exec_arg('/a b/"x"$') == '"/a b/\\\\"x\\\\"\\\\$"'
