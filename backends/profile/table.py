@@ -20,7 +20,8 @@ NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of th
         "cores computed at those probes (an in-cache float32 GEMM, the faster): a low figure marks a slow phase of "
         "the machine; "
         "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
-        "minus every category; (LLC): the weights fit in the last-level cache, so the DRAM floor does not bound it")
+        "minus every category; (LLC): the weights fit in the last-level cache (a probe of their size reads from "
+        "the cache too, at least 4 MB: a floor of the cache, not of DRAM)")
 
 
 def _ms(value: float | None, digits: int = 2) -> str:
