@@ -10,7 +10,8 @@ It runs once per CPU model and thread count, in a spawned process of its own (it
 GiB or more would otherwise stay in the parent's peak RSS and page tables), and the result is
 cached in `cache_dir()`. `profile` probes around each engine over that engine's own bytes per
 token instead (`fresh_bandwidth(threads, n_bytes)`, not cached): how much of a working set the
-caches keep between passes depends on its size. `label` says what the limit is: "<reader> over a N MB fp32 matrix, T threads".
+caches keep between passes depends on its size. `label` says what the limit is: "<reader> over
+a N MB fp32 matrix, T threads".
 """
 
 from __future__ import annotations

@@ -110,12 +110,12 @@ class ProfileSession:
         """The engine's profile and its two bandwidth probes (before its runs, after its close)."""
         orchestrator = self._orchestrator
         profile = EngineProfile(name, orchestrator.specs[name].precision)
-        if not orchestrator.start(name, cell):
-            orchestrator.close(name)
-            return _failed(profile, result.bench.runs, name), (None, None)
-        n_bytes = bytes_per_token(orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens)
-        before = self._probe(n_bytes)  # the worker has loaded and sits quiet: its memory is in place
+        n_bytes, before = None, None
         try:
+            if not orchestrator.start(name, cell):
+                return _failed(profile, result.bench.runs, name), (None, None)
+            n_bytes = bytes_per_token(orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens)
+            before = self._probe(n_bytes)  # the worker has loaded and sits quiet: its memory is in place
             profile = self._measure(name, cell, result, profile)
         finally:
             orchestrator.close(name)
