@@ -109,6 +109,13 @@ def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
     figure = figures.decode_vs_output(runs, 10.0, environment)
     assert "sgemv over a 1074 MB" in figure.limits[0].label
     assert "limit: sgemv" in figure.note and "weights of e fit in the last-level cache" in figure.note
+    # weights a few times the cache but a quarter of the probe's bytes or less: said to be able to beat it
+    environment["bandwidth"]["bytes"] = 1 << 30
+    environment["engines"] = {"e": {"dtype": "int4", "weight_bytes_per_token": 85_000_000},
+                              "big": {"dtype": "fp32", "weight_bytes_per_token": 500_000_000}}
+    note = figures.decode_vs_output(runs, 10.0, environment).note
+    assert "e reads under a quarter of the probe's 1074 MB per token" in note and "so it can beat this limit" in note
+    assert "big" not in note and "last-level" not in note
 
 
 def test_probe_takes_the_faster_reader_and_names_it():
