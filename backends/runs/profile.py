@@ -26,7 +26,7 @@ from typing import Callable
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
 from ..registry import EngineSpec
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
-from ..results.records import RunRecord
+from ..results.records import RunRecord, decode_bytes_per_token
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from .bench import BenchResult, bench_cell, finish_bench
@@ -190,9 +190,8 @@ def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, pro
 
 
 def bytes_per_token(ready, prompt_tokens: int, new_tokens: int) -> float | None:
-    """What a decode step reads: the weights at their stored size plus the KV cache at the mean
-    decode position (it grows by one per step); None when the engine does not say its weights."""
+    """What a decode step reads, as bench's GB/s counts it (results.records.decode_bytes_per_token);
+    None when the engine does not say its weights."""
     if ready is None or not ready.weight_bytes_per_token:
         return None
-    mean_position = prompt_tokens + (new_tokens - 1) / 2
-    return ready.weight_bytes_per_token + ready.kv_bytes_per_position * mean_position
+    return decode_bytes_per_token(ready.weight_bytes_per_token, ready.kv_bytes_per_position, prompt_tokens, new_tokens)
