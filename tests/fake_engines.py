@@ -23,8 +23,9 @@ class ScriptedEngine(Engine):
 
     def __init__(self, options: EngineOptions, prefill_s: float = 0.0, decode_s: float = 0.0,
                  crash_at: int | None = None, hang_at: int | None = None, fail_at: int | None = None,
-                 fail_load: bool = False, load_s: float = 0.0) -> None:
+                 fail_load: bool = False, load_s: float = 0.0, device: str = "cpu") -> None:
         super().__init__(options)
+        self.device = device  # what its Ready says (a "cuda" one: whose memory the profile probes)
         self.prefill_s, self.decode_s = prefill_s, decode_s
         self.crash_at, self.hang_at, self.fail_at = crash_at, hang_at, fail_at
         self.fail_load, self.load_s = fail_load, load_s
@@ -36,7 +37,7 @@ class ScriptedEngine(Engine):
         if self.load_s:
             progress("pretending to build something", 0.5)
             time.sleep(self.load_s)
-        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=1_000_000, notes="scripted")
+        return EngineInfo(device=self.device, dtype="fp32", weight_bytes_per_token=1_000_000, notes="scripted")
 
     def _logits(self) -> np.ndarray:
         logits = np.zeros(VOCAB, np.float32)

@@ -127,3 +127,31 @@ def test_probe_takes_the_faster_reader_and_names_it():
     assert result.reader in expected and result.gb_s == pytest.approx(max(result.readers.values()), abs=0.01)
     assert result.label.startswith(f"{result.reader} over a 8 MB fp32 matrix, 1 thread:")
     assert bw.Bandwidth.from_dict(result.as_dict()) == result
+
+
+def _torch_sees_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.cuda
+def test_gpu_probe_reads_the_gpus_memory():
+    """A CUDA engine's floor: the probe reads its bytes on the GPU (in its own process)."""
+    if not _torch_sees_cuda():
+        pytest.skip("needs a CUDA GPU")
+    from whistle_stop.backends.results.gpu_bandwidth import measure_gpu_bandwidth
+
+    result = bw.fresh_bandwidth(1, 64 << 20, device="cuda")
+    assert result.device == "cuda" and result.device_name and result.bytes == 64 << 20
+    assert set(result.readers) == {"cuBLAS gemv", "sum"} and result.gb_s == pytest.approx(max(result.readers.values()), abs=0.01)
+    assert result.gb_s > 100 and result.compute_gflops > 1000  # any CUDA GPU's memory and cores beat these
+    assert "on " + result.device_name in result.label and result.probe_pid != os.getpid()
+    assert measure_gpu_bandwidth(8 << 20, passes=2).passes == 2
+
+
+def test_gpu_probe_without_a_gpu_says_so():
+    if _torch_sees_cuda():
+        pytest.skip("checks the message without a GPU")
+    with pytest.raises(RuntimeError, match="sees no CUDA GPU"):
+        bw.fresh_bandwidth(1, 8 << 20, device="cuda")

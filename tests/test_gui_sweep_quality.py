@@ -44,7 +44,7 @@ def fake_bandwidth(monkeypatch):
     """The memory-bandwidth probe (sweep, profile) is a benchmark: a fixed answer instead."""
     for target in ("sweep.probe_bandwidth", "profile.fresh_bandwidth"):
         monkeypatch.setattr(f"whistle_stop.backends.runs.{target}",
-                            lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
+                            lambda threads, *_, **__: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
 
 
 @pytest.fixture

@@ -113,7 +113,7 @@ def test_profile_uses_llamacpps_own_timings(tmp_path):
     bandwidth = Bandwidth(10.0, 10.0, 1, 1, 1, "test", "now")
     config = BenchConfig(model="random:tiny", backends=("llamacpp",), prompt="Hello world, this is a test",
                          new_tokens=10, repeats=1, warmup=1, threads=1)
-    (profile,) = ProfileSession(config, tmp_path, bandwidth=lambda threads, n_bytes: bandwidth).run().profiles
+    (profile,) = ProfileSession(config, tmp_path, bandwidth=lambda threads, n_bytes, device="cpu": bandwidth).run().profiles
     assert profile.status == "ok", profile.error
     assert profile.profiler.startswith("llama.cpp timings")
     decode = profile.decode.categories

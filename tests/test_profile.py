@@ -4,6 +4,7 @@ valid Chrome traces, and profiled runs kept out of the benchmark records."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,7 @@ BANDWIDTH = Bandwidth(gb_s=10.0, median_gb_s=10.0, bytes=1, threads=1, passes=1,
 def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
     config = BenchConfig(model="random:tiny", backends=tuple(backends), prompt="Hello world, this is a test",
                          new_tokens=new_tokens, repeats=repeats, warmup=1, threads=1)
-    session = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=lambda threads, n_bytes: BANDWIDTH)
+    session = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
     return session.run()
 
 
@@ -82,7 +83,7 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
 
     sizes = []
 
-    def probe(threads, n_bytes):
+    def probe(threads, n_bytes, device="cpu"):
         sizes.append(n_bytes)
         probes.append(replace(BANDWIDTH, gb_s=next(rates), compute_gflops=next(gemm), measured_at=f"probe {len(probes) + 1}"))
         return probes[-1]
@@ -111,6 +112,44 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     assert [profile_row(steady)[HEADERS.index(h)] for h in ("GB/s", "floor share")] == ["20.0", "25%"]
 
 
+def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):
+    """A CUDA engine streams its weights from the GPU's memory: its floor's probes must read there
+    (a host probe gave an H100 engine a 'floor' it beat by 43%), and the run's figure stays the host's."""
+    from tests.fake_engines import spec
+    from whistle_stop.backends.cli.profile_command import print_profile
+    from rich.console import Console
+
+    asked = []
+    host = replace(BANDWIDTH, gb_s=20.0)
+    gpu = replace(BANDWIDTH, gb_s=3000.0, device="cuda", device_name="a test GPU", reader="sum")
+
+    def probe(threads, n_bytes, device="cpu"):
+        asked.append(device)
+        return gpu if device == "cuda" else host
+
+    config = BenchConfig(model="random:tiny", backends=("host", "gpu"), prompt="Hello world", new_tokens=6,
+                         repeats=1, warmup=0, threads=1)
+    specs = {"host": spec("host", decode_s=0.001), "gpu": spec("gpu", decode_s=0.001, device="cuda")}
+    result = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=probe).run()
+    on_host, on_gpu = result.profiles
+    assert asked == ["cpu", "cpu", "cuda", "cuda"]
+    assert (on_host.bandwidth_gb_s, on_gpu.bandwidth_gb_s) == (20.0, 3000.0)
+    assert on_gpu.floor_device == "cuda" and "on a test GPU" in on_gpu.bandwidth_label
+    assert result.bandwidth.gb_s == 20.0  # environment.json's figure is the host's, never the GPU's
+    console = Console(record=True, width=400)
+    print_profile(result, console)
+    assert "a CUDA engine's by its GPU" in " ".join(console.export_text().split())  # the title wraps
+
+
+def test_a_gpu_engine_gets_no_cpu_cache_note():
+    from whistle_stop.backends.results.bandwidth import fits_in_cache_note, last_level_cache_bytes
+
+    size = last_level_cache_bytes()
+    if not size:
+        pytest.skip("this OS reports no CPU cache")
+    assert fits_in_cache_note(size // 2, "cpu") and not fits_in_cache_note(size // 2, "cuda")
+
+
 def test_engine_without_a_profiler_shows_its_total_and_harness(tmp_path):
     result = _profile(tmp_path, ["null"], new_tokens=10)
     (profile,) = result.profiles
@@ -135,7 +174,7 @@ def test_categories_of_common_operations():
 def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, capsys):
     from whistle_stop.backends.cli.main import main
 
-    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads, n_bytes=None: BANDWIDTH)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads, n_bytes=None, device="cpu": BANDWIDTH)
     out = tmp_path / "prof"
     code = main(["profile", "--model", "random:tiny", "--backends", "numpy,null", "--new-tokens", "8",
                  "--repeats", "1", "--threads", "1", "--out", str(out)])

@@ -62,7 +62,10 @@ def _charts(result: ProfileResult, out, err: Console) -> list:
 
 def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:
     probe = (f"its bytes per token read by the faster of sgemv and the own kernel, {result.bandwidth.threads} "
-             f"thread{'s' if result.bandwidth.threads != 1 else ''}" if result.bandwidth else "bandwidth not measured")
+             f"thread{'s' if result.bandwidth.threads != 1 else ''}" if result.bandwidth else "")
+    if any(p.floor_device != "cpu" and p.bandwidth_gb_s for p in result.profiles):
+        probe += ("; " if probe else "") + "a CUDA engine's by its GPU (the faster of cuBLAS's gemv and a sum)"
+    probe = probe or "bandwidth not measured"
     for phase in ("decode", "prefill"):
         unit = "ms per token" if phase == "decode" else "ms for the prompt"
         table = Table(title=f"{phase} step, {unit}" + (f" (floor: {probe}, probed around each engine)"

@@ -71,6 +71,7 @@ class EngineProfile:
     bytes_per_token: float | None = None  # weights (stored size) + KV read at the mean decode position
     bandwidth_gb_s: float | None = None  # the faster of the engine's two probes: the floor's (the stricter)
     bandwidth_label: str = ""
+    floor_device: str = "cpu"  # whose memory the floor's probes read: "cpu" (the host's) or "cuda" (the GPU's)
     slower_bandwidth_gb_s: float | None = None  # the slower of the two: how far the machine moved in the engine's slot
     compute_gflops: float | None = None  # the cores' GEMM rate at the same two probes (the faster): a slow phase shows
     floor_note: str = ""  # set when the weights fit in the last-level cache: DRAM does not bound the engine

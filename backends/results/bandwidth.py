@@ -54,12 +54,15 @@ class Bandwidth:
     # threads; 0.0 for an older cached entry): a shared machine's slow phases slow arithmetic as
     # well as memory, and a profile shows it beside each engine.
     compute_gflops: float = 0.0
+    device: str = "cpu"  # what read: "cpu" (host memory) or "cuda" (a CUDA engine's floor: GPU memory)
+    device_name: str = ""  # the GPU's name where device is "cuda"
 
     @property
     def method(self) -> str:
-        """How it was measured: "<reader> over a N MB fp32 matrix, T threads"."""
-        return (f"{self.reader} over a {self.bytes / 1e6:.0f} MB fp32 matrix, {self.threads} "
-                f"thread{'s' if self.threads != 1 else ''}")
+        """How it was measured: "<reader> over a N MB fp32 matrix, T threads" (on a GPU: "... on <GPU>")."""
+        where = (f"on {self.device_name or self.device}" if self.device != "cpu"
+                 else f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+        return f"{self.reader} over a {self.bytes / 1e6:.0f} MB fp32 matrix, {where}"
 
     @property
     def label(self) -> str:
@@ -107,11 +110,17 @@ def last_level_cache_bytes() -> int:
     return last_level_cache()[1]
 
 
-def fits_in_cache_note(weight_bytes: float) -> str:
+def on_gpu(device: str) -> bool:
+    """Whether an engine's device (its Ready's) reads its weights from a GPU's memory ("cuda", "cuda:1")."""
+    return device.startswith("cuda")
+
+
+def fits_in_cache_note(weight_bytes: float, device: str = "cpu") -> str:
     """The flag for an engine whose weights fit in the last-level cache ("" when they do not, or
-    the cache size is unknown): the DRAM limit does not bound it, and its GB/s may exceed it."""
+    the cache size is unknown): the DRAM limit does not bound it, and its GB/s may exceed it.
+    The CPU's cache says nothing of an engine on a GPU: "" for a CUDA device."""
     level, size = last_level_cache()
-    if not size or not weight_bytes or weight_bytes > size:
+    if on_gpu(device) or not size or not weight_bytes or weight_bytes > size:
         return ""
     name = f"L{level}" if level else "last-level"
     return (f"weights ({weight_bytes / 1e6:.1f} MB) fit in the {name} cache ({size / 1e6:.0f} MB): "
@@ -126,9 +135,15 @@ def default_probe_bytes() -> int:
 
 def measure_bandwidth(threads: int, n_bytes: int | None = None, passes: int = 5) -> Bandwidth:
     """The probe, in a spawned process of its own (the parent never holds the buffer)."""
+    return measure_in_child(measure_here, threads, n_bytes, passes)
+
+
+def measure_in_child(measure: Callable[..., Bandwidth], *args) -> Bandwidth:
+    """`measure(*args)` (a module-level function) in a spawned process of its own: the parent
+    never holds the probe's buffer, nor (for a GPU probe) a CUDA context."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_child, args=(send, threads, n_bytes, passes),
+    child = context.Process(target=_probe_child, args=(send, measure, args),
                             name="whistle-stop-bandwidth", daemon=True)
     child.start()
     send.close()
@@ -144,9 +159,9 @@ def measure_bandwidth(threads: int, n_bytes: int | None = None, passes: int = 5)
     return Bandwidth(**answer[1])
 
 
-def _probe_child(conn, threads: int, n_bytes: int | None, passes: int) -> None:
+def _probe_child(conn, measure: Callable[..., Bandwidth], args: tuple) -> None:
     try:
-        conn.send(("ok", asdict(measure_here(threads, n_bytes, passes))))
+        conn.send(("ok", asdict(measure(*args))))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
@@ -270,13 +285,18 @@ def cached_bandwidth(threads: int) -> Bandwidth | None:
 MIN_SIZED_BYTES = 4 << 20  # a smaller read would time mostly the call's own overhead
 
 
-def fresh_bandwidth(threads: int, n_bytes: int | None = None) -> Bandwidth:
+def fresh_bandwidth(threads: int, n_bytes: int | None = None, device: str = "cpu") -> Bandwidth:
     """Measured now: a profile's floor is of the same minutes as its runs, since a shared machine's
     bandwidth moves between phases. Without `n_bytes`, over the default matrix (1 GiB or more) and
     cached as the machine's figure. With it (an engine's bytes per token), over a matrix of that
     size and not cached: the caches keep part of a working set of a few times their size between
     passes (on a 2-core EPYC with 32 MB of L3, 77 MB read at ~35-43 GB/s where 1 GiB read at
-    24-30), so only a read of the same bytes is a floor that engine cannot beat."""
+    24-30), so only a read of the same bytes is a floor that engine cannot beat. A CUDA engine's
+    floor is its GPU's memory (results/gpu_bandwidth.py), never the host's."""
+    if on_gpu(device):
+        from .gpu_bandwidth import measure_gpu_bandwidth
+
+        return measure_gpu_bandwidth(max(int(n_bytes or 0), MIN_SIZED_BYTES) if n_bytes else None)
     if n_bytes is None:
         return probe_bandwidth(threads, refresh=True)
     return measure_bandwidth(threads, sized_probe_bytes(n_bytes))

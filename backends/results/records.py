@@ -134,7 +134,7 @@ def fill_metrics(record: RunRecord, start_ns: int, tokens: list[Token], weight_b
     if weight_bytes_per_token:
         from .bandwidth import fits_in_cache_note
 
-        note = fits_in_cache_note(weight_bytes_per_token)
+        note = fits_in_cache_note(weight_bytes_per_token, record.device or "cpu")
         if note and note not in record.notes:
             record.notes = "; ".join(n for n in (record.notes, note) if n)
 

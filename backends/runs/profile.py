@@ -92,7 +92,9 @@ class ProfileSession:
                     break
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
                 profile, probes = self._profile_one(name, cell, result)
-                result.bandwidth = faster(result.bandwidth, set_floor(profile, *probes))
+                probe = set_floor(profile, *probes)
+                if probe is not None and probe.device == "cpu":  # the run's figure is the host's
+                    result.bandwidth = faster(result.bandwidth, probe)
                 result.profiles.append(profile)
                 orchestrator.emit(ProfileEngineDone(profile))
         finish_bench(result.bench, self.threads, orchestrator.cancelled)
@@ -100,9 +102,11 @@ class ProfileSession:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
         return result
 
-    def _probe(self, n_bytes: float | None) -> Bandwidth | None:
+    def _probe(self, n_bytes: float | None, device: str) -> Bandwidth | None:
+        """A probe over n_bytes by the memory the engine reads from: the host's, or its GPU's."""
         try:
-            return (self._bandwidth or fresh_bandwidth)(self.threads, None if n_bytes is None else int(n_bytes))
+            return (self._bandwidth or fresh_bandwidth)(self.threads, None if n_bytes is None else int(n_bytes),
+                                                        device=device)
         except Exception:  # no floor is better than no profile
             return None
 
@@ -110,16 +114,18 @@ class ProfileSession:
         """The engine's profile and its two bandwidth probes (before its runs, after its close)."""
         orchestrator = self._orchestrator
         profile = EngineProfile(name, orchestrator.specs[name].precision)
-        n_bytes, before = None, None
+        n_bytes, before, device = None, None, "cpu"
         try:
             if not orchestrator.start(name, cell):
                 return _failed(profile, result.bench.runs, name), (None, None)
-            n_bytes = bytes_per_token(orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens)
-            before = self._probe(n_bytes)  # the worker has loaded and sits quiet: its memory is in place
+            ready = orchestrator.ready(name)
+            device = ready.device if ready is not None and ready.device else "cpu"
+            n_bytes = bytes_per_token(ready, len(cell.prompt_ids), cell.new_tokens)
+            before = self._probe(n_bytes, device)  # the worker has loaded and sits quiet: its memory is in place
             profile = self._measure(name, cell, result, profile)
         finally:
             orchestrator.close(name)
-        return profile, (before, None if orchestrator.cancelled else self._probe(n_bytes))
+        return profile, (before, None if orchestrator.cancelled else self._probe(n_bytes, device))
 
     def _measure(self, name: str, cell, result: ProfileResult, profile: EngineProfile) -> EngineProfile:
         """Warm-up, the measured repeats and the profiled run of a started engine."""
@@ -170,6 +176,7 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
         fastest = probes[-1]
         profile.bandwidth_gb_s, profile.bandwidth_label = fastest.gb_s, f"{fastest.label} at {fastest.measured_at}"
         profile.slower_bandwidth_gb_s = probes[0].gb_s
+        profile.floor_device = fastest.device
     profile.compute_gflops = max((p.compute_gflops for p in probes if p.compute_gflops), default=None)
     return probes[-1] if probes else None
 
@@ -186,7 +193,7 @@ def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, pro
     profile.cpu_ms_per_token = None if cpu is None else cpu * 1e3
     profile.bytes_per_token = bytes_per_token(ready, prompt_tokens, new_tokens)
     if profile.bytes_per_token:
-        profile.floor_note = fits_in_cache_note(ready.weight_bytes_per_token)
+        profile.floor_note = fits_in_cache_note(ready.weight_bytes_per_token, ready.device or "cpu")
 
 
 def bytes_per_token(ready, prompt_tokens: int, new_tokens: int) -> float | None:
