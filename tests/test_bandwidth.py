@@ -116,6 +116,13 @@ def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
     note = figures.decode_vs_output(runs, 10.0, environment).note
     assert "e reads under a quarter of the probe's 1074 MB per token" in note and "so it can beat this limit" in note
     assert "big" not in note and "last-level" not in note
+    # an engine on a GPU: no host limit line stands for it, and the note says why
+    gpu_run = _record(prompt_tokens=4)
+    gpu_run.backend, gpu_run.device, gpu_run.dtype = "g", "cuda", "bf16"
+    environment["engines"]["g"] = {"dtype": "bf16", "weight_bytes_per_token": 250_000_000}
+    figure = figures.decode_vs_output([*runs, gpu_run], 10.0, environment)
+    assert not any(limit.label.startswith("bf16") for limit in figure.limits)
+    assert "g runs on a GPU" in figure.note and "no host limit line bounds them" in figure.note
 
 
 def test_probe_takes_the_faster_reader_and_names_it():

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from ..results.bandwidth import on_gpu
 from ..results.load import LoadLevel
 from ..results.records import RunRecord, TokenRecord
 from ..results.stats import Summary, summarize
@@ -85,14 +86,19 @@ def _backends(runs: Sequence[RunRecord]) -> list[str]:
 
 
 def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None = None) -> dict[str, tuple[str, float]]:
-    """{backend: (dtype, weight bytes per token)}: from environment.json's "engines" when the
-    sweep recorded it, else recovered from the runs (GB/s was computed as bytes x tok/s)."""
+    """{backend: (dtype, weight bytes per token)} of the engines on the host: from environment.json's
+    "engines" when the sweep recorded it, else recovered from the runs (GB/s was computed as bytes x
+    tok/s). An engine on a GPU is left out: its weights stream from the GPU's memory, which the
+    host's limit lines do not bound (limit_note names it)."""
     out: dict[str, tuple[str, float]] = {}
+    gpu = gpu_backends(runs)
     for name, info in ((environment or {}).get("engines") or {}).items():
+        if name in gpu:
+            continue
         if info.get("weight_bytes_per_token"):
             out[name] = (info.get("dtype", ""), float(info["weight_bytes_per_token"]))
     for name in _backends(runs):
-        if name in out:
+        if name in out or name in gpu:
             continue
         ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in runs
                   if r.backend == name and r.bandwidth_gb_s and r.decode_tok_s]
@@ -100,6 +106,11 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
             dtype = next((r.dtype for r in runs if r.backend == name and r.dtype), "")
             out[name] = (dtype, sorted(ratios)[len(ratios) // 2])
     return out
+
+
+def gpu_backends(runs: Sequence[RunRecord]) -> set[str]:
+    """The engines whose runs ran on a CUDA device."""
+    return {r.backend for r in runs if on_gpu(r.device or "")}
 
 
 def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str, what: str = "") -> list[Limit]:
@@ -140,6 +151,10 @@ def limit_note(runs: Sequence[RunRecord], environment: dict | None) -> str:
         parts.append(f"{', '.join(smaller)} read{'s' if one else ''} under a quarter of the probe's "
                      f"{probe_bytes / 1e6:.0f} MB per token: caches keep part of a smaller working set, so "
                      f"{'it' if one else 'they'} can beat this limit (`profile` probes each engine at its own size)")
+    gpu = sorted(gpu_backends(runs))
+    if gpu:
+        parts.append(f"{', '.join(gpu)} run{'s' if len(gpu) == 1 else ''} on a GPU, reading {'its' if len(gpu) == 1 else 'their'} "
+                     "weights from its memory: no host limit line bounds them (`profile` probes a GPU's own)")
     return "; ".join(parts)
 
 
