@@ -113,3 +113,27 @@ def test_bench_concurrency_prints_the_load_table(capsys, tmp_path, tiny_model):
     rows = list(csv.DictReader((tmp_path / "load.csv").open()))
     assert {(r["backend"], r["concurrency"], r["kind"]) for r in rows} == {
         ("numpy", "1", "batch 1"), ("remote", "1", "server"), ("remote", "2", "server")}
+
+
+@pytest.mark.parametrize("command", ["quality", "sweep"])
+def test_a_chart_that_cannot_render_is_one_line_and_the_numbers_stay(capsys, tmp_path, monkeypatch, command):
+    """Without pyqtgraph or Qt (a headless GPU server, say) the charts are said not written; the
+    results are already on disk and the command exits 0."""
+    def no_charts(*_args, **_kwargs):
+        raise ModuleNotFoundError("No module named 'pyqtgraph'")
+
+    monkeypatch.setattr("whistle_stop.backends.report.plots.render_png", no_charts)
+    from whistle_stop.backends.results.bandwidth import Bandwidth
+
+    fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probe is a benchmark: a fixed answer
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth", lambda *a, **k: fixed)
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.cached_bandwidth", lambda *a, **k: fixed)
+    out = tmp_path / command
+    extra = (["--new-tokens", "3", "--max-length", "32", "--stride", "32"] if command == "quality"
+             else ["--prompt-tokens", "4", "--new-tokens", "3"])
+    code = main([command, "--model", "random:tiny", "--backends", "null", "--repeats", "1",
+                 "--warmup", "0", "--threads", "1", "--out", str(out), *extra])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "charts not written: No module named 'pyqtgraph'" in " ".join(err.split())
+    assert (out / "runs.csv").exists() and (command != "quality" or (out / "quality.csv").exists())

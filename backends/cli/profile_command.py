@@ -12,7 +12,7 @@ from ..profile.table import HEADERS, NOTE, profile_row, shown_columns, top_ops_l
 from ..results.export import write_results
 from ..status import RunStatus
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
-from .common import config_from_args, in_thread, out_dir, progress_printer, stderr_console, stdout_console
+from .common import charts, config_from_args, in_thread, out_dir, progress_printer, stderr_console, stdout_console
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 def profile_command(args: argparse.Namespace) -> int:
@@ -49,15 +49,14 @@ def profile_command(args: argparse.Namespace) -> int:
 
 
 def _charts(result: ProfileResult, out, err: Console) -> list:
-    try:
+    def render() -> list:
         from ..report import figures
         from ..report.plots import render_png
 
         return [render_png(figures.profile_breakdown(result.profiles, phase), out / f"profile_{phase}.png")
                 for phase in ("decode", "prefill")]
-    except Exception as exc:  # the numbers are written; a chart that cannot render is said, not fatal
-        err.print(f"[yellow]charts not written:[/] {exc}")
-        return []
+
+    return charts(render, err)
 
 
 def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:

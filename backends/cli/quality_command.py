@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import (add_cached_bandwidth, check_reference, config_from_args, in_thread,
+from .common import (add_cached_bandwidth, charts, check_reference, config_from_args, in_thread,
                      out_dir, progress_printer, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
@@ -34,10 +34,13 @@ def quality_command(args: argparse.Namespace) -> int:
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     add_cached_bandwidth(result.environment, session.threads)
     paths = write_quality(out, result, session.quality)
-    from ..report.plots import render_png
+    def render() -> list[Path]:
+        from ..report.plots import render_png
 
-    figure = speed_vs_quality([vars(r) for r in session.quality.rows], model.is_random)
-    paths.append(render_png(figure, out / f"{figure.name}.png"))
+        figure = speed_vs_quality([vars(r) for r in session.quality.rows], model.is_random)
+        return [render_png(figure, out / f"{figure.name}.png")]
+
+    paths += charts(render, err)
     _print_quality(session.quality, model, stdout_console())
     err.print("wrote " + ", ".join(str(p) for p in paths))
     failed = result.failed or any(r.status != "ok" for r in session.quality.rows)

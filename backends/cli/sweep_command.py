@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..runs.bench import BenchResult
 from .load_table import print_load
-from .common import (check_reference, config_from_args, in_thread, out_dir,
+from .common import (charts, check_reference, config_from_args, in_thread, out_dir,
                      progress_printer, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
@@ -48,13 +48,18 @@ def sweep_command(args: argparse.Namespace) -> int:
               f"{config.sampling.decoding} · {session.threads} threads")
     result = in_thread(lambda: session.run(plan), session, err)
     if not args.no_plots and result.runs:
-        from ..report.plots import render_all
+        def render() -> list:
+            from ..report.plots import render_all
 
-        gb_s = (result.environment.get("bandwidth") or {}).get("gb_s")
-        figures = [ttft_vs_prompt(result.runs, gb_s, result.environment),
-                   decode_vs_output(result.runs, gb_s, result.environment),
-                   itl_vs_position(result.runs, result.tokens, gb_s, result.environment)]
-        err.print("plots: " + ", ".join(str(p) for p in render_all(figures, out)))
+            gb_s = (result.environment.get("bandwidth") or {}).get("gb_s")
+            figures = [ttft_vs_prompt(result.runs, gb_s, result.environment),
+                       decode_vs_output(result.runs, gb_s, result.environment),
+                       itl_vs_position(result.runs, result.tokens, gb_s, result.environment)]
+            return render_all(figures, out)
+
+        plots = charts(render, err)
+        if plots:
+            err.print("plots: " + ", ".join(str(p) for p in plots))
     _print_sweep(result, stdout_console())
     if config.concurrency:
         print_load(result, stdout_console())
