@@ -18,6 +18,7 @@ from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecord
 from whistle_stop.backends.runs.events import HarnessCalibrating
 from whistle_stop.backends.sources.prompts import prompt_text
 
+from . import gc_guard
 from .actions import REPLAY_SPEEDS, build_actions
 from .bench_job import BenchPrepared, start_bench
 from .charts import HistogramChart, LatencyChart, RaceChart
@@ -50,6 +51,8 @@ class MainWindow(QMainWindow):
 
     def __init__(self, extra_specs: dict[str, EngineSpec] | None = None, settings: QSettings | None = None) -> None:
         super().__init__()
+        gc_guard.acquire()  # cycles are collected in this thread only while the window lives (gc_guard.py)
+        self._gc_guarded = True
         self.extra_specs = dict(extra_specs or {})
         self.store = Store(settings if settings is not None else default_settings())
         self.data = SessionData()
@@ -419,3 +422,6 @@ class MainWindow(QMainWindow):
         self.store.save_geometry(self.saveGeometry(), self.saveState())
         self.store.sync()
         super().closeEvent(event)
+        if self._gc_guarded:  # once, however often the window is closed
+            self._gc_guarded = False
+            gc_guard.release()

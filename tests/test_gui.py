@@ -486,3 +486,37 @@ def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model):
     (comparison,) = rounds[0]
     assert comparison.engine == "numpy" and comparison.bench_ms and comparison.window_ms
     assert comparison.ratio is not None and comparison.ratio > 0
+
+
+def test_cycles_are_collected_in_the_gui_thread_only_while_the_window_lives(qtbot, make_window):
+    """A collection in a job thread can free PySide objects there and deadlock with the GUI
+    thread (gui/gc_guard.py): with a window open, garbage made in another thread is collected
+    in the GUI thread; once the window closes, automatic collection is back."""
+    import gc
+    import threading
+
+    from whistle_stop.gui import gc_guard
+
+    window = make_window(show=False)
+    assert gc_guard.active() and not gc.isenabled()
+    collected_in: list[str] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            collected_in.append(threading.current_thread().name)
+
+    def make_garbage() -> None:  # far past gen 0's threshold: automatic collection would run here
+        for _ in range(20 * gc.get_threshold()[0]):
+            Cycle()
+
+    worker = threading.Thread(target=make_garbage, name="job-like")
+    worker.start()
+    worker.join()
+    assert collected_in == []  # nothing was collected in the job-like thread
+    qtbot.waitUntil(lambda: bool(collected_in), timeout=5000)  # the guard's timer, in this thread
+    assert set(collected_in) == {threading.main_thread().name}
+    window.close()
+    assert not gc_guard.active() and gc.isenabled()
