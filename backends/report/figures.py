@@ -91,21 +91,19 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
     tok/s). An engine on a GPU is left out: its weights stream from the GPU's memory, which the
     host's limit lines do not bound (limit_note names it)."""
     out: dict[str, tuple[str, float]] = {}
-    gpu = gpu_backends(runs)
     for name, info in ((environment or {}).get("engines") or {}).items():
-        if name in gpu:
-            continue
         if info.get("weight_bytes_per_token"):
             out[name] = (info.get("dtype", ""), float(info["weight_bytes_per_token"]))
     for name in _backends(runs):
-        if name in out or name in gpu:
+        if name in out:
             continue
         ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in runs
                   if r.backend == name and r.bandwidth_gb_s and r.decode_tok_s]
         if ratios:
             dtype = next((r.dtype for r in runs if r.backend == name and r.dtype), "")
             out[name] = (dtype, sorted(ratios)[len(ratios) // 2])
-    return out
+    gpu = gpu_backends(runs)
+    return {name: weights for name, weights in out.items() if name not in gpu}
 
 
 def gpu_backends(runs: Sequence[RunRecord]) -> set[str]:

@@ -296,7 +296,7 @@ def fresh_bandwidth(threads: int, n_bytes: int | None = None, device: str = "cpu
     if on_gpu(device):
         from .gpu_bandwidth import measure_gpu_bandwidth
 
-        return measure_gpu_bandwidth(max(int(n_bytes or 0), MIN_SIZED_BYTES) if n_bytes else None)
+        return measure_gpu_bandwidth(None if n_bytes is None else max(int(n_bytes), MIN_SIZED_BYTES))
     if n_bytes is None:
         return probe_bandwidth(threads, refresh=True)
     return measure_bandwidth(threads, sized_probe_bytes(n_bytes))
