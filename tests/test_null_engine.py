@@ -57,6 +57,19 @@ def test_null_engine_returns_fixed_logits_of_the_vocab(tiny_model):
     assert info.weight_bytes_per_token == 0 and info.dtype == "fp32"
 
 
+def test_null_logits_are_spread_and_cost_no_numpy_random():
+    """Its cold start is the floor under every engine's, so its load imports nothing they do not:
+    numpy.random is imported on first use, ~5-15 ms that no other engine pays before Ready."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from whistle_stop.backends.engines.null_engine import fixed_logits; "
+            "l = fixed_logits(50257); top = np.sort(l)[-2:]; "
+            "print('numpy.random' in sys.modules, round(float(l.std()), 1), len(np.unique(l)) > 50000, top[1] > top[0])")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "3.0", "True", "True"]
+
+
 def test_null_runs_and_its_split_adds_up_to_the_itl(tiny_model):
     result = _session(["null"]).run()
     (run,) = result.runs
