@@ -55,17 +55,10 @@ def measure_gpu_here(n_bytes: int | None = None, passes: int = 20) -> Bandwidth:
 
 
 def _timed_reads(torch, product: Callable, expected: float, nbytes: int, passes: int) -> list[float]:
-    """GB/s of each pass, timed with CUDA events around the product alone; its output is checked
-    after the timing (a read-back syncs)."""
+    """GB/s of each pass, timed with CUDA events around the product alone; the warm-up's output is
+    checked after the timing (a read-back syncs)."""
     out = product()  # warm-up: the library's handles and kernels load outside the timing
-    rates = []
-    for _ in range(max(1, passes)):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = product()
-        end.record()
-        end.synchronize()
-        rates.append(nbytes / (start.elapsed_time(end) / 1e3) / 1e9)
+    rates = [nbytes / _cuda_seconds(torch, product) / 1e9 for _ in range(max(1, passes))]
     if float(out[0]) != expected or float(out[-1]) != expected:  # catches nonsense
         raise RuntimeError("GPU bandwidth probe: wrong product")
     return rates
@@ -76,14 +69,17 @@ def _gemm_gflops(torch, device, passes: int) -> float:
     a = torch.full((GPU_GEMM_SIZE, GPU_GEMM_SIZE), 0.5, dtype=torch.float32, device=device)
     out = torch.empty_like(a)
     torch.matmul(a, a, out=out)
-    best = 0.0
-    for _ in range(max(1, passes)):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.matmul(a, a, out=out)
-        end.record()
-        end.synchronize()
-        best = max(best, 2 * GPU_GEMM_SIZE ** 3 / (start.elapsed_time(end) / 1e3) / 1e9)
+    fastest = min(_cuda_seconds(torch, lambda: torch.matmul(a, a, out=out)) for _ in range(max(1, passes)))
     if float(out[0, 0]) != 0.25 * GPU_GEMM_SIZE:
         raise RuntimeError("GPU compute probe: wrong product")
-    return best
+    return 2 * GPU_GEMM_SIZE ** 3 / fastest / 1e9
+
+
+def _cuda_seconds(torch, run: Callable) -> float:
+    """Seconds of one `run()` on the GPU, between two CUDA events around it (synced before reading)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
