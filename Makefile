@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch. With a CUDA build already in $(VENV), nothing is replaced.
 TORCH ?= torch==2.13.0
 
-.PHONY: run test test-vllm test-all bench install install-dev clean
+.PHONY: run test test-vllm test-all bench install install-dev bytecode clean
 
 run: install
 	$(PY) main.py
@@ -23,8 +23,14 @@ test-all: install-dev
 bench: install
 	$(PY) main.py bench --model random:gpt2 --backends hf,hf-int8 --repeats 3
 
-install: $(VENV)/.installed
-install-dev: $(VENV)/.installed-dev
+install: $(VENV)/.installed bytecode
+install-dev: $(VENV)/.installed-dev bytecode
+
+# The app's bytecode, as a wheel install ships it: where PYTHONDONTWRITEBYTECODE is set, every
+# engine worker would otherwise compile the app's modules from source in its cold start
+# (backends/storage/bytecode.py). Quick when nothing changed.
+bytecode: $(VENV)/.installed
+	$(PY) -m compileall -q backends gui resources scripts main.py
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -154,3 +154,34 @@ def test_a_worker_imports_only_what_serving_needs_before_ready():
             f"print([m for m in {heavy!r} if m in sys.modules and m not in before])")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_bytecode_check_sees_missing_stale_and_current_modules(tmp_path, monkeypatch):
+    """storage/bytecode: what the import system would compile again, by its own header check."""
+    import compileall
+    import sys
+
+    from whistle_stop.backends.storage import bytecode
+
+    package = tmp_path / "room"
+    package.mkdir()
+    (package / "a.py").write_text("A = 1\n")
+    (package / "b.py").write_text("B = 2\n")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    missing = bytecode.check(package)
+    assert (missing.uncompiled, missing.modules) == (2, 2) and missing.compiles_in_every_worker
+    assert "2 of the engine room's 2 modules" in bytecode.warning(missing)
+    assert compileall.compile_dir(str(package), quiet=1)
+    current = bytecode.check(package)
+    assert current.uncompiled == 0 and bytecode.warning(current) is None
+    (package / "a.py").write_text("A = 10  # edited: another size\n")
+    assert bytecode.check(package).uncompiled == 1
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # the interpreter writes it on import: nothing to say
+    assert bytecode.warning(bytecode.check(package)) is None
+
+
+def test_environment_records_the_bytecode_state():
+    from whistle_stop.backends.results.environment import collect_environment
+
+    state = collect_environment()["bytecode"]
+    assert set(state) == {"writes_bytecode", "uncompiled_modules", "modules"} and state["modules"] > 50

@@ -12,6 +12,7 @@ from ..results.export import write_results
 from ..results.summary import (SUMMARY_HEADERS, harness_note, interval_note, sampling_notes, summarize_backends,
                                summary_rows)
 from ..runs.bench import BenchResult, BenchSession
+from ..storage import bytecode
 from .load_table import print_load
 from .common import (add_cached_bandwidth, check_reference, config_from_args, in_thread,
                      out_dir, progress_printer, stderr_console, stdout_console)
@@ -31,6 +32,9 @@ def bench_command(args: argparse.Namespace) -> int:
     err.print(f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
               f"{config.sampling.decoding} · {session.threads} threads · {config.mode} mode")
     _warn_if_busy(session.threads, err)
+    uncompiled = bytecode.warning(bytecode.check())
+    if uncompiled:
+        err.print(f"[yellow]warning:[/] {uncompiled}")
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     add_cached_bandwidth(result.environment, session.threads)
     paths = write_results(out, result.runs, result.tokens, result.environment, load=result.load, slo=config.slo)

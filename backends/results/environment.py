@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from .. import __version__
+from ..storage import bytecode
 
 LIBRARIES = ("numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "onnx",
              "onnxruntime", "llama_cpp_python", "ctranslate2", "openvino", "PySide6_Essentials", "pyqtgraph")
@@ -84,6 +85,7 @@ def collect_environment(model=None, settings: dict | None = None, extra: dict | 
         "python": sys.version.split()[0],
         "libraries": library_versions(),
         "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+        "bytecode": bytecode.check().as_dict(),  # without it, every worker compiles the app (cold starts)
     }
     if model is not None:
         env["model"] = {"id": model.model_id, "spec": model.spec, "weights": model.weights,
