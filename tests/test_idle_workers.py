@@ -47,3 +47,31 @@ def test_idle_null_and_numpy_workers_use_almost_no_cpu(tiny_model):
 
 def test_cpu_seconds_of_gone_processes_is_zero():
     assert cpu_seconds([2**22 + 12345]) == 0.0
+
+
+def test_a_worker_spawns_only_once_the_live_ones_are_quiet(tiny_model, monkeypatch):
+    """A cold start is timed too: each spawn after the first waits, as each run does, until the live
+    workers stop spinning down their thread pools (Orchestrator.settle)."""
+    from whistle_stop.backends.runs.orchestrator import Orchestrator
+    from whistle_stop.backends.worker.process import Worker
+
+    order: list[tuple[str, object]] = []
+    settle, start = Orchestrator.settle, Worker.start
+
+    def settle_noted(self, pids):
+        order.append(("settle", tuple(pids)))
+        return settle(self, pids)
+
+    def start_noted(self):
+        order.append(("spawn", self.spec.name))
+        return start(self)
+
+    monkeypatch.setattr(Orchestrator, "settle", settle_noted)
+    monkeypatch.setattr(Worker, "start", start_noted)
+    specs = {"a": fake_engines.spec("a"), "b": fake_engines.spec("b")}
+    _run(["a", "b"], specs, repeats=1)
+    spawns = [i for i, (kind, _) in enumerate(order) if kind == "spawn"]
+    assert [order[i][1] for i in spawns] == ["a", "b"]
+    assert spawns[0] == 0 or order[spawns[0] - 1][0] != "settle"  # nothing to wait for before the first
+    kind, pids = order[spawns[1] - 1]
+    assert kind == "settle" and len(pids) == 1  # b waited for a's worker

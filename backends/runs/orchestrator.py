@@ -197,6 +197,9 @@ class Orchestrator:
     def start(self, name: str, cell: Cell) -> bool:
         """Spawn (or spawn again) the engine's worker; a failed load is recorded against `cell`."""
         options = EngineOptions(threads=self.threads, settings=self.config.engine_options.get(name))
+        idle = self.idle_pids(name)
+        if idle:  # the cold start is timed too: not while the engine before still spins down its thread pools
+            self.settle(idle)
         # Right before the spawn: with --cold evict the weights and this engine's artefacts, then
         # measure the share of the weights in the page cache (every record of this worker says it).
         self._page_state[name] = page_cache.engine_start_state(self.specs[name], self._result.model, self.config.cold)
