@@ -73,25 +73,41 @@ def hf_reference(tiny_model):
     return Reference()
 
 
+# Engines whose native code could crash the test process: they are tested in a spawned child
+# (tests/engine_process.py), as the app runs them, so a crash fails one test and not the suite.
+CRASH_PRONE = ("llamacpp", "ctranslate2", "openvino", "ortgenai", "tf", "native", "torch-static")
+
+
 def load_engine_in_process(name, model, threads=1):
-    """One engine created and loaded in this process (no worker), for tests that call it directly."""
+    """One pure-Python engine created and loaded in this process (no worker), for tests that call it directly."""
     from whistle_stop.backends import registry
     from whistle_stop.backends.engine import EngineOptions
 
+    assert not name.startswith(CRASH_PRONE), f"{name} runs native code: use load_engine_in_worker"
     engine = registry.create(name, EngineOptions(threads=threads))
     engine.load(model, lambda *a: None)
     return engine
 
 
-def run_engine_in_process(name, model, ids, new_tokens, sampling=None, threads=1):
-    """Load one engine in this process (no worker) and return its tokens: for parity tests."""
+def engine_tokens(name, model, ids, new_tokens, sampling=None, threads=1):
+    """Load one engine (in a spawned child where it runs native code) and return its tokens: for parity tests."""
     from whistle_stop.backends.sampling import Sampler, SamplingParams
 
+    if name.startswith(CRASH_PRONE):
+        with load_engine_in_worker(name, model, threads) as engine:
+            return engine.tokens(ids, new_tokens, sampling)
     engine = load_engine_in_process(name, model, threads)
     try:
         return list(engine.stream(ids, new_tokens, Sampler(sampling or SamplingParams())))
     finally:
         engine.close()
+
+
+def load_engine_in_worker(name, model, threads=1):
+    """One engine loaded in a spawned child (tests/engine_process.py): a crash fails this test only."""
+    from tests.engine_process import EngineProcess
+
+    return EngineProcess(name, model, threads)
 
 
 def live_workers():

@@ -23,11 +23,13 @@ class ScriptedEngine(Engine):
 
     def __init__(self, options: EngineOptions, prefill_s: float = 0.0, decode_s: float = 0.0,
                  crash_at: int | None = None, hang_at: int | None = None, fail_at: int | None = None,
-                 fail_load: bool = False, load_s: float = 0.0, device: str = "cpu") -> None:
+                 fail_load: bool = False, load_s: float = 0.0, device: str = "cpu",
+                 segfault_at: int | None = None) -> None:
         super().__init__(options)
         self.device = device  # what its Ready says (a "cuda" one: whose memory the profile probes)
         self.prefill_s, self.decode_s = prefill_s, decode_s
         self.crash_at, self.hang_at, self.fail_at = crash_at, hang_at, fail_at
+        self.segfault_at = segfault_at
         self.fail_load, self.load_s = fail_load, load_s
         self._position = 0
 
@@ -47,6 +49,10 @@ class ScriptedEngine(Engine):
     def _step(self, delay: float) -> np.ndarray:
         if self.crash_at is not None and self._position == self.crash_at:
             os._exit(3)  # a hard crash: no exception, no goodbye
+        if self.segfault_at is not None and self._position == self.segfault_at:
+            import ctypes
+
+            ctypes.string_at(0)  # a real native crash: reading address 0 (SIGSEGV), as a broken kernel would
         if self.hang_at is not None and self._position == self.hang_at:
             time.sleep(3600)
         if self.fail_at is not None and self._position == self.fail_at:

@@ -12,7 +12,7 @@ from whistle_stop.backends import registry
 from whistle_stop.backends.gpt2_config import TANH_GELU, GPT2Config
 from whistle_stop.backends.sources.model_files import resolve_model
 from whistle_stop.backends.storage.paths import CONFIGS_DIR
-from tests.conftest import load_engine_in_process, run_engine_in_process
+from tests.conftest import load_engine_in_process, engine_tokens
 
 _CORE = ["hf", "torch-static", "onnx", "numpy"]
 _PEERS = ["llamacpp", "ctranslate2", "openvino"]
@@ -85,8 +85,8 @@ def test_every_engine_refuses_the_same_unsupported_config(name, tiny_model, tmp_
 @pytest.mark.parametrize("name", ["numpy", "torch-static"])
 def test_gelu_fast_runs_and_equals_hf(name, tiny_model, tmp_path, prompt_ids):
     model = _variant(tiny_model, tmp_path, activation_function="gelu_fast")
-    tokens = run_engine_in_process(name, model, prompt_ids, 20)
-    assert tokens == run_engine_in_process("hf", model, prompt_ids, 20)
+    tokens = engine_tokens(name, model, prompt_ids, 20)
+    assert tokens == engine_tokens("hf", model, prompt_ids, 20)
     assert np.all(np.asarray(tokens) < 50257)
 
 

@@ -6,20 +6,20 @@ import torch
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.sampling import SamplingParams
-from tests.conftest import load_engine_in_process, run_engine_in_process
+from tests.conftest import load_engine_in_process, engine_tokens
 
 N = 24
 
 
 def test_hf_greedy_equals_generate(tiny_model, prompt_ids, hf_reference):
-    assert run_engine_in_process("hf", tiny_model, prompt_ids, N) == hf_reference.greedy(prompt_ids, N)
+    assert engine_tokens("hf", tiny_model, prompt_ids, N) == hf_reference.greedy(prompt_ids, N)
 
 
 @pytest.mark.parametrize("name", ["hf-bf16", "hf-int8", "hf-fp16-dynamic"])
 def test_low_precision_engines_report_agreement(name, tiny_model, prompt_ids, hf_reference):
     from whistle_stop.backends.results.stats import agreement
 
-    tokens = run_engine_in_process(name, tiny_model, prompt_ids, N)
+    tokens = engine_tokens(name, tiny_model, prompt_ids, N)
     assert len(tokens) == N and all(0 <= t < 50257 for t in tokens)
     same, first = agreement(hf_reference.greedy(prompt_ids, N), tokens)
     assert 0 <= same <= N  # reported, not required: quantisation may diverge
@@ -69,13 +69,13 @@ def test_fp16_dynamic_converts_only_the_lm_head_and_says_so(tiny_model):
 
 def test_shared_sampling_is_reproducible(tiny_model, prompt_ids):
     params = SamplingParams("sample", 0.9, 50, 0.95, 1234)
-    first = run_engine_in_process("hf", tiny_model, prompt_ids, N, params)
-    assert first == run_engine_in_process("hf", tiny_model, prompt_ids, N, params)
-    assert first != run_engine_in_process("hf", tiny_model, prompt_ids, N, SamplingParams("sample", 0.9, 50, 0.95, 99))
+    first = engine_tokens("hf", tiny_model, prompt_ids, N, params)
+    assert first == engine_tokens("hf", tiny_model, prompt_ids, N, params)
+    assert first != engine_tokens("hf", tiny_model, prompt_ids, N, SamplingParams("sample", 0.9, 50, 0.95, 99))
 
 
 def test_prompt_at_the_context_limit(tiny_model):
     from whistle_stop.backends.sources.prompts import prompt_of_length
 
     ids = prompt_of_length(tiny_model.context - 1)
-    assert len(run_engine_in_process("hf", tiny_model, ids, 1)) == 1
+    assert len(engine_tokens("hf", tiny_model, ids, 1)) == 1

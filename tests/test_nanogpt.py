@@ -12,7 +12,7 @@ import torch
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.model_files import resolve_model
 from whistle_stop.backends.sources.prompts import prompt_of_length
-from tests.conftest import greedy_logits, load_engine_in_process, run_engine_in_process
+from tests.conftest import greedy_logits, load_engine_in_process, engine_tokens
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # as for torch-static: tiny's logits reach ~8, fp32 differences are ~1e-5
@@ -26,7 +26,7 @@ def lengths_seen(engine) -> list[int]:
 
 
 def test_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("nanogpt", tiny_model, prompt_ids, 30)
+    tokens = engine_tokens("nanogpt", tiny_model, prompt_ids, 30)
     assert tokens == hf_reference.greedy(prompt_ids, 30)
 
 

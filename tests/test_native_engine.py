@@ -17,7 +17,7 @@ from whistle_stop.backends.engines.numpy_runtime.model import file_mapping
 from whistle_stop.backends.kernels import native
 from whistle_stop.backends.profile.categories import Category
 
-from .conftest import greedy_logits, load_engine_in_process, run_engine_in_process
+from .conftest import greedy_logits, load_engine_in_process, engine_tokens
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 
@@ -27,7 +27,7 @@ TOLERANCE = {"native": 1e-4, "native-bf16": 0.15, "native-int8": 0.6, "native-in
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fp32_greedy_equals_transformers_generate(tiny_model, prompt_ids, hf_reference, threads):
-    tokens = run_engine_in_process("native", tiny_model, prompt_ids, 40, threads=threads)
+    tokens = engine_tokens("native", tiny_model, prompt_ids, 40, threads=threads)
     assert tokens == hf_reference.greedy(prompt_ids, 40)
 
 

@@ -14,7 +14,7 @@ import pytest
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.sampling import SamplingParams
-from tests.conftest import run_engine_in_process
+from tests.conftest import engine_tokens
 
 # fp32 against fp32 with different summation orders: logits of the tiny model reach ~10, and
 # differences seen are ~5e-6. 1e-4 absolute is 20x that and still far below a token's margin.
@@ -32,7 +32,7 @@ def engine(tiny_model):
 
 
 def test_greedy_tokens_equal_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("numpy", tiny_model, prompt_ids, 30)
+    tokens = engine_tokens("numpy", tiny_model, prompt_ids, 30)
     assert tokens == hf_reference.greedy(prompt_ids, 30)
     assert len(set(tokens)) > 1  # the reference varies, so equality says something
 
@@ -59,9 +59,9 @@ def test_forward_logits_match_hf_and_leave_the_sequence_alone(engine, prompt_ids
 
 def test_sampling_with_a_seed_equals_hf(tiny_model, prompt_ids):
     params = SamplingParams("sample", temperature=0.9, top_k=50, top_p=0.95, seed=1234)
-    ours = run_engine_in_process("numpy", tiny_model, prompt_ids, 25, params)
-    assert ours == run_engine_in_process("hf", tiny_model, prompt_ids, 25, params)
-    assert ours != run_engine_in_process("numpy", tiny_model, prompt_ids, 25, SamplingParams())
+    ours = engine_tokens("numpy", tiny_model, prompt_ids, 25, params)
+    assert ours == engine_tokens("hf", tiny_model, prompt_ids, 25, params)
+    assert ours != engine_tokens("numpy", tiny_model, prompt_ids, 25, SamplingParams())
 
 
 def _mapping_of(array: np.ndarray) -> object:
@@ -106,7 +106,7 @@ def test_pure_functions_stay_float32():
 
 def test_prompt_at_the_context_limit(engine, tiny_model, hf_reference):
     ids = prompt_of_length(tiny_model.context - 1)  # 1023 tokens, then 1 new fills the context
-    assert run_engine_in_process("numpy", tiny_model, ids, 2) == hf_reference.greedy(ids, 2)
+    assert engine_tokens("numpy", tiny_model, ids, 2) == hf_reference.greedy(ids, 2)
     logits = engine.prefill(ids)
     np.testing.assert_allclose(logits, hf_reference.logits(ids)[-1], atol=ATOL, rtol=RTOL)
     engine.decode(int(np.argmax(logits)))

@@ -15,7 +15,7 @@ import pytest
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import run_engine_in_process
+from tests.conftest import engine_tokens
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -75,7 +75,7 @@ def model_files(folder: Path) -> dict[str, int]:
 # --- parity with transformers -------------------------------------------------------------
 
 def test_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("onnx", tiny_model, prompt_ids, 30)
+    tokens = engine_tokens("onnx", tiny_model, prompt_ids, 30)
     assert tokens == hf_reference.greedy(prompt_ids, 30)
 
 
@@ -101,9 +101,9 @@ def test_forward_logits_all_positions(fp32, prompt_ids, hf_reference):
 
 def test_sampling_same_as_hf_with_one_seed(tiny_model, prompt_ids):
     params = SamplingParams(decoding="sample", temperature=0.9, top_k=40, top_p=0.95, seed=1234)
-    ours = run_engine_in_process("onnx", tiny_model, prompt_ids, 25, sampling=params)
-    assert ours == run_engine_in_process("hf", tiny_model, prompt_ids, 25, sampling=params)
-    greedy_tokens = run_engine_in_process("onnx", tiny_model, prompt_ids, 25)
+    ours = engine_tokens("onnx", tiny_model, prompt_ids, 25, sampling=params)
+    assert ours == engine_tokens("hf", tiny_model, prompt_ids, 25, sampling=params)
+    greedy_tokens = engine_tokens("onnx", tiny_model, prompt_ids, 25)
     assert ours != greedy_tokens  # the sampler really sampled
 
 
@@ -374,5 +374,5 @@ def test_gpt2_size_greedy_equals_hf():
 
     model = resolve_model("random:gpt2")
     ids = prompt_of_length(50)
-    tokens = run_engine_in_process("onnx", model, ids, 50, threads=2)
-    assert tokens == run_engine_in_process("hf", model, ids, 50, threads=2)
+    tokens = engine_tokens("onnx", model, ids, 50, threads=2)
+    assert tokens == engine_tokens("hf", model, ids, 50, threads=2)

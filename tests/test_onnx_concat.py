@@ -14,7 +14,7 @@ import pytest
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import load_engine_in_process, run_engine_in_process
+from tests.conftest import load_engine_in_process, engine_tokens
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -33,7 +33,7 @@ def engine(tiny_model):
 
 
 def test_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("onnx-concat", tiny_model, prompt_ids, 30)
+    tokens = engine_tokens("onnx-concat", tiny_model, prompt_ids, 30)
     assert tokens == hf_reference.greedy(prompt_ids, 30)
 
 

@@ -11,7 +11,7 @@ pytest.importorskip("openvino_tokenizers")
 
 from whistle_stop.backends.sampling import Sampler, SamplingParams  # noqa: E402
 from whistle_stop.backends.results.stats import agreement  # noqa: E402
-from tests.conftest import load_engine_in_process, run_engine_in_process  # noqa: E402
+from tests.conftest import load_engine_in_process, engine_tokens  # noqa: E402
 
 pytestmark = [pytest.mark.extras]
 
@@ -25,7 +25,7 @@ def _load(name, model):
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("openvino-genai", tiny_model, prompt_ids, 24)
+    tokens = engine_tokens("openvino-genai", tiny_model, prompt_ids, 24)
     assert tokens == hf_reference.greedy(prompt_ids, 24)
     assert len(set(tokens)) > 1
 

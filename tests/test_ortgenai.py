@@ -14,7 +14,7 @@ from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.results.stats import agreement
 from whistle_stop.backends.sampling import Sampler, SamplingParams
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import run_engine_in_process
+from tests.conftest import engine_tokens
 
 pytestmark = [pytest.mark.extras]
 og = pytest.importorskip("onnxruntime_genai")
@@ -121,4 +121,4 @@ def test_cache_hit_then_rebuilt_when_corrupt(fp32, tiny_model, prompt_ids, hf_re
 
 
 def test_registry_names_give_exact_token_counts(tiny_model, prompt_ids):
-    assert len(run_engine_in_process("ortgenai-int4", tiny_model, prompt_ids, 17)) == 17
+    assert len(engine_tokens("ortgenai-int4", tiny_model, prompt_ids, 17)) == 17

@@ -8,20 +8,20 @@ import numpy as np
 import pytest
 
 from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.conftest import load_engine_in_process, run_engine_in_process
+from tests.conftest import load_engine_in_process, engine_tokens
 
 pytest.importorskip("ctranslate2")
 pytestmark = pytest.mark.peers
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("ctranslate2", tiny_model, prompt_ids, 24)
+    tokens = engine_tokens("ctranslate2", tiny_model, prompt_ids, 24)
     assert tokens == hf_reference.greedy(prompt_ids, 24)
     assert len(set(tokens)) > 1
 
 
 def test_int8_gives_exactly_n_tokens(tiny_model, prompt_ids):
-    tokens = run_engine_in_process("ctranslate2-int8", tiny_model, prompt_ids, 17)
+    tokens = engine_tokens("ctranslate2-int8", tiny_model, prompt_ids, 17)
     assert len(tokens) == 17 and all(0 <= t < 50257 for t in tokens)
 
 
@@ -62,7 +62,7 @@ def test_conversion_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_
     with weights.open("r+b") as handle:
         handle.truncate(weights.stat().st_size // 2)
     assert artifact_cache.check(folder) != ""
-    tokens = run_engine_in_process("ctranslate2", tiny_model, prompt_ids, 8)
+    tokens = engine_tokens("ctranslate2", tiny_model, prompt_ids, 8)
     assert artifact_cache.check(folder) == ""
     assert tokens == hf_reference.greedy(prompt_ids, 8)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.conftest import load_engine_in_process, run_engine_in_process
+from tests.conftest import load_engine_in_process, engine_tokens
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
@@ -17,7 +17,7 @@ N = 24
 
 
 def test_f32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("llamacpp", tiny_model, prompt_ids, N)
+    tokens = engine_tokens("llamacpp", tiny_model, prompt_ids, N)
     assert tokens == hf_reference.greedy(prompt_ids, N)
     assert len(set(tokens)) > 1
 
@@ -39,7 +39,7 @@ def test_f32_logits_close_to_hf(tiny_model, prompt_ids, hf_reference):
 
 def test_f16_agreement_with_hf(tiny_model, prompt_ids, hf_reference):
     """f16 weights need not give HF's exact tokens; the agreement is reported, the count is exact."""
-    tokens = run_engine_in_process("llamacpp-f16", tiny_model, prompt_ids, N)
+    tokens = engine_tokens("llamacpp-f16", tiny_model, prompt_ids, N)
     reference = hf_reference.greedy(prompt_ids, N)
     agree = sum(a == b for a, b in zip(tokens, reference))
     print(f"llamacpp-f16 agrees with HF fp32 on {agree}/{N} greedy tokens")
@@ -97,7 +97,7 @@ def test_gguf_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_refere
     with f32_file.open("r+b") as handle:
         handle.truncate(f32_file.stat().st_size // 3)
     assert artifact_cache.check(f32_file.parent) != ""
-    tokens = run_engine_in_process("llamacpp", tiny_model, prompt_ids, 8)
+    tokens = engine_tokens("llamacpp", tiny_model, prompt_ids, 8)
     assert artifact_cache.check(f32_file.parent) == ""
     assert tokens == hf_reference.greedy(prompt_ids, 8)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import load_engine_in_process, run_engine_in_process
+from tests.conftest import load_engine_in_process, engine_tokens
 
 pytest.importorskip("openvino")
 pytestmark = pytest.mark.peers
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("openvino", tiny_model, prompt_ids, 24)
+    tokens = engine_tokens("openvino", tiny_model, prompt_ids, 24)
     assert tokens == hf_reference.greedy(prompt_ids, 24)
     assert len(set(tokens)) > 1
 
@@ -41,7 +41,7 @@ def test_int8_weights_compressed_and_n_tokens(tiny_model, prompt_ids):
         assert "ScaledDotProductAttention" in kinds  # the fused attention with the in-place KV cache
     finally:
         engine.close()
-    tokens = run_engine_in_process("openvino-int8", tiny_model, prompt_ids, 15)
+    tokens = engine_tokens("openvino-int8", tiny_model, prompt_ids, 15)
     assert len(tokens) == 15
 
 
@@ -58,7 +58,7 @@ def test_ir_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_referenc
     with weights.open("r+b") as handle:
         handle.truncate(weights.stat().st_size - 100)
     assert artifact_cache.check(folder) != ""
-    tokens = run_engine_in_process("openvino", tiny_model, prompt_ids, 8)
+    tokens = engine_tokens("openvino", tiny_model, prompt_ids, 8)
     assert artifact_cache.check(folder) == ""
     assert tokens == hf_reference.greedy(prompt_ids, 8)
 

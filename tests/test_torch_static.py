@@ -11,7 +11,7 @@ from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.conftest import greedy_logits, run_engine_in_process
+from tests.conftest import greedy_logits, engine_tokens
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # tiny's logits reach ~8; measured differences are ~6e-6
@@ -25,7 +25,7 @@ def loaded(name: str, model, threads: int = 1):
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process("torch-static", tiny_model, prompt_ids, 30)
+    tokens = engine_tokens("torch-static", tiny_model, prompt_ids, 30)
     assert tokens == hf_reference.greedy(prompt_ids, 30)
 
 
@@ -73,7 +73,7 @@ def test_loads_bf16_files_with_transformer_prefix_and_lm_head(tiny_model, tmp_pa
 
 @pytest.mark.parametrize("name", ["torch-static-bf16", "torch-static-int8"])
 def test_reduced_precision_runs_and_reports_agreement(name, tiny_model, prompt_ids, hf_reference):
-    tokens = run_engine_in_process(name, tiny_model, prompt_ids, 30)
+    tokens = engine_tokens(name, tiny_model, prompt_ids, 30)
     reference = hf_reference.greedy(prompt_ids, 30)
     agree = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), len(tokens))
     print(f"{name}: first {agree} of 30 greedy tokens equal hf fp32")
@@ -97,8 +97,8 @@ def test_reduced_precision_logits_stay_close(name, tiny_model, prompt_ids, hf_re
 
 def test_sampling_with_a_seed_equals_hf(tiny_model, prompt_ids):
     sampling = SamplingParams("sample", 0.8, 40, 0.95, seed=1234)
-    ours = run_engine_in_process("torch-static", tiny_model, prompt_ids, 25, sampling)
-    assert ours == run_engine_in_process("hf", tiny_model, prompt_ids, 25, sampling)
+    ours = engine_tokens("torch-static", tiny_model, prompt_ids, 25, sampling)
+    assert ours == engine_tokens("hf", tiny_model, prompt_ids, 25, sampling)
 
 
 def test_int8_quantises_every_matmul(tiny_model):
@@ -129,7 +129,7 @@ def test_engine_info(name, matrix, other, kv, tiny_model):
 
 def test_prompt_at_the_context_limit(tiny_model):
     ids = prompt_of_length(1023)
-    assert len(run_engine_in_process("torch-static", tiny_model, ids, 1)) == 1
+    assert len(engine_tokens("torch-static", tiny_model, ids, 1)) == 1
     engine, _ = loaded("torch-static", tiny_model)
     logits = engine.decode(int(np.argmax(engine.prefill(ids))))  # fills position 1023, the last one
     assert np.isfinite(logits).all()
@@ -187,7 +187,7 @@ def test_cuda_fp32_matches_hf(tiny_model, prompt_ids, hf_reference):
     tokens, logits = greedy_logits(engine, prompt_ids, 8)
     reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
     np.testing.assert_allclose(logits, reference, atol=1e-3, rtol=0)
-    assert run_engine_in_process("torch-static-cuda", tiny_model, prompt_ids, 30) == hf_reference.greedy(prompt_ids, 30)
+    assert engine_tokens("torch-static-cuda", tiny_model, prompt_ids, 30) == hf_reference.greedy(prompt_ids, 30)
 
 
 @pytest.mark.cuda

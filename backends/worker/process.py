@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,19 @@ def outcome_status(done: RunDone | ScoreDone | None, failure: Failed | WorkerLos
     if failure is not None or done is None:
         return RunStatus.ERROR
     return RunStatus.CANCELLED if done.cancelled else RunStatus.OK
+
+
+def describe_exit(code: int | None) -> str:
+    """How a child process ended, in words: a negative exit code is the signal that killed it."""
+    if code is None:
+        return "exited (exit code unknown)"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} (exit code {code})"
+    return f"exited (exit code {code})"
 
 
 def failure_text(failure: Failed | WorkerLost | None) -> str:
@@ -268,10 +282,9 @@ class Worker:
                     return event
             except (EOFError, OSError):
                 self._process.join(1.0)
-                code = self._process.exitcode
-                return self._lose(RunStatus.CRASHED, f"worker process exited (exit code {code})", run_id)
+                return self._lose(RunStatus.CRASHED, f"worker process {describe_exit(self._process.exitcode)}", run_id)
             if not self._process.is_alive() and not self._conn.poll(0):
-                return self._lose(RunStatus.CRASHED, f"worker process exited (exit code {self._process.exitcode})", run_id)
+                return self._lose(RunStatus.CRASHED, f"worker process {describe_exit(self._process.exitcode)}", run_id)
 
     def _lose(self, reason: RunStatus, detail: str, run_id: str | None) -> WorkerLost:
         self.lost = WorkerLost(reason, detail, run_id)
