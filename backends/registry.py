@@ -57,6 +57,7 @@ _TF = ("tensorflow", "safetensors")
 _ORTGENAI = ("onnxruntime_genai", "onnxruntime", "onnx", "torch")
 _OVGENAI = ("openvino_genai", "openvino_tokenizers", "openvino")
 _FILES = "whistle_stop.backends.engines.artifact_folders:"  # where each family's cached files live
+_LLAMA_OPTIONS = "whistle_stop.backends.engines.llamacpp.options:LlamaCppOptions"
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf", "whistle_stop.backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
     _spec("hf-bf16", "whistle_stop.backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),
@@ -80,11 +81,11 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("native-int4", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, 4-bit weights (blocks of 32), int8 activations in the products", ("numpy",), "int4", dtype="int4"),
     _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", ("numpy",)),
     # The engines users would pick instead (the [peers] extra).
-    _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32", artifacts=_FILES + "gguf"),
-    _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16", artifacts=_FILES + "gguf"),
-    _spec("llamacpp-bf16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16", artifacts=_FILES + "gguf"),
-    _spec("llamacpp-q8_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0", artifacts=_FILES + "gguf"),
-    _spec("llamacpp-q4_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0", artifacts=_FILES + "gguf"),
+    _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
+    _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
+    _spec("llamacpp-bf16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
+    _spec("llamacpp-q8_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
+    _spec("llamacpp-q4_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
     _spec("ctranslate2", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, float32", _CT2, install=_PEERS, compute_type="float32", artifacts=_FILES + "ctranslate2"),
     _spec("ctranslate2-int8", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8", artifacts=_FILES + "ctranslate2"),
     _spec("openvino", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32", artifacts=_FILES + "openvino"),

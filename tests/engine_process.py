@@ -135,10 +135,11 @@ class _Child:
 class EngineProcess:
     """One engine created and loaded in a spawned child; attribute access and calls go over a pipe."""
 
-    def __init__(self, engine: str | EngineSpec, model, threads: int = 1, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(self, engine: str | EngineSpec, model, threads: int = 1, timeout_s: float = CALL_TIMEOUT_S,
+                 options: EngineOptions | None = None) -> None:
         spec = get(engine) if isinstance(engine, str) else engine
         self.name = spec.name
-        self._child = _Child(f"engine {spec.name!r}", _serve_engine, (spec, model, EngineOptions(threads=threads)),
+        self._child = _Child(f"engine {spec.name!r}", _serve_engine, (spec, model, options or EngineOptions(threads=threads)),
                              timeout_s)
         try:
             self.info = self._child.receive("load")

@@ -1,14 +1,18 @@
-"""llama.cpp: our own GGUF (names, metadata, tokenizer), parity with transformers, the GGUF cache."""
+"""llama.cpp: our own GGUF (names, metadata, tokenizer), parity with transformers, the GGUF cache,
+and the weight buffers it may use on this CPU. llama.cpp runs in spawned children only
+(tests/engine_process.py): one of its crashes fails one test, not the suite."""
 
 from __future__ import annotations
 
-import threading
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.conftest import load_engine_in_process, engine_tokens
+from whistle_stop.backends.sampling import SamplingParams
+from tests.conftest import engine_tokens, load_engine_in_worker
+from tests.engine_process import in_child
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
@@ -23,7 +27,7 @@ def test_f32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
 
 
 def test_f32_logits_close_to_hf(tiny_model, prompt_ids, hf_reference):
-    engine = load_engine_in_process("llamacpp", tiny_model)
+    engine = load_engine_in_worker("llamacpp", tiny_model)
     try:
         ids = list(prompt_ids)
         full = hf_reference.logits(ids + [11, 262])
@@ -48,25 +52,36 @@ def test_f16_agreement_with_hf(tiny_model, prompt_ids, hf_reference):
 
 @pytest.mark.parametrize("name", ["llamacpp-bf16", "llamacpp-q8_0", "llamacpp-q4_0"])
 def test_quantised_variants_give_n_tokens(tiny_model, prompt_ids, name):
-    engine = load_engine_in_process(name, tiny_model)
-    try:
-        cancel = threading.Event()
-        tokens = list(engine.stream(prompt_ids, 9, Sampler(SamplingParams("sample", 0.9, 50, 0.95, 1)), cancel))
+    with load_engine_in_worker(name, tiny_model) as engine:
+        tokens = engine.tokens(prompt_ids, 9, SamplingParams("sample", 0.9, 50, 0.95, 1))
         assert len(tokens) == 9 and all(0 <= t < 50257 for t in tokens)
         quant = name.split("-")[1]
         assert quant in engine.folder.name
+        assert "weight buffers: CPU_Mapped" in engine.info.notes
+
+
+def _gguf_path(model, quant: str) -> Path:
+    from whistle_stop.backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
+
+    return ensure_gguf(model, quant, 1, lambda *a: None) / GGUF_FILE
+
+
+def _vocab_only_tokens(path: Path, text: str) -> list[int]:
+    import llama_cpp
+
+    vocab_only = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        return vocab_only.tokenize(text.encode(), add_bos=False, special=False)
     finally:
-        engine.close()
+        vocab_only.close()
 
 
 def test_gguf_metadata_and_tokenizer(tiny_model):
     import gguf
-    import llama_cpp
 
-    from whistle_stop.backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
     from whistle_stop.backends.sources.tokenizer import encode
 
-    path = ensure_gguf(tiny_model, "f32", 1, lambda *a: None) / GGUF_FILE
+    path = in_child(_gguf_path, tiny_model, "f32")
     reader = gguf.GGUFReader(str(path))
     field = lambda key: reader.fields[key].contents()  # noqa: E731
     assert field("general.architecture") == "gpt2" and field("tokenizer.ggml.pre") == "gpt-2"
@@ -75,24 +90,19 @@ def test_gguf_metadata_and_tokenizer(tiny_model):
     assert len(reader.fields["tokenizer.ggml.tokens"].data) == 50257
     assert "output.weight" not in {t.name for t in reader.tensors}  # tied: llama.cpp reuses token_embd
     del reader
-    vocab_only = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
-    try:
-        text = "Hello world! It's 2024, naïve café — ok?\n  indented   spaces"
-        assert vocab_only.tokenize(text.encode(), add_bos=False, special=False) == encode(text)
-    finally:
-        vocab_only.close()
+    text = "Hello world! It's 2024, naïve café — ok?\n  indented   spaces"
+    assert in_child(_vocab_only_tokens, path, text) == encode(text)
 
 
 def test_gguf_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
     from whistle_stop.backends.storage import artifact_cache
 
-    first = load_engine_in_process("llamacpp-q8_0", tiny_model)
-    q8_folder = first.folder
-    first.close()
+    with load_engine_in_worker("llamacpp-q8_0", tiny_model) as first:
+        q8_folder = first.folder
     f32_file = q8_folder.parent / "f32" / "model.gguf"
     stamps = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (f32_file, q8_folder / "model.gguf")}
-    load_engine_in_process("llamacpp-q8_0", tiny_model).close()
-    load_engine_in_process("llamacpp", tiny_model).close()
+    load_engine_in_worker("llamacpp-q8_0", tiny_model).close()
+    load_engine_in_worker("llamacpp", tiny_model).close()
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stamps} == stamps  # nothing rebuilt
     with f32_file.open("r+b") as handle:
         handle.truncate(f32_file.stat().st_size // 3)
@@ -120,3 +130,82 @@ def test_profile_uses_llamacpps_own_timings(tmp_path):
     assert decode[Category.ENGINE_UNSPLIT.value] > 0 and decode[Category.FRAMEWORK.value] >= 0
     assert abs(decode[Category.UNATTRIBUTED.value]) <= 0.1 * profile.decode.step_ms
     assert (tmp_path / "llamacpp.trace.json").exists()
+
+
+# --- weight buffers: llama.cpp's extra (repacked, AMX) buffers, probed once per CPU and build ----------
+
+def _crashing_probe(gguf, threads):
+    """Stands in for the probe on a CPU where the extra buffers segfault (llama.cpp issue 20824)."""
+    return [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]
+
+
+def test_a_probe_that_crashes_turns_the_extra_buffers_off_and_is_cached(tiny_model, monkeypatch, tmp_path):
+    from whistle_stop.backends.engines.llamacpp import weight_buffers as buffers
+
+    monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))
+    gguf = in_child(_gguf_path, tiny_model, "q4_0")
+    monkeypatch.setattr(buffers, "probe_argv", _crashing_probe)
+    choice = buffers.choose(gguf, "q4_0", 1, buffers.WeightBuffers.AUTO)
+    assert not choice.extra and choice.probe_s > 0
+    assert "killed by SIGSEGV" in choice.reason and "20824" in choice.reason and "no AMX" in choice.reason
+    monkeypatch.setattr(buffers, "probe_argv", lambda *a: pytest.fail("probed again: the answer is cached"))
+    again = buffers.choose(gguf, "q4_0", 1, buffers.WeightBuffers.AUTO)
+    assert again == buffers.BufferChoice(False, choice.reason, 0.0)
+    # each quantisation is probed on its own; asking for a path skips the probe
+    assert buffers.choose(gguf, "q4_0", 1, buffers.WeightBuffers.EXTRA).extra
+    assert not buffers.choose(gguf, "q8_0", 1, buffers.WeightBuffers.PLAIN).extra
+
+
+def test_the_probe_runs_the_extra_buffers_here_and_the_engine_uses_them(tiny_model, prompt_ids):
+    with load_engine_in_worker("llamacpp-q4_0", tiny_model) as engine:
+        notes = engine.info.notes
+        assert "a probe ran them on this CPU" in notes, notes
+        assert len(engine.tokens(prompt_ids, 5)) == 5
+
+
+def test_after_a_crashing_probe_the_engine_loads_plain_buffers_and_says_why(tiny_model, prompt_ids, monkeypatch):
+    """What a user of an AMX CPU where llama.cpp's AMX path crashes gets: the same tokens as with
+    plain buffers asked for, and notes that cite the upstream bug."""
+    from whistle_stop.backends.engines.llamacpp import weight_buffers as buffers
+
+    gguf = in_child(_gguf_path, tiny_model, "q4_0")
+    monkeypatch.setattr(buffers, "probe_argv", _crashing_probe)
+    for variant in ("q4_0",):
+        folder = buffers.artifact_cache.cache_dir(buffers.PROBE_KIND, buffers.probe_key()) / variant
+        buffers.artifact_cache.discard(folder)
+    assert not buffers.choose(gguf, "q4_0", 1, buffers.WeightBuffers.AUTO).extra  # the cached answer now
+    with load_engine_in_worker("llamacpp-q4_0", tiny_model) as engine:
+        notes = engine.info.notes
+        tokens = engine.tokens(prompt_ids, 12)
+        assert "extra weight buffers off" in notes and "SIGSEGV" in notes and "20824" in notes
+        assert set(engine.weight_buffers) == {"CPU_Mapped"}, engine.weight_buffers
+    for variant in ("q4_0",):
+        buffers.artifact_cache.discard(buffers.artifact_cache.cache_dir(buffers.PROBE_KIND, buffers.probe_key()) / variant)
+    assert len(tokens) == 12
+
+
+def test_plain_and_extra_buffers_give_the_same_greedy_tokens(tiny_model, prompt_ids):
+    """Repacking changes the layout, not the arithmetic's inputs: greedy tokens agree closely."""
+    from whistle_stop.backends.engine import EngineOptions
+    from whistle_stop.backends.engines.llamacpp.options import LlamaCppOptions
+    from whistle_stop.backends.registry import get
+    from tests.engine_process import EngineProcess
+
+    tokens = {}
+    for wanted in ("extra", "plain"):
+        with EngineProcess(get("llamacpp-q4_0"), tiny_model,
+                           options=EngineOptions(threads=1, settings=LlamaCppOptions(weight_buffers=wanted))) as engine:
+            tokens[wanted] = engine.tokens(prompt_ids, 16)
+            buffers = engine.weight_buffers
+            assert ("CPU_REPACK" in buffers) == (wanted == "extra" and "CPU_REPACK" in buffers), buffers
+            if wanted == "plain":
+                assert set(buffers) == {"CPU_Mapped"}
+    agree = next((i for i, (a, b) in enumerate(zip(tokens["extra"], tokens["plain"])) if a != b), 16)
+    assert agree >= 4, tokens
+
+
+def test_the_weight_buffers_option_is_checked_in_one_line():
+    from whistle_stop.backends.engines.llamacpp.options import LlamaCppOptions
+
+    assert LlamaCppOptions(weight_buffers="plain").problem() == ""
+    assert "one of auto, extra, plain" in LlamaCppOptions(weight_buffers="amx").problem()

@@ -61,4 +61,7 @@ def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> d
             if value is not None:
                 values[field.name] = value
         settings[name] = cls(**values).with_token_timeout(args.timeout)
+        problem = settings[name].problem()
+        if problem:
+            raise UsageError(f"{name}: {problem}")
     return settings

@@ -24,6 +24,8 @@ from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
 from ..artifact_folders import GGUF_KIND
 from . import gguf_export
+from .options import LlamaCppOptions
+from .weight_buffers import WeightBuffers, buffer_sizes, choose, describe_sizes, plain_buffers
 
 llama_logger.set_verbose(False)  # llama.cpp logs every tensor at load and quantisation otherwise
 
@@ -55,18 +57,24 @@ class LlamaCppEngine(Engine):
         # llama.cpp keeps its KV cache in f16 by default; f32 weights get an f32 cache so that
         # this variant computes in fp32 throughout, like the other fp32 engines.
         kv = {"type_k": llama_cpp.GGML_TYPE_F32, "type_v": llama_cpp.GGML_TYPE_F32} if self.quant == "f32" else {}
-        self.llm = llama_cpp.Llama(model_path=str(self.folder / GGUF_FILE), n_ctx=self.context,
-                                   n_batch=min(512, self.context), n_ubatch=min(512, self.context),
-                                   n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False, **kv)
+        settings = self.options.settings if isinstance(self.options.settings, LlamaCppOptions) else LlamaCppOptions()
+        buffers = choose(self.folder / GGUF_FILE, self.quant, threads, WeightBuffers(settings.weight_buffers or "auto"))
+        with buffer_sizes() as sizes, plain_buffers(not buffers.extra):
+            self.llm = llama_cpp.Llama(model_path=str(self.folder / GGUF_FILE), n_ctx=self.context,
+                                       n_batch=min(512, self.context), n_ubatch=min(512, self.context),
+                                       n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False, **kv)
         self.n_vocab = self.llm.n_vocab()
         types = ", ".join(f"{n} {t}" for t, n in sorted(info["tensor_types"].items(), key=lambda x: -x[1]))
         notes = [f"threads={threads}", f"llama-cpp-python {llama_cpp.__version__}", f"tensors: {types}",
+                 f"weight buffers: {describe_sizes(sizes)}", buffers.reason,
                  "KV cache f32" if kv else "KV cache f16 (llama.cpp default)", "logits per token via llama_decode"]
+        self.weight_buffers = dict(sizes)
         # The GGUF's tensors as stored (q8_0: 34 bytes per 32 weights, q4_0: 18), see write_info.
         return EngineInfo(device="cpu", dtype=_DTYPES[self.quant],
                           weight_bytes_per_token=int(info["weight_bytes_per_token"]),
                           kv_bytes_per_position=config.kv_bytes_per_position(4 if kv else 2),
-                          build_s=artefact.build_s, artifact_cache=artefact.cache_state, notes="; ".join(notes))
+                          build_s=artefact.build_s + buffers.probe_s,
+                          artifact_cache="miss" if buffers.probe_s else artefact.cache_state, notes="; ".join(notes))
 
     def _eval(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.llm.n_tokens + len(token_ids) > self.context:
