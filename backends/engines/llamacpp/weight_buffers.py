@@ -68,7 +68,7 @@ def choose(gguf: Path, quant: str, threads: int, wanted: WeightBuffers) -> Buffe
     result = json.loads((artefact.folder / RESULT_FILE).read_text())
     probe_s = time.perf_counter() - started if artefact.built else 0.0
     if result["extra_ok"]:
-        return BufferChoice(True, "llama.cpp's extra weight buffers (a probe ran them on this CPU)", probe_s)
+        return BufferChoice(True, "llama.cpp's extra weight buffers allowed (a probe ran them on this CPU)", probe_s)
     return BufferChoice(False, f"extra weight buffers off: a probe of them on this CPU {result['detail']} "
                                f"({UPSTREAM_BUG}); plain buffers, so no AMX and no repacking", probe_s)
 
