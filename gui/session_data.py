@@ -13,7 +13,7 @@ from whistle_stop.backends.sources.model_files import RANDOM_LABEL
 from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.runs.bench import BenchResult
-from whistle_stop.backends.results.summary import BackendSummary, markdown_table, summarize_backends
+from whistle_stop.backends.results.summary import BackendSummary, markdown_table, measured_gaps, summarize_backends
 
 
 @dataclass
@@ -69,11 +69,10 @@ class SessionData:
         return markdown_table(self.summaries(), self.reference or None, self.environment.get("harness"))
 
     def measured_itl(self) -> dict[str, np.ndarray]:
-        """Inter-token latencies of the measured runs per engine (TokenRecord.itl_ms)."""
+        """Inter-token latencies per engine of the runs the table counts (measured and ok): a failed
+        or cancelled run's gaps stay out of the histogram as they stay out of the pooled ITL."""
         out: dict[str, list[float]] = {name: [] for name in self.backends}
-        for token in self.tokens:
-            if not token.is_warmup and token.itl_ms is not None:
-                out.setdefault(token.backend, []).append(token.itl_ms)
+        out.update(measured_gaps(self.runs, self.tokens))
         return {name: np.asarray(values, dtype=np.float64) for name, values in out.items()}
 
     def describe(self, threads: int | None = None) -> str:

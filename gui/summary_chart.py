@@ -44,8 +44,8 @@ def _spread(value: Summary | float | None) -> tuple[float, float, float]:
     return number, number, number
 
 
-_BARS_NOTE = ("Bars: median of the measured runs (warm-ups excluded); whiskers: the median's interval across "
-              "repeats (order statistics; min–max with 5 runs or fewer).")
+_BARS_NOTE = ("Bars: median of the measured runs (warm-ups excluded); whiskers: the table's interval of the "
+              "median across repeats (order statistics), at the confidence level the table's note gives.")
 
 
 class SummaryBars(pg.GraphicsLayoutWidget):

@@ -138,3 +138,90 @@ def test_a_chart_that_cannot_render_is_one_line_and_the_numbers_stay(capsys, tmp
     assert code == 0, err
     assert "charts not written: No module named 'pyqtgraph'" in " ".join(err.split())
     assert (out / "runs.csv").exists() and (command != "quality" or (out / "quality.csv").exists())
+
+
+def test_bench_summary_gives_the_interval_its_true_level():
+    """Six runs: min..max at 96.9%, not a bare 95% nor "min-max with 5 runs or fewer"."""
+    from io import StringIO
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from whistle_stop.backends.cli.bench_command import print_summary
+    from whistle_stop.backends.runs.bench import BenchConfig
+    from whistle_stop.backends.runs.result import BenchResult
+    from tests.test_stats import _run
+
+    config = BenchConfig(model="random:tiny", backends=("a",), new_tokens=4)
+    result = BenchResult(config, SimpleNamespace(label="random:tiny", is_random=True), [1, 2, 3, 4],
+                         [_run("a", r, 2.0 + r) for r in range(6)])
+    console = Console(file=StringIO(), width=400)
+    print_summary(result, console)
+    printed = " ".join(console.file.getvalue().split())
+    assert "4.50 [2.00–7.00]" in printed and "its confidence level with 6 runs: 96.9% (min–max)" in printed
+
+
+def _interrupt_at_measured_run(monkeypatch, which: int) -> None:
+    """Ctrl+C once the `which`-th measured run is recorded: KeyboardInterrupt in the main thread (as
+    SIGINT raises it), while the session's thread holds still until the command has cancelled, so
+    exactly `which` measured runs finish, however fast the engine."""
+    import _thread
+    import threading
+
+    from whistle_stop.backends.results.summary import is_measured
+    from whistle_stop.backends.runs.events import RunRecorded
+    from whistle_stop.backends.runs.orchestrator import Orchestrator
+
+    init, cancel = Orchestrator.__init__, Orchestrator.cancel
+    cancelled, seen = threading.Event(), []
+
+    def initialising(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        emit = self.emit
+
+        def emitting(event) -> None:
+            emit(event)
+            if isinstance(event, RunRecorded) and is_measured(event.record):
+                seen.append(event.record)
+                if len(seen) == which:
+                    _thread.interrupt_main()
+                    assert cancelled.wait(60), "the command did not cancel"
+
+        self.emit = emitting
+
+    def cancelling(self) -> None:
+        cancelled.set()
+        cancel(self)
+
+    monkeypatch.setattr(Orchestrator, "__init__", initialising)
+    monkeypatch.setattr(Orchestrator, "cancel", cancelling)
+
+
+@pytest.mark.parametrize("command, extra, which, kept", [
+    ("bench", ["--repeats", "3"], 2, "2 of 3 planned runs kept"),
+    # Two cells of two runs: the first cell is complete, the second is run again on resume.
+    ("sweep", ["--repeats", "2", "--prompt-tokens", "4", "--new-tokens", "3,5"], 3,
+     "2 of 4 planned runs kept (1 of 2 cells complete)"),
+    ("quality", ["--repeats", "2", "--new-tokens", "3", "--max-length", "32", "--stride", "32"], 1,
+     "1 of 2 planned runs kept, perplexity of 0 of 1 engines"),
+    ("profile", ["--repeats", "2", "--new-tokens", "3"], 1, "1 of 2 planned runs kept, 0 of 1 engines profiled"),
+])
+def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(capsys, tmp_path, monkeypatch, command, extra,
+                                                                    which, kept):
+    """`bench && report` must tell a cancelled run from a complete one: exit 130 (SIGINT's), and
+    the line says what of the plan was kept and where."""
+    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.results.export import read_csv
+
+    fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probes are benchmarks: a fixed answer
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth", lambda *a, **k: fixed)
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.cached_bandwidth", lambda *a, **k: fixed)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda *a, **k: fixed)
+    _interrupt_at_measured_run(monkeypatch, which)
+    out = tmp_path / command
+    code = main([command, "--model", "random:tiny", "--backends", "null", "--warmup", "0", "--threads", "1",
+                 "--out", str(out), *extra])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 130, err
+    assert f"cancelled: {kept}; partial results written to {out}" in err
+    assert sum(row["status"] == "ok" and row["is_warmup"] == "false" for row in read_csv(out / "runs.csv")) == which

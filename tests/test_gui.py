@@ -474,18 +474,38 @@ def test_harness_calibration_keeps_the_window_still(qtbot):
     assert quiet_seen == [True] and not runner.quiet
 
 
-def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model):
-    """scripts/observer_probe runs the same settings headless and in the window and computes a
-    ratio (its figure is for a real model on a quiet machine: not asserted here)."""
+def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model, monkeypatch):
+    """scripts/observer_probe runs the same settings headless and in the window, then divides the
+    window's median ms/token by bench's (the figure itself is for a real model on a quiet machine:
+    not asserted here; what it is made of is)."""
+    import statistics
+
     from whistle_stop.backends import registry
+    from whistle_stop.backends.runs.bench import BenchSession
     from scripts.observer_probe import probe
 
     if not registry.available("numpy")[0]:
         pytest.skip("numpy engine unavailable")
+    sessions = []  # (config, result) of each session, headless and the window's, in the order they end
+    run = BenchSession.run
+
+    def recorded(self, *args, **kwargs):
+        result = run(self, *args, **kwargs)
+        sessions.append((self.config, result))
+        return result
+
+    monkeypatch.setattr(BenchSession, "run", recorded)
     rounds = probe("random:tiny", ["numpy"], tokens=6, repeats=2, warmup=1, threads=1)
     (comparison,) = rounds[0]
-    assert comparison.engine == "numpy" and comparison.bench_ms and comparison.window_ms
-    assert comparison.ratio is not None and comparison.ratio > 0
+    (bench_config, headless), (window_config, shown) = sessions  # bench first, then the window
+    assert bench_config == window_config and window_config.repeats == 2 and window_config.threads == 1
+    medians = []
+    for result in (headless, shown):
+        measured = [r for r in result.runs if r.backend == "numpy" and not r.is_warmup]
+        assert [r.status for r in measured] == ["ok", "ok"] and all(r.tokens_generated == 6 for r in measured)
+        medians.append(statistics.median(r.tpot_ms for r in measured))
+    assert comparison.engine == "numpy" and (comparison.bench_ms, comparison.window_ms) == tuple(medians)
+    assert comparison.ratio == pytest.approx(medians[1] / medians[0])
 
 
 def test_cycles_are_collected_in_the_gui_thread_only_while_the_window_lives(qtbot, make_window):
@@ -520,3 +540,34 @@ def test_cycles_are_collected_in_the_gui_thread_only_while_the_window_lives(qtbo
     assert set(collected_in) == {threading.main_thread().name}
     window.close()
     assert not gc_guard.active() and gc.isenabled()
+
+
+def test_itl_histogram_counts_the_runs_the_table_counts():
+    """The histogram pools the gaps of the runs the table summarises (measured and ok): a failed
+    or cancelled run's gaps, and a warm-up's, stay out of both."""
+    from whistle_stop.gui.session_data import SessionData
+    from tests.test_stats import _run, _tokens
+
+    runs = [_run("a", 0, 9.0, warmup=True), _run("a", 1, 2.0), _run("a", 2, 3.0, status="error"),
+            _run("a", 3, 4.0, status="cancelled"), _run("b", 1, 5.0, status="crashed")]
+    tokens = [t for run, gaps in zip(runs, ([90.0], [1.0, 2.0, 3.0], [50.0, 60.0], [70.0], [80.0]))
+              for t in _tokens(run, gaps)]
+    data = SessionData(runs, tokens, backends=["a", "b"])
+    itl = data.measured_itl()
+    assert sorted(itl["a"].tolist()) == [1.0, 2.0, 3.0] and itl["b"].size == 0
+    a, b = data.summaries()
+    assert (a.runs, a.itl_pooled_ms.n, b.runs, b.itl_pooled_ms.n) == (1, itl["a"].size, 0, itl["b"].size)
+
+
+def test_window_summary_gives_the_interval_its_true_level(qtbot):
+    """Six runs: the whiskers and brackets are min..max at 96.9%, and the note says so."""
+    from whistle_stop.backends.results.summary import SUMMARY_HEADERS, summarize_backends
+    from whistle_stop.gui.summary_chart import SummaryView
+    from tests.test_stats import _run
+
+    view = SummaryView()
+    qtbot.addWidget(view)
+    view.set_summaries(summarize_backends([_run("a", r, 2.0 + r) for r in range(6)]), {}, None, False)
+    assert view.table.item(0, SUMMARY_HEADERS.index("ms/token")).text() == "4.50 [2.00–7.00]"
+    note = view.note.text()
+    assert "6 runs: 96.9% (min–max)" in note and "5 runs or fewer" not in note

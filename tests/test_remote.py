@@ -1,6 +1,7 @@
 """The `remote` engine against servers on 127.0.0.1: fake ones for every failure, and a real one.
 
-All traffic stays on 127.0.0.1; every wait is bounded by a condition with a timeout.
+All traffic stays on 127.0.0.1; every wait is bounded by a condition with a timeout. `remote` is a
+core engine: only the test of a real llama.cpp server needs the [peers] extra (marked `peers`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.sampling import Sampler, SamplingParams
 
-pytestmark = pytest.mark.peers
 SECRET = "sk-whistle-test-0123456789abcdef"
 KEY_ENV = "WHISTLE_STOP_TEST_REMOTE_KEY"
 
@@ -311,6 +311,7 @@ def llama_cpp_server(gguf_path, tmp_path):
         log.close()
 
 
+@pytest.mark.peers
 def test_real_llama_cpp_server(tiny_model, prompt_ids, hf_reference, tmp_path):
     pytest.importorskip("llama_cpp")
     pytest.importorskip("gguf")
@@ -330,3 +331,18 @@ def test_real_llama_cpp_server(tiny_model, prompt_ids, hf_reference, tmp_path):
     assert "may stop early" not in notes  # it accepted every field that keeps the logits plain
     assert decode(first) == decode(reference) == decode(second)
     assert info.device.startswith("remote (127.0.0.1:")
+
+
+def _marks(owner) -> list:
+    marks = getattr(owner, "pytestmark", [])
+    return marks if isinstance(marks, list) else [marks]
+
+
+def test_only_the_real_llama_cpp_server_needs_the_peers_extra():
+    """`-m "not peers"` (no optional engines installed) still runs every fake-server test."""
+    import sys
+
+    file_wide = _marks(sys.modules[__name__])
+    marked = {name for name, test in globals().items() if name.startswith("test_")
+              and any(mark.name == "peers" for mark in file_wide + _marks(test))}
+    assert marked == {"test_real_llama_cpp_server"}

@@ -133,8 +133,30 @@ def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_
     assert series.err[0] == pytest.approx(16 * 1.1 - 16) and series.err_low[0] == pytest.approx(16 - 16 * 0.9)
     page = build_report([bench], tmp_path / "report").read_text(encoding="utf-8")
     assert "hf-int8 †" in page and "not comparable" in page and "ITL p50/p90/p99 ms" in page
-    assert "3 runs: min–max, 75.0%" in page and "interval of the mean" not in page
+    assert "3 runs: 75.0% (min–max)" in page and "interval of the mean" not in page
     assert "harness cost per token (null engine): 46 us (greedy), 180 us (sampled)" in page
+
+
+def test_report_gives_every_interval_its_true_level(tmp_path):
+    """Six runs: the interval is still min..max, at 96.9% (not 95%), under the table and under
+    every figure with error bars; a second folder of nine runs: 96.1%, narrower than min..max."""
+    import dataclasses
+    import re
+
+    runs, tokens = _records()
+    bench_runs = [dataclasses.replace(r, repeat=r.repeat + 3 * k, run_id=f"{r.run_id}-{k}")
+                  for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8) for k in (0, 1)]
+    six = _folder(tmp_path / "six", bench_runs, [], "CPU")
+    nine = _folder(tmp_path / "nine", [dataclasses.replace(r, repeat=r.repeat + 3 * k, run_id=f"{r.run_id}-{k}")
+                                       for r in bench_runs if r.run_id.endswith("-0") for k in (0, 1, 2)], [], "CPU")
+    page = build_report([six, nine], tmp_path / "report").read_text(encoding="utf-8")
+    assert "with 6 runs: 96.9% (min–max)" in page and "with 9 runs: 96.1%" in page
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", page)
+    bars = [c for c in captions if "error bars" in c]
+    assert len(bars) >= 4  # each folder's two bars, and the comparison's
+    assert all("96.9% (min–max)" in c or "96.1%" in c for c in bars)
+    assert any("6 runs: 96.9% (min–max), 9 runs: 96.1%" in c for c in bars)  # the comparison holds both
+    assert "95%" not in page
 
 
 def test_environment_differences_ignore_volatile_keys():

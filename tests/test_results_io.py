@@ -117,3 +117,17 @@ def test_real_bench_folder(tmp_path, tiny_model):
     assert all(r.agree_tokens == 5 for r in runs)
     assert env["reference"] == "fast"
     assert json.loads(json.dumps(env)) == env
+
+
+@pytest.mark.parametrize("n, level", [(6, 0.96875), (8, 0.992188), (9, 0.960938)])
+def test_summary_csv_carries_the_true_level_of_the_median_interval(tmp_path, n, level):
+    """summary.csv gives each interval the level of its own run count (min..max up to 8 runs)."""
+    from whistle_stop.backends.results.export import SUMMARY_CSV, read_csv
+    from whistle_stop.backends.results.summary import interval_label
+
+    write_results(tmp_path, [_run(f"hf/r{i}", repeat=i, ttft_ms=10.0 + i) for i in range(n)], [], {})
+    (ttft,) = [row for row in read_csv(tmp_path / SUMMARY_CSV) if row["metric"] == "ttft_ms"]
+    assert float(ttft["median_ci_level"]) == pytest.approx(level, abs=1e-6)
+    assert f"{100 * level:.1f}%" in interval_label(n)
+    min_max = (float(ttft["median_ci_low"]), float(ttft["median_ci_high"])) == (10.0, 10.0 + n - 1)
+    assert min_max == (n <= 8) == ("min–max" in interval_label(n))

@@ -6,8 +6,8 @@ import pytest
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.results.stats import (agreement, median_interval, median_interval_level, pooled_summary,
                                                  run_metrics, summarize, t95, t_quantile)
-from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, interval_note, markdown_table, sampling_notes, summarize_backends,
-                                                   summary_rows)
+from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, interval_label, interval_note, markdown_table,
+                                                   sampling_notes, summarize_backends, summary_rows)
 
 
 def test_vllm_definitions():
@@ -48,6 +48,26 @@ def test_median_interval_on_known_data():
     # An outlier moves the mean's interval, not the median's.
     s = summarize([10, 10.2, 9.9, 10.1, 10.0, 10.05, 10.1, 9.95, 500])
     assert s.median_ci_high < 10.5 and s.mean_ci95_high > 100
+
+
+@pytest.mark.parametrize("n, label", [
+    (2, "50.0% (min–max)"), (5, "93.8% (min–max)"),
+    # 6-8 values: still min..max (no narrower pair reaches 95%), at 1 - 2 * 0.5^n, above 95%.
+    (6, "96.9% (min–max)"), (7, "98.4% (min–max)"), (8, "99.2% (min–max)"),
+    (9, "96.1%"), (20, "95.9%"),  # 2nd smallest..2nd largest; 6th..15th
+])
+def test_interval_label_gives_the_true_level_and_names_min_max(n, label):
+    assert interval_label(n) == label
+    s = summarize(range(n))  # the label agrees with the interval itself
+    assert f"{100 * s.median_ci_level:.1f}%" in label
+    assert ("min–max" in label) == ((s.median_ci_low, s.median_ci_high) == (0, n - 1))
+
+
+def test_interval_note_and_markdown_give_each_run_count_its_level():
+    summaries = summarize_backends([_run("a", r, 2.0) for r in range(6)] + [_run("b", r, 2.0) for r in range(9)])
+    for text in (interval_note(summaries), markdown_table(summaries)):
+        assert "6 runs: 96.9% (min–max), 9 runs: 96.1%" in text
+    assert interval_label(1) == "" and "runs:" not in interval_note(summarize_backends([_run("a", 1, 2.0)]))
 
 
 def test_t_quantiles_for_any_degrees_of_freedom():

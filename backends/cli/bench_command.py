@@ -14,8 +14,8 @@ from ..results.summary import (SUMMARY_HEADERS, harness_note, interval_note, sam
 from ..runs.bench import BenchResult, BenchSession
 from ..storage import bytecode
 from .load_table import print_load
-from .common import (add_cached_bandwidth, check_reference, config_from_args, in_thread,
-                     out_dir, progress_printer, stderr_console, stdout_console)
+from .common import (add_cached_bandwidth, cancelled, check_reference, config_from_args, in_thread,
+                     out_dir, planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -43,7 +43,7 @@ def bench_command(args: argparse.Namespace) -> int:
         print_load(result, stdout_console())
     err.print("wrote " + ", ".join(str(p) for p in paths))
     if result.cancelled:
-        err.print("[yellow]cancelled:[/] partial results were written")
+        return cancelled(err, runs_kept(result.runs, planned_runs(config)), out)
     return EXIT_RUN_FAILED if result.failed else EXIT_OK
 
 

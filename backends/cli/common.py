@@ -1,5 +1,6 @@
-"""What the run commands (`bench`, `sweep`, `quality`) share: the config from the arguments,
-checked folders, progress on stderr, and running in a thread that Ctrl+C can cancel."""
+"""What the run commands (`bench`, `sweep`, `quality`, `profile`) share: the config from the
+arguments, checked folders, progress on stderr, running in a thread that Ctrl+C can cancel, and
+what a cancelled command says and returns."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,12 +16,15 @@ from rich.markup import escape
 from .. import registry
 from ..errors import UsageError
 from ..runs.bench import BenchConfig, BenchSession, RunRecorded
+from ..results.records import RunRecord
+from ..results.summary import is_measured
 from ..runs.events import LoadRecorded
 from ..sampling import SamplingParams
 from ..storage.atomic import check_writable_dir
 from ..worker.events import BackendEvent, Progress, Ready
 from ..worker.process import Timeouts
 from .engine_flags import settings_from_args
+from .main import EXIT_CANCELLED
 
 T = TypeVar("T")
 
@@ -119,6 +123,24 @@ def in_thread(run: Callable[[], T], session: BenchSession, err: Console) -> T:
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+def planned_runs(config: BenchConfig, cells: int = 1) -> int:
+    """The measured runs a command sets out to record: every engine's repeats in every cell."""
+    return cells * len(config.backends) * config.repeats
+
+
+def runs_kept(runs: Iterable[RunRecord], planned: int) -> str:
+    """'3 of 8 planned runs kept': the measured runs that finished (those the summary counts)."""
+    return f"{sum(1 for r in runs if is_measured(r))} of {planned} planned runs kept"
+
+
+def cancelled(err: Console, kept: str, out: Path, then: str = "") -> int:
+    """Say what a cancelled command kept, and return the exit status of Ctrl+C (130): a script
+    chaining `bench && report` must not take a partial result for a complete one."""
+    err.print(f"[yellow]cancelled:[/] {escape(kept)}; partial results written to {escape(str(out))}"
+              + (f"; {escape(then)}" if then else ""))
+    return EXIT_CANCELLED
 
 
 def progress_printer(console: Console) -> Callable[[object], None]:

@@ -14,6 +14,7 @@ from ..errors import UsageError
 from .parser import build_parser
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_CANCELLED = 130  # the shell's status for SIGINT: Ctrl+C, even with the finished runs written
 
 
 def _gui(_args: argparse.Namespace) -> int:
@@ -74,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_CANCELLED

@@ -12,7 +12,8 @@ from ..profile.table import HEADERS, NOTE, profile_row, shown_columns, top_ops_l
 from ..results.export import write_results
 from ..status import RunStatus
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
-from .common import charts, config_from_args, in_thread, out_dir, progress_printer, stderr_console, stdout_console
+from .common import (cancelled, charts, config_from_args, in_thread, out_dir, planned_runs, progress_printer,
+                     runs_kept, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 def profile_command(args: argparse.Namespace) -> int:
@@ -44,7 +45,9 @@ def profile_command(args: argparse.Namespace) -> int:
     if traces:
         err.print(f"traces (open in https://ui.perfetto.dev or chrome://tracing): {', '.join(traces)}")
     if result.cancelled:
-        err.print("[yellow]cancelled:[/] partial results were written")
+        profiled = sum(1 for p in result.profiles if p.status == RunStatus.OK)
+        return cancelled(err, f"{runs_kept(result.bench.runs, planned_runs(config))}, {profiled} of "
+                              f"{len(config.backends)} engines profiled", out)
     return EXIT_RUN_FAILED if any(p.status != RunStatus.OK for p in result.profiles) else EXIT_OK
 
 

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import (add_cached_bandwidth, charts, check_reference, config_from_args, in_thread,
-                     out_dir, progress_printer, stderr_console, stdout_console)
+from .common import (add_cached_bandwidth, cancelled, charts, check_reference, config_from_args, in_thread,
+                     out_dir, planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -43,6 +43,10 @@ def quality_command(args: argparse.Namespace) -> int:
     paths += charts(render, err)
     _print_quality(session.quality, model, stdout_console())
     err.print("wrote " + ", ".join(str(p) for p in paths))
+    if result.cancelled:
+        scored = sum(1 for r in session.quality.rows if r.perplexity is not None)
+        runs = "runs from --bench" if args.bench is not None else runs_kept(result.runs, planned_runs(config))
+        return cancelled(err, f"{runs}, perplexity of {scored} of {len(config.backends)} engines", out)
     failed = result.failed or any(r.status != "ok" for r in session.quality.rows)
     return EXIT_RUN_FAILED if failed else EXIT_OK
 

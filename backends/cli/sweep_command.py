@@ -9,8 +9,8 @@ from rich.table import Table
 
 from ..runs.bench import BenchResult
 from .load_table import print_load
-from .common import (charts, check_reference, config_from_args, in_thread, out_dir,
-                     progress_printer, stderr_console, stdout_console)
+from .common import (cancelled, charts, check_reference, config_from_args, in_thread, out_dir,
+                     planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -64,7 +64,13 @@ def sweep_command(args: argparse.Namespace) -> int:
     if config.concurrency:
         print_load(result, stdout_console())
     if result.cancelled:
-        err.print("[yellow]cancelled:[/] finished cells are saved; run the same command again to resume")
+        # A resume runs an unfinished cell again: only the runs of this command's finished cells are kept.
+        done = {tuple(key) for key in (result.environment.get("sweep") or {}).get("completed", [])}
+        cells = [cell.key for cell in plan.cells if cell.key in done]
+        kept = runs_kept([r for r in result.runs if (r.prompt_tokens, r.new_tokens) in cells],
+                         planned_runs(config, len(plan.cells)))
+        return cancelled(err, f"{kept} ({len(cells)} of {len(plan.cells)} cells complete)", out,
+                         "run the same command again to resume")
     return EXIT_RUN_FAILED if result.failed else EXIT_OK
 
 

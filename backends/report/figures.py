@@ -1,9 +1,10 @@
 """The data of every chart, Qt-free: sweeps, position, speed vs quality, comparisons, load.
 
-A `Figure` is plain data (series with 95% interval error bars, dashed limit lines); `plots`
+A `Figure` is plain data (series with interval error bars, dashed limit lines); `plots`
 draws it into a pyqtgraph PlotItem (the GUI's own widgets) or a PNG (reports). Values are
 medians of measured runs with the median's distribution-free interval (order statistics) as
-error bar, as in the tables: `err` reaches up to its high end, `err_low` down to its low end.
+error bar, as in the tables: `err` reaches up to its high end, `err_low` down to its low end;
+`interval_caption` gives its true confidence level, which depends on the number of runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..results.bandwidth import on_gpu
 from ..results.load import LoadLevel
 from ..results.records import RunRecord, TokenRecord
 from ..results.stats import Summary, summarize
+from ..results.summary import interval_levels, is_measured
 
 
 @dataclass
@@ -30,6 +32,7 @@ class Series:
     err_low: list[float] = field(default_factory=list)  # down from y to its low end (empty: as err)
     # per point, x values that horizontal whiskers reach to, inner to outer (e.g. ITL p90, p99); optional
     x_whiskers: list[list[float]] = field(default_factory=list)
+    n: list[int] = field(default_factory=list)  # per point with an error bar: the runs behind its interval
 
 
 @dataclass
@@ -57,9 +60,16 @@ class Figure:
     def empty(self) -> bool:
         return not any(s.y for s in self.series)
 
+    @property
+    def interval_caption(self) -> str:
+        """What the error bars are, at their true level ("" without any): a caption line for reports."""
+        levels = interval_levels(n for s in self.series for n in s.n)
+        return (f"error bars: the median's distribution-free interval across runs (order statistics); its "
+                f"confidence level with {levels}") if levels else ""
+
 
 def measured(runs: Iterable[RunRecord]) -> list[RunRecord]:
-    return [r for r in runs if not r.is_warmup and r.status == "ok"]
+    return [r for r in runs if is_measured(r)]
 
 
 def _up(summary: Summary) -> float:
@@ -79,6 +89,7 @@ def _add(series: Series, x: float, summary: Summary) -> None:
     series.y.append(summary.median)
     series.err.append(_up(summary))
     series.err_low.append(_down(summary))
+    series.n.append(summary.n)
 
 
 def _backends(runs: Sequence[RunRecord]) -> list[str]:
@@ -211,7 +222,7 @@ def itl_vs_position(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], gb
     """ms/token by position in the sequence (prompt + index): the KV cache grows as it goes.
 
     Positions are binned; each run contributes its median ITL per bin, and the bin's value is
-    the median across runs with the 95% interval across them."""
+    the median across runs with the median's interval across them."""
     data = {r.run_id: r for r in measured(runs)}
     positions = [data[t.run_id].prompt_tokens + t.token_index for t in tokens
                  if t.run_id in data and t.itl_ms is not None]

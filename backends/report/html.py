@@ -159,7 +159,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _img(path: Path, figure: fg.Figure) -> str:
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    note = f"<figcaption>{html.escape(figure.note)}</figcaption>" if figure.note else ""
+    caption = "; ".join(line for line in (figure.note, figure.interval_caption) if line)
+    note = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
     return f'<figure><img alt="{html.escape(figure.title)}" src="data:image/png;base64,{data}">{note}</figure>'
 
 
@@ -321,7 +322,8 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
     page = (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"
             f"</head><body><h1>{html.escape(title)}</h1><p class=facts>generated {time.strftime('%Y-%m-%d %H:%M')} · "
             "values are medians of measured runs; [low–high] and error bars: the median's distribution-free interval "
-            "across repeats (order statistics; its confidence level is under each table)"
+            "across repeats (order statistics; its confidence level, which depends on the number of runs, is under each "
+            "table and figure)"
             f"</p>{''.join(sections)}</body></html>")
     path = out_dir / REPORT_HTML
     with atomic_write(path, encoding="utf-8") as f:

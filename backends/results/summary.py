@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from ..status import RunStatus
 from .records import RunRecord, TokenRecord
-from .stats import Summary, pooled_summary, summarize
+from .stats import Summary, median_interval_rank, pooled_summary, summarize
 
 NATIVE_MARK = "†"
 
@@ -54,19 +54,32 @@ class BackendSummary:
         return not (self.native_sampling and self.sampled)
 
 
+def is_measured(run: RunRecord) -> bool:
+    """A run every figure counts: measured (not a warm-up) and finished (ok). One predicate for the
+    table, the pooled ITL, the window's histogram and the CLI's count of runs kept."""
+    return not run.is_warmup and run.status == RunStatus.OK
+
+
+def measured_gaps(runs: Sequence[RunRecord], tokens: Iterable[TokenRecord]) -> dict[str, list[float]]:
+    """Every inter-token gap of the measured runs, per engine: the pooled ITL and the histogram."""
+    backend_of = {r.run_id: r.backend for r in runs if is_measured(r)}
+    out: dict[str, list[float]] = {}
+    for token in tokens:
+        if token.itl_ms is not None and token.run_id in backend_of:
+            out.setdefault(backend_of[token.run_id], []).append(token.itl_ms)
+    return out
+
+
 def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
                        tokens: Sequence[TokenRecord] | None = None) -> list[BackendSummary]:
     names = backends or list(dict.fromkeys(r.backend for r in runs))
-    gaps_by_run: dict[str, list[float]] = {}
-    for token in tokens or ():
-        if token.itl_ms is not None:
-            gaps_by_run.setdefault(token.run_id, []).append(token.itl_ms)
+    gaps = measured_gaps(runs, tokens or ())
     out = []
     for name in names:
         mine = [r for r in runs if r.backend == name]
         if not mine:
             continue
-        measured = [r for r in mine if not r.is_warmup and r.status == RunStatus.OK]
+        measured = [r for r in mine if is_measured(r)]
         failures = [r for r in mine if r.status.is_failure]
         status = failures[0].status if failures else (RunStatus.OK if measured else mine[-1].status)
         first = next((r for r in mine if r.cold_start_s is not None), None)
@@ -88,7 +101,7 @@ def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
             agree_tokens=min(agree) if agree else None,
             new_tokens=any_row.new_tokens, concurrent=any(r.concurrent for r in mine),
             notes=next((r.notes for r in mine if r.notes), ""),
-            itl_pooled_ms=pooled_summary([g for r in measured for g in gaps_by_run.get(r.run_id, ())]),
+            itl_pooled_ms=pooled_summary(gaps.get(name, [])),
             native_sampling=any(r.native_sampling for r in mine),
             sampled=any(_sampled(r) for r in (measured or mine)),
             cpu_s_per_token=summarize([r.cpu_s_per_token for r in measured]),
@@ -154,16 +167,28 @@ def _cpu_ms(summary: Summary) -> str:
     return "-" if summary.n == 0 else f"{summary.median * 1e3:.2f}"
 
 
+def interval_label(n: int) -> str:
+    """The true confidence level of the median's interval over n values, as every view prints it:
+    '96.9% (min–max)' while no narrower pair of order statistics reaches 95% (2-8 values), else
+    '96.1%'; '' under two values (no interval)."""
+    if n < 2:
+        return ""
+    k, level = median_interval_rank(n)
+    return f"{100 * level:.1f}%" + (" (min–max)" if k == 1 else "")
+
+
+def interval_levels(ns: Iterable[int]) -> str:
+    """Each count of runs with its interval's level: '5 runs: 93.8% (min–max), 9 runs: 96.1%'."""
+    return ", ".join(f"{n} runs: {interval_label(n)}" for n in sorted({n for n in ns if n > 1}))
+
+
 def interval_note(summaries: list[BackendSummary]) -> str:
     """What the table's figures and brackets are, with the interval's real confidence level."""
-    levels = []
-    for n in sorted({s.ttft_ms.n for s in summaries if s.ttft_ms.n > 1}):
-        level = summarize(range(n)).median_ci_level
-        levels.append(f"{n} runs: {'min–max, ' if n <= 5 else ''}{100 * level:.1f}%")
+    levels = interval_levels(m.n for s in summaries for m in (s.ttft_ms, s.itl_p50_ms, s.tpot_ms, s.decode_tok_s))
     text = ("medians of measured runs (warm-ups excluded); [low–high]: distribution-free interval of the median "
             "across repeats (order statistics)")
     if levels:
-        text += " at " + ", ".join(levels) + " confidence"
+        text += "; its confidence level with " + levels
     return (text + "; ms/token = median of the runs' median inter-token latency; ITL p50/p90/p99: every "
             "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token "
             "(with the processes it started: a managed server's); GB/s = (weights + KV cache read) per token x tok/s; "
