@@ -31,6 +31,9 @@ class EngineSpec:
     # "package.module:function" in a light module: (model, **kwargs) -> the artefact-cache folders
     # it loads from (page-cache eviction for --cold; the parent never imports the engine for it)
     artifacts: str = ""
+    # The distributions (as pip names them) whose versions a run of this engine depends on:
+    # environment.json records each one's installed version.
+    packages: tuple[str, ...] = ()
 
 
 _CORE = 'pip install -e .'
@@ -40,22 +43,38 @@ _ORTGENAI_EXTRA = 'pip install -e ".[ortgenai]"'
 _OVGENAI_EXTRA = 'pip install -e ".[openvino-genai]"'
 
 
-def _spec(name, target, description, requires, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
+@dataclass(frozen=True)
+class _Runtime:
+    """An engine family's modules (what `available` looks for) and the distributions that ship them."""
+
+    requires: tuple[str, ...]
+    packages: tuple[str, ...]
+
+
+def _spec(name, target, description, runtime: _Runtime, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
     needs, options = kwargs.pop("needs", ""), kwargs.pop("options", "")
     artifacts = kwargs.pop("artifacts", "")
-    return EngineSpec(name, target, description, tuple(requires), install, precision, kwargs, needs,
-                      options=options, artifacts=artifacts)
+    return EngineSpec(name, target, description, runtime.requires, install, precision, kwargs, needs,
+                      options=options, artifacts=artifacts, packages=runtime.packages)
 
 
-_TORCH = ("torch",)
-_HF = ("torch", "transformers")
-_ORT = ("onnxruntime", "onnx", "torch")
-_LLAMA = ("llama_cpp", "gguf")
-_CT2 = ("ctranslate2", "transformers", "torch")
-_OV = ("openvino",)
-_TF = ("tensorflow", "safetensors")
-_ORTGENAI = ("onnxruntime_genai", "onnxruntime", "onnx", "torch")
-_OVGENAI = ("openvino_genai", "openvino_tokenizers", "openvino")
+_TORCH = _Runtime(("torch",), ("torch",))
+_HF = _Runtime(("torch", "transformers"), ("torch", "transformers"))
+# The exports go through torch.onnx.export(dynamo=True), which writes the graph with onnxscript.
+_ORT = _Runtime(("onnxruntime", "onnx", "torch"), ("onnxruntime", "onnx", "onnxscript", "torch"))
+_NUMPY = _Runtime(("numpy",), ("numpy",))
+_LLAMA = _Runtime(("llama_cpp", "gguf"), ("llama-cpp-python", "gguf"))
+# ctranslate2's TransformersConverter loads the model with transformers and torch.
+_CT2 = _Runtime(("ctranslate2", "transformers", "torch"), ("ctranslate2", "transformers", "torch"))
+_OV = _Runtime(("openvino",), ("openvino",))
+# The [tf] extra installs tensorflow-cpu; a user's own tensorflow provides the same module.
+_TF = _Runtime(("tensorflow", "safetensors"), ("tensorflow-cpu", "tensorflow", "safetensors"))
+_ORTGENAI = _Runtime(("onnxruntime_genai", "onnxruntime", "onnx", "torch"),
+                     ("onnxruntime-genai", "onnxruntime", "onnx", "onnxscript", "torch"))
+_OVGENAI = _Runtime(("openvino_genai", "openvino_tokenizers", "openvino"),
+                    ("openvino-genai", "openvino-tokenizers", "openvino"))
+# vLLM runs in its own environment and a remote server elsewhere: nothing of this interpreter's.
+_OWN = _Runtime((), ())
 _FILES = "whistle_stop.backends.engines.artifact_folders:"  # where each family's cached files live
 _LLAMA_OPTIONS = "whistle_stop.backends.engines.llamacpp.options:LlamaCppOptions"
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
@@ -74,12 +93,12 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("onnx-int8", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8", artifacts=_FILES + "onnx"),
     _spec("onnx-int4", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4", artifacts=_FILES + "onnx"),
     _spec("onnx-concat", "whistle_stop.backends.engines.onnx.concat_engine:OnnxConcatEngine", "ONNX Runtime, classic export: past/present concatenated per step", _ORT, artifacts=_FILES + "onnx_concat"),
-    _spec("numpy", "whistle_stop.backends.engines.numpy_runtime.engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", ("numpy",)),
-    _spec("native", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime: the whole step in one call per token (built with the machine's compiler), fp32", ("numpy",)),
-    _spec("native-bf16", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, bf16 weights, float32 arithmetic", ("numpy",), "bf16", dtype="bf16"),
-    _spec("native-int8", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, int8 weights (a scale per row), int8 activations in decode's products", ("numpy",), "int8", dtype="int8"),
-    _spec("native-int4", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, 4-bit weights (blocks of 32), int8 activations in the products", ("numpy",), "int4", dtype="int4"),
-    _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", ("numpy",)),
+    _spec("numpy", "whistle_stop.backends.engines.numpy_runtime.engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", _NUMPY),
+    _spec("native", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime: the whole step in one call per token (built with the machine's compiler), fp32", _NUMPY),
+    _spec("native-bf16", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, bf16 weights, float32 arithmetic", _NUMPY, "bf16", dtype="bf16"),
+    _spec("native-int8", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, int8 weights (a scale per row), int8 activations in decode's products", _NUMPY, "int8", dtype="int8"),
+    _spec("native-int4", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, 4-bit weights (blocks of 32), int8 activations in the products", _NUMPY, "int4", dtype="int4"),
+    _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", _NUMPY),
     # The engines users would pick instead (the [peers] extra).
     _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
     _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
@@ -100,9 +119,9 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("openvino-genai-int8", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int8 weight compression", _OVGENAI, "int8", install=_OVGENAI_EXTRA, weight_format="int8", artifacts=_FILES + "openvino_genai"),
     _spec("openvino-genai-int4", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int4 weight compression", _OVGENAI, "int4", install=_OVGENAI_EXTRA, weight_format="int4", artifacts=_FILES + "openvino_genai"),
     # A real vLLM server, set up and started by the engine itself in its own environment.
-    _spec("vllm", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, fp32, managed (first use creates its own ~3.5 GB environment)", (), needs="linux", dtype="fp32"),
-    _spec("vllm-bf16", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, bfloat16, managed", (), "bf16", needs="linux", dtype="bf16"),
-    _spec("remote", "whistle_stop.backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", (), "server",
+    _spec("vllm", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, fp32, managed (first use creates its own ~3.5 GB environment)", _OWN, needs="linux", dtype="fp32"),
+    _spec("vllm-bf16", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, bfloat16, managed", _OWN, "bf16", needs="linux", dtype="bf16"),
+    _spec("remote", "whistle_stop.backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", _OWN, "server",
           options="whistle_stop.backends.engines.remote_options:RemoteOptions"),
 ]}
 

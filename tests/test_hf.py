@@ -79,3 +79,21 @@ def test_prompt_at_the_context_limit(tiny_model):
 
     ids = prompt_of_length(tiny_model.context - 1)
     assert len(engine_tokens("hf", tiny_model, ids, 1)) == 1
+
+
+def test_hf_uses_transformers_supported_cache_api(tiny_model, prompt_ids, hf_reference):
+    """transformers 5.24 deprecates past_key_values (gone in 5.40): hf's prefill and decode must
+    use the supported form, silently, and still give generate's tokens. The warnings are recorded
+    here, so pyproject's ignore::DeprecationWarning cannot hide one."""
+    import warnings
+
+    from tests.conftest import greedy_logits
+
+    engine = load_engine_in_process("hf", tiny_model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tokens, _ = greedy_logits(engine, prompt_ids, N)
+    deprecations = [f"{w.category.__name__}: {w.message}" for w in caught
+                    if issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))]
+    assert deprecations == []
+    assert tokens == hf_reference.greedy(prompt_ids, N)

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import nn
-from transformers import GPT2LMHeadModel
+from transformers import DynamicCache, GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 from transformers.utils import logging as hf_logging
 
@@ -44,7 +44,7 @@ class HFEngine(Engine):
         super().__init__(options)
         self.dtype = dtype
         self.model: GPT2LMHeadModel | None = None
-        self._past = None
+        self._cache: DynamicCache | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         config = model.gpt2_config.require_supported(self.name)
@@ -77,15 +77,18 @@ class HFEngine(Engine):
     @torch.inference_mode()
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         ids = torch.tensor([list(token_ids)], dtype=torch.long)
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        self._past = out.past_key_values
+        # The engine owns its cache (the one the model would make itself); transformers grows it in
+        # place, so the output's cache is never read. It goes in positionally: forward's second
+        # parameter is the cache in every transformers 5, named past_key_values before 5.24 and
+        # cache from 5.24 on (the old keyword warns there and goes in 5.40).
+        self._cache = DynamicCache(config=self.model.config)
+        out = self.model(ids, self._cache, use_cache=True, logits_to_keep=1)
         return logits_to_numpy(out.logits[0, -1])
 
     @torch.inference_mode()
     def decode(self, token_id: int) -> np.ndarray:
         ids = torch.tensor([[token_id]], dtype=torch.long)
-        out = self.model(input_ids=ids, past_key_values=self._past, use_cache=True)
-        self._past = out.past_key_values
+        out = self.model(ids, self._cache, use_cache=True)
         return logits_to_numpy(out.logits[0, -1])
 
     @torch.inference_mode()
@@ -101,4 +104,4 @@ class HFEngine(Engine):
 
     def close(self) -> None:
         self.model = None
-        self._past = None
+        self._cache = None

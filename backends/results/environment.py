@@ -9,14 +9,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterable
 
 import psutil
 
-from .. import __version__
+from .. import __version__, registry
 from ..storage import bytecode
 
-LIBRARIES = ("numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "onnx",
-             "onnxruntime", "llama_cpp_python", "ctranslate2", "openvino", "PySide6_Essentials", "pyqtgraph")
+# What every run stands on (the harness, the sampler, the reference, the window); each engine's own
+# runtime packages come from its registry entry.
+CORE_PACKAGES = ("numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub",
+                 "PySide6_Essentials", "pyqtgraph")
+NOT_INSTALLED = "not installed"
 
 
 def cpuinfo_field(name: str) -> str:
@@ -59,17 +63,25 @@ def git_commit() -> str:
         return ""
 
 
-def library_versions() -> dict[str, str]:
-    versions = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return versions
+def package_version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return NOT_INSTALLED
+
+
+def library_versions(backends: Iterable[str] = ()) -> dict[str, str]:
+    """The core packages' versions and those of the named engines' runtimes (the workers run in
+    this interpreter, so its distributions are theirs)."""
+    names = list(CORE_PACKAGES)
+    for backend in backends:
+        spec = registry.ENGINES.get(backend)
+        names += spec.packages if spec is not None else ()
+    return {name: package_version(name) for name in dict.fromkeys(names)}
 
 
 def collect_environment(model=None, settings: dict | None = None, extra: dict | None = None) -> dict:
+    """The record of a run; the engines whose packages it lists are the settings' "backends"."""
     memory = psutil.virtual_memory()
     env = {
         "app": {"name": "whistle-stop", "version": __version__, "git_commit": git_commit()},
@@ -83,7 +95,7 @@ def collect_environment(model=None, settings: dict | None = None, extra: dict | 
             "hostname": platform.node(),
         },
         "python": sys.version.split()[0],
-        "libraries": library_versions(),
+        "libraries": library_versions((settings or {}).get("backends", ())),
         "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
         "bytecode": bytecode.check().as_dict(),  # without it, every worker compiles the app (cold starts)
     }
