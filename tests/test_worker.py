@@ -182,3 +182,26 @@ def test_serving_peak_is_reset_after_load_where_the_os_allows(tiny_model):
         assert "cannot reset the peak" not in run.notes
     else:
         assert "peak_rss_mb includes load" in run.notes
+
+
+class HelperEngine(fake_engines.ScriptedEngine):
+    """Its third token waits for a helper process that burns 0.3 s of CPU and exits (a compiler, a
+    converter): the helper is gone, and reaped, before the run ends."""
+
+    def decode(self, token_id):
+        if self._position == 2:
+            import subprocess
+
+            burn = "import time\nwhile time.process_time() < 0.3:\n    pass"
+            subprocess.run([sys.executable, "-c", burn], check=True)
+        return super().decode(token_id)
+
+
+def test_cpu_of_a_helper_that_exits_mid_run_counts(tiny_model):
+    from dataclasses import replace
+
+    spec = replace(fake_engines.spec("helped"), target="tests.test_worker:HelperEngine")
+    result = _session(tiny_model, {"helped": spec}, new_tokens=5).run()
+    (run,) = result.runs
+    assert run.status == "ok" and run.tokens_generated == 5
+    assert run.cpu_s_per_token * run.tokens_generated >= 0.3  # the worker itself only waited for it
