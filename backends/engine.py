@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class EngineOptions:
     """Settings the user can give any engine; engines read what applies to them."""
 
-    threads: int = 0  # 0: all cores
+    threads: int = 0  # 0: the engine's own default (sessions pass the usable physical cores, capped by the cgroup quota)
     device: str = "cpu"
     settings: EngineSettings | None = None  # the engine's own typed settings (e.g. a server's URL), if any
 

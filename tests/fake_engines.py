@@ -127,3 +127,18 @@ class PhasedEngine(ScriptedEngine):
 def phased_spec(name: str = "phased") -> EngineSpec:
     return EngineSpec(name, "tests.fake_engines:PhasedEngine", "scripted engine with known costs per phase", (), "",
                       "fp32", {})
+
+
+# --- An engine that generates in its own loop (tests/test_profile.py) ---------------------------
+
+class OwnLoopEngine(ScriptedEngine):
+    """ScriptedEngine's tokens from its own `stream`, as ctranslate2, the GenAI runtimes or a server
+    generate: the worker relays them and cannot time its prefill and decode calls apart."""
+
+    def stream(self, token_ids, new_tokens, sampler, cancel=None):
+        yield from super().stream(token_ids, new_tokens, sampler, cancel)
+
+
+def own_loop_spec(name: str = "own-loop", **kwargs) -> EngineSpec:
+    return EngineSpec(name, "tests.fake_engines:OwnLoopEngine", "scripted engine with its own loop", (), "", "fp32",
+                      kwargs)

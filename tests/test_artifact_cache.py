@@ -6,6 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from whistle_stop.backends.storage import artifact_cache
 
 
@@ -38,10 +40,8 @@ def test_failed_build_leaves_nothing(isolated_cache):
         (out / "half").write_text("x")
         raise RuntimeError("boom")
 
-    try:
+    with pytest.raises(RuntimeError, match="boom"):  # the build's own error reaches the caller
         artifact_cache.ensure("test", "k3", "v", broken)
-    except RuntimeError:
-        pass
     parent = artifact_cache.cache_dir("test", "k3")
     assert list(parent.iterdir()) == []
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
 import pytest
 
 from tests import fake_engines
 from whistle_stop.backends import registry
+from whistle_stop.backends.runs import orchestrator as orchestrator_module
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
-from whistle_stop.backends.runs.orchestrator import cpu_seconds
+from whistle_stop.backends.runs.orchestrator import SETTLE_MAX_S, Orchestrator, cpu_seconds
 
 
 def _run(backends, specs=None, mode="fair", **config):
@@ -17,13 +24,34 @@ def _run(backends, specs=None, mode="fair", **config):
     return BenchSession(cfg, specs=specs).run()
 
 
-def test_idle_cpu_is_recorded_for_every_run_when_two_engines_run(tiny_model):
-    specs = {"a": fake_engines.spec("a", decode_s=0.002), "b": fake_engines.spec("b", decode_s=0.002)}
-    result = _run(["a", "b"], specs)
+class IdleSpinEngine(fake_engines.ScriptedEngine):
+    """From its load on, a thread of its worker burns half a core (10 ms busy, 10 ms asleep), idle or not."""
+
+    def load(self, model, progress):
+        threading.Thread(target=_half_a_core, daemon=True).start()
+        return super().load(model, progress)
+
+
+def _half_a_core() -> None:
+    while True:
+        end = time.perf_counter() + 0.01
+        while time.perf_counter() < end:
+            pass
+        time.sleep(0.01)
+
+
+def test_idle_cpu_is_what_the_idle_worker_used(tiny_model, monkeypatch):
+    """Each run records the other worker's CPU over its span: half a core from the spinning one,
+    next to nothing from the quiet one."""
+    monkeypatch.setattr(orchestrator_module, "SETTLE_MAX_S", 0.3)  # the spinner never settles: wait less for it
+    spinner = replace(fake_engines.spec("spins", decode_s=0.02), target="tests.test_idle_workers:IdleSpinEngine")
+    specs = {"quiet": fake_engines.spec("quiet", decode_s=0.02), "spins": spinner}
+    result = _run(["quiet", "spins"], specs, new_tokens=10)
     measured = [r for r in result.runs if not r.is_warmup]
     assert len(measured) == 4 and all(r.status == "ok" for r in measured)
-    for record in measured:
-        assert isinstance(record.idle_cpu_pct, float) and record.idle_cpu_pct >= 0
+    idle = {r.run_id: r.idle_cpu_pct for r in measured}
+    assert all(8 < idle[f"quiet/r{i}"] < 80 for i in (1, 2)), idle  # the spinner's 50% (a busy machine: less)
+    assert all(idle[f"spins/r{i}"] < 3 for i in (1, 2)), idle
 
 
 def test_one_engine_or_a_race_has_no_idle_worker(tiny_model):
@@ -75,3 +103,37 @@ def test_a_worker_spawns_only_once_the_live_ones_are_quiet(tiny_model, monkeypat
     assert spawns[0] == 0 or order[spawns[0] - 1][0] != "settle"  # nothing to wait for before the first
     kind, pids = order[spawns[1] - 1]
     assert kind == "settle" and len(pids) == 1  # b waited for a's worker
+
+
+# Pure Python children (no native code): a duty cycle of ~30% of one core in 15 ms bursts, and one asleep.
+_DUTY_CYCLE = """
+import time
+print("ready", flush=True)
+while True:
+    end = time.perf_counter() + 0.015
+    while time.perf_counter() < end:
+        pass
+    time.sleep(0.035)
+"""
+_ASLEEP = 'import time\nprint("ready", flush=True)\ntime.sleep(600)'
+
+
+def _started(code: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"  # its start-up's CPU is behind it
+    return child
+
+
+def test_settle_waits_for_a_duty_cycle_and_not_for_a_sleeper():
+    """Quiet is judged over a window the CPU clock resolves: a process using ~30% of a core in bursts
+    is never quiet (one 20 ms poll often fell between its bursts), one asleep is at once."""
+    config = BenchConfig(model="random:tiny", backends=("a",), threads=1)
+    orchestrator = Orchestrator(config, specs={"a": fake_engines.spec("a")})
+    busy, asleep = _started(_DUTY_CYCLE), _started(_ASLEEP)
+    try:
+        assert orchestrator.settle([busy.pid]) >= SETTLE_MAX_S
+        assert orchestrator.settle([asleep.pid]) < SETTLE_MAX_S / 2
+    finally:
+        for child in (busy, asleep):
+            child.kill()
+            child.wait()

@@ -153,9 +153,30 @@ def test_a_gpu_engine_gets_no_cpu_cache_note():
 def test_engine_without_a_profiler_shows_its_total_and_harness(tmp_path):
     result = _profile(tmp_path, ["null"], new_tokens=10)
     (profile,) = result.profiles
-    assert profile.profiler == "none" and "total and harness only" in profile.note
-    assert profile.decode.categories[Category.ENGINE_UNSPLIT.value] >= 0
-    assert profile.decode.categories[Category.HARNESS.value] > 0 and not profile.trace_file
+    assert profile.profiler == "none" and "total and harness only" in profile.note and not profile.trace_file
+    for phase in (profile.prefill, profile.decode):  # the engine's call and the harness make the whole step
+        parts = phase.categories
+        assert parts[Category.ENGINE_UNSPLIT.value] > 0 and parts[Category.HARNESS.value] > 0
+        assert parts[Category.ENGINE_UNSPLIT.value] + parts[Category.HARNESS.value] == pytest.approx(phase.step_ms)
+        assert parts[Category.UNATTRIBUTED.value] == pytest.approx(0, abs=1e-9)
+
+
+def test_an_engine_with_its_own_loop_gets_its_ttft_as_prefill(tmp_path):
+    """ctranslate2, the GenAI runtimes, remote and vLLM generate in their own loop: prefill's step is
+    the TTFT (run start -> first token), all of it the engine's but the harness, nothing unattributed."""
+    from tests.fake_engines import own_loop_spec
+
+    specs = {"own": own_loop_spec("own", prefill_s=0.04, decode_s=0.005)}
+    result = _profile(tmp_path, ["own"], specs, new_tokens=8)
+    (profile,) = result.profiles
+    assert profile.status == "ok", profile.error
+    assert "own loop" in profile.note
+    for phase, delay_ms in ((profile.prefill, 40), (profile.decode, 5)):
+        engine = phase.categories[Category.ENGINE_UNSPLIT.value]
+        assert delay_ms <= phase.step_ms < 3 * delay_ms, phase  # lower bound exact (busy waits), upper: no nonsense
+        assert engine >= delay_ms - phase.categories[Category.HARNESS.value]
+        assert abs(phase.categories[Category.UNATTRIBUTED.value]) <= 0.01 * phase.step_ms
+        assert phase.attributed_ms == pytest.approx(phase.step_ms)
 
 
 def test_categories_of_common_operations():

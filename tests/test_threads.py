@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from whistle_stop.backends.worker.threads import cgroup_quota, default_threads, physical_cores, resolve_threads
+from whistle_stop.backends.worker.threads import (cgroup_quota, default_threads, physical_cores, resolve_threads,
+                                                  usable_cpus)
 
 
 def _sysfs(root: Path, topology: dict[int, tuple[int, int]]) -> Path:
@@ -67,14 +69,30 @@ def test_cgroup_v1_quota_and_at_least_one(tmp_path):
     assert resolve_threads(list(range(8)), sysfs, no_quota).threads == 4
 
 
-def test_without_sysfs_falls_back_to_psutil_or_logical(tmp_path):
-    cores, source = physical_cores([0, 1, 2, 3], tmp_path / "missing")
-    assert source in ("psutil", "logical") and 1 <= cores <= 4
+def test_without_sysfs_psutil_gives_the_smt_ratio(tmp_path, monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 8 if logical else 4)  # 2 threads per core
+    missing = tmp_path / "missing"
+    assert physical_cores([0, 1, 2, 3], missing) == (2, "psutil")
+    assert physical_cores(list(range(8)), missing) == (4, "psutil")
+    assert physical_cores([3], missing) == (1, "psutil")  # half a core's siblings is still a core
 
 
-def test_this_machine_resolves_to_at_least_one():
-    assert default_threads() >= 1
-    assert resolve_threads().as_dict()["how"]
+def test_without_sysfs_or_psutil_every_usable_cpu_counts(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
+    assert physical_cores([0, 1, 2], tmp_path / "missing") == (3, "logical")
+
+
+def test_this_machine_resolves_to_its_usable_physical_cores_under_its_quota():
+    resolved = resolve_threads()
+    assert default_threads() == resolved.threads
+    assert resolved.usable_cpus == len(usable_cpus()) and 1 <= resolved.physical_cores <= resolved.usable_cpus
+    quota = resolved.cgroup_quota_cpus
+    expected = resolved.physical_cores if quota is None else min(resolved.physical_cores, math.ceil(quota))
+    assert resolved.threads == max(1, expected) and resolved.how.startswith(f"{resolved.threads}: ")
 
 
 def test_environment_records_how_threads_were_resolved(tiny_model, tmp_path):

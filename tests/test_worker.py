@@ -182,3 +182,65 @@ def test_serving_peak_is_reset_after_load_where_the_os_allows(tiny_model):
         assert "cannot reset the peak" not in run.notes
     else:
         assert "peak_rss_mb includes load" in run.notes
+
+
+class HelperEngine(fake_engines.ScriptedEngine):
+    """Its third token waits for a helper process that burns 0.3 s of CPU and exits (a compiler, a
+    converter): the helper is gone, and reaped, before the run ends."""
+
+    def decode(self, token_id):
+        if self._position == 2:
+            import subprocess
+
+            burn = "import time\nwhile time.process_time() < 0.3:\n    pass"
+            subprocess.run([sys.executable, "-c", burn], check=True)
+        return super().decode(token_id)
+
+
+def test_cpu_of_a_helper_that_exits_mid_run_counts(tiny_model):
+    from dataclasses import replace
+
+    spec = replace(fake_engines.spec("helped"), target="tests.test_worker:HelperEngine")
+    result = _session(tiny_model, {"helped": spec}, new_tokens=5).run()
+    (run,) = result.runs
+    assert run.status == "ok" and run.tokens_generated == 5
+    assert run.cpu_s_per_token * run.tokens_generated >= 0.3  # the worker itself only waited for it
+
+
+class _RecordingConn:
+    """A pipe end for `_serve_run` in this process: keeps what is sent, in order; RunStarted's send takes 50 ms."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send(self, event) -> None:
+        from whistle_stop.backends.worker.events import RunStarted
+
+        if isinstance(event, RunStarted):
+            time.sleep(0.05)
+        self.sent.append(event)
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_ttft_holds_none_of_the_workers_own_set_up(monkeypatch, live):
+    """The run's clock starts once the worker is set up: a slow thread start (the batch sender) and a
+    slow send of RunStarted fall outside TTFT, and RunStarted, carrying that clock, still comes first."""
+    from whistle_stop.backends.worker import child
+    from whistle_stop.backends.worker.events import RunDone, RunStarted, TokenBatch
+
+    start_thread = threading.Thread.start
+
+    def slow_start(thread) -> None:
+        time.sleep(0.05)
+        start_thread(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    conn = _RecordingConn()
+    engine = fake_engines.ScriptedEngine(EngineOptions(threads=1))  # its first token is instant
+    request = RunRequest("instant/r1", (1, 2, 3), 4, SamplingParams(), live=live)
+    child._serve_run(conn, threading.Event(), engine, request)
+    started, *middle, done = conn.sent
+    tokens = [t for e in middle for t in (e.tokens if isinstance(e, TokenBatch) else (e,))]
+    assert isinstance(started, RunStarted) and isinstance(done, RunDone)
+    assert [t.token_id for t in tokens] == [100, 101, 102, 103] and all(isinstance(t, Token) for t in tokens)
+    assert tokens[0].t_ns - started.t_ns < 20e6  # without the 50 ms thread start and the 50 ms send

@@ -80,7 +80,8 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=3, help="measured runs per engine")
     p.add_argument("--warmup", type=int, default=1, help="warm-up runs per engine (recorded, not summarised)")
-    p.add_argument("--threads", type=int, default=0, help="threads per engine (0: all cores)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads per engine (0: the usable physical cores, capped by the cgroup CPU quota)")
     if not sweep:
         p.add_argument("--mode", choices=["fair", "race"], default="fair")
     p.add_argument("--concurrency", type=_int_list, default=[],

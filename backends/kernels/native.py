@@ -20,8 +20,13 @@ from ..results.environment import cpuinfo_field
 from ..storage import artifact_cache
 
 KIND = "kernels"
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+# Compiled for speed, fast maths included; linked without -ffast-math: GCC before 13 then links
+# crtfastmath.o, whose constructor sets flush-to-zero and denormals-are-zero (MXCSR) for the
+# process that loads the library, the sampler's numpy included. The kernels' code is the same.
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
+LINK_FLAGS = ("-shared", "-fopenmp")
 LIBS = ("-lm",)  # with -ffast-math, glibc's libm also brings libmvec (vectorised expf)
+FLAGS = COMPILE_FLAGS + ("-shared",)  # one command's flags (a test's variant build): not what `load` links
 _HERE = Path(__file__).parent
 
 
@@ -73,24 +78,40 @@ def load(name: str) -> ctypes.CDLL:
     if cc is None:
         raise KernelUnavailable("no C compiler (cc/gcc) on PATH")
     source = (_HERE / f"{name}.c").read_text()
-    key = hashlib.sha256("\n".join([source, _identity(cc), " ".join(FLAGS + LIBS), cpuinfo_field("flags")]).encode()).hexdigest()[:16]
     library = f"lib{name}.so"
 
     def build(folder: Path) -> dict:
         src = folder / f"{name}.c"
         src.write_text(source)
-        done = subprocess.run([cc, *FLAGS, str(src), "-o", str(folder / library), *LIBS],
-                              capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            raise KernelUnavailable(f"{cc} could not build {name}.c: {done.stderr.strip()[:300]}")
-        return {"compiler": _version(cc), "flags": " ".join(FLAGS)}  # only when building
+        compile_and_link(cc, src, folder / library)
+        return {"compiler": _version(cc), "compile_flags": " ".join(COMPILE_FLAGS),  # only when building
+                "link_flags": " ".join(LINK_FLAGS + LIBS)}
 
     try:
-        artefact = artifact_cache.ensure(KIND, key, name, build)
+        artefact = artifact_cache.ensure(KIND, cache_key(source, cc), name, build)
     except (OSError, artifact_cache.ArtifactError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"{name}.c could not be built: {exc}") from exc
     _BUILD_S[name] = artefact.build_s
     return ctypes.CDLL(str(artefact.folder / library))
+
+
+def cache_key(source: str, cc: str) -> str:
+    """The build's artefact key: the source, the compiler, both steps' flags and the CPU's flags."""
+    recipe = f"compile: {' '.join(COMPILE_FLAGS)}\nlink: {' '.join(LINK_FLAGS + LIBS)}"
+    return hashlib.sha256("\n".join([source, _identity(cc), recipe, cpuinfo_field("flags")]).encode()).hexdigest()[:16]
+
+
+def compile_and_link(cc: str, source: Path, library: Path) -> None:
+    """`source` -> an object file beside it (COMPILE_FLAGS, removed after) -> the shared `library` (LINK_FLAGS)."""
+    obj = source.with_suffix(".o")
+    try:
+        for step, command in (("compile", [cc, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)]),
+                              ("link", [cc, *LINK_FLAGS, str(obj), "-o", str(library), *LIBS])):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            if done.returncode != 0:
+                raise KernelUnavailable(f"{cc} could not {step} {source.name}: {done.stderr.strip()[:300]}")
+    finally:
+        obj.unlink(missing_ok=True)
 
 
 def gemv(dtype: str) -> ctypes._CFuncPtr:

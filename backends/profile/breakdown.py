@@ -113,8 +113,9 @@ def median_decode_ms(tokens: Sequence) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def phase_breakdowns(tokens: Sequence, capture: ProfileCapture) -> dict[str, PhaseBreakdown]:
-    """Prefill (token 0) and decode (tokens 1..) of one profiled run, broken into categories."""
+def phase_breakdowns(tokens: Sequence, capture: ProfileCapture, start_ns: int) -> dict[str, PhaseBreakdown]:
+    """Prefill (token 0) and decode (tokens 1..) of one profiled run, broken into categories.
+    `start_ns`: the run's start (RunStarted.t_ns), where prefill's step (the TTFT) begins."""
     kernels: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for op in capture.ops:
         kernels[op.phase][op.category] += op.total_ns
@@ -128,7 +129,7 @@ def phase_breakdowns(tokens: Sequence, capture: ProfileCapture) -> dict[str, Pha
         split = all(t.engine_ns is not None for t in timed)
         engine = sum(t.engine_ns for t in timed) / count / 1e6 if split else None
         step = (sum((t.engine_ns or 0) + t.harness_ns for t in timed) / count / 1e6 if split
-                else _mean_gap_ms(tokens, phase))
+                else _mean_gap_ms(tokens, phase, start_ns))
         steps = capture.steps.get(phase) or count
         own = capture.profiler_ns.get(phase, 0) / steps / 1e6  # the adapter's own time inside each step
         if engine is not None:
@@ -157,9 +158,11 @@ def phase_breakdowns(tokens: Sequence, capture: ProfileCapture) -> dict[str, Pha
     return out
 
 
-def _mean_gap_ms(tokens: Sequence, phase: str) -> float:
+def _mean_gap_ms(tokens: Sequence, phase: str, start_ns: int) -> float:
+    """The mean measured step of a phase from the stamps alone: prefill's is the TTFT (run start ->
+    first token), decode's the mean gap between tokens."""
     if phase == "prefill":
-        return 0.0
+        return (tokens[0].t_ns - start_ns) / 1e6 if tokens else 0.0
     gaps = [(b.t_ns - a.t_ns) / 1e6 for a, b in zip(tokens, tokens[1:])]
     return sum(gaps) / len(gaps) if gaps else 0.0
 

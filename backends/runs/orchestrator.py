@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -25,6 +26,7 @@ from ..worker.events import (BackendEvent, Failed, LoadRequest, LogitsRequest, R
                              TopLogits, WorkerLost)
 from ..worker.process import RunOutcome, ScoreOutcome, Worker, WorkerError
 from ..worker.threads import resolve_threads
+from ..worker.usage import process_cpu_s
 from .config import BenchConfig, Cell
 from .events import EventSink, LoadRecorded, RunRecorded
 from .preparation import engine_specs
@@ -34,21 +36,25 @@ from .result import BenchResult
 
 SETTLE_MAX_S = 2.0  # at most this long waiting for idle workers to go quiet before a run
 SETTLE_POLL_S = 0.02
-SETTLE_QUIET_PCT = 1.0  # idle workers together below this share of one poll interval: quiet
+# Quiet: the idle workers together used at most SETTLE_QUIET_PCT of one core over the last
+# SETTLE_WINDOW_S (a sliding window of polls). One 20 ms poll is too short: anything with a duty
+# cycle (a pool that wakes every few tens of ms) can sit a poll out. 100 ms holds a few periods of
+# such a cycle, and 2% of it (2 ms) is far above the noise of Linux's ns CPU clock
+# (usage.process_cpu_s); where CPU time comes in 10 ms ticks, it means no tick in the window.
+SETTLE_WINDOW_S = 0.1
+SETTLE_QUIET_PCT = 2.0
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of these processes and their children (reaped and live)."""
+    """User + system CPU seconds of these processes and their descendants (live and reaped)."""
     total = 0.0
     for pid in pids:
         try:
             process = psutil.Process(pid)
-            times = process.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
+            total += process_cpu_s(process)
             for child in process.children(recursive=True):
                 try:
-                    child_times = child.cpu_times()
-                    total += child_times.user + child_times.system
+                    total += process_cpu_s(child)
                 except psutil.Error:
                     continue
         except psutil.Error:
@@ -270,13 +276,16 @@ class Orchestrator:
         spinning for a while after their last run (OpenBLAS ~0.1 s, OpenMP's and ONNX Runtime's
         spin-waits), which would fall on the next engine's timings. Returns the seconds waited."""
         began = time.monotonic()
-        last = cpu_seconds(pids)
+        samples = deque([(began, cpu_seconds(pids))])  # (when, CPU seconds so far), oldest first
         while time.monotonic() - began < SETTLE_MAX_S and not self.cancelled:
             time.sleep(SETTLE_POLL_S)
-            now = cpu_seconds(pids)
-            if (now - last) <= SETTLE_POLL_S * SETTLE_QUIET_PCT / 100:
+            now = time.monotonic()
+            samples.append((now, cpu_seconds(pids)))
+            while now - samples[1][0] >= SETTLE_WINDOW_S:  # keep the newest sample a whole window back
+                samples.popleft()
+            (then, used_then), (_, used_now) = samples[0], samples[-1]
+            if now - then >= SETTLE_WINDOW_S and used_now - used_then <= (now - then) * SETTLE_QUIET_PCT / 100:
                 break
-            last = now
         return time.monotonic() - began
 
     def score(self, name: str, request: ScoreRequest) -> ScoreOutcome:

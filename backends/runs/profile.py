@@ -147,7 +147,7 @@ class ProfileSession:
             profile.status, profile.error = RunStatus.ERROR, "the profiled run sent no capture"
             return profile
         capture = outcome.profile
-        phases = phase_breakdowns(outcome.tokens, capture)
+        phases = phase_breakdowns(outcome.tokens, capture, outcome.started_ns)
         profile.profiler, profile.note, profile.trace_file = capture.profiler, capture.note, capture.trace_file
         profile.decode, profile.prefill = phases.get("decode"), phases.get("prefill")
         profile.top_ops = top_ops(capture, phases)

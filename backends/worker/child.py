@@ -81,10 +81,12 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     profiler, problem = _profiler(engine, drives) if request.profile_trace else (None, "")
     server_before = engine.server_metrics()  # a server's own histograms, read before the clock starts
     cpu_start = cpu_seconds()
-    start = time.perf_counter_ns()  # after the profiler started: its set-up is in no timed span
-    conn.send(RunStarted(request.run_id, start))
-    stamps: list[int] = []
     outbox = _Outbox(conn, request)
+    # After the profiler and the sender thread started: their set-up is in no timed span, and
+    # RunStarted goes from the sender thread, so its send is not either (TTFT counts from `start`).
+    start = time.perf_counter_ns()
+    outbox.announce(RunStarted(request.run_id, start))
+    stamps: list[int] = []
     try:
         tokens = (_drive(engine, request, sampler, detokenizer, cancel, start, profiler) if drives
                   else _relay(engine, request, sampler, detokenizer, cancel, start))
@@ -109,42 +111,70 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
 
 
 class _Outbox:
-    """Sends a run's tokens: each at once for a live run; otherwise a thread sends what has piled up
-    every BATCH_S, so the engine's thread never wakes the parent mid-run (and a run that hangs or
-    fails still delivers the tokens made before). `close` sends the rest; call it before RunDone."""
+    """Sends a run's events from the child. Its thread starts before the run's clock, and it, not the
+    engine's thread, sends the run's RunStarted (`announce`): the send is outside the timed span
+    the RunStarted's stamp starts. A live run's RunStarted goes at once (beside the first step; the
+    window draws the run as it goes) and its tokens each at once from the engine's thread; otherwise
+    the thread sends RunStarted and what has piled up every BATCH_S, so nothing wakes the parent or
+    competes with the engine between ticks (and a run that hangs or fails still delivers the tokens
+    made before). RunStarted always goes before the first token. `close` sends the rest; call it
+    before RunDone."""
 
     def __init__(self, conn, request: RunRequest) -> None:
         self.conn, self.run_id, self.live = conn, request.run_id, request.live
+        self.first: RunStarted | None = None  # announced, not sent yet
         self.pending: list[Token] = []
-        self.lock = threading.Lock()
-        self.closed = threading.Event()
-        self.sender = None
-        if not self.live:
-            self.sender = threading.Thread(target=self._every_batch, name="token-batches", daemon=True)
-            self.sender.start()
+        self.lock = threading.Lock()  # `first` and `pending`
+        self.sending = threading.Lock()  # one send at a time, in order
+        self.wake = threading.Event()
+        self.closed = False
+        self.sender = threading.Thread(target=self._serve, name="run-events", daemon=True)
+        self.sender.start()
+
+    def announce(self, started: RunStarted) -> None:
+        with self.lock:
+            self.first = started
+        if self.live:  # the window draws a live run as it goes: "prefill…" now
+            self.wake.set()
 
     def send(self, token: Token) -> None:
         if self.live:
-            self.conn.send(token)
+            with self.sending:
+                self._send_first()
+                self.conn.send(token)
             return
         with self.lock:
             self.pending.append(token)
 
-    def _every_batch(self) -> None:
-        while not self.closed.wait(BATCH_S):
-            self._flush()
+    def _serve(self) -> None:
+        while True:
+            self.wake.wait(None if self.live else BATCH_S)  # a live run's tokens go from the engine's thread
+            self.wake.clear()
+            if self.closed:
+                return
+            with self.sending:
+                self._send_first()
+                self._flush()
+
+    def _send_first(self) -> None:
+        with self.lock:
+            first, self.first = self.first, None
+        if first is not None:
+            self.conn.send(first)
 
     def _flush(self) -> None:
         with self.lock:
             batch, self.pending = self.pending, []
-        if batch:  # only one thread sends at a time: the sender until close() has joined it, then close()
+        if batch:
             self.conn.send(TokenBatch(self.run_id, tuple(batch)))
 
     def close(self) -> None:
-        self.closed.set()
-        if self.sender is not None:
-            self.sender.join()
-        self._flush()
+        self.closed = True
+        self.wake.set()
+        self.sender.join()
+        with self.sending:
+            self._send_first()
+            self._flush()
 
 
 # Both loops below yield each Token for `_serve_run` to send, and are resumed only after the send,
