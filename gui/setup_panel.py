@@ -21,6 +21,7 @@ from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.sources.tokenizer import encode
+from whistle_stop.backends.worker.threads import default_threads
 
 from .engine_options_form import EngineOptionsForm
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
@@ -123,8 +124,10 @@ class SetupPanel(QWidget):
             self.engines.addItem(item)
         self.engines.setMinimumHeight(150)
         self.engines.itemChanged.connect(lambda _item: self._changed())
-        self.threads = spin(0, max(1, os.cpu_count() or 1) * 2, 0, "threads per engine; 0 = all cores",
-                            special=f"all cores ({os.cpu_count() or 1})")
+        usable = default_threads()
+        self.threads = spin(0, max(1, os.cpu_count() or 1) * 2, 0,
+                            "threads per engine; 0 = the usable physical cores, capped by the cgroup's CPU quota",
+                            special=f"usable cores ({usable})")
         self.threads.valueChanged.connect(self._changed)
         row = QFormLayout()
         row.addRow("Threads", self.threads)

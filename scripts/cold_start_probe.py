@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spawns", type=int, default=8)
     parser.add_argument("--model", default="random:gpt2")
     parser.add_argument("--prompt-tokens", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=0, help="threads per engine (0: all cores)")
+    parser.add_argument("--threads", type=int, default=0, help="threads per engine (0: the usable physical cores)")
     args = parser.parse_args(argv)
 
     from whistle_stop.backends.runs.preparation import build_prompt_ids, resolve_model

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--interval-ms", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=1,
-                        help="threads per engine (default 1: four engines at 'all cores' each would "
+                        help="threads per engine (default 1: four engines at every usable core each would "
                              "oversubscribe a small machine; this measures the window, not the engines)")
     parser.add_argument("--show", action="store_true", help="show the window on screen (needs a display)")
     args = parser.parse_args(argv)

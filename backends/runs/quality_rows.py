@@ -31,7 +31,7 @@ class QualityRow:
     ppl_diff: float | None = None  # perplexity - the reference's
     ppl_diff_pct: float | None = None
     decode_tok_s: float | None = None  # median of measured runs
-    decode_tok_s_median_ci_low: float | None = None  # the median's interval (order statistics; min..max with <= 5 runs)
+    decode_tok_s_median_ci_low: float | None = None  # the median's interval (order statistics; its level: results.summary.interval_label)
     decode_tok_s_median_ci_high: float | None = None
     agree_tokens: int | None = None
     compared_tokens: int | None = None

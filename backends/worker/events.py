@@ -141,8 +141,8 @@ class Token:
       0, `decode` after). None for an engine that overrides `Engine.stream` (a server, a native
       generator): its calls cannot be seen from outside, so all of its time counts as engine.
     - `harness_ns`: the rest of the gap, i.e. the harness's own per-token work in it: sampling this
-      token, and detokenizing + building + sending the previous token's event (or RunStarted, for
-      token 0; in a run that is not live, handing it to the batch sender), plus the loop around
+      token, and detokenizing + building + sending the previous token's event (nothing for token 0:
+      RunStarted goes out from the sender thread; in a run that is not live, handing it to the batch sender), plus the loop around
       them. A token's own detokenizing and sending happen after
       its stamp, so they are counted in the next token's gap: each gap holds exactly one of each,
       and engine_ns + harness_ns equals the gap (the ITL; TTFT for token 0). For an engine that
