@@ -1,29 +1,33 @@
 """whistle-stop: `python main.py` opens the app; `python main.py bench ...` runs headless.
 
-From a source checkout: `whistle_stop` (the installed package's name) is this folder, through
-scripts/checkout/whistle_stop.py. Installed, the same entry point is the `whistle-stop` command.
+The app is the installed package `whistle_stop` (`make` installs this checkout in editable mode);
+installed elsewhere, the same entry point is the `whistle-stop` command.
 """
 
-import os
 import sys
 from pathlib import Path
 
-CHECKOUT = str(Path(__file__).resolve().parent / "scripts" / "checkout")
+CHECKOUT = Path(__file__).resolve().parent
 
 
-def use_checkout() -> None:
-    """Import `whistle_stop` from this checkout, here and in every Python this process starts."""
-    if CHECKOUT not in sys.path:
-        sys.path.append(CHECKOUT)
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    if CHECKOUT not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [CHECKOUT, *paths]))
-
-
-use_checkout()  # at import: spawned workers re-run this file (as __mp_main__) before unpickling their target
+def installed_here() -> str:
+    """'' when this Python imports `whistle_stop` from this checkout, else the one line saying what to run."""
+    try:
+        import whistle_stop.backends
+    except ImportError:
+        return "whistle-stop is not installed in this Python: run `make run` (or `pip install -e .` in this folder)"
+    location = Path(whistle_stop.backends.__file__).resolve().parent.parent
+    if location != CHECKOUT:
+        return (f"this Python's whistle_stop is {location}, not this checkout: "
+                f"run `pip install -e .` here (or use that checkout's main.py)")
+    return ""
 
 
 def _main() -> int:
+    problem = installed_here()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     from whistle_stop.backends.cli.launcher import main
 
     return main()

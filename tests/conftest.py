@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-# `whistle_stop` is this checkout even when it is not pip-installed (see scripts/checkout/whistle_stop.py):
-# on sys.path for this process and the workers it spawns, on PYTHONPATH for `python -m` children.
-_CHECKOUT = str(Path(__file__).resolve().parents[1] / "scripts" / "checkout")
-if _CHECKOUT not in sys.path:
-    sys.path.append(_CHECKOUT)
-if _CHECKOUT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")]))
+from main import installed_here
+
+# The tests import the installed `whistle_stop` (`make test` installs this checkout editable); one from
+# another checkout would test other code, so say what to run instead.
+_PROBLEM = installed_here()
+if _PROBLEM:
+    pytest.exit(_PROBLEM, returncode=2)
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the hub

@@ -1,25 +1,31 @@
 """The fake vLLM server (tests/fake_vllm) started as vLLM is: `python -m vllm.entrypoints.openai.api_server`,
-and a fake vLLM environment (a folder whose bin/python finds the fake package)."""
+and a fake vLLM environment (a venv whose python finds the fake package)."""
 
 from __future__ import annotations
 
 import json
 import os
-import stat
-import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from whistle_stop.backends.engines.server.lifecycle import ManagedServer, ServerCommand, free_port
+from tests.pythons import make_venv, python_of
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
+
+
+_SERVER_ENV = tempfile.TemporaryDirectory(prefix="fake-vllm-")  # one fake environment per test session
 
 
 @contextmanager
 def fake_vllm_server(**env: str):
     port = free_port()
-    command = ServerCommand([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--port", str(port)],
-                            port, {"PYTHONPATH": str(FAKE_VLLM), **env}, name="fake vLLM server")
+    python = python_of(Path(_SERVER_ENV.name) / "env")
+    if not python.exists():
+        fake_vllm_environment(Path(_SERVER_ENV.name) / "env")
+    command = ServerCommand([str(python), "-m", "vllm.entrypoints.openai.api_server", "--port", str(port)],
+                            port, env, name="fake vLLM server")
     server = ManagedServer(command)
     server.start(60)
     try:
@@ -29,11 +35,9 @@ def fake_vllm_server(**env: str):
 
 
 def fake_vllm_environment(folder: Path) -> Path:
-    """A folder shaped like vLLM's environment: bin/python runs this Python with the fake vllm package."""
-    (folder / "bin").mkdir(parents=True, exist_ok=True)
-    python = folder / "bin" / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{FAKE_VLLM}" exec "{sys.executable}" "$@"\n', encoding="utf-8")
-    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    """A folder shaped like vLLM's environment: a venv whose python finds the fake vllm package (and, as
+    vLLM's has, transformers: this environment's packages)."""
+    make_venv(folder, (FAKE_VLLM,), with_this_environment=True)  # vLLM's own transformers writes the tokenizer
     (folder / "installed.json").write_text(json.dumps({"flavour": "cpu", "version": "0.0-fake"}), encoding="utf-8")
     return folder
 

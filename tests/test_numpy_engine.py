@@ -140,17 +140,22 @@ _BLOCK_TORCH = textwrap.dedent('''
 
 @pytest.fixture()
 def torch_blocked(tmp_path, monkeypatch):
-    """PYTHONPATH with a sitecustomize that blocks torch; every new interpreter here picks it up."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(_BLOCK_TORCH)
+    """Spawned workers start in a Python whose sitecustomize blocks torch (this environment's packages
+    otherwise); every interpreter they start is that one too."""
+    import multiprocessing.spawn
+
+    from tests.pythons import make_venv
+
+    python = make_venv(tmp_path / "venv", with_this_environment=True, sitecustomize=_BLOCK_TORCH)
     log = tmp_path / "torch-block.log"
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("WS_TORCH_BLOCK_LOG", str(log))
-    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True)
+    probe = subprocess.run([str(python), "-c", "import torch"], capture_output=True, text=True)
     assert probe.returncode != 0 and "torch is blocked" in probe.stderr  # the block works at all
     log.write_text("")
-    return log
+    before = multiprocessing.spawn.get_executable()
+    multiprocessing.spawn.set_executable(str(python))
+    yield log
+    multiprocessing.spawn.set_executable(before)
 
 
 def test_runs_in_a_spawned_worker_where_torch_cannot_be_imported(torch_blocked, tiny_model, prompt_ids, hf_reference):

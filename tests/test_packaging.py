@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKOUT_SHIM = ROOT / "scripts" / "checkout"
+BACKEND = ROOT / "scripts" / "build"
 GENERIC = ("backends", "gui")
 # What the app reads at run time; the wheel must carry all of it.
 RESOURCE_FILES = ("tokenizer/vocab.json", "tokenizer/merges.txt", "tokenizer/NOTICE.md", "configs/tiny.json",
@@ -37,7 +37,7 @@ def _package_folders() -> set[str]:
 
 def _clean_env(tmp_path: Path) -> dict:
     """A user with an empty home: caches and settings can only go to these folders."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WHISTLE_STOP_CACHE", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("WHISTLE_STOP_CACHE", "VIRTUAL_ENV")}
     home = tmp_path / "home"
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"),
                XDG_DATA_HOME=str(home / ".local" / "share"), HF_HUB_OFFLINE="1", QT_QPA_PLATFORM="offscreen")
@@ -45,16 +45,23 @@ def _clean_env(tmp_path: Path) -> dict:
 
 
 # --- fast: the tree ---------------------------------------------------------------------------------
+def test_the_build_backend_finds_every_package_folder(monkeypatch):
+    monkeypatch.syspath_prepend(str(BACKEND))
+    import whistle_stop_build
+
+    assert whistle_stop_build.package_dirs() == {"whistle_stop.backends": "backends", "whistle_stop.gui": "gui",
+                                                 "whistle_stop.resources": "resources"}
+    assert set(whistle_stop_build.packages()) == _package_folders()
+
+
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
-def test_pyproject_lists_every_package_folder():
+def test_pyproject_names_the_backend_and_no_package_list():
     import tomllib
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    setuptools = config["tool"]["setuptools"]
-    assert setuptools["package-dir"] == {"whistle_stop.backends": "backends", "whistle_stop.gui": "gui",
-                                         "whistle_stop.resources": "resources"}
-    missing = _package_folders() - set(setuptools["packages"])
-    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml (or they are not installed): {missing}"
+    assert config["build-system"]["build-backend"] == "whistle_stop_build"
+    assert config["build-system"]["backend-path"] == ["scripts/build"]
+    assert "packages" not in config["tool"]["setuptools"] and "package-dir" not in config["tool"]["setuptools"]
     assert config["project"]["scripts"]["whistle-stop"] == "whistle_stop.backends.cli.launcher:main"
     assert set(config["project"]["optional-dependencies"]) >= {"peers", "dev"}
 
@@ -73,19 +80,30 @@ def test_no_generic_absolute_imports_or_module_paths():
     assert not offenders, offenders
 
 
-def test_checkout_imports_load_no_generic_top_level_module(tmp_path):
-    code = ("import sys; sys.path.append(sys.argv[1])\n"
+def test_the_installed_package_is_this_checkout_and_loads_no_generic_top_level_module(tmp_path):
+    """`make` installs the checkout editable: from any folder, without touching sys.path, `whistle_stop`
+    is this checkout's code, and so it is in every Python the app starts (workers, builders)."""
+    code = ("import sys\n"
             "import whistle_stop.backends.cli.main, whistle_stop.backends.registry, whistle_stop.gui.main_window\n"
             "from whistle_stop.backends.storage.paths import RESOURCES\n"
             "print(RESOURCES)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('backends', 'gui', 'resources')))\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", code, str(CHECKOUT_SHIM)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     resources, generic = out.stdout.splitlines()[-2:]
     assert Path(resources) == ROOT / "resources"
     assert generic == "[]"
+
+
+def test_main_py_in_a_python_without_the_app_says_what_to_run(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    out = subprocess.run([str(python), str(ROOT / "main.py"), "backends"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "whistle-stop is not installed in this Python: run `make run` (or `pip install -e .` in this folder)"]
 
 
 def test_resources_are_found_in_a_zipped_install(tmp_path):
@@ -104,8 +122,7 @@ def test_resources_are_found_in_a_zipped_install(tmp_path):
             "print(whistle_stop.backends.__file__)\n"
             "print(RESOURCES)\n"
             "print(encode('Hello world'))\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["WHISTLE_STOP_CACHE"] = str(tmp_path / "cache")
+    env = dict(os.environ, WHISTLE_STOP_CACHE=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code, str(archive)], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -215,7 +232,8 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     # sdist from a clean copy of the tree, then the wheel from the sdist (what `python -m build` does)
     src = _copy_tree(tmp_path / "src")
     dist = tmp_path / "dist"
-    build = ("import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))")
+    build = ("import sys; sys.path.insert(0, 'scripts/build'); import whistle_stop_build as b; "
+             "print(b.build_sdist(sys.argv[1]))")
     out = subprocess.run([sys.executable, "-c", build, str(dist)], cwd=src, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
@@ -225,6 +243,7 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
         tf.extractall(tmp_path / "sdist", filter="data")
     base = names[0].split("/")[0]
     assert all(f"{base}/resources/{name}" in names for name in RESOURCE_FILES)
+    assert f"{base}/scripts/build/whistle_stop_build.py" in names  # the wheel is built from the sdist by it
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                           "-q", "-w", str(dist), str(tmp_path / "sdist" / base)],
                          capture_output=True, text=True, timeout=300)

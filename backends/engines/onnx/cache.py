@@ -28,7 +28,6 @@ from .build import MODEL_FILE
 KIND = "onnx"
 FORMAT_VERSION = 3  # bump when the export changes: older caches are then rebuilt (3: weight bytes in the manifest)
 VARIANTS = ("fp32", "int8", "int4")
-_PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # The config keys the exported graph depends on (the weights hash covers the rest).
 _GRAPH_KEYS = ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size", "n_inner", "activation_function",
                "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn")
@@ -107,13 +106,11 @@ def run_builder(args: list[str], progress: ProgressFn, variant: str,
                  module: str = "whistle_stop.backends.engines.onnx.build") -> dict:
     """Run onnx/build.py (or another builder `module` speaking its protocol, e.g. concat_build)
     in a child process, relaying its progress lines; return its details."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", module, *args]
     details: dict | None = None
     with tempfile.TemporaryFile() as log:
         child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                 text=True, env=env, cwd=_PROJECT_ROOT)
+                                 text=True)
         try:
             for line in child.stdout:
                 try:

@@ -74,8 +74,7 @@ class VllmEngine(Engine):
         port = free_port()
         binding = cpu_binding(threads) if flavour == "cpu" else ""
         env = {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-               "VLLM_CACHE_ROOT": str(cache_dir("vllm", "cache")), "OMP_NUM_THREADS": str(threads),
-               "PYTHONPATH": ""}
+               "VLLM_CACHE_ROOT": str(cache_dir("vllm", "cache")), "OMP_NUM_THREADS": str(threads)}
         if flavour == "cpu":
             env.update(VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GB), VLLM_CPU_OMP_THREADS_BIND=binding)
         name = f"whistle-stop-{model.weights_hash}"

@@ -105,8 +105,7 @@ def _create(folder: Path, flavour: str, progress: ProgressFn) -> dict:
 def _run(argv: list[str], what: str, progress: ProgressFn, started: float | None = None) -> str:
     """Run a step, passing pip's milestones on as progress (and a heartbeat every HEARTBEAT_S
     while pip is silent: unpacking vLLM and torch takes a minute or more); one clear line if it fails."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines: list[str] = []
     lock = threading.Lock()  # progress goes down one pipe: one sender at a time
     began = time.monotonic()
