@@ -1,8 +1,8 @@
-"""The GUI's drain tick (the job runner's and the replay's), and emptying a job's queue in order.
+"""The GUI's drain tick (the job controller's and the replay's), and emptying a job's queue in order.
 
 A job's threads only put items into a queue; the GUI thread empties it once per tick. Plain
-events leave as one batch; a control item (progress, prepared, finished, failed) is handed on
-after the events that preceded it, so widgets see everything in the order it happened.
+events leave as one batch; a control item (progress, ready, the job's end) is handed on after
+the events that preceded it, so widgets see everything in the order it happened.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import queue
 from typing import Callable
 
 TICK_MS = 33  # ~30 updates a second
-CANCELLED = "cancelled before the engines started"
 
 
 def drain_in_order(source: queue.Queue, controls: tuple[type, ...], emit_batch: Callable[[list], None],

@@ -1,9 +1,10 @@
 """One job at a time: the bench, a sweep, a quality evaluation, a profile, a load run and a replay exclude each other
 (each spawns engines that would contend for the cores, and Cancel/Esc must mean one thing).
 
-The manager creates the job runners, follows the replay, says why a job may not start now
-(`blocker`) and cancels whichever job runs. Widgets listen to `changed` to enable their Run
-buttons with the reason shown.
+The manager creates each kind's job controller, follows the replay, says which job runs
+(`running`, `busy`: the one place the window reads it), why a job may not start now (`blocker`)
+and cancels whichever job runs. Widgets listen to `changed` to enable their Run buttons with the
+reason shown.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, Signal, SignalInstance
 
-from .job_runner import JobRunner
+from .job_controller import JobController
 
 
 class JobKind(Enum):
@@ -35,7 +36,7 @@ class JobKind(Enum):
 class _Job:
     is_running: Callable[[], bool]
     stop: Callable[[], None]
-    runner: JobRunner | None  # None: followed only (the replay has no thread)
+    controller: JobController | None  # None: followed only (the replay has no thread)
 
 
 class JobManager(QObject):
@@ -45,11 +46,11 @@ class JobManager(QObject):
         super().__init__(parent)
         self._jobs: dict[JobKind, _Job] = {}
 
-    def runner(self, kind: JobKind, name: str) -> JobRunner:
-        """The runner of `kind`'s jobs; its `start` refuses while another job runs."""
-        runner = JobRunner(name, lambda: self.blocker(kind), self)
-        self._add(kind, _Job(lambda: runner.running, runner.cancel, runner), runner.running_changed)
-        return runner
+    def controller(self, kind: JobKind, name: str) -> JobController:
+        """The controller of `kind`'s jobs; its `start` refuses while another job runs."""
+        controller = JobController(name, lambda: self.blocker(kind), self)
+        self._add(kind, _Job(lambda: controller.running, controller.cancel, controller), controller.running_changed)
+        return controller
 
     def follow(self, kind: JobKind, is_running: Callable[[], bool], stop: Callable[[], None],
                *signals: SignalInstance) -> None:
@@ -61,8 +62,8 @@ class JobManager(QObject):
         return job is not None and job.is_running()
 
     def busy(self) -> bool:
-        """An engine job runs (the bench, a sweep or a quality evaluation)."""
-        return any(job.runner is not None and job.is_running() for job in self._jobs.values())
+        """An engine job runs (any but the replay)."""
+        return any(job.controller is not None and job.is_running() for job in self._jobs.values())
 
     def blocker(self, kind: JobKind) -> str:
         """Why a `kind` job cannot start now because another one runs ("" when it may)."""
@@ -77,10 +78,10 @@ class JobManager(QObject):
         return False
 
     def shutdown(self) -> None:
-        """Cancel every runner and wait for its thread (it closes its workers)."""
+        """Cancel every job controller and wait for its thread (it closes its workers)."""
         for job in self._jobs.values():
-            if job.runner is not None:
-                job.runner.shutdown()
+            if job.controller is not None:
+                job.controller.shutdown()
 
     def _add(self, kind: JobKind, job: _Job, *signals: SignalInstance) -> None:
         self._jobs[kind] = job

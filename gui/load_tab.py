@@ -2,7 +2,7 @@
 
 Engines, model and generation settings come from the setup panel (`SetupPanel.config()`, as every
 tab); the concurrency levels and the optional goodput SLOs are here. The Run button's own
-`start_bench` runs a fair `BenchSession` with `config.concurrency` on this tab's JobRunner: every
+`start_bench` runs a fair `BenchSession` with `config.concurrency` on this tab's job controller: every
 engine's bench runs are level 1, then engines that serve concurrently (remote, vllm) run rounds of
 N requests at once. The table and the curve both come from `session_levels` over the result's
 records: the rows `bench --concurrency` prints and load.csv holds.
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QProgressBar, QTableWidget, QTableWidgetItem, QWidget
+from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QTableWidget, QTableWidgetItem, QWidget
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
@@ -30,14 +30,18 @@ from whistle_stop.backends.worker.events import (BackendEvent, Failed, LoadProgr
                                                  WorkerLost)
 
 from .bench_job import BenchPrepared, start_bench
-from .event_queue import CANCELLED
 from .figure_view import FigureGrid
-from .job_controls import JobControls
+from .job_controls import JobControls, JobWording
+from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
 from .setup_panel import SetupPanel
 from .theme import Theme, engine_colours
-from .widgets import controls_column, read_only_table, show_job_failure, stacked, three_panes
+from .widgets import controls_column, read_only_table, stacked, three_panes
 
+WORDING = JobWording("load run", " Run load", "Load run", "cancelling: each engine stops after its current token…",
+                     could_not_run="The load run could not run", cancelled="Load run cancelled")
+INTRO = ("Aggregate tokens/s and latency as requests grow, with the setup's engines and settings in fair mode: "
+         "level 1 from every engine's bench runs, higher levels from server engines.")
 DEFAULT_LEVELS = "1,2,4,8"
 NO_SERVER = ("No selected engine served concurrently: local engines give only the concurrency-1 reference "
              "(levels above 1 need a server engine: remote or vllm).")
@@ -89,13 +93,14 @@ class LoadTab(QWidget):
         self._rounds: dict[str, LoadRequest] = {}  # per engine: its load round in flight
         self._recorded = 0  # runs and rounds recorded, warm-ups included
         self._build()
-        self.runner.events.connect(self._on_events)
-        self.runner.ready.connect(self._on_prepared)
-        self.runner.finished.connect(self._on_finished)
-        self.runner.failed.connect(self._on_failed)
-        self.runner.running_changed.connect(self._on_running)
+        self.job.controller.attach(JobHandlers(
+            events=EventRoutes({(RunRecorded, LoadRecorded): self._recorded_one, Ready: self._loaded,
+                                RunRequest: self._level_one_run, LoadRequest: self._round_sent,
+                                LoadProgress: self._round_progress, (Failed, WorkerLost): self._engine_failed},
+                               after=self._show_progress),
+            ready=self._on_prepared, result=self._on_finished, failed=self.job.show_failure,
+            cancelled=self.job.show_cancelled))
         setup.changed.connect(self.refresh)
-        jobs.changed.connect(self.refresh)  # another job started or ended
         self.refresh()
 
     def _build(self) -> None:
@@ -111,17 +116,10 @@ class LoadTab(QWidget):
             edit.setToolTip(f"goodput SLO: {what} at most this many ms; empty: not set")
         for edit in (self.concurrency, self.slo_ttft, self.slo_itl):
             edit.textChanged.connect(self.refresh)
-        self.progress = QProgressBar()
-        self.progress.setFormat("%v / %m runs and rounds")
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-        self.status = QLabel("Aggregate tokens/s and latency as requests grow, with the setup's engines and settings "
-                             "in fair mode: level 1 from every engine's bench runs, higher levels from server engines.")
-        self.status.setObjectName("muted")
-        self.status.setWordWrap(True)
-        self.job = JobControls(self.jobs, JobKind.LOAD, "load run", " Run load", self.status,
-                               "cancelling: each engine stops after its current token…")
-        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.job = JobControls(self.jobs, JobKind.LOAD, WORDING, INTRO, (self.concurrency, self.slo_ttft, self.slo_itl),
+                               self.refresh, self.message.emit, self.error.emit, "%v / %m runs and rounds")
+        self.run_button, self.reason = self.job.run_button, self.job.reason
+        self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
         form = QFormLayout()
         form.addRow("Levels", self.concurrency)
@@ -143,10 +141,6 @@ class LoadTab(QWidget):
         three_panes(self, (controls, middle, self.chart), stretch=1, sizes=(280, 720, 520))
 
     # --- inputs -------------------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        return self.runner.running
-
     def inputs(self) -> tuple[tuple[int, ...], float | None, float | None, str]:
         """(levels, SLO TTFT ms, SLO ITL ms, why they cannot run or "")."""
         levels, why = parse_levels(self.concurrency.text())
@@ -165,9 +159,7 @@ class LoadTab(QWidget):
     def start(self) -> bool:
         """Start the load run; False (and the reason shown) if it cannot."""
         self.setup.flush()
-        problem = self.problem()
-        if problem:
-            self.reason.setText(problem)
+        if self.job.refuse(self.problem()):
             return False
         levels, ttft, itl, _ = self.inputs()
         # The setup's config, as Run builds it; fair whatever the setup says (load levels need it),
@@ -176,7 +168,7 @@ class LoadTab(QWidget):
                          calibrate_harness=False)
         specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         try:
-            start_bench(self.runner, config, specs)
+            start_bench(self.job.controller, config, specs)
         except UsageError as exc:
             self.error.emit("Cannot run the load levels", str(exc))
             return False
@@ -198,32 +190,30 @@ class LoadTab(QWidget):
         self.status.setText(f"{prepared.model.label}: {len(prepared.prompt_ids)}-token prompt; every engine's bench "
                             f"runs first (level 1)" + (f", then levels {levels} for server engines" if levels else ""))
 
-    def _on_events(self, batch: list) -> None:
-        for event in batch:
-            if isinstance(event, (RunRecorded, LoadRecorded)):
-                self._recorded += 1
-            elif isinstance(event, BackendEvent):
-                self._on_backend_event(event)
-        self._show_progress()
+    def _recorded_one(self, _event: RunRecorded | LoadRecorded) -> None:
+        self._recorded += 1
 
-    def _on_backend_event(self, event: BackendEvent) -> None:
-        name, payload = event.backend, event.event
-        if isinstance(payload, Ready) and payload.serves_concurrently:
-            self._servers.add(name)
-        elif isinstance(payload, RunRequest):
-            self.status.setText(f"{name}: level 1, run {payload.run_id}…")
-        elif isinstance(payload, LoadRequest):
-            self._rounds[name] = payload
-            self.status.setText(f"{name}: c={payload.concurrency}, round {payload.run_id}: sending "
-                                f"{payload.concurrency} requests…")
-        elif isinstance(payload, LoadProgress):
-            round_ = self._rounds.get(name)
-            if round_ is not None:  # the live count, from the worker's own tally
-                self.status.setText(f"{name}: c={round_.concurrency}, round {payload.run_id}: {payload.tokens}/"
-                                    f"{round_.concurrency * round_.new_tokens} tokens, {payload.streams_done}/"
-                                    f"{round_.concurrency} requests done")
-        elif isinstance(payload, (Failed, WorkerLost)):
-            self.status.setText(f"{name}: failed")
+    def _loaded(self, event: BackendEvent) -> None:
+        if event.event.serves_concurrently:
+            self._servers.add(event.backend)
+
+    def _level_one_run(self, event: BackendEvent) -> None:
+        self.status.setText(f"{event.backend}: level 1, run {event.event.run_id}…")
+
+    def _round_sent(self, event: BackendEvent) -> None:
+        round_ = self._rounds[event.backend] = event.event
+        self.status.setText(f"{event.backend}: c={round_.concurrency}, round {round_.run_id}: sending "
+                            f"{round_.concurrency} requests…")
+
+    def _round_progress(self, event: BackendEvent) -> None:
+        payload, round_ = event.event, self._rounds.get(event.backend)
+        if round_ is not None:  # the live count, from the worker's own tally
+            self.status.setText(f"{event.backend}: c={round_.concurrency}, round {payload.run_id}: {payload.tokens}/"
+                                f"{round_.concurrency * round_.new_tokens} tokens, {payload.streams_done}/"
+                                f"{round_.concurrency} requests done")
+
+    def _engine_failed(self, event: BackendEvent) -> None:
+        self.status.setText(f"{event.backend}: failed")
 
     def _show_progress(self) -> None:
         """Runs and rounds to come: every engine's bench runs, then each server's rounds per level above 1."""
@@ -248,18 +238,6 @@ class LoadTab(QWidget):
         self.status.setText(text)
         self.message.emit(text)
         self.finished.emit(result)
-
-    def _on_failed(self, message: str) -> None:
-        error = show_job_failure(message, "Load run", CANCELLED, self.progress, self.status)
-        if error:
-            self.error.emit("The load run could not run", error)
-        else:
-            self.message.emit("Load run cancelled")
-
-    def _on_running(self, running: bool) -> None:
-        for edit in (self.concurrency, self.slo_ttft, self.slo_itl):
-            edit.setEnabled(not running)
-        self.refresh()
 
     # --- results ------------------------------------------------------------------------------
     def show_results(self) -> None:

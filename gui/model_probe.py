@@ -6,7 +6,6 @@ job itself (`JobContext.prepare`), which a Cancel stops cleanly (see `resolve_mo
 from __future__ import annotations
 
 import json
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -16,10 +15,10 @@ from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.model_files import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, resolve_model
 from whistle_stop.backends.storage.paths import CONFIGS_DIR
 
+from .job_context import RESOLVE_LOCK
+
 HUB_MODELS = ["gpt2", "distilgpt2", "gpt2-medium"]
 
-# resolve_model may write a random model or download one: never twice at the same time.
-RESOLVE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)

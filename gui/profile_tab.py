@@ -1,7 +1,7 @@
 """The Profile tab: where each engine's time goes, as `main.py profile` prints and writes it.
 
 Engines, model and generation settings come from the setup panel; a `ProfileSession` runs in a
-thread on a JobRunner like every job, engine by engine. The tab shows the same table rows as the
+thread on the tab's job controller like every job, engine by engine. The tab shows the same table rows as the
 command (profile/table.py), stacked bars per phase with the memory floor, the selected engine's
 most expensive operations, and the folder with the traces (Chrome trace format) and CSVs.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QLineEdit, QPushButton,
                                QSplitter, QTableWidget, QTableWidgetItem, QWidget)
 
 from whistle_stop.backends.errors import UsageError
@@ -27,15 +27,18 @@ from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult,
 from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.worker.events import BackendEvent, Progress
 
-from .event_queue import CANCELLED
 from .figure_view import FigureGrid
-from .job_controls import JobControls
+from .job_context import JobContext
+from .job_controls import JobControls, JobWording
+from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
-from .job_runner import JobContext
 from .setup_panel import SetupPanel
 from .theme import Theme
-from .widgets import controls_column, read_only_table, results_root, show_job_failure, stacked, three_panes
+from .widgets import controls_column, read_only_table, results_root, stacked, three_panes
 
+WORDING = JobWording("profile", " Run profile", "Profile", "cancelling…", could_not_run="The profile could not run")
+INTRO = ("Each engine alone: warm-up, the measured runs (ms/token, as bench), then one run under its own profiler "
+         "(torch.profiler, ORT profiling, timers...).")
 OPS_HEADERS = ["phase", "operation", "category", "ms / step", "calls / step", "share"]
 
 
@@ -52,27 +55,21 @@ class ProfileTab(QWidget):
         self.folder: Path | None = None
         self._engines = 0
         self._build()
-        self.runner.events.connect(self._on_events)
-        self.runner.finished.connect(self._on_finished)
-        self.runner.failed.connect(self._on_failed)
-        self.runner.running_changed.connect(lambda _running: self.refresh())
+        self.job.controller.attach(JobHandlers(
+            events=EventRoutes({ProfileStarted: self._engine_started, ProfileEngineDone: self._engine_done,
+                                Progress: self._engine_progress}),
+            result=self._on_finished, failed=self.job.show_failure, cancelled=self.job.show_cancelled))
         setup.changed.connect(self.refresh)
-        jobs.changed.connect(self.refresh)
         self.refresh()
 
     def _build(self) -> None:
         self.out = QLineEdit()
         self.out.setPlaceholderText(str(results_root() / "profile-<time>"))
         self.out.setToolTip("folder for breakdown.csv, top_ops.csv, profile.json, the traces and charts")
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-        self.status = QLabel("Each engine alone: warm-up, the measured runs (ms/token, as bench), then one run under "
-                             "its own profiler (torch.profiler, ORT profiling, timers...).")
-        self.status.setObjectName("muted")
-        self.status.setWordWrap(True)
-        self.job = JobControls(self.jobs, JobKind.PROFILE, "profile", " Run profile", self.status, "cancelling…")
-        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.job = JobControls(self.jobs, JobKind.PROFILE, WORDING, INTRO, (self.out,), self.refresh,
+                               self.message.emit, self.error.emit)
+        self.run_button, self.reason = self.job.run_button, self.job.reason
+        self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
         self.open_folder = QPushButton("Open traces folder")
         self.open_folder.setEnabled(False)
@@ -101,16 +98,11 @@ class ProfileTab(QWidget):
         three_panes(self, (controls, middle, self.charts), stretch=1, sizes=(260, 700, 600))
 
     # --- inputs -------------------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        return self.runner.running
-
     def problem(self) -> str:
         return self.job.blocker() or self.setup.problem()
 
     def refresh(self) -> None:
         self.job.show_problem(self.problem())
-        self.out.setEnabled(not self.running)
 
     def target_folder(self) -> Path:
         text = self.out.text().strip()
@@ -119,15 +111,13 @@ class ProfileTab(QWidget):
     # --- running ----------------------------------------------------------------------------
     def start(self) -> bool:
         self.setup.flush()
-        problem = self.problem()
-        if problem:
-            self.reason.setText(problem)
+        if self.job.refuse(self.problem()):
             return False
         config = replace(self.setup.config(), mode="fair", calibrate_harness=False)
         specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         folder = self.target_folder()
         try:
-            session = ProfileSession(config, folder, on_event=self.runner.sink(), specs=specs)
+            session = ProfileSession(config, folder, on_event=self.job.controller.sink(), specs=specs)
         except UsageError as exc:
             self.error.emit("Cannot profile", str(exc))
             return False
@@ -148,21 +138,21 @@ class ProfileTab(QWidget):
                                                     "model": model.label, "threads_resolved": session.threads})
             return result
 
-        self.runner.start(work, session.cancel)
+        self.job.controller.start(work, session.cancel)
         self.message.emit("profiling…")
         return True
 
-    def _on_events(self, batch: list) -> None:
-        for event in batch:
-            if isinstance(event, ProfileStarted):
-                self.progress.setRange(0, event.total)
-                self.progress.setValue(event.index - 1)
-                self.status.setText(f"profiling {event.engine} ({event.index}/{event.total}): load, warm-up, "
-                                    "measured runs, then the profiled run")
-            elif isinstance(event, ProfileEngineDone):
-                self._add_row(event.profile)
-            elif isinstance(event, BackendEvent) and isinstance(event.event, Progress):
-                self.status.setText(f"{event.backend}: {event.event.message}")
+    def _engine_started(self, event: ProfileStarted) -> None:
+        self.progress.setRange(0, event.total)
+        self.progress.setValue(event.index - 1)
+        self.status.setText(f"profiling {event.engine} ({event.index}/{event.total}): load, warm-up, "
+                            "measured runs, then the profiled run")
+
+    def _engine_done(self, event: ProfileEngineDone) -> None:
+        self._add_row(event.profile)
+
+    def _engine_progress(self, event: BackendEvent) -> None:
+        self.status.setText(f"{event.backend}: {event.event.message}")
 
     def _add_row(self, profile) -> None:
         row = self.table.rowCount()
@@ -186,11 +176,6 @@ class ProfileTab(QWidget):
         self.open_folder.setEnabled(self.folder is not None)
         self.message.emit(text)
         self.finished.emit(result)
-
-    def _on_failed(self, message: str) -> None:
-        error = show_job_failure(message, "Profile", CANCELLED, self.progress, self.status)
-        if error:
-            self.error.emit("The profile could not run", error)
 
     # --- results ---------------------------------------------------------------------------------
     def show_results(self) -> None:

@@ -2,7 +2,7 @@
 
 Engines, model and generation settings come from the setup panel (a short greedy bench gives
 tokens/s and the token streams compared with the reference); the text, max length and stride
-are here. A `QualitySession` runs in a thread on a JobRunner, like the bench.
+are here. A `QualitySession` runs in a thread on the tab's job controller, like the bench.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QPushButton,
                                QSplitter, QWidget)
 
 from whistle_stop.backends.report import figures
@@ -26,15 +26,19 @@ from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 
 from .figure_view import FigureGrid
-from .event_queue import CANCELLED
-from .job_controls import JobControls
+from .job_context import JobContext
+from .job_controls import JobControls, JobWording
+from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
-from .job_runner import JobContext
 from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
 from .theme import Theme, current_theme, engine_colours
-from .widgets import controls_column, path_row, show_job_failure, spin, stacked, three_panes
+from .widgets import controls_column, path_row, spin, stacked, three_panes
 
+WORDING = JobWording("quality evaluation", " Run quality", "Quality evaluation", "cancelling…",
+                     could_not_run="The quality evaluation could not run", cancelled="Quality evaluation cancelled")
+INTRO = ("Perplexity through each engine's own forward pass, beside the tokens/s of a short fair bench with the "
+         "setup's settings (agreement needs greedy decoding).")
 RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
 
 
@@ -61,13 +65,13 @@ class QualityTab(QWidget):
         self._runs_done = 0
         self._windows_done: dict[str, int] = {}
         self._build()
-        self.runner.events.connect(self._on_events)
-        self.runner.ready.connect(self._on_prepared)
-        self.runner.finished.connect(self._on_finished)
-        self.runner.failed.connect(self._on_failed)
-        self.runner.running_changed.connect(self._on_running)
+        self.job.controller.attach(JobHandlers(
+            events=EventRoutes({RunRecorded: self._run_recorded, ScoreProgress: self._scoring,
+                                Progress: self._engine_progress, (Failed, WorkerLost): self._engine_failed},
+                               after=self._show_progress),
+            ready=self._on_prepared, result=self._on_finished, failed=self.job.show_failure,
+            cancelled=self.job.show_cancelled))
         setup.changed.connect(self.refresh)
-        jobs.changed.connect(self.refresh)  # another job started or ended
         self.refresh()
 
     def _build(self) -> None:
@@ -81,16 +85,11 @@ class QualityTab(QWidget):
         self.stride = spin(1, 4096, DEFAULT_STRIDE, "tokens between window starts (HF's strided perplexity)")
         for box in (self.max_length, self.stride):
             box.valueChanged.connect(self.refresh)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-        self.status = QLabel("Perplexity through each engine's own forward pass, beside the tokens/s of a short "
-                             "fair bench with the setup's settings (agreement needs greedy decoding).")
-        self.status.setObjectName("muted")
-        self.status.setWordWrap(True)
-        self.job = JobControls(self.jobs, JobKind.QUALITY, "quality evaluation", " Run quality", self.status,
-                               "cancelling…")
-        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.job = JobControls(self.jobs, JobKind.QUALITY, WORDING, INTRO,
+                               (self.text_path, self.max_length, self.stride), self.refresh, self.message.emit,
+                               self.error.emit)
+        self.run_button, self.reason = self.job.run_button, self.job.reason
+        self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
         form = QFormLayout()
         form.addRow("Text", path_row(self.text_path, browse))
@@ -114,10 +113,6 @@ class QualityTab(QWidget):
         three_panes(self, (controls, middle, self.scatter), stretch=1, sizes=(300, 700, 480))
 
     # --- inputs -------------------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        return self.runner.running
-
     def settings(self) -> QualitySettings:
         text = self.text_path.text().strip()
         return QualitySettings(text_path=Path(text).expanduser() if text else None,
@@ -149,14 +144,12 @@ class QualityTab(QWidget):
     # --- running ----------------------------------------------------------------------------
     def start(self) -> bool:
         self.setup.flush()
-        problem = self.problem()
-        if problem:
-            self.reason.setText(problem)
+        if self.job.refuse(self.problem()):
             return False
         config = replace(self.setup.config(), mode="fair")  # tokens/s beside perplexity: uncontended
         specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         try:
-            session = QualitySession(config, self.settings(), on_event=self.runner.sink(), specs=specs)
+            session = QualitySession(config, self.settings(), on_event=self.job.controller.sink(), specs=specs)
         except UsageError as exc:
             self.error.emit("Cannot run the quality evaluation", str(exc))
             return False
@@ -176,7 +169,7 @@ class QualityTab(QWidget):
             result = session.run(model, ids)
             return result, session.quality
 
-        self.runner.start(work, session.cancel)
+        self.job.controller.start(work, session.cancel)
         self.message.emit("quality evaluation running…")
         return True
 
@@ -190,20 +183,19 @@ class QualityTab(QWidget):
         self.refresh()
         self._show_progress()
 
-    def _on_events(self, batch: list) -> None:
-        for event in batch:
-            if isinstance(event, RunRecorded):
-                self._runs_done += 1
-                self.status.setText(f"bench: {self._runs_done}/{self._totals[0]} runs")
-            elif isinstance(event, BackendEvent) and isinstance(event.event, ScoreProgress):
-                self._windows_done[event.backend] = event.event.windows_done
-                self.status.setText(f"{event.backend}: scoring window {event.event.windows_done}/"
-                                    f"{event.event.windows_total}")
-            elif isinstance(event, BackendEvent) and isinstance(event.event, Progress):
-                self.status.setText(f"{event.backend}: {event.event.message}")
-            elif isinstance(event, BackendEvent) and isinstance(event.event, (Failed, WorkerLost)):
-                self.status.setText(f"{event.backend}: failed")
-        self._show_progress()
+    def _run_recorded(self, _event: RunRecorded) -> None:
+        self._runs_done += 1
+        self.status.setText(f"bench: {self._runs_done}/{self._totals[0]} runs")
+
+    def _scoring(self, event: BackendEvent) -> None:
+        self._windows_done[event.backend] = event.event.windows_done
+        self.status.setText(f"{event.backend}: scoring window {event.event.windows_done}/{event.event.windows_total}")
+
+    def _engine_progress(self, event: BackendEvent) -> None:
+        self.status.setText(f"{event.backend}: {event.event.message}")
+
+    def _engine_failed(self, event: BackendEvent) -> None:
+        self.status.setText(f"{event.backend}: failed")
 
     def _show_progress(self) -> None:
         total = sum(self._totals)
@@ -223,18 +215,6 @@ class QualityTab(QWidget):
         self.status.setText(f"{text} · {self.quality.info.get('scored_tokens', '?')} tokens scored")
         self.message.emit(text)
         self.finished.emit(value)
-
-    def _on_failed(self, message: str) -> None:
-        error = show_job_failure(message, "Quality evaluation", CANCELLED, self.progress, self.status)
-        if error:
-            self.error.emit("The quality evaluation could not run", error)
-        else:
-            self.message.emit("Quality evaluation cancelled")
-
-    def _on_running(self, running: bool) -> None:
-        for widget in (self.text_path, self.max_length, self.stride):
-            widget.setEnabled(not running)
-        self.refresh()
 
     # --- results ---------------------------------------------------------------------------------
     def show_results(self) -> None:

@@ -24,6 +24,7 @@ from whistle_stop.backends.sources.tokenizer import encode
 from whistle_stop.backends.worker.threads import default_threads
 
 from .engine_options_form import EngineOptionsForm
+from .job_manager import JobManager
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
 from .theme import current_theme, icon
 from .widgets import dspin, spin
@@ -39,10 +40,11 @@ class SetupPanel(QWidget):
     changed = Signal()
     run_requested = Signal()
 
-    def __init__(self, extra_specs: dict[str, EngineSpec] | None = None, parent: QWidget | None = None) -> None:
+    def __init__(self, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.jobs = jobs  # whether an engine job runs is read there: the panel is locked meanwhile
         self.extra_specs = dict(extra_specs or {})
-        self.running = False
         self.model_info = ModelInfo("auto", 1024, None)
         self._prompt_tokens = 0
         self._folders: list[str] = []
@@ -76,6 +78,7 @@ class SetupPanel(QWidget):
         layout.addWidget(self.reason)
         layout.addStretch(1)
         self._built = True
+        jobs.changed.connect(self._on_jobs_changed)
         self.probe = ModelProbe(self)
         self.probe.info.connect(self.set_model_info)
         self.probe.probe(self.model_spec())
@@ -249,7 +252,7 @@ class SetupPanel(QWidget):
 
     def problem(self) -> str:
         """Why Run cannot start now, or ""."""
-        if self.running:
+        if self.jobs.busy():
             return "a run is in progress"
         if self.settings_problem():
             return self.settings_problem()
@@ -286,8 +289,8 @@ class SetupPanel(QWidget):
         self.model_detail.setText(info.error or info.detail)
         self._update_counter()
 
-    def set_running(self, running: bool) -> None:
-        self.running = running
+    def _on_jobs_changed(self) -> None:
+        running = self.jobs.busy()
         for widget in (self.model_combo, self.engines, self.threads, self.cold, self.prompt, self.examples, self.new_tokens,
                        self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
                        self.warmup, self.fair, self.race, *self.option_forms.values()):
@@ -370,7 +373,7 @@ class SetupPanel(QWidget):
         self.examples.setCurrentIndex(0)
 
     def _on_decoding(self, decoding: str) -> None:
-        sampling = decoding == "sample" and not self.running
+        sampling = decoding == "sample" and not self.jobs.busy()
         for widget in (self.temperature, self.top_k, self.top_p, self.seed):
             widget.setEnabled(sampling)
             widget.setStatusTip("" if sampling else "used only with sampling")

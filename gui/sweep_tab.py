@@ -1,7 +1,7 @@
 """The Sweep tab: every selected engine over a grid of (prompt tokens, new tokens), resumable.
 
 Engines, model and generation settings come from the setup panel; the grid, the output folder
-and the run controls are here. A `SweepSession` runs in a thread (JobRunner); after each cell
+and the run controls are here. A `SweepSession` runs in a thread (the tab's job controller); after each cell
 it writes the folder, so running again into the same folder continues where a cancel stopped.
 The three sweep plots are `whistle_stop.backends.report.figures` drawn with `whistle_stop.backends.report.plots.draw`.
 """
@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLabel, QLineEdit,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLineEdit,
+                               QPlainTextEdit, QPushButton, QSplitter, QWidget)
 
 from whistle_stop.backends.report import figures
 from whistle_stop.backends import registry
@@ -26,15 +26,17 @@ from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
 
 from .figure_view import FigureGrid
-from .event_queue import CANCELLED
-from .job_controls import JobControls
+from .job_context import JobContext
+from .job_controls import JobControls, JobWording
+from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
-from .job_runner import JobContext
 from .setup_panel import SetupPanel
 from .sweep_grid import CellGrid, SweepPlanned, folder_sweep, parse_lengths
 from .theme import Theme, engine_colours
 from .widgets import controls_column, path_row, results_root, three_panes
 
+WORDING = JobWording("sweep", " Run sweep", "Sweep",
+                     "cancelling: the current run stops after its token; finished cells are kept")
 PROMPT_SOURCES = ["bundled text, cut to each length", "the setup prompt, repeated to each length"]
 
 
@@ -55,14 +57,15 @@ class SweepTab(QWidget):
         self._plan: SweepPlan | None = None
         self._colours: dict = {}
         self._preview_key: tuple = ()
+        self._cells_done = False  # in the batch being read: the plots are redrawn after it
         self._build()
-        self.runner.events.connect(self._on_events)
-        self.runner.ready.connect(self._on_planned)
-        self.runner.finished.connect(self._on_finished)
-        self.runner.failed.connect(self._on_failed)
-        self.runner.running_changed.connect(self._on_running)
+        self.job.controller.attach(JobHandlers(
+            events=EventRoutes({CellStarted: self._cell_started, CellDone: self._cell_done, SweepNote: self._note,
+                                RunRecorded: self._run_recorded, Ready: self._engine_loaded,
+                                (Failed, WorkerLost): self._engine_failed},
+                               after=self._redraw_if_cells_done),
+            ready=self._on_planned, result=self._on_finished, failed=self._on_failed, cancelled=self._on_cancelled))
         setup.changed.connect(self.refresh)
-        jobs.changed.connect(self.refresh)  # another job started or ended
         self.refresh()
 
     # --- building -----------------------------------------------------------------------------
@@ -85,16 +88,11 @@ class SweepTab(QWidget):
         self.restart.toggled.connect(self.refresh)
         self.measure = QCheckBox("Measure memory bandwidth (limit lines; once per machine)")
         self.measure.setChecked(True)
-        self.progress = QProgressBar()
-        self.progress.setFormat("%v / %m cells")
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-        self.current = QLabel()
-        self.current.setObjectName("muted")
-        self.current.setWordWrap(True)
-        self.job = JobControls(self.jobs, JobKind.SWEEP, "sweep", " Run sweep", self.current,
-                               "cancelling: the current run stops after its token; finished cells are kept")
-        self.runner, self.run_button, self.reason = self.job.runner, self.job.run_button, self.job.reason
+        self.job = JobControls(self.jobs, JobKind.SWEEP, WORDING, "",
+                               (self.prompt_lengths, self.new_lengths, self.prompt_source, self.folder, self.restart,
+                                self.measure), self.refresh, self.message.emit, self.error.emit, "%v / %m cells")
+        self.run_button, self.reason = self.job.run_button, self.job.reason
+        self.progress, self.current = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
 
         form = QFormLayout()
@@ -117,10 +115,6 @@ class SweepTab(QWidget):
         three_panes(self, (controls, middle, self.figures), stretch=2, sizes=(330, 250, 1000))
 
     # --- reading the inputs ---------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        return self.runner.running
-
     def lengths(self) -> tuple[tuple[int, ...], tuple[int, ...], str]:
         prompts, why = parse_lengths(self.prompt_lengths.text(), "prompt lengths")
         news, why_new = parse_lengths(self.new_lengths.text(), "new-token lengths")
@@ -148,7 +142,7 @@ class SweepTab(QWidget):
         states stay on screen until then)."""
         key = (self.prompt_lengths.text(), self.new_lengths.text(), self.setup.model_info.context,
                self.folder.text(), self.restart.isChecked())
-        if not self.running and (replan or key != self._preview_key):
+        if not self.job.controller.running and (replan or key != self._preview_key):
             self._preview_key = key
             self._preview()
         self.job.show_problem(self.problem())
@@ -168,9 +162,7 @@ class SweepTab(QWidget):
         """Start the sweep; False (and the reason shown) if it cannot."""
         self.setup.flush()
         self.refresh(replan=True)
-        problem = self.problem()
-        if problem:
-            self.reason.setText(problem)
+        if self.job.refuse(self.problem()):
             return False
         prompts, news, _ = self.lengths()
         setup_prompt = self.setup.prompt.toPlainText() if self.prompt_source.currentIndex() == 1 else None
@@ -181,7 +173,7 @@ class SweepTab(QWidget):
         try:
             check_writable_dir(folder)
             session = SweepSession(config, SweepGrid(prompts, news), folder, restart=self.restart.isChecked(),
-                                   on_event=self.runner.sink(), specs=specs, measure_bandwidth=self.measure.isChecked())
+                                   on_event=self.job.controller.sink(), specs=specs, measure_bandwidth=self.measure.isChecked())
         except (UsageError, OSError) as exc:
             why = str(exc) if isinstance(exc, UsageError) else f"cannot write to {folder}: {exc.strerror or exc}"
             self.error.emit("Cannot run the sweep", why)
@@ -200,34 +192,38 @@ class SweepTab(QWidget):
             context.ready(SweepPlanned(plan))
             return session.run(plan)
 
-        self.runner.start(work, session.cancel)
+        self.job.controller.start(work, session.cancel)
         self.message.emit(f"sweep into {folder}…")
         return True
 
     # --- events (GUI thread) ----------------------------------------------------------------------
-    def _on_events(self, batch: list) -> None:
-        redraw = False
-        for event in batch:
-            if isinstance(event, CellStarted):
-                self.grid.set_state((event.prompt_tokens, event.new_tokens), "running")
-                self.current.setText(f"cell {event.index}/{event.total}: prompt {event.prompt_tokens} · "
-                                     f"new {event.new_tokens}")
-            elif isinstance(event, CellDone):
-                self.grid.set_state((event.prompt_tokens, event.new_tokens), "done")
-                self.progress.setValue(event.index)
-                redraw = True
-            elif isinstance(event, SweepNote):
-                self._log(event.message)
-            elif isinstance(event, RunRecorded):
-                self.runs.append(event.record)
-                self.tokens.extend(event.tokens)
-                if event.record.status not in ("ok", "cancelled"):
-                    self._log(f"{event.record.run_id}: {event.record.status}: {event.record.error}")
-            elif isinstance(event, BackendEvent) and isinstance(event.event, Ready):
-                self._log(f"{event.backend}: loaded ({event.event.load_s:.2f} s)")
-            elif isinstance(event, BackendEvent) and isinstance(event.event, (Failed, WorkerLost)):
-                self.current.setText(f"{event.backend}: failed (see the log)")
-        if redraw:
+    def _cell_started(self, event: CellStarted) -> None:
+        self.grid.set_state((event.prompt_tokens, event.new_tokens), "running")
+        self.current.setText(f"cell {event.index}/{event.total}: prompt {event.prompt_tokens} · new {event.new_tokens}")
+
+    def _cell_done(self, event: CellDone) -> None:
+        self.grid.set_state((event.prompt_tokens, event.new_tokens), "done")
+        self.progress.setValue(event.index)
+        self._cells_done = True
+
+    def _note(self, event: SweepNote) -> None:
+        self._log(event.message)
+
+    def _run_recorded(self, event: RunRecorded) -> None:
+        self.runs.append(event.record)
+        self.tokens.extend(event.tokens)
+        if event.record.status not in ("ok", "cancelled"):
+            self._log(f"{event.record.run_id}: {event.record.status}: {event.record.error}")
+
+    def _engine_loaded(self, event: BackendEvent) -> None:
+        self._log(f"{event.backend}: loaded ({event.event.load_s:.2f} s)")
+
+    def _engine_failed(self, event: BackendEvent) -> None:
+        self.current.setText(f"{event.backend}: failed (see the log)")
+
+    def _redraw_if_cells_done(self) -> None:
+        if self._cells_done:
+            self._cells_done = False
             self.draw()
 
     def _on_planned(self, planned: SweepPlanned) -> None:
@@ -275,22 +271,19 @@ class SweepTab(QWidget):
     def _on_failed(self, message: str) -> None:
         self._stop_running_cells()
         self.progress.setRange(0, 1)
-        if message == CANCELLED:
-            self.current.setText("Sweep cancelled before the engines started")
-            self.message.emit("Sweep cancelled")
-        else:  # the engine room's advice names CLI flags: say it with this tab's words
-            for cli, gui in (("use --restart to discard", 'tick "Start over" to discard'),
-                             ("choose another --out", "choose another output folder"),
-                             ("run the same command to resume it", "use the same settings to resume it")):
-                message = message.replace(cli, gui)
-            self.current.setText(message.splitlines()[0])
-            self.error.emit("The sweep could not run", message)
+        # The engine room's advice names CLI flags: say it with this tab's words.
+        for cli, gui in (("use --restart to discard", 'tick "Start over" to discard'),
+                         ("choose another --out", "choose another output folder"),
+                         ("run the same command to resume it", "use the same settings to resume it")):
+            message = message.replace(cli, gui)
+        self.current.setText(message.splitlines()[0])
+        self.error.emit("The sweep could not run", message)
 
-    def _on_running(self, running: bool) -> None:
-        for widget in (self.prompt_lengths, self.new_lengths, self.prompt_source, self.folder, self.restart,
-                       self.measure):
-            widget.setEnabled(not running)
-        self.refresh()
+    def _on_cancelled(self) -> None:
+        self._stop_running_cells()
+        self.progress.setRange(0, 1)
+        self.current.setText("Sweep cancelled before the engines started")
+        self.message.emit("Sweep cancelled")
 
     def _stop_running_cells(self) -> None:
         for key, state in list(self.grid.states.items()):

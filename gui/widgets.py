@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Sequence
 
 from PySide6.QtCore import QStandardPaths, Qt
-from PySide6.QtWidgets import (QAbstractItemView, QDoubleSpinBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
-                               QLineEdit, QProgressBar, QPushButton, QSpinBox, QSplitter, QTableWidget, QVBoxLayout,
+from PySide6.QtWidgets import (QAbstractItemView, QDoubleSpinBox, QFormLayout, QHBoxLayout, QHeaderView,
+                               QLineEdit, QPushButton, QSpinBox, QSplitter, QTableWidget, QVBoxLayout,
                                QWidget)
 
 
@@ -110,15 +110,3 @@ def read_only_table(table: QTableWidget, headers: Sequence[str] = (),
     table.horizontalHeader().setSectionResizeMode(resize)
     return table
 
-
-def show_job_failure(message: str, job: str, cancelled: str, progress: QProgressBar, status: QLabel) -> str:
-    """A tab's job ended without results: reset its bar and say so in its status line. `cancelled`
-    is the runner's marker for a job cancelled before the engines started. Returns the error text
-    for a dialog, or "" when the job was cancelled."""
-    progress.setRange(0, 1)
-    progress.setValue(0)
-    if message == cancelled:
-        status.setText(f"{job} cancelled before the engines started")
-        return ""
-    status.setText(message.splitlines()[0])
-    return message

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.setTimerType(Qt.TimerType.PreciseTimer)
         probe.setInterval(int(args.interval_ms))
         probe.timeout.connect(tick)
-        loop, outcome = run_end_loop(window.bench)
+        loop, outcome = run_end_loop(window.bench.job)
         if not window.start_run():
             print(f"cannot run: {setup.problem()}", file=sys.stderr)
             return 2

@@ -71,7 +71,7 @@ def probe(model: str, engines: list[str], tokens: int, repeats: int, warmup: int
             raise RuntimeError(f"the window refuses these settings: {problem}")
         config = setup.config()
         def in_window():
-            loop, outcome = run_end_loop(window.bench)
+            loop, outcome = run_end_loop(window.bench.job)
             if not window.start_run():
                 raise RuntimeError(f"the window cannot run: {window.last_error or setup.problem()}")
             loop.exec()

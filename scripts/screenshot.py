@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         setup.new_tokens.setValue(args.new_tokens)
         setup.repeats.setValue(args.repeats)
         setup.warmup.setValue(1)
-        loop, outcome = run_end_loop(window.bench)
+        loop, outcome = run_end_loop(window.bench.job)
         if not window.start_run():
             print(f"cannot run: {setup.problem()}", file=sys.stderr)
             return 1

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         def run_and_grab(tab, out: str) -> bool:
             """Start the tab's job, wait for it, then grab the charts dock; False (and why) if it failed."""
             window.tabs.setCurrentWidget(tab)
-            loop, outcome = run_end_loop(tab.runner)
+            loop, outcome = run_end_loop(tab.job.controller)
             if not tab.start():
                 print(f"cannot start: {tab.reason.text()}", file=sys.stderr)
                 return False

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from PySide6.QtCore import QEventLoop
     from PySide6.QtWidgets import QApplication, QWidget
 
-    from whistle_stop.gui.job_runner import JobRunner
+    from whistle_stop.gui.job_controller import JobController
     from whistle_stop.gui.main_window import MainWindow
 
 
@@ -34,15 +34,16 @@ def open_window(settings_dir: Path, size: str = "1600x1000") -> "MainWindow":
     return window
 
 
-def run_end_loop(runner: "JobRunner") -> tuple["QEventLoop", dict]:
-    """(loop, outcome): `loop.exec()` returns when the runner's job ends; outcome then holds
-    'result' or 'error'."""
+def run_end_loop(controller: "JobController") -> tuple["QEventLoop", dict]:
+    """(loop, outcome): `loop.exec()` returns when the controller's job ends; outcome then holds
+    'result' or 'error' (a cancel is one too: the scripts never cancel)."""
     from PySide6.QtCore import QEventLoop
 
     loop = QEventLoop()
     outcome: dict = {}
-    runner.finished.connect(lambda result: (outcome.update(result=result), loop.quit()))
-    runner.failed.connect(lambda message: (outcome.update(error=message), loop.quit()))
+    controller.result.connect(lambda result: (outcome.update(result=result), loop.quit()))
+    controller.failed.connect(lambda message: (outcome.update(error=message), loop.quit()))
+    controller.cancelled.connect(lambda: (outcome.update(error="cancelled"), loop.quit()))
     return loop, outcome
 
 

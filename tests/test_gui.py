@@ -66,7 +66,7 @@ def configure(window, engines, new_tokens=20, repeats=1, warmup=0, mode="fair", 
 
 
 def run(qtbot, window):
-    with qtbot.waitSignal(window.bench.finished, timeout=RUN_TIMEOUT_MS) as blocker:
+    with qtbot.waitSignal(window.bench.job.result, timeout=RUN_TIMEOUT_MS) as blocker:
         assert window.start_run(), window.setup.problem()
     return blocker.args[0]
 
@@ -140,7 +140,7 @@ def test_cancel_mid_run_keeps_partial_results_and_no_worker(qtbot, make_window):
     assert window.start_run()
     pane = window.grid.panes["slow"]
     qtbot.waitUntil(lambda: pane.token_count >= 5, timeout=RUN_TIMEOUT_MS)
-    with qtbot.waitSignal(window.bench.finished, timeout=30_000) as blocker:
+    with qtbot.waitSignal(window.bench.job.result, timeout=30_000) as blocker:
         window.actions.cancel.trigger()
     result = blocker.args[0]
 
@@ -148,7 +148,7 @@ def test_cancel_mid_run_keeps_partial_results_and_no_worker(qtbot, make_window):
     assert 5 <= result.runs[0].tokens_generated < 500
     assert window.table.runs.rowCount() == len(result.runs) >= 1
     assert window.actions.export_csv.isEnabled()  # partial results can be exported
-    assert not window.bench.running
+    assert not window.bench.job.running
     qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
 
 
@@ -173,10 +173,11 @@ def test_model_download_shows_progress_and_cancel_ends_it(qtbot, make_window, mo
     assert window.start_run()
     qtbot.waitUntil(lambda: window.prepare_bar.isVisible() and window.prepare_bar.value() > 0, timeout=20_000)
     assert "downloading model.safetensors" in window.state.text()
-    with qtbot.waitSignal(window.bench.failed, timeout=5_000) as blocker:
+    with qtbot.waitSignal(window.bench.job.cancelled, timeout=5_000):
         window.actions.cancel.trigger()
-    assert "cancelled" in blocker.args[0]
-    assert not window.bench.running and not window.prepare_bar.isVisible()
+    assert "Cancelled" in window.state.text() and window.grid.panes["fast"].tag.text() == "cancelled"
+    assert window.last_error == ""  # a cancel is not an error: no dialog
+    assert not window.bench.job.running and not window.prepare_bar.isVisible()
     assert window.actions.run.isEnabled()
     release.set()
 
@@ -185,10 +186,10 @@ def test_closing_the_window_mid_run_leaves_no_child_process(qtbot, make_window):
     window = make_window({"slow": spec("slow", decode_s=0.02)})
     configure(window, ["slow"], new_tokens=500)
     assert window.start_run()
-    qtbot.waitUntil(lambda: window.bench.quiet, timeout=RUN_TIMEOUT_MS)  # a measured run is being timed
+    qtbot.waitUntil(lambda: window.bench.job.quiet, timeout=RUN_TIMEOUT_MS)  # a measured run is being timed
     assert live_children()
     window.close()
-    assert not window.bench.running
+    assert not window.bench.job.running
     qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
 
 
@@ -260,7 +261,7 @@ def test_replay_save_and_open_session(qtbot, make_window, tmp_path):
     with qtbot.waitSignal(reopened.session_loaded):
         assert reopened.open_session(folder)
     assert reopened.table.runs.rowCount() == len(result.runs)
-    assert [r.run_id for r in reopened.data.runs] == [r.run_id for r in result.runs]
+    assert [r.run_id for r in reopened.view.data.runs] == [r.run_id for r in result.runs]
     for name in ("fast", "other"):
         assert reopened.grid.panes[name].token_count == 30
         assert reopened.latency.point_count(name) == 30
@@ -281,7 +282,7 @@ def test_export_to_an_unwritable_place_says_so_and_keeps_results(qtbot, make_win
     blocker.write_text("not a folder")
     assert not window.export_csv(blocker / "sub")
     assert "Could not write" in window.last_error and "Export failed" in window.state.text()
-    assert window.table.runs.rowCount() == 1 and window.data.runs
+    assert window.table.runs.rowCount() == 1 and window.view.data.runs
     assert window.export_csv(tmp_path / "fine")
 
 
@@ -292,14 +293,14 @@ def test_fair_mode_keeps_still_while_a_measured_run_is_timed(qtbot, make_window)
     configure(window, ["slow"], new_tokens=500, repeats=2, warmup=0)
     assert window.start_run()
     pane = window.grid.panes["slow"]
-    qtbot.waitUntil(lambda: window.bench.quiet, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.bench.job.quiet, timeout=RUN_TIMEOUT_MS)
     assert pane.token_count == 0 and "timing this run" in pane.status.text()
-    with qtbot.waitSignal(window.bench.finished, timeout=30_000) as blocker:
+    with qtbot.waitSignal(window.bench.job.result, timeout=30_000) as blocker:
         window.actions.cancel.trigger()
     result = blocker.args[0]
     assert result.cancelled and result.runs[0].status == "cancelled" and not result.runs[0].is_warmup
     assert pane.token_count == result.runs[0].tokens_generated  # drawn from the record at the end
-    assert not window.bench.quiet
+    assert not window.bench.job.quiet
     qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
 
 
@@ -327,7 +328,7 @@ def test_live_batch_updates_each_curve_once_per_tick(make_window):
     from whistle_stop.backends.sampling import SamplingParams
 
     window = make_window(FAST)  # shown: a hidden chart defers its drawing until its tab is shown
-    window.show_engines(["fast"])
+    window.view.show_engines(["fast"])
     window.live.begin("prompt", "fast", True, 1)
     calls = {"setData": 0, "append": 0}
     curve, pane = window.latency.curves["fast"], window.grid.panes["fast"]
@@ -403,18 +404,17 @@ def test_theme_follows_the_system_scheme(qapp, make_window, monkeypatch):
         theme.apply_theme(qapp)
 
 
-def test_job_runner_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
+def test_job_controller_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
     """Events and control signals arrive in the order the job posted them; while one job runs,
     another kind is refused; a cancel before "ready" ends the job at once."""
     import threading
 
     from whistle_stop.backends.errors import UsageError
-    from whistle_stop.gui.event_queue import CANCELLED
+    from whistle_stop.gui.job_controller import JobStatus
     from whistle_stop.gui.job_manager import JobKind, JobManager
-    from whistle_stop.gui.job_runner import JobStatus
 
     jobs = JobManager()
-    bench, sweep = jobs.runner(JobKind.BENCH, "benchmark run"), jobs.runner(JobKind.SWEEP, "sweep")
+    bench, sweep = jobs.controller(JobKind.BENCH, "benchmark run"), jobs.controller(JobKind.SWEEP, "sweep")
     seen: list = []
     bench.events.connect(seen.extend)
     bench.ready.connect(lambda value: seen.append(("ready", value)))
@@ -434,7 +434,7 @@ def test_job_runner_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
     with pytest.raises(UsageError, match="benchmark run is in progress"):
         sweep.sink()
     qtbot.waitUntil(lambda: bench.status is JobStatus.RUNNING, timeout=10_000)
-    with qtbot.waitSignal(bench.finished, timeout=10_000) as blocker:
+    with qtbot.waitSignal(bench.result, timeout=10_000) as blocker:
         assert jobs.cancel()  # engines running: the job ends when they stop (here: at once)
     assert blocker.args == ["done"] and seen == [1, ("ready", "r"), 2]
     assert not jobs.busy() and jobs.blocker(JobKind.SWEEP) == ""
@@ -442,10 +442,10 @@ def test_job_runner_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
     stuck = threading.Event()
     sweep.sink()
     sweep.start(lambda context: stuck.wait(30), lambda: None)  # never "ready": still preparing
-    with qtbot.waitSignal(sweep.failed, timeout=1_000) as blocker:
+    with qtbot.waitSignal(sweep.cancelled, timeout=1_000):
         sweep.cancel()
     stuck.set()
-    assert blocker.args == [CANCELLED] and sweep.status is JobStatus.IDLE
+    assert sweep.status is JobStatus.IDLE
 
 
 def test_harness_calibration_keeps_the_window_still(qtbot):
@@ -456,8 +456,8 @@ def test_harness_calibration_keeps_the_window_still(qtbot):
     from whistle_stop.backends.runs.events import HarnessCalibrated, HarnessCalibrating
     from whistle_stop.gui.job_manager import JobKind, JobManager
 
-    runner = JobManager().runner(JobKind.BENCH, "benchmark run")
-    post, release, quiet_seen = runner.sink(), threading.Event(), []
+    controller = JobManager().controller(JobKind.BENCH, "benchmark run")
+    post, release, quiet_seen = controller.sink(), threading.Event(), []
 
     def work(context):
         context.ready(None)
@@ -466,12 +466,12 @@ def test_harness_calibration_keeps_the_window_still(qtbot):
         post(HarnessCalibrated({"null_itl_us_median": 40.0}))
         return "done"
 
-    runner.start(work, release.set)
-    qtbot.waitUntil(lambda: runner.quiet, timeout=10_000)
-    quiet_seen.append(runner.quiet)
-    with qtbot.waitSignal(runner.finished, timeout=10_000):
+    controller.start(work, release.set)
+    qtbot.waitUntil(lambda: controller.quiet, timeout=10_000)
+    quiet_seen.append(controller.quiet)
+    with qtbot.waitSignal(controller.result, timeout=10_000):
         release.set()
-    assert quiet_seen == [True] and not runner.quiet
+    assert quiet_seen == [True] and not controller.quiet
 
 
 def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model, monkeypatch):

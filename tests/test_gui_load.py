@@ -44,7 +44,7 @@ def test_levels_against_a_server_fill_the_table_and_the_curve(qtbot, make_window
         tab.slo_ttft.setText("10000")
         assert tab.run_button.isEnabled(), tab.reason.text()
         lines: list[str] = []  # the live line after each batch of events (connected after the tab's own slot)
-        tab.runner.events.connect(lambda _batch: lines.append(tab.status.text()))
+        tab.job.controller.events.connect(lambda _batch: lines.append(tab.status.text()))
         with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
             assert tab.start()
             # one job at a time: Run and the other tabs wait for the load run
@@ -77,7 +77,7 @@ def test_bad_levels_show_one_line_and_start_nothing(qtbot, make_window):
     tab.concurrency.setText("0,x")
     assert tab.reason.text() == "levels must be from 1 to 256, not 0"
     assert not tab.run_button.isEnabled()
-    assert tab.start() is False and not tab.running and not window.jobs.busy()
+    assert tab.start() is False and not tab.job.controller.running and not window.jobs.busy()
     tab.concurrency.setText("1, x")
     assert tab.reason.text() == "levels: 'x' is not a whole number"
     tab.concurrency.setText("1,2")
