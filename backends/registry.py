@@ -76,7 +76,7 @@ _OVGENAI = _Runtime(("openvino_genai", "openvino_tokenizers", "openvino"),
 # vLLM runs in its own environment and a remote server elsewhere: nothing of this interpreter's.
 _OWN = _Runtime((), ())
 _FILES = "whistle_stop.backends.engines.artifact_folders:"  # where each family's cached files live
-_LLAMA_OPTIONS = "whistle_stop.backends.engines.llamacpp.options:LlamaCppOptions"
+_LLAMA_OPTIONS = "whistle_stop.backends.engines.llamacpp_options:LlamaCppOptions"
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf", "whistle_stop.backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
     _spec("hf-bf16", "whistle_stop.backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),

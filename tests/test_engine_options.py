@@ -76,8 +76,11 @@ def test_remote_flags_keep_their_names_defaults_and_message():
     assert settings == RemoteOptions(url="http://h:1/v1", model="", api_key_env="OPENAI_API_KEY", timeout_s=108.0)
     # what environment.json and sweep fingerprints said before the settings were typed
     assert settings.record() == {"url": "http://h:1/v1", "model": "", "api_key_env": "<redacted>", "timeout_s": 108.0}
-    named = _config("--backends", "remote", "--remote-url", "u", "--remote-model", "m", "--remote-api-key-env", "K")
+    named = _config("--backends", "remote", "--remote-url", "http://u/v1", "--remote-model", "m", "--remote-api-key-env", "K")
     assert (named.engine_options["remote"].model, named.engine_options["remote"].api_key_env) == ("m", "K")
+    # settings an engine cannot run with are one line before anything starts, as the window checks them
+    with pytest.raises(UsageError, match=r"^remote: the remote URL must start with http:// or https://"):
+        _config("--backends", "remote", "--remote-url", "u")
 
 
 def test_secrets_stay_out_of_records_and_repr():

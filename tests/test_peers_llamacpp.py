@@ -186,7 +186,7 @@ def test_after_a_crashing_probe_the_engine_loads_plain_buffers_and_says_why(tiny
 def test_plain_and_extra_buffers_give_the_same_greedy_tokens(tiny_model, prompt_ids):
     """Repacking changes the layout, not the arithmetic's inputs: greedy tokens agree closely."""
     from whistle_stop.backends.engine import EngineOptions
-    from whistle_stop.backends.engines.llamacpp.options import LlamaCppOptions
+    from whistle_stop.backends.engines.llamacpp_options import LlamaCppOptions
     from whistle_stop.backends.registry import get
     from tests.engine_process import EngineProcess
 
@@ -203,7 +203,7 @@ def test_plain_and_extra_buffers_give_the_same_greedy_tokens(tiny_model, prompt_
 
 
 def test_the_weight_buffers_option_is_checked_in_one_line():
-    from whistle_stop.backends.engines.llamacpp.options import LlamaCppOptions
+    from whistle_stop.backends.engines.llamacpp_options import LlamaCppOptions
 
     assert LlamaCppOptions(weight_buffers="plain").problem() == ""
     assert "one of auto, extra, plain" in LlamaCppOptions(weight_buffers="amx").problem()

@@ -24,7 +24,7 @@ from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
 from ..artifact_folders import GGUF_KIND
 from . import gguf_export
-from .options import LlamaCppOptions
+from ..llamacpp_options import LlamaCppOptions
 from .weight_buffers import WeightBuffers, buffer_sizes, choose, describe_sizes, plain_buffers
 
 llama_logger.set_verbose(False)  # llama.cpp logs every tensor at load and quantisation otherwise
