@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKEND = ROOT / "scripts" / "build"
+BACKEND = ROOT / "scripts" / "packaging"
 GENERIC = ("backends", "gui")
 # What the app reads at run time; the wheel must carry all of it.
 RESOURCE_FILES = ("tokenizer/vocab.json", "tokenizer/merges.txt", "tokenizer/NOTICE.md", "configs/tiny.json",
@@ -60,7 +60,7 @@ def test_pyproject_names_the_backend_and_no_package_list():
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert config["build-system"]["build-backend"] == "whistle_stop_build"
-    assert config["build-system"]["backend-path"] == ["scripts/build"]
+    assert config["build-system"]["backend-path"] == ["scripts/packaging"]
     assert "packages" not in config["tool"]["setuptools"] and "package-dir" not in config["tool"]["setuptools"]
     assert config["project"]["scripts"]["whistle-stop"] == "whistle_stop.backends.cli.launcher:main"
     assert set(config["project"]["optional-dependencies"]) >= {"peers", "dev"}
@@ -232,7 +232,7 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     # sdist from a clean copy of the tree, then the wheel from the sdist (what `python -m build` does)
     src = _copy_tree(tmp_path / "src")
     dist = tmp_path / "dist"
-    build = ("import sys; sys.path.insert(0, 'scripts/build'); import whistle_stop_build as b; "
+    build = ("import sys; sys.path.insert(0, 'scripts/packaging'); import whistle_stop_build as b; "
              "print(b.build_sdist(sys.argv[1]))")
     out = subprocess.run([sys.executable, "-c", build, str(dist)], cwd=src, capture_output=True, text=True,
                          timeout=300)
@@ -243,7 +243,7 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
         tf.extractall(tmp_path / "sdist", filter="data")
     base = names[0].split("/")[0]
     assert all(f"{base}/resources/{name}" in names for name in RESOURCE_FILES)
-    assert f"{base}/scripts/build/whistle_stop_build.py" in names  # the wheel is built from the sdist by it
+    assert f"{base}/scripts/packaging/whistle_stop_build.py" in names  # the wheel is built from the sdist by it
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                           "-q", "-w", str(dist), str(tmp_path / "sdist" / base)],
                          capture_output=True, text=True, timeout=300)
