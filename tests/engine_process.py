@@ -154,6 +154,11 @@ class EngineProcess:
             return lambda *args, **kwargs: self._child.ask(("call", name, args, kwargs), name)
         return value
 
+    @property
+    def alive(self) -> bool:
+        """Whether the child still runs: a crash or a hang ended it."""
+        return self._child.process.is_alive()
+
     def apply(self, fn: Callable, *args, **kwargs) -> Any:
         """`fn(engine, *args, **kwargs)` in the child (fn must be importable: module-level)."""
         return self._child.ask(("apply", fn, args, kwargs), getattr(fn, "__name__", "apply"))
