@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import threading
 import traceback
 from typing import Any, Callable, Iterator
 
@@ -179,6 +180,16 @@ class EngineProcess:
 
 def _stream(engine, ids: list[int], new_tokens: int, sampling: SamplingParams) -> list[int]:
     return [int(t) for t in engine.stream(ids, new_tokens, Sampler(sampling))]
+
+
+def cancelled_stream(engine, ids: list[int], new_tokens: int, sampling: SamplingParams, cancel_after: int) -> list[int]:
+    """For `apply`: the engine's `stream` with a cancel event, set once `cancel_after` tokens came."""
+    cancel, tokens = threading.Event(), []
+    for token in engine.stream(ids, new_tokens, Sampler(sampling), cancel):
+        tokens.append(int(token))
+        if len(tokens) == cancel_after:
+            cancel.set()
+    return tokens
 
 
 def in_child(fn: Callable, *args, timeout_s: float = CALL_TIMEOUT_S, **kwargs) -> Any:
