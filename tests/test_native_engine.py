@@ -141,7 +141,8 @@ def _step_and_reference(wtype, stored_as, tiny_model, prompt_ids) -> list[tuple[
                      np.float32(config.layer_norm_epsilon), config.n_positions)
     model = step.NativeGPT2(params, config, wtype)
     ids = np.array(prompt_ids, np.int32)
-    return [(model.prefill(ids), reference.prefill(ids))] + [(model.decode(t), reference.decode(t)) for t in (5, 17, 4000)]
+    return ([(model.prefill(ids), reference.prefill(ids))]
+            + [(model.decode(token), reference.decode(token)) for token in (5, 17, 4000)])
 
 
 @pytest.mark.parametrize("wtype, stored_as, limit", [(weights.WeightType.Q4, _q4_stored, 0.5),
