@@ -43,8 +43,8 @@ def test_prefill_and_decode_logits_match_hf(name, engines, prompt_ids, hf_refere
 def _traces(engine, xla: bool) -> tuple[int, int, str | None]:
     """In the engine's child: how often decode and prefill were traced, and decode's HLO under XLA."""
     decode, prefill = engine.model.decode_fn, engine.model.prefill_fn
-    hlo = decode.experimental_get_compiler_ir(np.int32(0), np.int32(0))(stage="hlo") if xla else None
-    return decode.experimental_get_tracing_count(), prefill.experimental_get_tracing_count(), hlo
+    counts = decode.experimental_get_tracing_count(), prefill.experimental_get_tracing_count()
+    return *counts, decode.experimental_get_compiler_ir(np.int32(0), np.int32(0))(stage="hlo") if xla else None
 
 
 @pytest.mark.parametrize("name", NAMES)
