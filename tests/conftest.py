@@ -130,3 +130,25 @@ def greedy_logits(engine, ids: list[int], steps: int) -> tuple[list[int], np.nda
         tokens.append(int(np.argmax(logits[-1])))
         logits.append(engine.decode(tokens[-1]))
     return tokens, np.stack(logits)
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_model):
+    """`engines(name, threads=1)`: an engine in a spawned child shared by one module's tests, started
+    on first use (a child that imports torch costs seconds), and again after a crash, which fails only
+    the test it happened in. A test that uses one starts a new sequence."""
+    from tests.engine_process import EngineProcess
+
+    started: dict[tuple[str, int], EngineProcess] = {}
+
+    def engine(name: str, threads: int = 1) -> EngineProcess:
+        process = started.get((name, threads))
+        if process is None or not process.alive:
+            if process is not None:
+                process.close()
+            process = started[name, threads] = EngineProcess(name, tiny_model, threads)
+        return process
+
+    yield engine
+    for process in started.values():
+        process.close()

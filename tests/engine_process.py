@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import threading
 import traceback
 from typing import Any, Callable, Iterator
 
@@ -155,6 +156,11 @@ class EngineProcess:
             return lambda *args, **kwargs: self._child.ask(("call", name, args, kwargs), name)
         return value
 
+    @property
+    def alive(self) -> bool:
+        """Whether the child still runs: a crash or a hang ended it."""
+        return self._child.process.is_alive()
+
     def apply(self, fn: Callable, *args, **kwargs) -> Any:
         """`fn(engine, *args, **kwargs)` in the child (fn must be importable: module-level)."""
         return self._child.ask(("apply", fn, args, kwargs), getattr(fn, "__name__", "apply"))
@@ -175,6 +181,16 @@ class EngineProcess:
 
 def _stream(engine, ids: list[int], new_tokens: int, sampling: SamplingParams) -> list[int]:
     return [int(t) for t in engine.stream(ids, new_tokens, Sampler(sampling))]
+
+
+def cancelled_stream(engine, ids: list[int], new_tokens: int, sampling: SamplingParams, cancel_after: int) -> list[int]:
+    """For `apply`: the engine's `stream` with a cancel event, set once `cancel_after` tokens came."""
+    cancel, tokens = threading.Event(), []
+    for token in engine.stream(ids, new_tokens, Sampler(sampling), cancel):
+        tokens.append(int(token))
+        if len(tokens) == cancel_after:
+            cancel.set()
+    return tokens
 
 
 def in_child(fn: Callable, *args, timeout_s: float = CALL_TIMEOUT_S, **kwargs) -> Any:

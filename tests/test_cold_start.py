@@ -15,6 +15,7 @@ from whistle_stop.backends.runs.sweep import SweepGrid, SweepSession
 from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.storage import artifact_cache, page_cache
 from tests import fake_engines
+from tests.conftest import CRASH_PRONE, load_engine_in_worker
 
 # (engine, the modules it needs): onnx always runs, the peers when installed.
 ARTEFACT_ENGINES = [("onnx", ("onnxruntime", "onnx", "torch")), ("llamacpp", ("llama_cpp", "gguf")),
@@ -35,6 +36,10 @@ def test_artefact_engine_reports_a_miss_then_a_hit(name, modules, tiny_model, tm
     monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))  # an empty cache: the first load must build
     infos = []
     for _ in range(2):
+        if name.startswith(CRASH_PRONE):  # native code: in a spawned child, which inherits the cache above
+            with load_engine_in_worker(name, tiny_model) as worker:
+                infos.append(worker.info)
+            continue
         engine = registry.create(name, EngineOptions(threads=1))
         try:
             infos.append(engine.load(tiny_model, _quiet))

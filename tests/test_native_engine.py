@@ -1,6 +1,7 @@
 """The native engines: GPT-2's whole step in one C call (backends/kernels/gpt2_step.c), at fp32,
 bf16, int8 and 4-bit weights. fp32 must equal transformers' greedy tokens; the others are held
-to their quantisation's error against float32 and report their agreement like any engine."""
+to their quantisation's error against float32 and report their agreement like any engine.
+The C code runs in spawned children (tests/engine_process.py): a crash fails one test, not the suite."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from whistle_stop.backends import registry
-from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.native import weights
 from whistle_stop.backends.engines.numpy_runtime.model import file_mapping
 from whistle_stop.backends.kernels import native
+from whistle_stop.backends.profile.capture import ProfileCapture
 from whistle_stop.backends.profile.categories import Category
 
-from .conftest import greedy_logits, load_engine_in_process, engine_tokens
+from .conftest import greedy_logits, load_engine_in_worker
+from .engine_process import in_child
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 
@@ -26,14 +27,14 @@ TOLERANCE = {"native": 1e-4, "native-bf16": 0.15, "native-int8": 0.6, "native-in
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_fp32_greedy_equals_transformers_generate(tiny_model, prompt_ids, hf_reference, threads):
-    tokens = engine_tokens("native", tiny_model, prompt_ids, 40, threads=threads)
+def test_fp32_greedy_equals_transformers_generate(engines, prompt_ids, hf_reference, threads):
+    tokens = engines("native", threads).tokens(prompt_ids, 40)
     assert tokens == hf_reference.greedy(prompt_ids, 40)
 
 
 @pytest.mark.parametrize("name", list(TOLERANCE))
-def test_logits_of_prefill_and_every_decode_step_match_transformers(name, tiny_model, prompt_ids, hf_reference):
-    engine = load_engine_in_process(name, tiny_model, threads=2)
+def test_logits_of_prefill_and_every_decode_step_match_transformers(name, engines, prompt_ids, hf_reference):
+    engine = engines(name, threads=2)
     tokens, logits = greedy_logits(engine, prompt_ids, 12)
     reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
     assert np.abs(logits - reference).max() < TOLERANCE[name]
@@ -42,27 +43,33 @@ def test_logits_of_prefill_and_every_decode_step_match_transformers(name, tiny_m
     assert np.abs(scored - hf_reference.logits(prompt_ids + tokens)).max() < TOLERANCE[name]
 
 
+def _stored_weights(engine) -> tuple[int, list[bool]]:
+    """In the engine's child: its matrices' bytes, and whether each weight array maps the weight file."""
+    arrays = [engine.model.lm_head.data] + [a if isinstance(a, np.ndarray) else a.data for a in engine.model._keep]
+    return engine.model.matrix_bytes, [isinstance(file_mapping(a), (mmap.mmap, np.memmap)) for a in arrays]
+
+
 @pytest.mark.parametrize("name, dtype", [("native", "fp32"), ("native-bf16", "bf16"), ("native-int8", "int8"),
                                          ("native-int4", "int4")])
-def test_info_counts_the_stored_bytes(name, dtype, tiny_model):
-    engine = registry.create(name, EngineOptions(threads=1))
-    info = engine.load(tiny_model, lambda *a: None)
+def test_info_counts_the_stored_bytes(name, dtype, tiny_model, engines):
+    engine = engines(name)
+    info = engine.info
+    matrix_bytes, mapped = engine.apply(_stored_weights)
     config = tiny_model.gpt2_config
     vectors = config.weight_bytes(0, 4)
     assert info.dtype == dtype and info.device == "cpu"
-    assert info.weight_bytes_per_token == engine.model.matrix_bytes + vectors
+    assert info.weight_bytes_per_token == matrix_bytes + vectors
     fp32 = config.weight_bytes(4, 4)
     share = {"fp32": 1.0, "bf16": 0.5, "int8": 0.25, "int4": 0.125}[dtype]
     assert info.weight_bytes_per_token >= share * (fp32 - vectors) + vectors
     assert info.weight_bytes_per_token < (share * 1.3) * (fp32 - vectors) + vectors  # scales are a few %
     assert info.kv_bytes_per_position == config.kv_bytes_per_position(4)
     # every weight is its own copy at the stored type: nothing keeps the weight file mapped
-    arrays = [engine.model.lm_head.data] + [a if isinstance(a, np.ndarray) else a.data for a in engine.model._keep]
-    assert not any(isinstance(file_mapping(a), (mmap.mmap, np.memmap)) for a in arrays)
+    assert not any(mapped)
 
 
-def test_sequence_restarts_and_the_context_has_an_end(tiny_model, prompt_ids):
-    engine = load_engine_in_process("native", tiny_model)
+def test_sequence_restarts_and_the_context_has_an_end(tiny_model, prompt_ids, engines):
+    engine = engines("native")
     first = engine.prefill(prompt_ids)
     engine.decode(3)
     np.testing.assert_array_equal(engine.prefill(prompt_ids), first)  # a new prefill forgets the old sequence
@@ -77,14 +84,9 @@ def test_sequence_restarts_and_the_context_has_an_end(tiny_model, prompt_ids):
 
 
 def test_without_a_compiler_the_engine_says_so(tiny_model, monkeypatch):
-    monkeypatch.setenv("CC", "/nonexistent/cc")
-    native.load.cache_clear()
-    try:
-        with pytest.raises(RuntimeError, match="needs a C compiler.*nonexistent"):
-            load_engine_in_process("native-int8", tiny_model)
-    finally:
-        monkeypatch.delenv("CC")
-        native.load.cache_clear()
+    monkeypatch.setenv("CC", "/nonexistent/cc")  # set before the spawn: the child inherits it
+    with pytest.raises(RuntimeError, match="needs a C compiler.*nonexistent"):
+        load_engine_in_worker("native-int8", tiny_model).close()
 
 
 def test_quantisers_round_trip_within_half_a_step():
@@ -118,10 +120,8 @@ def _q4_stored(w: np.ndarray) -> np.ndarray:
 # What is left against the numpy runtime on the stored weights: int4, the activations' int8 rounding
 # (~0.1 on random:tiny); bf16, only the order of float32 sums (~1e-6). Reading the interleaved nibbles
 # or the de-interleaved bf16 pairs in another order than they were written is off by ~1-10.
-@pytest.mark.parametrize("wtype, stored_as, limit", [(weights.WeightType.Q4, _q4_stored, 0.5),
-                                                     (weights.WeightType.BF16, _bf16_stored, 1e-3)])
-def test_step_reads_the_weights_as_they_were_laid_out(wtype, stored_as, limit, tiny_model, prompt_ids):
-    """The native step against the numpy runtime on the very weights it stores (by the Python reference)."""
+def _step_and_reference(wtype, stored_as, tiny_model, prompt_ids) -> list[tuple[np.ndarray, np.ndarray]]:
+    """In a child: (native, numpy) logits of prefill and of three decode steps on the same stored weights."""
     from whistle_stop.backends.engines.native import step
     from whistle_stop.backends.engines.numpy_runtime.model import GPT2, nest_params
     from whistle_stop.backends.sources.weights import mmap_numpy
@@ -141,12 +141,23 @@ def test_step_reads_the_weights_as_they_were_laid_out(wtype, stored_as, limit, t
                      np.float32(config.layer_norm_epsilon), config.n_positions)
     model = step.NativeGPT2(params, config, wtype)
     ids = np.array(prompt_ids, np.int32)
-    assert np.abs(model.prefill(ids) - reference.prefill(ids)).max() < limit
-    for token in (5, 17, 4000):
-        assert np.abs(model.decode(token) - reference.decode(token)).max() < limit
+    return ([(model.prefill(ids), reference.prefill(ids))]
+            + [(model.decode(token), reference.decode(token)) for token in (5, 17, 4000)])
 
-def test_profile_timers_split_the_step(tiny_model, prompt_ids):
-    engine = load_engine_in_process("native-int4", tiny_model)
+
+@pytest.mark.parametrize("wtype, stored_as, limit", [(weights.WeightType.Q4, _q4_stored, 0.5),
+                                                     (weights.WeightType.BF16, _bf16_stored, 1e-3)])
+def test_step_reads_the_weights_as_they_were_laid_out(wtype, stored_as, limit, tiny_model, prompt_ids):
+    """The native step against the numpy runtime on the very weights it stores (by the Python reference)."""
+    prefill, *decodes = in_child(_step_and_reference, wtype, stored_as, tiny_model, prompt_ids)
+    assert np.abs(prefill[0] - prefill[1]).max() < limit
+    for ours, reference in decodes:  # tokens 5, 17, 4000
+        assert np.abs(ours - reference).max() < limit
+
+
+def _profiled_steps(engine, prompt_ids) -> tuple[ProfileCapture, bool]:
+    """In the engine's child: a profiled prefill and three decode steps; the capture, and whether the
+    timers are off again."""
     profiler = engine.profiler()
     profiler.start()
     with profiler.step("prefill"):
@@ -154,44 +165,57 @@ def test_profile_timers_split_the_step(tiny_model, prompt_ids):
     for _ in range(3):
         with profiler.step("decode"):
             logits = engine.decode(int(np.argmax(logits)))
-    capture = profiler.finish("")
+    return profiler.finish(""), engine.model.timers is None
+
+
+def test_profile_timers_split_the_step(prompt_ids, engines):
+    capture, timers_off = engines("native-int4").apply(_profiled_steps, prompt_ids)
     assert capture.steps == {"prefill": 1, "decode": 3}
     decode = {op.category: op.total_ns for op in capture.ops if op.phase == "decode"}
     assert set(decode) == {c.value for c in (Category.MATMUL, Category.ATTENTION, Category.KV_CACHE,
                                              Category.NORM_ACTIVATION, Category.OTHER_KERNELS)}
     assert decode[Category.MATMUL.value] > 0
-    assert engine.model.timers is None  # timers off again once the profile is done
+    assert timers_off  # timers off again once the profile is done
 
 
-def test_plain_c_build_computes_what_the_avx2_one_does(tiny_model, prompt_ids, tmp_path):
-    """The integer products' plain-C twins (CPUs without AVX2) against the build the engines use."""
+def _fast_and_plain(tiny_model, prompt_ids, portable: Path) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """In a child, per weight type: (plain, fast) logits of prefill and of three decode steps."""
     import ctypes
-    import subprocess
 
     from whistle_stop.backends.engines.native import step
     from whistle_stop.backends.engines.numpy_runtime.model import nest_params
     from whistle_stop.backends.sources.weights import mmap_numpy
 
-    source = Path(native.__file__).with_name("gpt2_step.c")
-    portable = tmp_path / "libgpt2_step_portable.so"
-    flags = [f for f in native.FLAGS if f != "-march=native"] + ["-mno-avx2", "-mno-fma"]
-    subprocess.run([native.compiler(), *flags, str(source), "-o", str(portable), *native.LIBS], check=True)
     config = tiny_model.gpt2_config
+    pairs = []
     for wtype in weights.WeightType:
         params = nest_params(mmap_numpy(tiny_model.safetensors), config.n_layer)
         fast = step.NativeGPT2(params, config, wtype)
         plain = step.NativeGPT2(params, config, wtype, step.bind(ctypes.CDLL(str(portable))))
-        first, second = fast.prefill(prompt_ids), plain.prefill(prompt_ids)
+        pairs.append([(plain.prefill(prompt_ids), fast.prefill(prompt_ids))]
+                     + [(plain.decode(token), fast.decode(token)) for token in (5, 17, 4000)])
+    return pairs
+
+
+def test_plain_c_build_computes_what_the_avx2_one_does(tiny_model, prompt_ids, tmp_path):
+    """The integer products' plain-C twins (CPUs without AVX2) against the build the engines use."""
+    import subprocess
+
+    source = Path(native.__file__).with_name("gpt2_step.c")
+    portable = tmp_path / "libgpt2_step_portable.so"
+    flags = [f for f in native.FLAGS if f != "-march=native"] + ["-mno-avx2", "-mno-fma"]
+    subprocess.run([native.compiler(), *flags, str(source), "-o", str(portable), *native.LIBS], check=True)
+    for (second, first), *decodes in in_child(_fast_and_plain, tiny_model, prompt_ids, portable):
         np.testing.assert_allclose(second, first, rtol=1e-4, atol=1e-4)
-        for token in (5, 17, 4000):
-            np.testing.assert_allclose(plain.decode(token), fast.decode(token), rtol=1e-3, atol=1e-3)
+        for plain, fast in decodes:  # tokens 5, 17, 4000
+            np.testing.assert_allclose(plain, fast, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("name", ["native-int8", "native-int4"])
-def test_integer_types_score_what_they_decode(name, tiny_model, prompt_ids):
+def test_integer_types_score_what_they_decode(name, engines, prompt_ids):
     """Prefill and scoring make decode's integer products (int8 activations per block): the logits
     a sequence is scored with are the ones it was decoded with (perplexity and divergence reports)."""
-    engine = load_engine_in_process(name, tiny_model, threads=2)
+    engine = engines(name, threads=2)
     tokens, logits = greedy_logits(engine, prompt_ids, 8)
     scored = engine.forward_logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
     np.testing.assert_allclose(scored, logits, rtol=1e-4, atol=1e-4)
@@ -201,12 +225,9 @@ def test_the_kernels_first_build_is_build_time_not_load(tiny_model, monkeypatch,
     """Built on first use (a change of source, compiler or CPU): cold start says so, as for any
     cached artefact, instead of counting the compile as load."""
     monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))  # an empty cache: the kernel is built again
-    native.load.cache_clear()
-    try:
-        first = registry.create("native-int8", EngineOptions(threads=1)).load(tiny_model, lambda *a: None)
-        native.load.cache_clear()  # a second worker: opens the cached build
-        second = registry.create("native-int8", EngineOptions(threads=1)).load(tiny_model, lambda *a: None)
-    finally:
-        native.load.cache_clear()
+    with load_engine_in_worker("native-int8", tiny_model) as engine:
+        first = engine.info
+    with load_engine_in_worker("native-int8", tiny_model) as engine:  # a second worker: opens the cached build
+        second = engine.info
     assert first.artifact_cache == "miss" and first.build_s > 0.05
     assert second.artifact_cache == "hit" and second.build_s == 0.0

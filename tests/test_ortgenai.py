@@ -1,41 +1,46 @@
 """ONNX Runtime GenAI engines on random:tiny: parity with transformers, agreement of the quantised
-variants, native sampling, and the artefact cache."""
+variants, native sampling, and the artefact cache. The engines run in spawned children
+(tests/engine_process.py): a crash fails one test, not the suite."""
 
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pytest
 
 from whistle_stop.backends import registry
-from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.engine import EngineInfo
+from whistle_stop.backends.engines import artifact_folders
+from whistle_stop.backends.engines.ortgenai import cache as genai_cache
 from whistle_stop.backends.results.stats import agreement
-from whistle_stop.backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import engine_tokens
+from tests.conftest import engine_tokens, load_engine_in_worker
+from tests.engine_process import EngineProcess, cancelled_stream
 
 pytestmark = [pytest.mark.extras]
-og = pytest.importorskip("onnxruntime_genai")
-pytest.importorskip("onnx")
-pytest.importorskip("torch")  # the export (in a child process)
-
-from whistle_stop.backends.engines import artifact_folders  # noqa: E402
-from whistle_stop.backends.engines.ortgenai import cache as genai_cache  # noqa: E402
-from whistle_stop.backends.engines.ortgenai.engine import OrtGenAIEngine  # noqa: E402
+_AVAILABLE, _WHY = registry.available("ortgenai")  # onnxruntime_genai, onnx, torch (the export): found, not imported
+if not _AVAILABLE:
+    pytest.skip(_WHY, allow_module_level=True)
 
 N = 24
 SAMPLED = SamplingParams("sample", 0.8, 40, 0.9, 7)
 
 
-def load(model, variant: str = "fp32"):
-    engine = OrtGenAIEngine(EngineOptions(threads=1), variant)
-    return engine, engine.load(model, lambda *a: None)
+def load(model, variant: str = "fp32") -> tuple[EngineProcess, EngineInfo]:
+    engine = load_engine_in_worker("ortgenai" if variant == "fp32" else f"ortgenai-{variant}", model)
+    return engine, engine.info
 
 
-def tokens_of(engine, ids, n: int, params: SamplingParams = SamplingParams()) -> list[int]:
-    return list(engine.stream(ids, n, Sampler(params)))
+def tokens_of(engine: EngineProcess, ids, n: int, params: SamplingParams = SamplingParams()) -> list[int]:
+    return engine.tokens(ids, n, params)
+
+
+def _genai_version(_engine) -> str:
+    import onnxruntime_genai as og
+
+    return og.__version__
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +64,7 @@ def test_fp32_logits_match_hf(fp32, prompt_ids, hf_reference):
 def test_info_and_folder(fp32, tiny_model):
     engine, info = fp32
     assert info.samples_natively and "tokens from GenAI's own loop" in info.notes
-    assert f"onnxruntime-genai {og.__version__}" in info.notes and "threads=1" in info.notes
+    assert f"onnxruntime-genai {engine.apply(_genai_version)}" in info.notes and "threads=1" in info.notes
     assert info.kv_bytes_per_position == tiny_model.gpt2_config.kv_bytes_per_position(4)
     estimate = tiny_model.gpt2_config.weight_bytes(4, 4)
     assert abs(info.weight_bytes_per_token - estimate) < 0.01 * estimate
@@ -92,11 +97,7 @@ def test_sampling_is_native_reproducible_and_cancellable(fp32, prompt_ids):
     first, second = tokens_of(engine, prompt_ids, N, SAMPLED), tokens_of(engine, prompt_ids, N, SAMPLED)
     assert first == second and len(first) == N
     assert "GenAI's own sampler" in engine.run_notes
-    cancel, got = threading.Event(), []
-    for token in engine.stream(prompt_ids, 50, Sampler(SAMPLED), cancel):
-        got.append(token)
-        if len(got) == 3:
-            cancel.set()
+    got = engine.apply(cancelled_stream, prompt_ids, 50, SAMPLED, 3)
     assert len(got) == 3
 
 

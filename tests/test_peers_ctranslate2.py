@@ -1,17 +1,20 @@
-"""CTranslate2: greedy parity with transformers, exact token counts, the conversion cache."""
+"""CTranslate2: greedy parity with transformers, exact token counts, the conversion cache.
+The engine runs in spawned children (tests/engine_process.py): a crash fails one test."""
 
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 import pytest
 
-from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.conftest import load_engine_in_process, engine_tokens
+from whistle_stop.backends import registry
+from whistle_stop.backends.sampling import SamplingParams
+from tests.conftest import engine_tokens, load_engine_in_worker
+from tests.engine_process import cancelled_stream
 
-pytest.importorskip("ctranslate2")
 pytestmark = pytest.mark.peers
+_AVAILABLE, _WHY = registry.available("ctranslate2")  # found, not imported: only the children import it
+if not _AVAILABLE:
+    pytest.skip(_WHY, allow_module_level=True)
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
@@ -26,38 +29,25 @@ def test_int8_gives_exactly_n_tokens(tiny_model, prompt_ids):
 
 
 def test_forward_logits_match_hf(tiny_model, prompt_ids, hf_reference):
-    engine = load_engine_in_process("ctranslate2", tiny_model)
-    try:
+    with load_engine_in_worker("ctranslate2", tiny_model) as engine:
         np.testing.assert_allclose(engine.forward_logits(prompt_ids), hf_reference.logits(prompt_ids), atol=1e-3)
-    finally:
-        engine.close()
 
 
 def test_sampling_is_noted_and_cancel_stops(tiny_model, prompt_ids):
-    engine = load_engine_in_process("ctranslate2", tiny_model)
-    try:
-        cancel = threading.Event()
-        tokens = []
-        for token in engine.stream(prompt_ids, 50, Sampler(SamplingParams("sample", 0.8, 40, 0.9, 3)), cancel):
-            tokens.append(token)
-            if len(tokens) == 3:
-                cancel.set()
+    with load_engine_in_worker("ctranslate2", tiny_model) as engine:
+        tokens = engine.apply(cancelled_stream, prompt_ids, 50, SamplingParams("sample", 0.8, 40, 0.9, 3), 3)
         assert len(tokens) == 3
         assert "CTranslate2's own sampler" in engine.run_notes
-    finally:
-        engine.close()
 
 
 def test_conversion_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
     from whistle_stop.backends.storage import artifact_cache
 
-    first = load_engine_in_process("ctranslate2", tiny_model)
-    folder = first.folder
-    first.close()
+    with load_engine_in_worker("ctranslate2", tiny_model) as first:
+        folder = first.folder
     weights = folder / "model.bin"
     stamp = (weights.stat().st_ino, weights.stat().st_mtime_ns)
-    second = load_engine_in_process("ctranslate2", tiny_model)
-    second.close()
+    load_engine_in_worker("ctranslate2", tiny_model).close()
     assert (weights.stat().st_ino, weights.stat().st_mtime_ns) == stamp  # not rebuilt
     with weights.open("r+b") as handle:
         handle.truncate(weights.stat().st_size // 2)
@@ -80,9 +70,8 @@ def test_gemm_backend_follows_the_cpu_vendor_and_the_note_says_which():
 
 
 def test_loaded_engine_records_its_gemm_backend(tiny_model):
-    from whistle_stop.backends import registry
-    from whistle_stop.backends.engine import EngineOptions
     from whistle_stop.backends.engines.ctranslate2_engine import cpu_vendor
 
-    info = registry.create("ctranslate2-int8", EngineOptions(threads=1)).load(tiny_model, lambda *a: None)
+    with load_engine_in_worker("ctranslate2-int8", tiny_model) as engine:
+        info = engine.info
     assert "GEMM backend " in info.notes and (cpu_vendor() or "unknown") in info.notes

@@ -1,14 +1,18 @@
-"""OpenVINO: our own stateful GPT-2 graph, greedy parity with transformers, the IR cache."""
+"""OpenVINO: our own stateful GPT-2 graph, greedy parity with transformers, the IR cache.
+The engine runs in spawned children (tests/engine_process.py): a crash fails one test."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.conftest import load_engine_in_process, engine_tokens
+from whistle_stop.backends import registry
+from tests.conftest import engine_tokens, load_engine_in_worker
 
-pytest.importorskip("openvino")
 pytestmark = pytest.mark.peers
+_AVAILABLE, _WHY = registry.available("openvino")  # found, not imported: only the children import it
+if not _AVAILABLE:
+    pytest.skip(_WHY, allow_module_level=True)
 
 
 def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
@@ -18,8 +22,7 @@ def test_fp32_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
 
 
 def test_prefill_and_decode_logits_match_hf(tiny_model, prompt_ids, hf_reference):
-    engine = load_engine_in_process("openvino", tiny_model)
-    try:
+    with load_engine_in_worker("openvino", tiny_model) as engine:
         ids = list(prompt_ids)
         full = hf_reference.logits(ids + [11, 262, 318])
         np.testing.assert_allclose(engine.prefill(ids), full[len(ids) - 1], atol=1e-4)
@@ -27,20 +30,22 @@ def test_prefill_and_decode_logits_match_hf(tiny_model, prompt_ids, hf_reference
             np.testing.assert_allclose(engine.decode(token), full[len(ids) + offset], atol=1e-4)
         # A second sequence starts from an empty KV cache (reset_state), not after the first.
         np.testing.assert_allclose(engine.prefill(ids[:5]), hf_reference.logits(ids[:5])[-1], atol=1e-4)
-    finally:
-        engine.close()
+
+
+def _runtime_layers(engine) -> tuple[list[str], set[str]]:
+    """In the engine's child: the weight element type of each FullyConnected node of the compiled
+    model, and the kinds of all its nodes."""
+    runtime = engine.request.get_compiled_model().get_runtime_model()
+    fc = [op for op in runtime.get_ops() if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
+    kinds = {op.get_rt_info()["layerType"].astype(str) for op in runtime.get_ops()}
+    return [op.input(1).get_element_type().to_string() for op in fc], kinds
 
 
 def test_int8_weights_compressed_and_n_tokens(tiny_model, prompt_ids):
-    engine = load_engine_in_process("openvino-int8", tiny_model)
-    try:
-        runtime = engine.request.get_compiled_model().get_runtime_model()
-        fc = [op for op in runtime.get_ops() if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
-        assert fc and all(op.input(1).get_element_type().to_string() == "i8" for op in fc)
-        kinds = {op.get_rt_info()["layerType"].astype(str) for op in runtime.get_ops()}
-        assert "ScaledDotProductAttention" in kinds  # the fused attention with the in-place KV cache
-    finally:
-        engine.close()
+    with load_engine_in_worker("openvino-int8", tiny_model) as engine:
+        fc_weights, kinds = engine.apply(_runtime_layers)
+    assert fc_weights and all(element == "i8" for element in fc_weights)
+    assert "ScaledDotProductAttention" in kinds  # the fused attention with the in-place KV cache
     tokens = engine_tokens("openvino-int8", tiny_model, prompt_ids, 15)
     assert len(tokens) == 15
 
@@ -48,12 +53,11 @@ def test_int8_weights_compressed_and_n_tokens(tiny_model, prompt_ids):
 def test_ir_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_reference):
     from whistle_stop.backends.storage import artifact_cache
 
-    first = load_engine_in_process("openvino", tiny_model)
-    folder = first.folder
-    first.close()
+    with load_engine_in_worker("openvino", tiny_model) as first:
+        folder = first.folder
     weights = folder / "model.bin"
     stamp = (weights.stat().st_ino, weights.stat().st_mtime_ns)
-    load_engine_in_process("openvino", tiny_model).close()
+    load_engine_in_worker("openvino", tiny_model).close()
     assert (weights.stat().st_ino, weights.stat().st_mtime_ns) == stamp  # not rebuilt
     with weights.open("r+b") as handle:
         handle.truncate(weights.stat().st_size - 100)

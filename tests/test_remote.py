@@ -6,6 +6,7 @@ core engine: only the test of a real llama.cpp server needs the [peers] extra (m
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import threading
@@ -13,12 +14,14 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.sampling import Sampler, SamplingParams
+from tests.engine_process import in_child
 
 SECRET = "sk-whistle-test-0123456789abcdef"
 KEY_ENV = "WHISTLE_STOP_TEST_REMOTE_KEY"
@@ -311,16 +314,23 @@ def llama_cpp_server(gguf_path, tmp_path):
         log.close()
 
 
+def _f32_gguf(model) -> Path:
+    """Our f32 GGUF export of the model, for `in_child`: the llama.cpp engine's module loads libllama."""
+    from whistle_stop.backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
+
+    return ensure_gguf(model, "f32", 1, lambda *a: None) / GGUF_FILE
+
+
 @pytest.mark.peers
 def test_real_llama_cpp_server(tiny_model, prompt_ids, hf_reference, tmp_path):
-    pytest.importorskip("llama_cpp")
-    pytest.importorskip("gguf")
+    for module in ("llama_cpp", "gguf"):  # found, not imported: libllama runs in children only
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} not installed")
     for module in ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings"):
         pytest.importorskip(module)
-    from whistle_stop.backends.engines.llamacpp.engine import GGUF_FILE, ensure_gguf
     from whistle_stop.backends.sources.tokenizer import decode
 
-    path = ensure_gguf(tiny_model, "f32", 1, lambda *a: None) / GGUF_FILE
+    path = in_child(_f32_gguf, tiny_model)
     with llama_cpp_server(path, tmp_path) as url:
         engine, info = remote(url, tiny_model)
         first = tokens_of(engine, prompt_ids, 8)

@@ -1,7 +1,8 @@
 """The TensorFlow engines (`tf`, `tf-xla`): our TF 2 GPT-2 against transformers on random:tiny.
 
 Skipped when tensorflow is not installed (the [tf] extra). One engine of each kind is loaded per
-module (TensorFlow's start-up and the traces cost seconds) and every test starts a new sequence.
+module, in a spawned child (tests/engine_process.py: a crash fails one test; TensorFlow's start-up
+and the traces cost seconds), and every test starts a new sequence. TensorFlow is imported only there.
 """
 
 from __future__ import annotations
@@ -9,63 +10,59 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.extras]
-tf = pytest.importorskip("tensorflow")
+from whistle_stop.backends import registry
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.sources.prompts import prompt_of_length
+from tests.conftest import greedy_logits
 
-from whistle_stop.backends import registry  # noqa: E402
-from whistle_stop.backends.engine import EngineOptions  # noqa: E402
-from whistle_stop.backends.errors import UsageError  # noqa: E402
-from whistle_stop.backends.sampling import Sampler, SamplingParams  # noqa: E402
-from whistle_stop.backends.sources.prompts import prompt_of_length  # noqa: E402
-from tests.conftest import greedy_logits  # noqa: E402
+pytestmark = [pytest.mark.extras]
+_AVAILABLE, _WHY = registry.available("tf")  # found, not imported
+if not _AVAILABLE:
+    pytest.skip(_WHY, allow_module_level=True)
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # tiny's logits reach ~8
 NAMES = ["tf", "tf-xla"]
 
 
-@pytest.fixture(scope="module")
-def engines(tiny_model):
-    loaded = {}
-    for name in NAMES:
-        engine = registry.create(name, EngineOptions(threads=1))
-        loaded[name] = (engine, engine.load(tiny_model, lambda *a: None))
-    yield loaded
-    for engine, _ in loaded.values():
-        engine.close()
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_greedy_equals_hf(name, engines, prompt_ids, hf_reference):
-    engine, _ = engines[name]
-    tokens = list(engine.stream(prompt_ids, 24, Sampler(SamplingParams())))
+    tokens = engines(name).tokens(prompt_ids, 24)
     assert tokens == hf_reference.greedy(prompt_ids, 24)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_prefill_and_decode_logits_match_hf(name, engines, prompt_ids, hf_reference):
-    engine, _ = engines[name]
+    engine = engines(name)
     tokens, logits = greedy_logits(engine, prompt_ids, 6)
     reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
     assert logits.dtype == np.float32 and logits.shape == (7, VOCAB)
     np.testing.assert_allclose(logits, reference, atol=ATOL_FP32, rtol=0)
 
 
+def _traces(engine, xla: bool) -> tuple[int, int, str | None]:
+    """In the engine's child: how often decode and prefill were traced, and decode's HLO under XLA."""
+    decode, prefill = engine.model.decode_fn, engine.model.prefill_fn
+    counts = decode.experimental_get_tracing_count(), prefill.experimental_get_tracing_count()
+    return *counts, decode.experimental_get_compiler_ir(np.int32(0), np.int32(0))(stage="hlo") if xla else None
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_decode_is_traced_once(name, engines, prompt_ids):
     """One graph for every position (and every prompt length): no retracing, no XLA recompile."""
-    engine, _ = engines[name]
+    engine = engines(name)
     for ids in (prompt_ids, prompt_of_length(30)):
         greedy_logits(engine, ids, 5)
-    assert engine.model.decode_fn.experimental_get_tracing_count() == 1
-    assert engine.model.prefill_fn.experimental_get_tracing_count() == 1
+    decode_traces, prefill_traces, hlo = engine.apply(_traces, name == "tf-xla")
+    assert decode_traces == 1
+    assert prefill_traces == 1
     if name == "tf-xla":
-        assert engine.model.decode_fn.experimental_get_compiler_ir(np.int32(0), np.int32(0))(stage="hlo")
+        assert hlo
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_new_prompt_starts_a_clean_sequence(name, engines, prompt_ids):
-    engine, _ = engines[name]
+    engine = engines(name)
     first_tokens, first = greedy_logits(engine, prompt_ids, 4)
     greedy_logits(engine, prompt_of_length(60), 10)  # fills slots the next sequence must not see
     again_tokens, again = greedy_logits(engine, prompt_ids, 4)
@@ -74,14 +71,14 @@ def test_a_new_prompt_starts_a_clean_sequence(name, engines, prompt_ids):
 
 
 def test_forward_logits_match_hf_at_every_position(engines, hf_reference):
-    engine, _ = engines["tf"]
+    engine = engines("tf")
     ids = prompt_of_length(40)
     np.testing.assert_allclose(engine.forward_logits(ids), hf_reference.logits(ids), atol=ATOL_FP32, rtol=0)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_prompt_at_the_context_limit(name, engines, tiny_model, hf_reference):
-    engine, _ = engines[name]
+    engine = engines(name)
     ids = prompt_of_length(tiny_model.context - 1)
     first = engine.prefill(ids)
     token = int(np.argmax(first))
@@ -93,28 +90,42 @@ def test_prompt_at_the_context_limit(name, engines, tiny_model, hf_reference):
         engine.prefill(prompt_of_length(1025))
 
 
+def _tf_version(_engine) -> str:
+    import tensorflow as tf
+
+    return tf.__version__
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_engine_info(name, engines, tiny_model):
-    _, info = engines[name]
+    info = engines(name).info
+    tf_version = engines(name).apply(_tf_version)
     config = tiny_model.gpt2_config
     assert (info.device, info.dtype) == ("cpu", "fp32")
     assert info.weight_bytes_per_token == config.weight_bytes(4)
     assert info.kv_bytes_per_position == config.kv_bytes_per_position(4)
-    assert f"TensorFlow {tf.__version__}" in info.notes and "threads=" in info.notes
+    assert f"TensorFlow {tf_version}" in info.notes and "threads=" in info.notes
     assert ("XLA" in info.notes) == (name == "tf-xla")
 
 
-def test_reads_bf16_and_prefixed_safetensors(tiny_model, tmp_path):
+def _read_weights(_engine, path) -> dict[str, np.ndarray]:
+    """In the engine's child: the TF model's reader (its module imports TensorFlow)."""
+    from whistle_stop.backends.engines.tensorflow.model import read_weights
+
+    return read_weights(path)
+
+
+def test_reads_bf16_and_prefixed_safetensors(tiny_model, tmp_path, engines):
     """save_pretrained-style keys (`transformer.`, a stored lm_head) and bf16 storage read the same."""
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file, save_file
 
-    from whistle_stop.backends.engines.tensorflow.model import read_weights
-
     tensors = {f"transformer.{k}": t.to(torch.bfloat16) for k, t in load_file(str(tiny_model.safetensors)).items()}
     tensors["lm_head.weight"] = tensors["transformer.wte.weight"].clone()
     save_file(tensors, str(tmp_path / "model.safetensors"))
-    ours, original = read_weights(tmp_path / "model.safetensors"), read_weights(tiny_model.safetensors)
+    engine = engines("tf")
+    ours = engine.apply(_read_weights, tmp_path / "model.safetensors")
+    original = engine.apply(_read_weights, tiny_model.safetensors)
     assert sorted(ours) == sorted(original) and "lm_head.weight" not in ours
     for name, want in original.items():
         assert ours[name].dtype == np.float32
