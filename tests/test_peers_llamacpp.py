@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from whistle_stop.backends.registry import available
 from whistle_stop.backends.sampling import SamplingParams
 from tests.conftest import engine_tokens, load_engine_in_worker
 from tests.engine_process import in_child
 
-pytest.importorskip("llama_cpp")
-pytest.importorskip("gguf")
-pytestmark = pytest.mark.peers
+_AVAILABLE, _WHY = available("llamacpp")  # found, not imported: libllama is loaded in children only
+pytestmark = [pytest.mark.peers, pytest.mark.skipif(not _AVAILABLE, reason=_WHY)]
 N = 24
 
 
