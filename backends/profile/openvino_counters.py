@@ -2,9 +2,16 @@
 
 Counters are a compile-time option, so a profiled run uses a second compiled model with
 PERF_COUNT on; the engine swaps its infer request for the run and back. After each inference
-the request's `profiling_info` lists every node with its executed kernel's real time; nodes
-that did not run (fused, optimised out) are skipped. Reading the counters costs Python time
-inside the step: it is measured and taken out of the step (ProfileCapture.profiler_ns).
+the request's `profiling_info` lists every node; nodes that did not run in it (fused, optimised
+out, shape-only work that a warm graph skips) are skipped. Reading the counters costs Python
+time inside the step: it is measured and taken out of the step (ProfileCapture.profiler_ns).
+
+A node's `real_time` is not that inference's: the CPU plugin reports the MEAN over every
+execution of the node since the model was compiled (its PerfCount is total / count, in whole
+microseconds). Read as per-step times, the decode steps inherited the prefill's long products,
+so the counters summed past the measured step (docs/engines.md). Each node's running total (mean x executions seen) is tracked instead,
+and a step gets the increase: over a phase the increases telescope, so the phase's total is off
+by less than one microsecond per execution at each end, whatever the truncation of the means.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ class OpenVinoCounters(EngineProfiler):
         self._request = None
         self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self._steps: dict[str, int] = defaultdict(int)
+        self._executions: dict[str, int] = defaultdict(int)  # node -> executions seen (the plugin's count)
+        self._running_ns: dict[str, int] = defaultdict(int)  # node -> mean x executions at the last reading
         self._spent: dict[str, int] = defaultdict(int)
         self._trace: list[dict] = []
 
@@ -45,16 +54,24 @@ class OpenVinoCounters(EngineProfiler):
         for info in self._request.profiling_info:
             if str(info.status).split(".")[-1] != "EXECUTED":
                 continue
-            ns = int(info.real_time.total_seconds() * 1e9)
+            ns = self._this_execution_ns(info.node_name, round(info.real_time.total_seconds() * 1e9))
             entry = self._totals[(phase, info.node_type)]
             entry[0] += ns
             entry[1] += 1
-            # laid end to end inside the step: OpenVINO reports durations, not start times
-            self._trace.append(span(info.node_type, cursor, ns, node=info.node_name))
-            cursor += ns
+            # laid end to end inside the step: OpenVINO reports durations, not start times (a step's
+            # share of a truncated mean can come out a few microseconds below zero: drawn as empty)
+            self._trace.append(span(info.node_type, cursor, max(ns, 0), node=info.node_name))
+            cursor += max(ns, 0)
         # the step on a row of its own, above its nodes
         self._trace.append(span(f"whistle_stop::{phase}", began, ended - began, tid=threading.get_ident() + 1))
         self._spent[phase] += time.perf_counter_ns() - ended
+
+    def _this_execution_ns(self, node: str, mean_ns: int) -> int:
+        """This execution's share of the node's running total (the plugin reports the mean so far)."""
+        self._executions[node] += 1
+        total = mean_ns * self._executions[node]
+        spent, self._running_ns[node] = total - self._running_ns[node], total
+        return spent
 
     def finish(self, trace_path: str) -> ProfileCapture:
         self._use(self._original)
