@@ -42,7 +42,7 @@ class SessionView:
 
     def show_engines(self, names: list[str]) -> None:
         """A pane and a curve per engine, each in its colour."""
-        colours = engine_colours(names, registry.names() + list(self.extra_specs))
+        colours = engine_colours(names)
         described = [(n, colours[n], (self.extra_specs.get(n) or registry.get(n)).description) for n in names]
         self.grid.set_engines(described)
         for chart in (self.latency, self.race, self.histogram):

@@ -10,10 +10,10 @@ import os
 import sys
 from pathlib import Path
 
+from .colours import LIGHT, rgb
 from .figures import Figure
 
-PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]
+PALETTE = [rgb(c) for c in LIGHT]  # the engines' colours on white, in the run's order
 LIMIT_COLOUR = (90, 90, 90)
 DEFAULT_SIZE = (900, 520)
 
