@@ -48,7 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "the traces, charts and the unprofiled runs' records")
     report = sub.add_parser("report", help="turn results folders into a self-contained HTML page and PNGs")
     report.add_argument("folders", nargs="+", type=Path, help="bench, sweep or quality results folders")
-    report.add_argument("--out", default="report", type=Path, help="folder for report.html and the PNGs")
+    report.add_argument("--out", type=Path, help="folder for report.html and the PNGs (default: report; with "
+                        "--markdown alone, no HTML is written)")
+    report.add_argument("--markdown", type=Path, metavar="FILE",
+                        help="write one results folder as a Markdown page (environment, command, verdict, summary "
+                             "table) for docs/measurements/")
     return parser
 
 
