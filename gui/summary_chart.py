@@ -13,11 +13,13 @@ import pyqtgraph as pg
 import pyqtgraph.exporters
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
 
 from whistle_stop.backends.results.stats import Summary
 from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, harness_note, interval_note,
                                                    sampling_notes, summary_rows)
+from whistle_stop.backends.results.verdict import Verdict
+from whistle_stop.backends.report.verdict_html import verdict_html
 
 from .theme import Theme, current_theme
 from .widgets import read_only_table
@@ -100,13 +102,38 @@ class SummaryBars(pg.GraphicsLayoutWidget):
         exporter.export(str(path))
 
 
+class VerdictPanel(QTextBrowser):
+    """The verdict `bench` prints, as the report renders it (backends/report/verdict_html.py)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setMinimumWidth(320)
+        self.verdict: Verdict | None = None
+        self.apply_theme(current_theme())
+        self.setPlaceholderText("The verdict appears here once a run has finished: which engine to use, what its "
+                                "speed costs, and what limits what the numbers say.")
+
+    def set_verdict(self, result: Verdict | None) -> None:
+        self.verdict = result
+        self.setHtml("" if result is None else verdict_html(result))
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.document().setDefaultStyleSheet(f".warn-list {{ color: {theme.error}; }} .caveats {{ font-weight: bold; }} "
+                                             "ul { margin-left: 0px; -qt-list-indent: 1; }")
+        if self.verdict is not None:
+            self.set_verdict(self.verdict)
+
+
 class SummaryView(QWidget):
-    """Bars on top, bench's summary table below."""
+    """The verdict beside the bars, bench's summary table below them."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        beside = QSplitter(Qt.Orientation.Horizontal)
+        self.verdict = VerdictPanel()
         splitter = QSplitter(Qt.Orientation.Vertical)
         self.bars = SummaryBars()
         self.table = read_only_table(QTableWidget(0, len(SUMMARY_HEADERS)), SUMMARY_HEADERS)
@@ -117,7 +144,11 @@ class SummaryView(QWidget):
         splitter.addWidget(self.table)
         splitter.setSizes([230, 130])
         self.table.verticalHeader().setDefaultSectionSize(24)
-        layout.addWidget(splitter, 1)
+        beside.addWidget(self.verdict)
+        beside.addWidget(splitter)
+        beside.setStretchFactor(0, 2)
+        beside.setStretchFactor(1, 3)
+        layout.addWidget(beside, 1)
         layout.addWidget(self.note)
 
     def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor], reference: str | None,
@@ -149,3 +180,4 @@ class SummaryView(QWidget):
 
     def apply_theme(self, theme: Theme) -> None:
         self.bars.apply_theme(theme)
+        self.verdict.apply_theme(theme)

@@ -35,6 +35,7 @@ from ..results.summary import (SUMMARY_HEADERS, fmt, harness_note, interval_note
                                summary_rows)
 from ..results.verdict import Verdict, verdict
 from .environment_diff import environment_differences, flatten, split_differences  # noqa: F401 (re-exported)
+from .verdict_html import verdict_html
 
 REPORT_HTML = "report.html"
 
@@ -147,24 +148,6 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-
-
-def verdict_html(result: Verdict) -> str:
-    """The verdict's lines as HTML: the headline, the findings (with each pick's cost nested) and the caveats."""
-    lines = result.lines()
-    parts = [f"<p>{html.escape(lines[0], quote=False)}</p><ul>"]
-    open_item = False
-    for line in lines[1:]:
-        if line == "Caveats:":
-            parts.append(("</li>" if open_item else "") + "</ul><p class=caveats>Caveats:</p><ul class=warn-list>")
-            open_item = False
-        elif line.startswith("  - "):
-            parts.append(f"<ul><li>{html.escape(line[4:], quote=False)}</li></ul>")
-        else:
-            parts.append(("</li>" if open_item else "") + f"<li>{html.escape(line[2:], quote=False)}")
-            open_item = True
-    parts.append(("</li>" if open_item else "") + "</ul>")
-    return "".join(parts)
 
 
 def _verdict_section(verdicts: list[tuple[str, Verdict]]) -> str:

@@ -193,8 +193,9 @@ def verdict(runs: Sequence[RunRecord], backends: Sequence[str] | None = None, re
     summaries = summarize_backends(runs, list(backends) if backends else None)
     reference = reference or next((r.reference for r in runs if r.reference), "")
     random_weights = any(r.weights == "random" for r in runs)
-    ppl = {row.get("backend"): row.get("ppl_diff_pct") for row in quality or ()
-           if row.get("ppl_diff_pct") is not None and math.isfinite(row["ppl_diff_pct"])}
+    ppl = {row.get("backend"): row.get("ppl_diff_pct") for row in quality or ()  # against this reference only
+           if row.get("ppl_diff_pct") is not None and math.isfinite(row["ppl_diff_pct"])
+           and row.get("reference") in (None, "", reference)}
     ranked = [s for s in summaries if s.runs > 0 and s.itl_p50_ms.n > 0 and s.comparable]
     reference_measured = any(s.backend == reference for s in ranked)
     engines = {s.backend: _finding(s, runs, reference if reference_measured else "", ppl) for s in ranked}
