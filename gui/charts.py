@@ -32,6 +32,7 @@ class _Chart(pg.PlotWidget):
         self.plotItem.setLabel("left", y_label)
         self.plotItem.showGrid(x=True, y=True, alpha=0.15)
         self.legend = self.plotItem.addLegend(offset=(-10, 10))
+        self.legend.setVisible(False)  # an empty legend is an empty box: shown once there are engines
         self._live: int | None = None
         self._view: list[float] | None = None
         self._pending: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # drawn when the tab is shown
@@ -121,6 +122,7 @@ class _Chart(pg.PlotWidget):
         self.show_values(False)
         self.colours = dict(colours)
         self.curves = {name: self._curve(name, colour) for name, colour in colours.items()}
+        self.legend.setVisible(bool(colours))
 
     def _curve(self, name: str, colour: QColor) -> pg.PlotDataItem:
         curve = self.plotItem.plot([], [], name=name, pen=pg.mkPen(colour, width=1.6))

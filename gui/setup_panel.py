@@ -136,8 +136,8 @@ class SetupPanel(QWidget):
         self.cold.toggled.connect(self._changed)
         row.addRow("", self.cold)
         form.addWidget(self.picker)
-        form.addLayout(row)
         form.addWidget(self.estimate_label)
+        form.addLayout(row)
         return box
 
     def _specs(self) -> list[EngineSpec]:

@@ -4,6 +4,7 @@ the interval the table shows), over the same table and notes `bench` prints (sum
 
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 from typing import Callable
@@ -50,12 +51,19 @@ _BARS_NOTE = ("Bars: median of the measured runs (warm-ups excluded); whiskers: 
               "median across repeats (order statistics), at the confidence level the table's note gives.")
 
 
+def legend_html(names: list[str], colours: dict[str, QColor]) -> str:
+    """The engines in their colours, one line above the bars: names under narrow bars would overlap."""
+    return "&nbsp;&nbsp; ".join(f"<span style='color:{colours[n].name() if n in colours else '#888'}'>&#9632;</span>"
+                                f"&nbsp;{html.escape(n)}" for n in names)
+
+
 class SummaryBars(pg.GraphicsLayoutWidget):
     def __init__(self) -> None:
         super().__init__()
         self.plots = [self.addPlot(row=0, col=i) for i in range(len(METRICS))]
         for plot, (title, _, _) in zip(self.plots, METRICS):
             plot.setTitle(title)
+            plot.getAxis("bottom").setStyle(showValues=False)  # the engines are named in the legend above
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.showGrid(y=True, alpha=0.15)
@@ -136,11 +144,19 @@ class SummaryView(QWidget):
         self.verdict = VerdictPanel()
         splitter = QSplitter(Qt.Orientation.Vertical)
         self.bars = SummaryBars()
+        self.legend = QLabel()
+        self.legend.setWordWrap(True)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(6, 4, 0, 0)
+        top_layout.addWidget(self.legend)
+        top_layout.addWidget(self.bars, 1)
         self.table = read_only_table(QTableWidget(0, len(SUMMARY_HEADERS)), SUMMARY_HEADERS)
         self.note = QLabel(_BARS_NOTE)
         self.note.setWordWrap(True)
         self.note.setObjectName("muted")
-        splitter.addWidget(self.bars)
+        splitter.addWidget(top)
         splitter.addWidget(self.table)
         splitter.setSizes([230, 130])
         self.table.verticalHeader().setDefaultSectionSize(24)
@@ -148,6 +164,7 @@ class SummaryView(QWidget):
         beside.addWidget(splitter)
         beside.setStretchFactor(0, 2)
         beside.setStretchFactor(1, 3)
+        beside.setSizes([560, 840])
         layout.addWidget(beside, 1)
         layout.addWidget(self.note)
 
@@ -155,6 +172,7 @@ class SummaryView(QWidget):
                       contended: bool, harness: dict | None = None) -> None:
         """`harness`: environment.json's "harness" (the null engine's cost per token), shown as bench prints it."""
         self.bars.set_summaries(summaries, colours)
+        self.legend.setText(legend_html([s.backend for s in summaries], colours))
         rows = summary_rows(summaries, reference)
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):

@@ -46,13 +46,13 @@ def test_estimate_names_missing_builds_with_their_last_duration(tiny_model, buil
     before = estimate(config, tiny_model)
     assert before.runs == 8 and [b.engine for b in before.builds] == ["builder"]
     assert before.seconds is None and "time: unknown" in before.lines()[-1]
-    assert "builder (never timed here)" in before.lines()[1]
+    assert "one-time builds first: never timed here: builder" in before.lines()[1]
     engine_history.remember([_run("builder", r, 10.0, build_s=5.0, cold=1.0 if r == 1 else None) for r in (1, 2)],
                             tiny_model.weights_hash)
     timed = estimate(config, tiny_model)
     # cold start 1 s + build 5 s + 4 runs x (TTFT 10 ms + 10 x 10 ms) = 6.44 s; plain never ran here
     assert timed.seconds == pytest.approx(6.44) and timed.untimed == ("plain",)
-    assert "builder (last took 5.0 s)" in timed.lines()[1] and "about 6 s, not counting plain" in timed.lines()[-1]
+    assert "one-time builds first: builder (last 5.0 s)" in timed.lines()[1] and "about 6 s, not counting plain" in timed.lines()[-1]
     artifact_cache.ensure(KIND, tiny_model.weights_hash, "v1", lambda folder: (folder / "w.bin").write_bytes(b"x"))
     assert estimate(config, tiny_model).builds == ()
 

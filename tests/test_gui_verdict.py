@@ -113,4 +113,4 @@ def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_mod
     setup.warmup.setValue(1)
     text = setup.estimate_label.text()
     assert "8 runs: 2 engines x (1 warm-up + 3 repeats)" in text
-    assert "one-time builds first: onnx-int8" in text  # the test session's cache has no ONNX export yet
+    assert "one-time builds first: never timed here: onnx-int8" in text  # the test session's cache has no ONNX export yet

@@ -39,15 +39,17 @@ class Estimate:
         if not self.model_known:
             out.append("one-time builds: not known until the model is here")
         elif self.builds:
-            out.append("one-time builds first: " + ", ".join(
-                f"{b.engine} ({f'last took {b.last_build_s:.1f} s' if b.last_build_s else 'never timed here'})"
-                for b in self.builds))
+            timed = [f"{b.engine} (last {b.last_build_s:.1f} s)" for b in self.builds if b.last_build_s]
+            untimed = [b.engine for b in self.builds if not b.last_build_s]
+            parts = timed + ([f"never timed here: {', '.join(untimed)}"] if untimed else [])
+            out.append("one-time builds first: " + "; ".join(parts))
         if self.seconds is None:
             out.append("time: unknown (no engine has run here with this model yet)")
         else:
             line = f"time: about {_duration(self.seconds)}"
             if self.untimed:
-                line += f", not counting {', '.join(self.untimed)} (never run here)"
+                names = ", ".join(self.untimed) if len(self.untimed) <= 3 else f"{len(self.untimed)} engines"
+                line += f", not counting {names} (never run here)"
             out.append(line)
         return out
 
