@@ -119,7 +119,7 @@ def resolve(name: str | Preset, reference: str = "") -> PresetChoice:
     """The preset's engines that are available here (registry.available), the reference first, and
     the ones it wanted but cannot run, each with why."""
     preset = parse(name) if isinstance(name, str) else name
-    reference = reference or _default_reference()
+    reference = reference or default_reference()
     wanted: list[tuple[str, ...]]  # each a list of candidates: the first available one is taken
     if preset == Preset.FOUNDING:
         wanted = [(n,) for n in FOUNDING]
@@ -150,7 +150,8 @@ def resolve(name: str | Preset, reference: str = "") -> PresetChoice:
     return PresetChoice(preset.value, tuple(dict.fromkeys(engines)), tuple(skipped))
 
 
-def _default_reference() -> str:
+def default_reference() -> str:
+    """The engine a run compares the others with when none is named (BenchConfig's default)."""
     from .runs.config import BenchConfig
 
     return BenchConfig().reference_backend

@@ -63,7 +63,7 @@ class EnginePicker(QWidget):
         layout.addWidget(self.preset_note)
         layout.addWidget(self.filter)
         layout.addWidget(self.list)
-        self._fill({"hf"} & set(self.specs))
+        self._fill({presets.default_reference()} & set(self.specs))  # the reference ticked at first
 
     # --- reading and writing ------------------------------------------------------------------
     def selected(self) -> list[str]:

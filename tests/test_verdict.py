@@ -55,7 +55,7 @@ def test_overlapping_intervals_are_not_distinguishable():
     assert "Fastest overall: not distinguishable at 5 repeats: a (" in result.text()
     assert result.pick("int8").leaders == overall.leaders and result.pick("fp32").leaders == ("c",)
     overlap = result.caveat(CaveatKind.OVERLAP)
-    assert overlap is not None and "a and b (overall)" in overlap.text
+    assert overlap is not None and "a and b (overall, int8)" in overlap.text
 
 
 def test_failed_engines_are_named_with_their_status_and_left_out_of_the_ranking():

@@ -101,9 +101,13 @@ class Verdict:
         described: set[str] = set()
         overall = self.pick(OVERALL)
         for pick in self.picks:
-            if pick.scope != OVERALL and overall is not None and pick.leaders == overall.leaders \
-                    and overall.distinguishable:
-                out.append(f"- {pick.scope}: {pick.leaders[0]} (the fastest overall)")
+            if pick.scope != OVERALL and overall is not None and pick.leaders == overall.leaders:
+                if overall.distinguishable:
+                    out.append(f"- {pick.scope}: {pick.leaders[0]} (the fastest overall)")
+                else:
+                    runs = min(self.engines[n].runs for n in pick.leaders)
+                    out.append(f"- {pick.scope}: {_join(list(pick.leaders))}, as overall (not distinguishable at "
+                               f"{runs} repeats)")
                 continue
             out.append("- " + self._pick_line(pick))
             for name in pick.leaders:
@@ -201,7 +205,7 @@ def verdict(runs: Sequence[RunRecord], backends: Sequence[str] | None = None, re
     engines = {s.backend: _finding(s, runs, reference if reference_measured else "", ppl) for s in ranked}
     order = sorted(engines.values(), key=lambda f: f.ms_per_token.median)
     picks: list[Pick] = []
-    overlaps: list[str] = []
+    tied: dict[tuple[str, ...], list[str]] = {}  # leaders -> the scopes they tie in
     scopes = [(OVERALL, order)] + [(g.value, [f for f in order if f.group == g]) for g in PrecisionGroup]
     for scope, members in scopes:
         if not members:
@@ -209,7 +213,8 @@ def verdict(runs: Sequence[RunRecord], backends: Sequence[str] | None = None, re
         pick = _pick(scope, members)
         picks.append(pick)
         if not pick.distinguishable:
-            overlaps.append(f"{_join(list(pick.leaders))} ({scope})")
+            tied.setdefault(pick.leaders, []).append(scope)
+    overlaps = [f"{_join(list(leaders))} ({', '.join(scopes)})" for leaders, scopes in tied.items()]
     caveats = _caveats(summaries, engines, reference, reference_measured, random_weights, overlaps,
                        [s for s in summaries if s.runs > 0 and not s.comparable])
     return Verdict(reference if reference_measured else "", engines, tuple(picks), tuple(caveats), random_weights)
