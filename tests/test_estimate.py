@@ -22,9 +22,9 @@ def folders(model, **_kwargs):
 def building(monkeypatch):
     from tests import fake_engines
 
-    spec = dataclasses.replace(fake_engines.spec("builder"), artifacts="tests.test_estimate:folders")
-    monkeypatch.setitem(registry.ENGINES, "builder", spec)
-    monkeypatch.setitem(registry.ENGINES, "plain", fake_engines.spec("plain"))
+    spec = dataclasses.replace(fake_engines.spec("est-builder"), artifacts="tests.test_estimate:folders")
+    monkeypatch.setitem(registry.ENGINES, "est-builder", spec)
+    monkeypatch.setitem(registry.ENGINES, "est-plain", fake_engines.spec("est-plain"))
     return spec
 
 
@@ -42,23 +42,24 @@ def test_history_keeps_the_last_build_and_the_last_speed(tiny_model):
 
 
 def test_estimate_names_missing_builds_with_their_last_duration(tiny_model, building):
-    config = BenchConfig(backends=("builder", "plain"), new_tokens=11, repeats=3, warmup=1)
+    config = BenchConfig(backends=("est-builder", "est-plain"), new_tokens=11, repeats=3, warmup=1)
     before = estimate(config, tiny_model)
-    assert before.runs == 8 and [b.engine for b in before.builds] == ["builder"]
+    assert before.runs == 8 and [b.engine for b in before.builds] == ["est-builder"]
     assert before.seconds is None and "time: unknown" in before.lines()[-1]
-    assert "one-time builds first: never timed here: builder" in before.lines()[1]
-    engine_history.remember([_run("builder", r, 10.0, build_s=5.0, cold=1.0 if r == 1 else None) for r in (1, 2)],
+    assert "one-time builds first: never timed here: est-builder" in before.lines()[1]
+    engine_history.remember([_run("est-builder", r, 10.0, build_s=5.0, cold=1.0 if r == 1 else None) for r in (1, 2)],
                             tiny_model.weights_hash)
     timed = estimate(config, tiny_model)
     # cold start 1 s + build 5 s + 4 runs x (TTFT 10 ms + 10 x 10 ms) = 6.44 s; plain never ran here
-    assert timed.seconds == pytest.approx(6.44) and timed.untimed == ("plain",)
-    assert "one-time builds first: builder (last 5.0 s)" in timed.lines()[1] and "about 6 s, not counting plain" in timed.lines()[-1]
+    assert timed.seconds == pytest.approx(6.44) and timed.untimed == ("est-plain",)
+    assert "one-time builds first: est-builder (last 5.0 s)" in timed.lines()[1]
+    assert "about 6 s, not counting est-plain" in timed.lines()[-1]
     artifact_cache.ensure(KIND, tiny_model.weights_hash, "v1", lambda folder: (folder / "w.bin").write_bytes(b"x"))
     assert estimate(config, tiny_model).builds == ()
 
 
 def test_without_the_model_builds_are_unknown(building):
-    assert "not known until the model is here" in " ".join(estimate(BenchConfig(backends=("builder",)), None).lines())
+    assert "not known until the model is here" in " ".join(estimate(BenchConfig(backends=("est-builder",)), None).lines())
 
 
 def test_cached_model_finds_files_already_here_and_never_makes_them(tiny_model):
