@@ -15,14 +15,16 @@ import pyqtgraph.exporters
 from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 
+from .axes import CountAxis, LogAxis
 from .theme import Theme, current_theme
 
 
 class _Chart(pg.PlotWidget):
-    """A plot with one curve per engine, themed, with a legend and a PNG export."""
+    """A plot with one curve per engine, themed, with a legend and a PNG export. Its axes show no
+    values until there is data: an empty plot's 0 to 1 range means nothing."""
 
-    def __init__(self, title: str, x_label: str, y_label: str) -> None:
-        super().__init__()
+    def __init__(self, title: str, x_label: str, y_label: str, axes: dict[str, pg.AxisItem] | None = None) -> None:
+        super().__init__(axisItems=axes or {})
         self.colours: dict[str, QColor] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.plotItem.setTitle(title)
@@ -30,10 +32,21 @@ class _Chart(pg.PlotWidget):
         self.plotItem.setLabel("left", y_label)
         self.plotItem.showGrid(x=True, y=True, alpha=0.15)
         self.legend = self.plotItem.addLegend(offset=(-10, 10))
+        self.legend.setVisible(False)  # an empty legend is an empty box: shown once there are engines
         self._live: int | None = None
         self._view: list[float] | None = None
         self._pending: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # drawn when the tab is shown
+        self.show_values(False)
         self.apply_theme(current_theme())
+
+    def show_values(self, shown: bool) -> None:
+        """Tick values on both axes (off while the chart holds no data)."""
+        for side in ("bottom", "left"):
+            self.plotItem.getAxis(side).setStyle(showValues=shown)
+
+    @property
+    def values_shown(self) -> bool:
+        return bool(self.plotItem.getAxis("bottom").style["showValues"])
 
     def apply_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -75,6 +88,8 @@ class _Chart(pg.PlotWidget):
         """Draw now if this chart is on screen; a hidden tab only keeps the latest arrays."""
         if name not in self.curves:
             return
+        if len(x):
+            self.show_values(True)
         if self.isVisible():
             self.curves[name].setData(x, y)
             self._after_draw(x, y)
@@ -104,8 +119,10 @@ class _Chart(pg.PlotWidget):
         self._pending.clear()
         self.plotItem.clear()
         self.legend.clear()
+        self.show_values(False)
         self.colours = dict(colours)
         self.curves = {name: self._curve(name, colour) for name, colour in colours.items()}
+        self.legend.setVisible(bool(colours))
 
     def _curve(self, name: str, colour: QColor) -> pg.PlotDataItem:
         curve = self.plotItem.plot([], [], name=name, pen=pg.mkPen(colour, width=1.6))
@@ -124,7 +141,8 @@ class LatencyChart(_Chart):
     """Latency of every token of each engine's current (or last) run: token 0 is the TTFT."""
 
     def __init__(self) -> None:
-        super().__init__("Per-token latency (token 0 = time to first token)", "token index", "latency (ms)")
+        super().__init__("Per-token latency (token 0 = time to first token)", "token index", "latency (ms)",
+                         {"left": LogAxis(orientation="left"), "bottom": CountAxis(orientation="bottom")})
         self.plotItem.setLogMode(y=True)  # the first token includes the prompt: often 10x the rest
         self.texts: dict[str, list[str]] = {}
         self.values: dict[str, np.ndarray] = {}
@@ -189,7 +207,8 @@ class RaceChart(_Chart):
     """Tokens generated vs time since each run's request started: the race."""
 
     def __init__(self) -> None:
-        super().__init__("Tokens generated vs time since the request", "time since request start (s)", "tokens")
+        super().__init__("Tokens generated vs time since the request", "time since request start (s)", "tokens",
+                         {"left": CountAxis(orientation="left")})
 
     def set_series(self, name: str, seconds: np.ndarray) -> None:
         self._draw(name, seconds, np.arange(1, seconds.size + 1))
@@ -203,7 +222,8 @@ class HistogramChart(_Chart):
     """Distribution of inter-token latency over the measured runs (warm-ups excluded)."""
 
     def __init__(self) -> None:
-        super().__init__("Inter-token latency, measured runs", "inter-token latency (ms)", "tokens")
+        super().__init__("Inter-token latency, measured runs", "inter-token latency (ms)", "tokens",
+                         {"left": CountAxis(orientation="left")})
 
     def _curve(self, name: str, colour: QColor) -> pg.PlotDataItem:
         return self.plotItem.plot([], [], name=name, pen=pg.mkPen(colour, width=1.6))  # step data: no clipping
@@ -212,6 +232,7 @@ class HistogramChart(_Chart):
         values = [v for v in itl_ms.values() if v.size]
         for curve in self.curves.values():
             curve.setData([], [])
+        self.show_values(bool(values))
         if not values:
             return
         everything = np.concatenate(values)

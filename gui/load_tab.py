@@ -17,7 +17,6 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QTableWidget, QTableWidgetItem, QWidget
 
-from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.report import figures
@@ -174,7 +173,7 @@ class LoadTab(QWidget):
             return False
         self.result, self.levels, self._config = None, [], config
         self._servers, self._rounds, self._recorded = set(), {}, 0
-        self.colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self.colours = engine_colours(list(config.backends))
         self.table.setRowCount(0)
         self.chart.clear_figures()
         self.notice.setVisible(False)

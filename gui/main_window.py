@@ -69,6 +69,7 @@ class MainWindow(QMainWindow):
         self.quality_tab = QualityTab(self.setup, self.jobs, self.extra_specs)
         self.profile_tab = ProfileTab(self.setup, self.jobs, self.extra_specs)
         self.load_tab = LoadTab(self.setup, self.jobs, self.extra_specs)
+        self.view.quality_rows = self._quality_rows
         self._build_layout()
         self.state = QLabel("Ready")
         self.prepare_bar = QProgressBar()
@@ -225,7 +226,15 @@ class MainWindow(QMainWindow):
                                          "histogram": self.histogram}, folder)
 
     def copy_markdown(self) -> str:
-        return self.files.copy_markdown(self.view.data)
+        return self.files.copy_markdown(self.view.data, self._quality_rows(self.view.data))
+
+    def _quality_rows(self, data) -> list[dict] | None:
+        """The Quality tab's rows when they scored the session's model: the verdict's perplexity change."""
+        tab = self.quality_tab
+        if tab.quality is None or tab.model is None:
+            return None
+        same = tab.model.weights_hash == (data.environment.get("model") or {}).get("weights_sha256_16")
+        return [vars(row) for row in tab.quality.rows] if same else None
 
     def export_report(self, folder: Path | None = None) -> Path | None:
         return self.reports.export_report(folder)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.sources.model_files import DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, resolve_model
+from whistle_stop.backends.sources.model_files import (DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, cached_model,
+                                                         resolve_model)
 from whistle_stop.backends.storage.paths import CONFIGS_DIR
 
 from .job_context import RESOLVE_LOCK
@@ -30,6 +31,7 @@ class ModelInfo:
     notice: str = ""  # ModelFiles.notice once resolved
     error: str = ""  # the source cannot be used: Run is disabled with this reason
     pending: bool = False  # a check is running
+    files: ModelFiles | None = None  # the model's files when they are here already (what builds are missing)
 
 
 def _bundled_config(name: str) -> dict | None:
@@ -59,7 +61,8 @@ def predict(spec: str) -> ModelInfo:
 
 
 def from_files(model: ModelFiles) -> ModelInfo:
-    return ModelInfo(model.spec, model.context, model.is_random, f"{model.label} · {_shape(model.config)}", model.notice)
+    return ModelInfo(model.spec, model.context, model.is_random, f"{model.label} · {_shape(model.config)}", model.notice,
+                     files=model)
 
 
 class ModelProbe(QObject):
@@ -82,7 +85,17 @@ class ModelProbe(QObject):
         self.info.emit(guess)
         if guess.pending:
             self._future = self._pool.submit(self._resolve, spec)
-            self._poll.start()
+        elif not guess.error:  # a model known without files: find them if they are here (never fetched)
+            self._future = self._pool.submit(self._locate, guess)
+        else:
+            return
+        self._poll.start()
+
+    @staticmethod
+    def _locate(guess: ModelInfo) -> ModelInfo:
+        with RESOLVE_LOCK:
+            files = cached_model(guess.spec)
+        return replace(guess, files=files) if files is not None else guess
 
     @staticmethod
     def _resolve(spec: str) -> ModelInfo:

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QPus
                                QSplitter, QWidget)
 
 from whistle_stop.backends.report import figures
-from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
 from whistle_stop.backends.sources.model_files import ModelFiles
@@ -154,7 +153,7 @@ class QualityTab(QWidget):
             self.error.emit("Cannot run the quality evaluation", str(exc))
             return False
         self.result = self.quality = self.model = None
-        self.colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self.colours = engine_colours(list(config.backends))
         self._totals = (len(config.backends) * (config.warmup + config.repeats), 0)
         self._runs_done, self._windows_done = 0, {}
         self.table.set_rows([], {}, QColor())

@@ -14,6 +14,7 @@ from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.runs.bench import BenchResult
 from whistle_stop.backends.results.summary import BackendSummary, markdown_table, measured_gaps, summarize_backends
+from whistle_stop.backends.results.verdict import Verdict, verdict
 
 
 @dataclass
@@ -65,8 +66,14 @@ class SessionData:
     def summaries(self) -> list[BackendSummary]:
         return summarize_backends(self.runs, self.backends or None, self.tokens)
 
-    def markdown(self) -> str:
-        return markdown_table(self.summaries(), self.reference or None, self.environment.get("harness"))
+    def verdict(self, quality: list[dict] | None = None) -> Verdict:
+        """The verdict `bench` prints under its table, on these records (results/verdict.py)."""
+        return verdict(self.runs, self.backends or None, self.reference or None, quality)
+
+    def markdown(self, quality: list[dict] | None = None) -> str:
+        """Copy summary as Markdown: the verdict, then the table with its notes."""
+        table = markdown_table(self.summaries(), self.reference or None, self.environment.get("harness"))
+        return self.verdict(quality).markdown() + "\n" + table
 
     def measured_itl(self) -> dict[str, np.ndarray]:
         """Inter-token latencies per engine of the runs the table counts (measured and ok): a failed

@@ -90,8 +90,9 @@ class SessionFiles:
         self.messages.say(f"Wrote {len(written)} charts to {folder}")
         return written
 
-    def copy_markdown(self, data: SessionData) -> str:
-        text = data.markdown()
+    def copy_markdown(self, data: SessionData, quality: list[dict] | None = None) -> str:
+        """The verdict and the summary table (with quality.csv's rows of the same model, if any)."""
+        text = data.markdown(quality)
         QGuiApplication.clipboard().setText(text)
         self.messages.say("Summary copied as Markdown")
         return text

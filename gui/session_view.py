@@ -39,10 +39,12 @@ class SessionView:
         self.colours: dict = {}
         self.replayable = False  # a finished fair session with measured runs
         self._results_dirty = False
+        # quality.csv's rows of the same model, if the Quality tab has them (the verdict's perplexity change)
+        self.quality_rows: Callable[[SessionData], list[dict] | None] = lambda _data: None
 
     def show_engines(self, names: list[str]) -> None:
         """A pane and a curve per engine, each in its colour."""
-        colours = engine_colours(names, registry.names() + list(self.extra_specs))
+        colours = engine_colours(names)
         described = [(n, colours[n], (self.extra_specs.get(n) or registry.get(n)).description) for n in names]
         self.grid.set_engines(described)
         for chart in (self.latency, self.race, self.histogram):
@@ -96,4 +98,5 @@ class SessionView:
         self._results_dirty = False
         self.summary.set_summaries(self.data.summaries(), self.colours, self.data.reference or None,
                                    self.data.concurrent, self.data.environment.get("harness"))
+        self.summary.verdict.set_verdict(self.data.verdict(self.quality_rows(self.data)) if self.data.runs else None)
         self.histogram.set_data(self.data.measured_itl())

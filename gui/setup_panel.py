@@ -10,7 +10,7 @@ import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
+                               QLabel, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
                                QWidget)
 
 from whistle_stop.backends import registry
@@ -23,7 +23,10 @@ from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.sources.tokenizer import encode
 from whistle_stop.backends.worker.threads import default_threads
 
+from whistle_stop.backends.runs.estimate import estimate
+
 from .engine_options_form import EngineOptionsForm
+from .engine_picker import EnginePicker
 from .job_manager import JobManager
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
 from .theme import current_theme, icon
@@ -112,21 +115,14 @@ class SetupPanel(QWidget):
     def _engines_group(self) -> QGroupBox:
         box = QGroupBox("Engines")
         form = QVBoxLayout(box)
-        self.engines = QListWidget()
-        for spec in self._specs():
-            ok, why = (True, "") if spec.name in self.extra_specs else registry.available(spec.name)
-            item = QListWidgetItem(f"{spec.name}  ·  {spec.precision}")
-            item.setData(Qt.ItemDataRole.UserRole, spec.name)
-            if ok:
-                item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable)
-                item.setCheckState(Qt.CheckState.Checked if spec.name == "hf" else Qt.CheckState.Unchecked)
-                item.setToolTip(spec.description)
-            else:
-                item.setFlags(Qt.ItemFlag.NoItemFlags)  # greyed, cannot be ticked
-                item.setToolTip(f"{spec.description}\nunavailable: {why}")
-            self.engines.addItem(item)
-        self.engines.setMinimumHeight(150)
-        self.engines.itemChanged.connect(lambda _item: self._changed())
+        self.picker = EnginePicker(self._specs(), set(self.extra_specs))
+        self.engines = self.picker.list
+        self.picker.changed.connect(self._changed)
+        self.estimate_label = QLabel()
+        self.estimate_label.setObjectName("muted")
+        self.estimate_label.setWordWrap(True)
+        self.estimate_label.setToolTip("before Run: the runs, the one-time builds still to make (cached artefacts "
+                                       "missing) and a rough time from what each engine last measured here")
         usable = default_threads()
         self.threads = spin(0, max(1, os.cpu_count() or 1) * 2, 0,
                             "threads per engine; 0 = the usable physical cores, capped by the cgroup's CPU quota",
@@ -139,7 +135,8 @@ class SetupPanel(QWidget):
                              "before the engine starts (Linux): its load then reads the disk")
         self.cold.toggled.connect(self._changed)
         row.addRow("", self.cold)
-        form.addWidget(self.engines)
+        form.addWidget(self.picker)
+        form.addWidget(self.estimate_label)
         form.addLayout(row)
         return box
 
@@ -217,8 +214,7 @@ class SetupPanel(QWidget):
         return self.model_combo.currentText()
 
     def selected_engines(self) -> list[str]:
-        return [self.engines.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.engines.count())
-                if self.engines.item(i).checkState() == Qt.CheckState.Checked]
+        return self.picker.selected()
 
     def mode(self) -> str:
         return "race" if self.race.isChecked() else "fair"
@@ -273,11 +269,10 @@ class SetupPanel(QWidget):
         self.model_combo.setCurrentText(spec)
 
     def set_engines(self, names: list[str]) -> None:
-        for i in range(self.engines.count()):
-            item = self.engines.item(i)
-            if item.flags() & Qt.ItemFlag.ItemIsUserCheckable:
-                wanted = item.data(Qt.ItemDataRole.UserRole) in names
-                item.setCheckState(Qt.CheckState.Checked if wanted else Qt.CheckState.Unchecked)
+        self.picker.set_selected(names)
+
+    def apply_preset(self, name: str) -> None:
+        self.picker.apply_preset(name)
 
     def set_model_info(self, info: ModelInfo) -> None:
         if info.spec != self.model_spec():
@@ -291,7 +286,7 @@ class SetupPanel(QWidget):
 
     def _on_jobs_changed(self) -> None:
         running = self.jobs.busy()
-        for widget in (self.model_combo, self.engines, self.threads, self.cold, self.prompt, self.examples, self.new_tokens,
+        for widget in (self.model_combo, self.picker, self.threads, self.cold, self.prompt, self.examples, self.new_tokens,
                        self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
                        self.warmup, self.fair, self.race, *self.option_forms.values()):
             widget.setEnabled(not running)
@@ -351,7 +346,18 @@ class SetupPanel(QWidget):
         shown = problem if problem and problem != "a run is in progress" else ""
         self.reason.setText(shown)
         self.reason.setStyleSheet(f"color: {current_theme().error};")
+        self._update_estimate()
         self.changed.emit()
+
+    def _update_estimate(self) -> None:
+        """What Run would do now (backends/runs/estimate.py), under the engine list."""
+        if not self.selected_engines():
+            self.estimate_label.setText("")
+            return
+        config = self.config()
+        result = estimate(config, self.model_info.files, {n: self.extra_specs[n] for n in config.backends
+                                                            if n in self.extra_specs})
+        self.estimate_label.setText("\n".join(result.lines()))
 
     def _on_source(self, text: str) -> None:
         if text == LOCAL_FOLDER:

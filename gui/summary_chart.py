@@ -4,6 +4,7 @@ the interval the table shows), over the same table and notes `bench` prints (sum
 
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 from typing import Callable
@@ -13,11 +14,13 @@ import pyqtgraph as pg
 import pyqtgraph.exporters
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
 
 from whistle_stop.backends.results.stats import Summary
 from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, harness_note, interval_note,
                                                    sampling_notes, summary_rows)
+from whistle_stop.backends.results.verdict import Verdict
+from whistle_stop.backends.report.verdict_html import verdict_html
 
 from .theme import Theme, current_theme
 from .widgets import read_only_table
@@ -48,12 +51,19 @@ _BARS_NOTE = ("Bars: median of the measured runs (warm-ups excluded); whiskers: 
               "median across repeats (order statistics), at the confidence level the table's note gives.")
 
 
+def legend_html(names: list[str], colours: dict[str, QColor]) -> str:
+    """The engines in their colours, one line above the bars: names under narrow bars would overlap."""
+    return "&nbsp;&nbsp; ".join(f"<span style='color:{colours[n].name() if n in colours else '#888'}'>&#9632;</span>"
+                                f"&nbsp;{html.escape(n)}" for n in names)
+
+
 class SummaryBars(pg.GraphicsLayoutWidget):
     def __init__(self) -> None:
         super().__init__()
         self.plots = [self.addPlot(row=0, col=i) for i in range(len(METRICS))]
         for plot, (title, _, _) in zip(self.plots, METRICS):
             plot.setTitle(title)
+            plot.getAxis("bottom").setStyle(showValues=False)  # the engines are named in the legend above
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
             plot.showGrid(y=True, alpha=0.15)
@@ -100,30 +110,69 @@ class SummaryBars(pg.GraphicsLayoutWidget):
         exporter.export(str(path))
 
 
+class VerdictPanel(QTextBrowser):
+    """The verdict `bench` prints, as the report renders it (backends/report/verdict_html.py)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setMinimumWidth(320)
+        self.verdict: Verdict | None = None
+        self.apply_theme(current_theme())
+        self.setPlaceholderText("The verdict appears here once a run has finished: which engine to use, what its "
+                                "speed costs, and what limits what the numbers say.")
+
+    def set_verdict(self, result: Verdict | None) -> None:
+        self.verdict = result
+        self.setHtml("" if result is None else verdict_html(result))
+
+    def apply_theme(self, theme: Theme) -> None:
+        self.document().setDefaultStyleSheet(f".warn-list {{ color: {theme.error}; }} .caveats {{ font-weight: bold; }} "
+                                             "ul { margin-left: 0px; -qt-list-indent: 1; }")
+        if self.verdict is not None:
+            self.set_verdict(self.verdict)
+
+
 class SummaryView(QWidget):
-    """Bars on top, bench's summary table below."""
+    """The verdict beside the bars, bench's summary table below them."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        beside = QSplitter(Qt.Orientation.Horizontal)
+        self.verdict = VerdictPanel()
         splitter = QSplitter(Qt.Orientation.Vertical)
         self.bars = SummaryBars()
+        self.legend = QLabel()
+        self.legend.setWordWrap(True)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(6, 4, 0, 0)
+        top_layout.addWidget(self.legend)
+        top_layout.addWidget(self.bars, 1)
         self.table = read_only_table(QTableWidget(0, len(SUMMARY_HEADERS)), SUMMARY_HEADERS)
         self.note = QLabel(_BARS_NOTE)
         self.note.setWordWrap(True)
         self.note.setObjectName("muted")
-        splitter.addWidget(self.bars)
+        splitter.addWidget(top)
         splitter.addWidget(self.table)
         splitter.setSizes([230, 130])
         self.table.verticalHeader().setDefaultSectionSize(24)
-        layout.addWidget(splitter, 1)
+        beside.addWidget(self.verdict)
+        beside.addWidget(splitter)
+        beside.setStretchFactor(0, 2)
+        beside.setStretchFactor(1, 3)
+        beside.setSizes([560, 840])
+        layout.addWidget(beside, 1)
         layout.addWidget(self.note)
 
     def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor], reference: str | None,
                       contended: bool, harness: dict | None = None) -> None:
         """`harness`: environment.json's "harness" (the null engine's cost per token), shown as bench prints it."""
         self.bars.set_summaries(summaries, colours)
+        self.legend.setText(legend_html([s.backend for s in summaries], colours))
         rows = summary_rows(summaries, reference)
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
@@ -149,3 +198,4 @@ class SummaryView(QWidget):
 
     def apply_theme(self, theme: Theme) -> None:
         self.bars.apply_theme(theme)
+        self.verdict.apply_theme(theme)

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, Q
                                QPlainTextEdit, QPushButton, QSplitter, QWidget)
 
 from whistle_stop.backends.report import figures
-from whistle_stop.backends import registry
 from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
@@ -180,7 +179,7 @@ class SweepTab(QWidget):
             return False
         self._session, self._plan, self.result, self.last_folder = session, None, None, folder
         self.runs, self.tokens = [], []
-        self._colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self._colours = engine_colours(list(config.backends))
         self.restart.setChecked(False)  # one-shot: running again resumes
         self.figures.clear_figures()
         self.log.clear()

@@ -10,14 +10,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
+from whistle_stop.backends.report.colours import run_colours
 from whistle_stop.backends.storage.paths import RESOURCES
 
 ICONS_DIR: Path = RESOURCES / "icons"
-
-# Distinct on dark and light backgrounds (Tableau 10, then a few more).
-PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
-           "#9c755f", "#bab0ac", "#1f9e89", "#d37295", "#8cd17d", "#86bcb6", "#a0cbe8", "#ffbe7d",
-           "#b6992d", "#f1ce63", "#499894", "#fabfd2", "#79706e", "#d4a6c8", "#e377c2", "#17becf"]
 
 
 @dataclass(frozen=True)
@@ -91,13 +87,11 @@ def _palette(theme: Theme) -> QPalette:
     return palette
 
 
-def engine_colours(names: list[str], order: list[str]) -> dict[str, QColor]:
-    """A stable colour per engine: its place in the full engine list, so hf is always the same blue."""
-    out = {}
-    for name in names:
-        index = order.index(name) if name in order else len(order) + names.index(name)
-        out[name] = QColor(PALETTE[index % len(PALETTE)])
-    return out
+def engine_colours(names: list[str], theme: Theme | None = None) -> dict[str, QColor]:
+    """A colour per engine of one run, in the run's order (backends/report/colours.py): distinct up
+    to sixteen engines and legible on the theme's background."""
+    dark = (theme or current_theme()).dark
+    return {name: QColor(colour) for name, colour in run_colours(names, dark).items()}
 
 
 def icon(name: str) -> QIcon:

@@ -24,13 +24,14 @@ class ScriptedEngine(Engine):
     def __init__(self, options: EngineOptions, prefill_s: float = 0.0, decode_s: float = 0.0,
                  crash_at: int | None = None, hang_at: int | None = None, fail_at: int | None = None,
                  fail_load: bool = False, load_s: float = 0.0, device: str = "cpu",
-                 segfault_at: int | None = None) -> None:
+                 segfault_at: int | None = None, build_s: float = 0.0) -> None:
         super().__init__(options)
         self.device = device  # what its Ready says (a "cuda" one: whose memory the profile probes)
         self.prefill_s, self.decode_s = prefill_s, decode_s
         self.crash_at, self.hang_at, self.fail_at = crash_at, hang_at, fail_at
         self.segfault_at = segfault_at
         self.fail_load, self.load_s = fail_load, load_s
+        self.build_s = build_s  # a first export's time: spent in load, reported as EngineInfo.build_s
         self._position = 0
 
     def load(self, model, progress) -> EngineInfo:
@@ -39,7 +40,11 @@ class ScriptedEngine(Engine):
         if self.load_s:
             progress("pretending to build something", 0.5)
             time.sleep(self.load_s)
-        return EngineInfo(device=self.device, dtype="fp32", weight_bytes_per_token=1_000_000, notes="scripted")
+        if self.build_s:
+            progress("pretending to export something", None)
+            time.sleep(self.build_s)
+        return EngineInfo(device=self.device, dtype="fp32", weight_bytes_per_token=1_000_000, notes="scripted",
+                          build_s=self.build_s, artifact_cache="miss" if self.build_s else "none")
 
     def _logits(self) -> np.ndarray:
         logits = np.zeros(VOCAB, np.float32)

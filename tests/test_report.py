@@ -174,3 +174,76 @@ def test_report_command(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "r")]) == 2
     assert "is not a folder" in capsys.readouterr().err
     assert json.loads((folder / "environment.json").read_text())["machine"]["cpu"] == "CPU"
+
+
+class _Structure:
+    """Every <table>'s ancestors (tag, classes), and the CSS classes laid out as flex or grid."""
+
+    def __init__(self, page):
+        import re
+        from html.parser import HTMLParser
+
+        style = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
+        self.columns = {cls for rule, body in re.findall(r"([^{}]+)\{([^}]*)\}", style)
+                        if re.search(r"display:\s*(flex|grid)", body) for cls in re.findall(r"\.([\w-]+)", rule)}
+        tables = self.tables = []
+        void = {"img", "meta", "br", "hr", "input", "link"}
+
+        class Parser(HTMLParser):
+            stack: list = []
+
+            def handle_starttag(self, tag, attrs):
+                classes = set((dict(attrs).get("class") or "").split())
+                if tag == "table":
+                    tables.append(list(self.stack))
+                if tag not in void:
+                    self.stack.append((tag, classes, dict(attrs).get("style") or ""))
+
+            def handle_endtag(self, tag):
+                while self.stack and self.stack.pop()[0] != tag:
+                    pass
+
+        Parser().feed(page)
+
+
+def test_report_reads_top_down_and_no_table_sits_in_a_column(tmp_path):
+    runs, tokens = _records()
+    sweep = _folder(tmp_path / "sweep", runs, tokens, "CPU one")
+    bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
+    bench = _folder(tmp_path / "bench", bench_runs, [], "CPU two")
+    page = build_report([sweep, bench], tmp_path / "report").read_text(encoding="utf-8")
+    structure = _Structure(page)
+    assert structure.tables and structure.columns == {"figures"}
+    for ancestors in structure.tables:
+        assert any(tag == "div" and "scroll" in classes for tag, classes, _ in ancestors)
+        assert not any(classes & structure.columns or "flex" in style or "grid" in style
+                       for _, classes, style in ancestors)
+    # the verdict first (of the bench folder only: a sweep's cells are not one comparison), then the comparison
+    assert page.index("<h2>Verdict") < page.index("<h2>Comparison") < page.index("<h2>1: sweep") < page.index("<h2>2: bench")
+    assert page.count('<section class="verdict">') == 1 and "Fastest overall" in page
+
+
+def test_environment_differences_that_matter_come_first_and_the_rest_is_folded(tmp_path):
+    runs, _ = _records()
+    bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
+    one = _folder(tmp_path / "one", bench_runs, [], "CPU", {"libraries": {"torch": "2.13", "onnx": "1.17"}})
+    two = _folder(tmp_path / "two", bench_runs, [], "CPU", {"libraries": {"torch": "2.14", "onnx": "1.18"},
+                                                             "python": "3.12"})
+    page = build_report([one, two], tmp_path / "report").read_text(encoding="utf-8")
+    differences = page[page.index("Environment differences"):page.index("<h2>1: one")]
+    folded = differences[differences.index("<details>"):]
+    assert "libraries.torch" in differences and "libraries.torch" not in folded  # hf runs on torch
+    assert "libraries.onnx" in folded and "python" in folded  # hf does not use onnx
+
+
+def test_profile_top_operations_are_one_fold_per_engine(tmp_path):
+    from types import SimpleNamespace
+
+    from whistle_stop.backends.report import html as report_html
+
+    op = lambda phase, name: SimpleNamespace(phase=phase, name=name, category="matmul", ms_per_step=1.0,  # noqa: E731
+                                             calls_per_step=2.0, share=0.5)
+    profiles = [SimpleNamespace(engine=e, top_ops=[op("decode", f"{e}-mm"), op("prefill", f"{e}-pre")], trace_file="")
+                for e in ("hf", "onnx")]
+    parts = report_html._top_ops_html(profiles)
+    assert parts.count("<details>") == 2 and parts.count("<h4>decode</h4>") == 2 and parts.count("<h4>prefill</h4>") == 2

@@ -11,11 +11,13 @@ from rich.table import Table
 from ..results.export import write_results
 from ..results.summary import (SUMMARY_HEADERS, harness_note, interval_note, sampling_notes, summarize_backends,
                                summary_rows)
+from ..results.verdict import verdict
 from ..runs.bench import BenchResult, BenchSession
 from ..storage import bytecode
 from .load_table import print_load
 from .common import (add_cached_bandwidth, cancelled, check_reference, config_from_args, in_thread,
-                     out_dir, planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
+                     out_dir, planned_runs, print_verdict, progress_printer, runs_kept, stderr_console,
+                     stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -78,4 +80,5 @@ def print_summary(result: BenchResult, console: Console) -> None:
         console.print(harness)
     if any(s.concurrent for s in summaries):
         console.print("[yellow]race mode: engines ran at the same time, so timings are contended[/]")
+    print_verdict(verdict(result.runs, list(result.config.backends), reference), console)
 

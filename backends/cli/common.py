@@ -13,11 +13,12 @@ from typing import Callable, Iterable, TypeVar
 from rich.console import Console
 from rich.markup import escape
 
-from .. import registry
+from .. import presets, registry
 from ..errors import UsageError
 from ..runs.bench import BenchConfig, BenchSession, RunRecorded
 from ..results.records import RunRecord
 from ..results.summary import is_measured
+from ..results.verdict import Verdict
 from ..runs.events import LoadRecorded
 from ..sampling import SamplingParams
 from ..storage.atomic import check_writable_dir
@@ -45,9 +46,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             prompt = args.prompt_file.read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read --prompt-file: {exc}") from exc
-    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    backends = tuple(b.strip() for b in (args.backends or "").split(",") if b.strip())
     for name in backends:
         registry.get(name)  # unknown names fail here, listing the known ones
+    backends = engines_with_preset(getattr(args, "preset", None), backends, args.reference)
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be > 0, got {args.timeout}")
     sampling = SamplingParams(args.decoding, args.temperature, args.top_k, args.top_p, args.seed)
@@ -59,6 +61,28 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         cold=getattr(args, "cold", False), concurrency=tuple(getattr(args, "concurrency", None) or ()),
         slo_ttft_ms=getattr(args, "slo_ttft_ms", None), slo_itl_ms=getattr(args, "slo_itl_ms", None),
     ).validate()
+
+
+def engines_with_preset(preset: str | None, backends: tuple[str, ...], reference: str | None) -> tuple[str, ...]:
+    """--backends alone (default hf), or --preset's available engines followed by --backends' others;
+    what the preset chose and skipped goes to stderr, one line each."""
+    if not preset:
+        return backends or ("hf",)
+    choice = presets.resolve(preset, reference or "")
+    combined = choice.combined(backends)
+    if not combined.engines:
+        raise UsageError(f"preset {choice.preset}: no engine of it is available here (`main.py backends` says why)")
+    err = stderr_console()
+    for line in combined.lines():
+        err.print(line, markup=False)
+    return combined.engines
+
+
+def print_verdict(verdict: "Verdict", console: Console) -> None:
+    """The verdict under a command's table: the same lines the window and the report show."""
+    console.print()
+    for line in verdict.lines():
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def check_reference(config: BenchConfig) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import UsageError
+from ..presets import preset_names
 from .engine_flags import add_engine_flags
 
 
@@ -47,7 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "the traces, charts and the unprofiled runs' records")
     report = sub.add_parser("report", help="turn results folders into a self-contained HTML page and PNGs")
     report.add_argument("folders", nargs="+", type=Path, help="bench, sweep or quality results folders")
-    report.add_argument("--out", default="report", type=Path, help="folder for report.html and the PNGs")
+    report.add_argument("--out", type=Path, help="folder for report.html and the PNGs (default: report; with "
+                        "--markdown alone, no HTML is written)")
+    report.add_argument("--markdown", type=Path, metavar="FILE",
+                        help="write one results folder as a Markdown page (environment, command, verdict, summary "
+                             "table) for docs/measurements/")
     return parser
 
 
@@ -64,7 +69,10 @@ def _int_list(text: str) -> list[int]:
 def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """The generation options; with `sweep`, lengths are comma-separated lists and mode is fair only."""
     p.add_argument("--model", default="auto", help="auto | hub id (gpt2, distilgpt2, ...) | local folder | random:<config>")
-    p.add_argument("--backends", default="hf", help="comma-separated engine names (see `main.py backends`)")
+    p.add_argument("--backends", help="comma-separated engine names (see `main.py backends`; default: hf); "
+                   "with --preset, engines added to the preset's")
+    p.add_argument("--preset", help="a named set of the engines available here: " + ", ".join(preset_names())
+                   + " (the ones it skips are named, with why)")
     p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
     if sweep:

@@ -10,8 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
+from ..results.verdict import verdict
 from .common import (add_cached_bandwidth, cancelled, charts, check_reference, config_from_args, in_thread,
-                     out_dir, planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
+                     out_dir, planned_runs, print_verdict, progress_printer, runs_kept, stderr_console,
+                     stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -42,6 +44,8 @@ def quality_command(args: argparse.Namespace) -> int:
 
     paths += charts(render, err)
     _print_quality(session.quality, model, stdout_console())
+    quality_rows = [vars(r) for r in session.quality.rows]
+    print_verdict(verdict(result.runs, list(config.backends), session.reference, quality_rows), stdout_console())
     err.print("wrote " + ", ".join(str(p) for p in paths))
     if result.cancelled:
         scored = sum(1 for r in session.quality.rows if r.perplexity is not None)

@@ -1,4 +1,5 @@
-"""`main.py report`: results folders into one self-contained HTML page and PNGs."""
+"""`main.py report`: results folders into one self-contained HTML page and PNGs, or one folder
+into a Markdown page (`--markdown FILE`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,20 @@ from .main import EXIT_OK
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from ..report.html import build_report
-
     for folder in args.folders:
         if not Path(folder).is_dir():
             raise UsageError(f"{folder} is not a folder")
-    path = build_report(list(args.folders), args.out)
-    stderr_console().print(f"wrote {path} and its PNG figures")
+    err = stderr_console()
+    if args.markdown is not None:
+        from ..report.markdown import write_markdown
+
+        if len(args.folders) != 1:
+            raise UsageError("--markdown takes one results folder (one dated run per page)")
+        err.print(f"wrote {write_markdown(args.folders[0], args.markdown)}")
+        if args.out is None:
+            return EXIT_OK
+    from ..report.html import build_report
+
+    path = build_report(list(args.folders), args.out or Path("report"))
+    err.print(f"wrote {path} and its PNG figures")
     return EXIT_OK

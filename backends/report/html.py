@@ -1,9 +1,12 @@
 """Reports: results folders (bench, sweep or quality) -> one self-contained HTML page plus PNGs.
 
-The page embeds every figure as a base64 PNG and needs no other file or network. With two or
-more folders it adds a side-by-side comparison and lists where their environments differ
-(CPU, library versions, git commit, settings...). A folder with load runs (load_requests.csv)
-gets a Load section: throughput against latency per concurrency level, and the levels' table.
+The page reads top-down: the verdict (results/verdict.py, as the CLI and the window give it),
+then, with two or more folders, the comparison charts and where their environments differ (what
+matters to the numbers first, the rest folded), then one section per folder. Every table sits in
+its own horizontally scrolling box, so a wide one never overlaps anything, and no table is put in
+a column beside another. The page embeds every figure as a base64 PNG and needs no other file or
+network. A folder with load runs (load_requests.csv) gets a Load section: throughput against
+latency per concurrency level, and the levels' table.
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ from ..results.reader import load_requests, load_results
 from ..results.stats import summarize
 from ..results.summary import (SUMMARY_HEADERS, fmt, harness_note, interval_note, sampling_notes, summarize_backends,
                                summary_rows)
+from ..results.verdict import Verdict, verdict
+from .environment_diff import environment_differences, flatten, split_differences  # noqa: F401 (re-exported)
+from .verdict_html import verdict_html
 
 REPORT_HTML = "report.html"
-# Differences that say nothing about the machine or the settings.
-_VOLATILE = ("finished_at", "measured_at", "cancelled", "model.folder", "sweep.completed", "sweep.pending",
-             "machine.hostname", "bandwidth.cached")
 
 
 @dataclass
@@ -125,36 +128,52 @@ def comparison_figures(folders: list[FolderData]) -> list[fg.Figure]:
     return out
 
 
-def flatten(data, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    if isinstance(data, dict):
-        for key, value in data.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-    else:
-        text = json.dumps(data, default=str) if isinstance(data, (list, tuple)) else ("" if data is None else str(data))
-        out[prefix[:-1]] = text if len(text) <= 160 else text[:157] + "..."
-    return out
+def folder_verdict(data: FolderData, folders: list[FolderData]) -> Verdict | None:
+    """The verdict on a folder's runs (none for a sweep: its cells are not one comparison), with
+    the perplexity change from its own quality rows, or from a quality folder of the same model."""
+    if data.kind == "sweep" or not data.runs:
+        return None
+    quality = data.quality or next((f.quality for f in folders if f.quality and _same_model(f, data)), [])
+    return verdict(data.runs, data.backends, data.environment.get("reference"), quality)
 
 
-def environment_differences(environments: list[dict]) -> list[tuple[str, list[str]]]:
-    """[(key, [value in each folder])] for every key whose values are not all equal."""
-    flat = [flatten(env) for env in environments]
-    keys = list(dict.fromkeys(k for f in flat for k in f))
-    rows = []
-    for key in keys:
-        if any(key == v or key.endswith("." + v) or key.startswith(v + ".") for v in _VOLATILE):
-            continue
-        values = [f.get(key, "(absent)") for f in flat]
-        if len(set(values)) > 1:
-            rows.append((key, values))
-    return rows
+def _same_model(a: FolderData, b: FolderData) -> bool:
+    hashes = [(d.environment.get("model") or {}).get("weights_sha256_16") for d in (a, b)]
+    return bool(hashes[0]) and hashes[0] == hashes[1]
 
 
 # --- HTML ----------------------------------------------------------------------------------
 def _table(headers: list[str], rows: list[list[str]]) -> str:
+    """A table in its own scrolling box: as wide as it needs, never over its neighbours."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _verdict_section(verdicts: list[tuple[str, Verdict]]) -> str:
+    if not verdicts:
+        return ""
+    parts = ['<section class="verdict"><h2>Verdict</h2>']
+    for label, result in verdicts:
+        if len(verdicts) > 1:
+            parts.append(f"<h3>{html.escape(label)}</h3>")
+        parts.append(verdict_html(result))
+    return "".join(parts) + "</section>"
+
+
+def _differences_html(datas: list[FolderData]) -> str:
+    """The differences that matter to the numbers in a table; the others folded below it."""
+    diffs = environment_differences([d.environment for d in datas])
+    if not diffs:
+        return "<p>no differences</p>"
+    headers = ["setting"] + [f"{i}: {d.label}" for i, d in enumerate(datas, start=1)]
+    matter, rest = split_differences(diffs, {b for d in datas for b in d.backends})
+    parts = [_table(headers, [[k] + v for k, v in matter]) if matter
+             else "<p>none that matter to the numbers (CPU, threads, the engines' libraries, model, settings)</p>"]
+    if rest:
+        parts.append(f"<details><summary>{len(rest)} other difference{'s' if len(rest) != 1 else ''} "
+                     f"(OS, other libraries, commit, ...)</summary>{_table(headers, [[k] + v for k, v in rest])}</details>")
+    return "".join(parts)
 
 
 def _img(path: Path, figure: fg.Figure) -> str:
@@ -218,15 +237,26 @@ def _profile_html(data: FolderData) -> str:
         parts.append(f"<h3>Profile: {phase} step</h3>")
         parts.append(_table(PROFILE_HEADERS, [profile_row(p, phase) for p in data.profiles]))
     parts.append(f"<p class=note>{html.escape(PROFILE_NOTE)}</p>")
-    rows = [[p.engine, op.phase, op.name, op.category, f"{op.ms_per_step:.3f}", f"{op.calls_per_step:.1f}",
-             f"{100 * op.share:.1f}%"] for p in data.profiles for op in p.top_ops]
-    if rows:
-        parts.append("<h3>Most expensive operations</h3>")
-        parts.append(_table(["engine", "phase", "operation", "category", "ms / step", "calls / step", "share"], rows))
+    parts.append(_top_ops_html(data.profiles))
     traces = [p.trace_file for p in data.profiles if p.trace_file]
     if traces:
         parts.append("<p class=note>Traces (Chrome trace format; open in https://ui.perfetto.dev): "
                      + html.escape(", ".join(Path(t).name for t in traces)) + "</p>")
+    return "".join(parts)
+
+
+def _top_ops_html(profiles: list) -> str:
+    """The most expensive operations: one fold per engine, one table per phase inside it."""
+    with_ops = [p for p in profiles if p.top_ops]
+    parts = ["<h3>Most expensive operations</h3>"] if with_ops else []
+    for p in with_ops:
+        tables = []
+        for phase in dict.fromkeys(op.phase for op in p.top_ops):
+            rows = [[op.name, op.category, f"{op.ms_per_step:.3f}", f"{op.calls_per_step:.1f}", f"{100 * op.share:.1f}%"]
+                    for op in p.top_ops if op.phase == phase]
+            tables.append(f"<h4>{html.escape(phase)}</h4>"
+                          + _table(["operation", "category", "ms / step", "calls / step", "share"], rows))
+        parts.append(f"<details><summary>{html.escape(p.engine)}</summary>{''.join(tables)}</details>")
     return "".join(parts)
 
 
@@ -277,17 +307,22 @@ def _folder_html(index: int, data: FolderData, images: list[str], load: str = ""
         parts.append(_quality_html(data))
     if data.profiles:
         parts.append(_profile_html(data))
-    parts += images
+    if images:
+        parts.append(f'<div class="figures">{"".join(images)}</div>')  # figures only: never a table
     parts.append(load)
     parts.append("</section>")
     return "".join(parts)
 
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.6em 0;
-font-size:.85em}th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}th{background:#f3f3f3}
-td:first-child{text-align:left}img{max-width:100%;border:1px solid #eee}.facts{color:#555}.warn{color:#b00;
-font-weight:bold}.note{color:#666}.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:1.5em}
-figcaption{color:#666;font-size:.8em}"""
+_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;padding:0 1.5em;max-width:1800px;color:#222;
+line-height:1.4}section{margin:1.5em 0 2.5em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}
+.scroll{overflow-x:auto;max-width:100%;margin:.6em 0}table{border-collapse:collapse;font-size:.85em;white-space:nowrap}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
+.figures{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0;flex:1 1 560px;max-width:900px}
+img{max-width:100%;border:1px solid #eee}.facts{color:#555}.warn{color:#b00;font-weight:bold}.note{color:#666}
+.verdict{background:#f5f8fc;border-left:4px solid #358be2;padding:.2em 1.2em .8em}.verdict ul ul{color:#444}
+.caveats{font-weight:bold;margin-bottom:.2em}.warn-list{color:#8a1c1c}details{margin:.4em 0}
+summary{cursor:pointer;color:#335}figcaption{color:#666;font-size:.8em}"""
 
 
 def build_report(folders: list[Path], out_dir: Path) -> Path:
@@ -302,13 +337,13 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
         raise UsageError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from exc
     from .plots import render_png
 
-    sections = []
+    verdicts = [(f"{i}: {d.label}", v) for i, d in enumerate(datas, start=1)
+                if (v := folder_verdict(d, datas)) is not None]
+    sections = [_verdict_section(verdicts)]
     if len(datas) > 1:
         images = [_img(render_png(f, out_dir / f"{f.name}.png"), f) for f in comparison_figures(datas)]
-        diffs = environment_differences([d.environment for d in datas])
-        headers = ["setting"] + [f"{i}: {d.label}" for i, d in enumerate(datas, start=1)]
-        table = _table(headers, [[k] + v for k, v in diffs]) if diffs else "<p>no differences</p>"
-        sections.append(f"<section><h2>Comparison</h2>{''.join(images)}<h3>Environment differences</h3>{table}</section>")
+        sections.append(f'<section><h2>Comparison</h2><div class="figures">{"".join(images)}</div>'
+                        f"<h3>Environment differences</h3>{_differences_html(datas)}</section>")
     columns = []
     for index, data in enumerate(datas, start=1):
         images = [_img(render_png(f, out_dir / f"{index}-{f.name}.png"), f) for f in folder_figures(data)]
@@ -317,7 +352,7 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
             curve = fg.load_curve(levels)
             load = _load_html(levels, data.slo, _img(render_png(curve, out_dir / f"{index}-{curve.name}.png"), curve))
         columns.append(_folder_html(index, data, images, load))
-    sections.append(f"<div class=grid>{''.join(columns)}</div>")
+    sections += columns  # one after another: a folder's wide tables never sit beside another's
     title = "whistle-stop report: " + ", ".join(d.label for d in datas)
     page = (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"
             f"</head><body><h1>{html.escape(title)}</h1><p class=facts>generated {time.strftime('%Y-%m-%d %H:%M')} · "

@@ -10,10 +10,10 @@ import os
 import sys
 from pathlib import Path
 
+from .colours import LIGHT, rgb
 from .figures import Figure
 
-PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]
+PALETTE = [rgb(c) for c in LIGHT]  # the engines' colours on white, in the run's order
 LIMIT_COLOUR = (90, 90, 90)
 DEFAULT_SIZE = (900, 520)
 
@@ -63,7 +63,11 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         err = np.asarray(series.err or [0.0] * len(y), float)
         err_low = np.asarray(series.err_low, float) if len(series.err_low) == len(y) else err  # asymmetric intervals
         rgb = colour(index)
-        if figure.kind == "bar":
+        if figure.kind == "bar" and n_series == 1:  # one group: each bar is an engine, in its colour
+            brushes = [pg.mkBrush(*colour(int(round(xi)))) for xi in x]
+            plot_item.addItem(pg.BarGraphItem(x=x, height=y, width=0.7, brushes=brushes, pen=pg.mkPen(None)))
+            rgb = foreground  # the whiskers: one colour over bars of every colour
+        elif figure.kind == "bar":
             width = 0.8 / n_series
             x = x - 0.4 + width * (index + 0.5)
             plot_item.addItem(pg.BarGraphItem(x=x, height=y, width=width * 0.9, brush=pg.mkBrush(*rgb), pen=pg.mkPen(rgb)))

@@ -34,6 +34,17 @@ def cpuinfo_field(name: str) -> str:
     return ""
 
 
+# The CPU features the engines' kernels choose between (vector width, int8 and bf16 products).
+NOTABLE_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
+                 "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
+
+
+def cpu_flags() -> list[str]:
+    """The notable features this CPU has, in NOTABLE_FLAGS' order ([] where /proc/cpuinfo says none)."""
+    present = set(cpuinfo_field("flags").split()) | set(cpuinfo_field("Features").split())
+    return [flag for flag in NOTABLE_FLAGS if flag in present]
+
+
 def cpu_model() -> str:
     return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
@@ -87,6 +98,7 @@ def collect_environment(model=None, settings: dict | None = None, extra: dict | 
         "app": {"name": "whistle-stop", "version": __version__, "git_commit": git_commit()},
         "machine": {
             "cpu": cpu_model(),
+            "cpu_flags": cpu_flags(),
             "cores_logical": psutil.cpu_count(logical=True),
             "cores_physical": psutil.cpu_count(logical=False),
             "memory_gb": round(memory.total / 2**30, 1),

@@ -58,7 +58,7 @@ class RunRecord:
     error: str = ""
     # Beyond the core schema: context a reader needs to trust the row.
     tokens_generated: int = 0
-    cold_start_s: float | None = None  # worker spawned -> first token (first run of a worker only)
+    cold_start_s: float | None = None  # worker spawned -> first token, build_s excluded (first run of a worker only)
     bandwidth_gb_s: float | None = None  # weight bytes per token x decode tokens/s
     concurrent: bool = False  # race mode: timings are contended
     reference: str = ""  # the engine this run's tokens are compared with
@@ -67,7 +67,7 @@ class RunRecord:
     notes: str = ""
     # Honest context (what the figures above depend on).
     load_peak_rss_mb: float | None = None  # the worker's own peak at Ready (load transients included)
-    build_s: float | None = None  # artefact building inside load (load_s excludes it)
+    build_s: float | None = None  # one-time artefact building inside load (load_s and cold_start_s exclude it)
     artifact_cache: str = ""  # "hit", "miss" or "none"
     weights_page_cached: float | None = None  # share of the weights file in the page cache before the worker started
     cpu_s_per_token: float | None = None  # worker user + system CPU seconds per generated token

@@ -47,6 +47,7 @@ class BackendSummary:
     sampled: bool = False  # the measured runs sampled (decoding "sample", temperature > 0)
     cpu_s_per_token: Summary = pooled_summary([])  # worker user + system CPU seconds per token, across runs
     load_peak_rss_mb: float | None = None  # the worker's own peak at Ready (load transients included)
+    build_s: float | None = None  # one-time artefact building (export, conversion, kernel): not in cold_start_s
 
     @property
     def comparable(self) -> bool:
@@ -106,6 +107,7 @@ def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
             sampled=any(_sampled(r) for r in (measured or mine)),
             cpu_s_per_token=summarize([r.cpu_s_per_token for r in measured]),
             load_peak_rss_mb=max((r.load_peak_rss_mb for r in mine if r.load_peak_rss_mb is not None), default=None),
+            build_s=max((r.build_s for r in mine if r.build_s is not None), default=None),
         ))
     return out
 
@@ -138,7 +140,7 @@ def fmt_pooled(summary: Summary, digits: int = 2) -> str:
     return "/".join(f"{v:.{digits}f}" for v in (summary.median, summary.p90, summary.p99))
 
 
-SUMMARY_HEADERS = ["backend", "dtype", "runs", "import s", "load s", "cold start s", "TTFT ms",
+SUMMARY_HEADERS = ["backend", "dtype", "runs", "import s", "load s", "cold start s", "build s", "TTFT ms",
                    "ms/token", "TPOT ms", "tok/s", "CPU ms/token", "ITL p50/p90/p99 ms", "GB/s",
                    "peak RSS MB run/load", "agree", "status"]
 
@@ -155,7 +157,7 @@ def summary_rows(summaries: list[BackendSummary], reference: str | None = None) 
             agree = "reference"
         status = s.status.value if s.status == RunStatus.OK else f"{s.status}: {s.error}"[:80]
         rows.append([backend_label(s), s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
-                     fmt(s.cold_start_s, 2), fmt_interval(s.ttft_ms), fmt_interval(s.itl_p50_ms, 2),
+                     fmt(s.cold_start_s, 2), fmt(s.build_s, 2), fmt_interval(s.ttft_ms), fmt_interval(s.itl_p50_ms, 2),
                      fmt_interval(s.tpot_ms, 2), fmt_interval(s.decode_tok_s), _cpu_ms(s.cpu_s_per_token),
                      fmt_pooled(s.itl_pooled_ms), fmt(s.bandwidth_gb_s.median),
                      f"{fmt(s.peak_rss_mb, 0)}/{fmt(s.load_peak_rss_mb, 0)}", agree, status])
@@ -189,7 +191,8 @@ def interval_note(summaries: list[BackendSummary]) -> str:
             "across repeats (order statistics)")
     if levels:
         text += "; its confidence level with " + levels
-    return (text + "; ms/token = median of the runs' median inter-token latency; ITL p50/p90/p99: every "
+    return (text + "; cold start = worker spawned to first token with the artefacts cached; build s = the one-time "
+            "export, conversion or compile this run had to make first (0: cached); ms/token = median of the runs' median inter-token latency; ITL p50/p90/p99: every "
             "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token "
             "(with the processes it started: a managed server's); GB/s = (weights + KV cache read) per token x tok/s; "
             "peak RSS = the worker's own peak (plus its processes' peaks) while running / at load")

@@ -41,6 +41,17 @@ def finish_bench(result: BenchResult, threads: int, cancelled: bool) -> None:
     })
 
 
+def _remember(result: BenchResult) -> None:
+    """Each engine's build, cold start and speed for the next estimate; a cache that cannot be
+    written costs the estimate, never the bench."""
+    from ..storage import engine_history
+
+    try:
+        engine_history.remember(result.runs, result.model.weights_hash)
+    except OSError:
+        pass
+
+
 class BenchSession:
     """`prepare()` then `run()`; `cancel()` from any thread."""
 
@@ -69,6 +80,7 @@ class BenchSession:
                 timeouts=self.config.timeouts, cancelled=lambda: self._orchestrator.cancelled)
             self._orchestrator.emit(HarnessCalibrated(result.environment["harness"]))
         result.environment["threads_resolution"] = self._orchestrator.threads_resolution
+        _remember(result)
         return result
 
     def cancel(self) -> None:

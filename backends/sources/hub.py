@@ -40,6 +40,18 @@ def fetch_safetensors_model(repo_id: str, progress=None, cancel: threading.Event
     return _download(repo_id, progress, cancel)
 
 
+def cached_folder(repo_id: str) -> Path | None:
+    """The hub cache's folder for `repo_id` when its files are there, else None (never downloads)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=PATTERNS, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+    return folder if (folder / "model.safetensors").exists() and (folder / "config.json").exists() else None
+
+
 def _check(repo_id: str, cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
         raise DownloadCancelled(f"download of {repo_id!r} cancelled")

@@ -150,7 +150,8 @@ def _from_folder(folder: Path, spec: str, model_id: str, weights: str = "real") 
     return ModelFiles(spec, model_id, folder.resolve(), weights, weights_hash(folder / WEIGHT_FILE), config)
 
 
-def _random(spec: str, asked: str) -> ModelFiles:
+def _random_folder(spec: str) -> tuple[dict, Path]:
+    """(config, the cache folder its random weights live in, made or not yet)."""
     name = spec[len(RANDOM_PREFIX) :]
     config_path = CONFIGS_DIR / f"{name}.json"
     if not name or not config_path.exists():
@@ -158,16 +159,43 @@ def _random(spec: str, asked: str) -> ModelFiles:
         raise ModelError(f"unknown model {spec!r}; bundled random configs: {known}")
     import hashlib
 
-    from .random_weights import SEED, write_random_model  # only needed here: keeps worker start-up light
+    from .random_weights import SEED  # only needed here: keeps worker start-up light
 
-    config = json.loads(config_path.read_text())
     digest = hashlib.sha256(config_path.read_bytes()).hexdigest()[:8]
-    folder = cache_dir("models", f"random-{name}-seed{SEED}-{digest}")
+    return json.loads(config_path.read_text()), cache_dir("models", f"random-{name}-seed{SEED}-{digest}")
+
+
+def _random(spec: str, asked: str) -> ModelFiles:
+    from .random_weights import write_random_model
+
+    config, folder = _random_folder(spec)
     try:
         validate_folder(folder)
     except ModelError:
         write_random_model(config, folder)
     return _from_folder(folder, asked, model_id=spec, weights="random")
+
+
+def cached_model(spec: str = "auto") -> ModelFiles | None:
+    """The model `spec` names if its files are already here, else None: never downloads, never
+    writes random weights (the window's estimate of what a run will build asks this)."""
+    spec = (spec or "auto").strip()
+    try:
+        if spec.startswith(RANDOM_PREFIX):
+            _, folder = _random_folder(spec)
+            validate_folder(folder)
+            return _from_folder(folder, spec, model_id=spec, weights="random")
+        path = Path(spec).expanduser()
+        if path.exists() or spec.startswith((".", "/", "~")):
+            return _from_folder(path, spec, model_id=str(path))
+        from .hub import cached_folder
+
+        folder = cached_folder(DEFAULT_HUB_MODEL if spec == "auto" else spec)
+        if folder is not None:
+            return _from_folder(folder, spec, model_id=DEFAULT_HUB_MODEL if spec == "auto" else spec)
+        return cached_model(RANDOM_PREFIX + "gpt2") if spec == "auto" else None
+    except (ModelError, OSError):
+        return None
 
 
 def _from_hub(repo_id: str, asked: str, progress: ProgressFn | None,

@@ -1,0 +1,33 @@
+"""A first export or compile is `build_s`, never part of the cold start (spawn to first token
+with the artefacts cached): both appear in runs.csv, the summary table and the verdict."""
+
+import csv
+
+from whistle_stop.backends.results.export import write_results
+from whistle_stop.backends.results.summary import SUMMARY_HEADERS, summarize_backends, summary_rows
+from whistle_stop.backends.results.verdict import verdict
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from tests import fake_engines
+
+BUILD_S = 1.5
+
+
+def test_cold_start_excludes_the_build_and_build_s_shows_it(tiny_model, tmp_path):
+    specs = {"builds": fake_engines.spec("builds", build_s=BUILD_S), "plain": fake_engines.spec("plain")}
+    config = BenchConfig(model="random:tiny", backends=("builds", "plain"), threads=1, repeats=2, warmup=0,
+                         new_tokens=3)
+    result = BenchSession(config, specs=specs).run()
+    first = {r.backend: r for r in result.runs if r.cold_start_s is not None}
+    built, plain = first["builds"], first["plain"]
+    assert built.build_s is not None and BUILD_S <= built.build_s < BUILD_S + 0.5
+    assert built.cold_start_s < BUILD_S  # a worker without the sleep starts in well under a second
+    assert abs(built.cold_start_s - plain.cold_start_s) < 1.0 and plain.build_s == 0.0
+    write_results(tmp_path, result.runs, result.tokens, result.environment)
+    with (tmp_path / "runs.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["backend"] == "builds" and r["cold_start_s"]]
+    assert float(rows[0]["build_s"]) >= BUILD_S and float(rows[0]["cold_start_s"]) < BUILD_S
+    summaries = summarize_backends(result.runs)
+    row = summary_rows(summaries)[0]
+    assert float(row[SUMMARY_HEADERS.index("build s")]) >= BUILD_S
+    assert float(row[SUMMARY_HEADERS.index("cold start s")]) < BUILD_S
+    assert f"one-time build {built.build_s:.2f} s" in verdict(result.runs, reference="plain").text()
