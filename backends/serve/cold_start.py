@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import importlib
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -107,18 +106,11 @@ def time_to_first_response(command: ServerCommand, prompt_ids: list[int], model:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the server's group; once the server itself is reaped (a zombie still counts as a
-    member), whatever is left of the group gets stop_group's grace, then SIGKILL."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
+    """The server's whole group: SIGTERM, then SIGKILL for what is left after the grace."""
+    stop_group(process.pid, grace_s=STOP_GRACE_S, reap=process.poll)
+    if process.poll() is None:
         process.kill()
-        process.wait(5)
-    stop_group(process.pid, grace_s=2.0)
+    process.wait(10)
 
 
 def _one_completion(command: ServerCommand, prompt_ids: list[int], model: ModelFiles) -> bool:
