@@ -19,6 +19,7 @@ from whistle_stop.backends.engines.remote_engine import FRESH_NOTE
 from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.engines.server import metrics as server_metrics
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.serve.request_log import parse as parse_log
 from whistle_stop.backends.sources.tokenizer import decode
 from tests import fake_engines
@@ -196,6 +197,19 @@ def test_greedy_tokens_through_the_server_equal_the_engines_own(tiny_model):
     assert len(tokens["numpy"]) == 10 and tokens["remote"] == tokens["numpy"]
     assert FRESH_NOTE in by_engine["remote"].notes  # the prompt went unchanged: no prefix to defeat
     assert server_metrics.CROSS_CHECK_PREFIX in by_engine["remote"].notes
+
+
+def test_sampled_tokens_through_the_server_equal_the_engines_own(tiny_model):
+    """The same shared sampler, the same seed: the same tokens as the engine driven directly."""
+    from tests.conftest import engine_tokens
+
+    ids, sampling = list(range(300, 312)), SamplingParams("sample", 0.8, 40, 0.95, 7)
+    with served("numpy", tiny_model) as server:
+        status, _, body = complete(server.port, {"prompt": ids, "max_tokens": 8, "temperature": 0.8, "top_k": 40,
+                                                 "top_p": 0.95, "seed": 7, "ignore_eos": True,
+                                                 "return_token_ids": True})
+    assert status == 200, body
+    assert body["choices"][0]["token_ids"] == engine_tokens("numpy", tiny_model, ids, 8, sampling)
 
 
 def test_bench_remote_with_load_rounds_against_the_server(tiny_model, tmp_path, capsys):

@@ -45,6 +45,20 @@ def test_a_busy_port_is_one_line(capsys):
     assert code == 2 and "cannot listen on 127.0.0.1:" in err and err.count("\n") == 1, err
 
 
+def test_an_engine_that_cannot_load_stops_the_server_with_exit_1(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.serve_helpers import _BOOTSTRAP, ROOT
+
+    out = subprocess.run([sys.executable, "-c", _BOOTSTRAP, json.dumps({"broken": {"fail_load": True}}), "serve",
+                          "--backend", "broken", "--model", "random:tiny", "--port", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert "broken could not load" in out.stderr and "scripted load failure" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def _workers(pid: int) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(pid).children(recursive=True):

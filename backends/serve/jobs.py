@@ -85,14 +85,16 @@ class Job:
         self._deliver(JobToken(token.token_id, token.t_ns))
         return False
 
+    def outcome(self) -> JobEnd:
+        """How the run went, once the worker is done with it: length, stop (end-of-text) or abort."""
+        return JobEnd(self._stopped or ("length" if len(self.token_ids) >= self.request.max_tokens else "abort"))
+
     def finish(self, end: JobEnd | None = None) -> JobEnd:
-        """The job's end, once: `end` for a failure, else how the run went (length, stop, abort)."""
+        """The job's end, once: `end`, else its `outcome`; the handler gets it after every token."""
         with self._lock:
             if self.end is not None:
                 return self.end
-            if end is None:
-                reason = self._stopped or ("length" if len(self.token_ids) >= self.request.max_tokens else "abort")
-                end = JobEnd(reason)
+            end = end or self.outcome()
             self.end = end
             self._on_cancel = None
         self._deliver(end)

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Callable
 
 from ..engine import EngineOptions
+from ..errors import one_line
 from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
 from ..worker.events import Failed, RunRequest, RunStarted, Token, WorkerLost
@@ -150,6 +151,7 @@ class _Slot:
         self.reason = ""
         self.failures = 0  # consecutive losses: the backoff grows with them
         self.loaded_once = False
+        self._starting: Worker | None = None  # a worker still loading (a shutdown kills it too)
         self._worker_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name=f"serve-worker-{index}", daemon=True)
 
@@ -182,21 +184,29 @@ class _Slot:
             if pool._stop.is_set():
                 return False
             worker = Worker(pool.spec, pool.model, pool.options, on_event=self._on_event, timeouts=pool.timeouts)
+            with self._worker_lock:
+                self._starting = worker
             try:
                 worker.start()
-            except WorkerError as exc:
+            except Exception as exc:  # WorkerError, or a spec the child cannot even receive
+                with self._worker_lock:
+                    self._starting = None
+                worker.close(0.0)
+                if pool._stop.is_set():
+                    return False  # killed by a shutdown while loading
+                message = str(exc) if isinstance(exc, WorkerError) else one_line(exc)
                 if not self.loaded_once and not pool._served_once and not any(s.loaded_once for s in pool.slots):
-                    pool.fatal = f"{pool.spec.name} could not load: {exc}"
+                    pool.fatal = f"{pool.spec.name} could not load: {message}"
                     self.state, self.reason = SlotState.STOPPED, pool.fatal
                     pool._stop.set()
                     pool.on_fatal(pool.fatal)
                     return False
                 self.failures += 1
-                self.state, self.reason = SlotState.RESTARTING, f"the engine could not load again: {exc}"
+                self.state, self.reason = SlotState.RESTARTING, f"the engine could not load again: {message}"
                 pool.say(f"worker {self.index + 1}: {self.reason}")
                 return False
-        with self._worker_lock:
-            self.worker = worker
+            with self._worker_lock:
+                self.worker, self._starting = worker, None
         if self.loaded_once:
             pool.metrics.restarted()
         ready = worker.ready
@@ -223,18 +233,20 @@ class _Slot:
             self.reason = f"worker {failure.reason.value}: {failure.detail}"
             self.pool.say(f"worker {self.index + 1} lost ({self.reason}): its request failed; restarting")
             self.close_worker(0.0)
-            end = job.finish(JobEnd("error", 500, f"the engine's worker was lost ({failure.reason.value}: "
-                                                  f"{failure.detail}); it is being restarted"))
+            end = JobEnd("error", 500, f"the engine's worker was lost ({failure.reason.value}: {failure.detail}); "
+                                       "it is being restarted")
         elif isinstance(failure, Failed):
-            end = job.finish(JobEnd("error", 500, f"the engine failed: {failure.message}"))
+            end = JobEnd("error", 500, f"the engine failed: {failure.message}")
         else:
             self.failures = 0
-            end = job.finish()
+            end = job.outcome()
         ended = time.perf_counter_ns()
+        # counted before the client hears of it: /metrics read after a response includes that response
         self.pool.metrics.finished(end.finish_reason, (job.started_ns - job.arrived_ns) / 1e9,
                                    (ended - job.arrived_ns) / 1e9, len(request.prompt_ids), len(job.token_ids))
         self.pool._served((ended - job.started_ns) / 1e9)
         self.job = None
+        job.finish(end)
 
     def _on_event(self, event: object) -> None:
         """The worker's events while it serves `self.job` (on this slot's thread)."""
@@ -255,6 +267,7 @@ class _Slot:
 
     def close_worker(self, grace_s: float) -> None:
         with self._worker_lock:
-            worker, self.worker = self.worker, None
-        if worker is not None:
+            workers = [w for w in (self.worker, self._starting) if w is not None]
+            self.worker = None
+        for worker in workers:
             worker.close(grace_s)
