@@ -163,11 +163,14 @@ class _Slot:
         pool = self.pool
         try:
             while not pool._stop.is_set():
-                if self.worker is None and not self._start():
-                    continue
-                job = pool.scheduler.take(_TAKE_S)
-                if job is not None:
-                    self._serve(job)
+                try:
+                    if self.worker is None and not self._start():
+                        continue
+                    job = pool.scheduler.take(_TAKE_S)
+                    if job is not None:
+                        self._serve(job)
+                except Exception as exc:  # noqa: BLE001 - a bug here must not leave the server unable to serve
+                    self._broken(exc)
         finally:
             self.state = SlotState.STOPPED
             self.close_worker(CLOSE_GRACE_S)
@@ -191,7 +194,8 @@ class _Slot:
             except Exception as exc:  # WorkerError, or a spec the child cannot even receive
                 with self._worker_lock:
                     self._starting = None
-                worker.close(0.0)
+                if worker.pid is not None:  # it was spawned
+                    worker.close(0.0)
                 if pool._stop.is_set():
                     return False  # killed by a shutdown while loading
                 message = str(exc) if isinstance(exc, WorkerError) else one_line(exc)
@@ -247,6 +251,16 @@ class _Slot:
         self.pool._served((ended - job.started_ns) / 1e9)
         self.job = None
         job.finish(end)
+
+    def _broken(self, exc: Exception) -> None:
+        """An unexpected error in this slot: its request (if any) fails, its worker starts afresh."""
+        job, self.job = self.job, None
+        if job is not None:
+            job.finish(JobEnd("error", 500, f"internal error: {one_line(exc)}"))
+        self.close_worker(0.0)
+        self.failures += 1
+        self.state, self.reason = SlotState.RESTARTING, f"internal error: {one_line(exc)}"
+        self.pool.say(f"worker {self.index + 1}: {self.reason}; restarting")
 
     def _on_event(self, event: object) -> None:
         """The worker's events while it serves `self.job` (on this slot's thread)."""
