@@ -136,15 +136,17 @@ def test_a_client_that_goes_away_cancels_its_generation(tiny_model):
 
 def test_a_full_queue_answers_503_with_retry_after(tiny_model):
     with served(_slow_spec(decode_s=0.02), tiny_model, queue=1) as server:
+        pool = server.service.pool
         results: list[int] = []
 
         def one() -> None:
-            results.append(complete(server.port, {"prompt": "hi", "max_tokens": 40})[0])
+            results.append(complete(server.port, {"prompt": "hi", "max_tokens": 100})[0])
 
         threads = [threading.Thread(target=one) for _ in range(2)]  # one runs, one waits
-        for thread in threads:
-            thread.start()
-            time.sleep(0.3)
+        threads[0].start()
+        _wait_for(lambda: pool.running == 1)
+        threads[1].start()
+        _wait_for(lambda: pool.scheduler.waiting == 1)
         status, headers, body = complete(server.port, {"prompt": "hi", "max_tokens": 2})
         assert status == 503 and int(headers["retry-after"]) >= 1, body
         assert "queue is full" in body["error"]["message"]
@@ -152,6 +154,14 @@ def test_a_full_queue_answers_503_with_retry_after(tiny_model):
             thread.join(30)
         assert results == [200, 200]  # nothing lost
         assert complete(server.port, {"prompt": "hi", "max_tokens": 2})[0] == 200
+        assert 'reason="queue_full"} 1' in request(server.port, "GET", "/metrics")[2]
+
+
+def _wait_for(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("how", ["crash_at", "segfault_at"])

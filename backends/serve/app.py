@@ -21,8 +21,7 @@ from starlette.routing import Route
 from ..sources.tokenizer import IncrementalDetokenizer
 from .jobs import Job, JobEnd, JobToken
 from .pool import Busy
-from .protocol import (OWNER, RequestError, chunk_body, completion_body, error_body, models_body, parse_completion,
-                       usage)
+from .protocol import RequestError, chunk_body, completion_body, error_body, models_body, parse_completion, usage
 from .request_log import RequestLogEntry, stamp
 from .service import Service
 
@@ -224,5 +223,3 @@ def _log(service: Service, job: Job, status: int, stream: bool = False, error: s
                                    (time.perf_counter_ns() - job.arrived_ns) / 1e6, stream,
                                    end.finish_reason if end is not None else "abort", error or (end.error if end else "")))
 
-
-__all__ = ["create_app", "OWNER"]
