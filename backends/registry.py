@@ -34,6 +34,10 @@ class EngineSpec:
     # The distributions (as pip names them) whose versions a run of this engine depends on:
     # environment.json records each one's installed version.
     packages: tuple[str, ...] = ()
+    # "package.module:function" in a light module: (model, port, threads, **kwargs) -> the
+    # ServerCommand of the engine's own server program (llama.cpp's, vLLM's), which
+    # `bench --serve-cold-start` times beside `whistle-stop serve`; "" for engines without one.
+    own_server: str = ""
 
 
 _CORE = 'pip install -e .'
@@ -53,9 +57,9 @@ class _Runtime:
 
 def _spec(name, target, description, runtime: _Runtime, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
     needs, options = kwargs.pop("needs", ""), kwargs.pop("options", "")
-    artifacts = kwargs.pop("artifacts", "")
+    artifacts, own_server = kwargs.pop("artifacts", ""), kwargs.pop("own_server", "")
     return EngineSpec(name, target, description, runtime.requires, install, precision, kwargs, needs,
-                      options=options, artifacts=artifacts, packages=runtime.packages)
+                      options=options, artifacts=artifacts, packages=runtime.packages, own_server=own_server)
 
 
 _TORCH = _Runtime(("torch",), ("torch",))
@@ -77,6 +81,8 @@ _OVGENAI = _Runtime(("openvino_genai", "openvino_tokenizers", "openvino"),
 _OWN = _Runtime((), ())
 _FILES = "whistle_stop.backends.engines.artifact_folders:"  # where each family's cached files live
 _LLAMA_OPTIONS = "whistle_stop.backends.engines.llamacpp_options:LlamaCppOptions"
+_LLAMA_SERVER = "whistle_stop.backends.engines.llamacpp_server:server_command"
+_VLLM_SERVER = "whistle_stop.backends.engines.vllm.server_command:own_server"
 ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("hf", "whistle_stop.backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
     _spec("hf-bf16", "whistle_stop.backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),
@@ -100,11 +106,11 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("native-int4", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, 4-bit weights (blocks of 32), int8 activations in the products", _NUMPY, "int4", dtype="int4"),
     _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", _NUMPY),
     # The engines users would pick instead (the [peers] extra).
-    _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
-    _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
-    _spec("llamacpp-bf16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
-    _spec("llamacpp-q8_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
-    _spec("llamacpp-q4_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS),
+    _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
+    _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
+    _spec("llamacpp-bf16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
+    _spec("llamacpp-q8_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
+    _spec("llamacpp-q4_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
     _spec("ctranslate2", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, float32", _CT2, install=_PEERS, compute_type="float32", artifacts=_FILES + "ctranslate2"),
     _spec("ctranslate2-int8", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8", artifacts=_FILES + "ctranslate2"),
     _spec("openvino", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32", artifacts=_FILES + "openvino"),
@@ -119,8 +125,8 @@ ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
     _spec("openvino-genai-int8", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int8 weight compression", _OVGENAI, "int8", install=_OVGENAI_EXTRA, weight_format="int8", artifacts=_FILES + "openvino_genai"),
     _spec("openvino-genai-int4", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int4 weight compression", _OVGENAI, "int4", install=_OVGENAI_EXTRA, weight_format="int4", artifacts=_FILES + "openvino_genai"),
     # A real vLLM server, set up and started by the engine itself in its own environment.
-    _spec("vllm", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, fp32, managed (first use creates its own ~3.5 GB environment)", _OWN, needs="linux", dtype="fp32"),
-    _spec("vllm-bf16", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, bfloat16, managed", _OWN, "bf16", needs="linux", dtype="bf16"),
+    _spec("vllm", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, fp32, managed (first use creates its own ~3.5 GB environment)", _OWN, needs="linux", dtype="fp32", own_server=_VLLM_SERVER),
+    _spec("vllm-bf16", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, bfloat16, managed", _OWN, "bf16", needs="linux", dtype="bf16", own_server=_VLLM_SERVER),
     _spec("remote", "whistle_stop.backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", _OWN, "server",
           options="whistle_stop.backends.engines.remote_options:RemoteOptions"),
 ]}

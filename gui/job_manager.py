@@ -1,5 +1,7 @@
 """One job at a time: the bench, a sweep, a quality evaluation, a profile, a load run and a replay exclude each other
-(each spawns engines that would contend for the cores, and Cancel/Esc must mean one thing).
+(each spawns engines that would contend for the cores, and Cancel/Esc must mean one thing). A server
+(the Serve tab) is not one of them: it runs beside them (the Load tab may measure it through the
+`remote` engine), Esc does not stop it, and only closing the window or its own Stop button does.
 
 The manager creates each kind's job controller, follows the replay, says which job runs
 (`running`, `busy`: the one place the window reads it), why a job may not start now (`blocker`)
@@ -25,11 +27,17 @@ class JobKind(Enum):
     QUALITY = "a quality evaluation is running"
     PROFILE = "a profile is running"
     LOAD = "a load run is in progress"
+    SERVE = "a server is running"
 
     @property
     def reason(self) -> str:
         """Why another job cannot start while this one runs."""
         return self.value
+
+    @property
+    def exclusive(self) -> bool:
+        """Excludes the other exclusive jobs and is stopped by Esc (every kind but a server)."""
+        return self is not JobKind.SERVE
 
 
 @dataclass(frozen=True)
@@ -62,17 +70,21 @@ class JobManager(QObject):
         return job is not None and job.is_running()
 
     def busy(self) -> bool:
-        """An engine job runs (any but the replay)."""
-        return any(job.controller is not None and job.is_running() for job in self._jobs.values())
+        """An engine job runs (any but the replay and a server)."""
+        return any(job.controller is not None and kind.exclusive and job.is_running()
+                   for kind, job in self._jobs.items())
 
     def blocker(self, kind: JobKind) -> str:
         """Why a `kind` job cannot start now because another one runs ("" when it may)."""
-        return next((other.reason for other in JobKind if other is not kind and self.running(other)), "")
+        if not kind.exclusive:
+            return ""
+        return next((other.reason for other in JobKind
+                     if other is not kind and other.exclusive and self.running(other)), "")
 
     def cancel(self) -> bool:
-        """Stop whichever job runs (only one can); False if none does."""
+        """Stop whichever exclusive job runs (only one can); False if none does."""
         for kind in JobKind:
-            if self.running(kind):
+            if kind.exclusive and self.running(kind):
                 self._jobs[kind].stop()
                 return True
         return False

@@ -1,5 +1,5 @@
 """The main window: setup on the left, one pane per engine in the centre, charts, the results
-table, the Sweep, Quality, Profile and Load tabs at the bottom. It builds the parts, lays them
+table, the Sweep, Quality, Profile, Load and Serve tabs at the bottom. It builds the parts, lays them
 out and binds the menus; the Run button's job is the bench controller's, each tab runs its own,
 the job manager keeps one at a time. Every number comes from the engine room's records and
 functions."""
@@ -27,6 +27,7 @@ from .quality_tab import QualityTab
 from .replay import Replayer
 from .reports import ReportsController
 from .results_model import RunsTable
+from .serve_tab import ServeTab
 from .session_files import SessionFiles
 from .session_view import SessionView
 from .settings import Store, default_settings
@@ -70,6 +71,7 @@ class MainWindow(QMainWindow):
         self.profile_tab = ProfileTab(self.setup, self.jobs, self.extra_specs)
         self.load_tab = LoadTab(self.setup, self.jobs, self.extra_specs)
         self.view.quality_rows = self._quality_rows
+        self.serve_tab = ServeTab(self.setup, self.jobs)
         self._build_layout()
         self.state = QLabel("Ready")
         self.prepare_bar = QProgressBar()
@@ -108,7 +110,8 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         for widget, title in [(self.latency, "Latency per token"), (self.race, "Race"), (self.summary, "Summary"),
                               (self.histogram, "ITL histogram"), (self.table, "Runs"), (self.sweep_tab, "Sweep"),
-                              (self.quality_tab, "Quality"), (self.profile_tab, "Profile"), (self.load_tab, "Load")]:
+                              (self.quality_tab, "Quality"), (self.profile_tab, "Profile"), (self.load_tab, "Load"),
+                              (self.serve_tab, "Serve")]:
             self.tabs.addTab(widget, title)
         self.charts_dock = QDockWidget("Charts and results", self)
         self.charts_dock.setObjectName("chartsDock")
@@ -131,7 +134,7 @@ class MainWindow(QMainWindow):
         self.replayer.finished.connect(self._on_replay_finished)
         for tab in (self.sweep_tab, self.quality_tab):
             tab.finished.connect(lambda _result: self._update_actions())  # results to report now
-        for tab in (self.sweep_tab, self.quality_tab, self.profile_tab, self.load_tab):
+        for tab in (self.sweep_tab, self.quality_tab, self.profile_tab, self.load_tab, self.serve_tab):
             tab.message.connect(self.messages.say)
             tab.error.connect(self.messages.report)
         hints = QGuiApplication.styleHints()
@@ -146,7 +149,7 @@ class MainWindow(QMainWindow):
             f"QLabel#muted {{ color: {theme.muted}; }}"
             f"QGroupBox {{ font-weight: bold; }}")
         for widget in (self.grid, self.latency, self.race, self.histogram, self.summary, self.sweep_tab,
-                       self.quality_tab, self.profile_tab, self.load_tab):
+                       self.quality_tab, self.profile_tab, self.load_tab, self.serve_tab):
             widget.apply_theme(theme)
 
     def on_scheme_changed(self) -> None:
@@ -251,6 +254,7 @@ class MainWindow(QMainWindow):
         self.sweep_tab.set_prefs(prefs.get("sweep"))
         self.quality_tab.set_prefs(prefs.get("quality"))
         self.load_tab.set_prefs(prefs.get("load"))
+        self.serve_tab.set_prefs(prefs.get("serve"))
         if isinstance(prefs.get("tab"), int) and 0 <= prefs["tab"] < self.tabs.count():
             self.tabs.setCurrentIndex(prefs["tab"])
         geometry, state = self.store.geometry()
@@ -260,7 +264,7 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Cancel and wait for the workers so that no engine process outlives the window."""
+        """Cancel and wait for the workers (and stop a server) so that no engine process outlives the window."""
         if self.jobs.running(JobKind.BENCH):
             self.messages.say("stopping the engines…")
         self.jobs.shutdown()
@@ -269,7 +273,7 @@ class MainWindow(QMainWindow):
         self.store.save_params(self.setup.params())
         self.store.save_prefs({"replay_speed": self.actions.replay_speed.currentText(), "tab": self.tabs.currentIndex(),
                                "sweep": self.sweep_tab.prefs(), "quality": self.quality_tab.prefs(),
-                               "load": self.load_tab.prefs()})
+                               "load": self.load_tab.prefs(), "serve": self.serve_tab.prefs()})
         self.store.save_geometry(self.saveGeometry(), self.saveState())
         self.store.sync()
         super().closeEvent(event)

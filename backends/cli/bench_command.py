@@ -43,10 +43,29 @@ def bench_command(args: argparse.Namespace) -> int:
     print_summary(result, stdout_console())
     if config.concurrency:
         print_load(result, stdout_console())
+    if getattr(args, "serve_cold_start", False) and not result.cancelled:
+        paths.append(_serve_cold_start(result, session.threads, out, err))
     err.print("wrote " + ", ".join(str(p) for p in paths))
     if result.cancelled:
         return cancelled(err, runs_kept(result.runs, planned_runs(config)), out)
     return EXIT_RUN_FAILED if result.failed else EXIT_OK
+
+
+def _serve_cold_start(result: BenchResult, threads: int, out, err: Console):
+    """After the bench (nothing else runs): each engine's `serve`, and its own server, to first response."""
+    from ..runs.preparation import engine_specs
+    from ..serve.cold_start import measure, write_csv
+    from .cold_start_table import print_serve_cold_start
+
+    config = result.config
+    engine_cold = {}
+    for record in result.runs:
+        if record.cold_start_s is not None:
+            engine_cold.setdefault(record.backend, record.cold_start_s)
+    rows = measure(engine_specs(config, None), result.model, result.prompt_ids, threads, config.engine_options,
+                   engine_cold, say=lambda line: err.print(f"  {line}", markup=False))
+    print_serve_cold_start(rows, stdout_console())
+    return write_csv(out, rows)
 
 
 def _warn_if_busy(threads: int, err: Console) -> None:

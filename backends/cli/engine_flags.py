@@ -65,3 +65,16 @@ def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> d
         if problem:
             raise UsageError(f"{name}: {problem}")
     return settings
+
+
+def flags_of(settings: EngineSettings | None) -> list[str]:
+    """The command-line flags that give `settings` back (for a command started as a subprocess:
+    `serve` from the window or a cold-start measurement); secrets have no flag and are not passed."""
+    if settings is None:
+        return []
+    argv: list[str] = []
+    for field, meta in settings.options():
+        value = getattr(settings, field.name)
+        if meta.flag and value not in (None, "") and not meta.secret:
+            argv += [meta.flag, str(value)]
+    return argv

@@ -1,4 +1,4 @@
-"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `profile`, `report`.
+"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `profile`, `report`, `serve`.
 
 Each command's module is imported only when that command runs, so `main.py backends` does
 not pay for the benchmark machinery.
@@ -59,9 +59,15 @@ def _report(args: argparse.Namespace) -> int:
     return report_command(args)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from .serve_command import serve_command
+
+    return serve_command(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "gui": _gui, "backends": _backends, "bench": _bench, "sweep": _sweep, "quality": _quality, "profile": _profile,
-    "report": _report,
+    "report": _report, "serve": _serve,
 }
 
 

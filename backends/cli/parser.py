@@ -1,4 +1,5 @@
-"""The command line's arguments: one subcommand each for `gui`, `backends`, `bench`, `sweep`, `quality`, `profile`, `report`."""
+"""The command line's arguments: one subcommand each for `gui`, `backends`, `bench`, `sweep`, `quality`, `profile`,
+`report`, `serve`."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="results", help="folder for tokens.csv, runs.csv, environment.json")
     bench.add_argument("--no-harness-calibration", action="store_true",
                        help="skip timing the null engine after the bench (the harness's own cost per token)")
+    bench.add_argument("--serve-cold-start", action="store_true",
+                       help="after the bench, time process start to first completed response of `serve` with each "
+                            "engine, and of the engines' own servers (llama.cpp's, vLLM's) where installed: "
+                            "serve_cold_start.csv")
     sweep = sub.add_parser("sweep", help="benchmark engines over prompt x output lengths (resumable), with plots")
     add_run_arguments(sweep, sweep=True)
     sweep.add_argument("--out", default="sweep", help="folder for the records, environment.json and plots")
@@ -53,7 +58,32 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--markdown", type=Path, metavar="FILE",
                         help="write one results folder as a Markdown page (environment, command, verdict, summary "
                              "table) for docs/measurements/")
+    serve = sub.add_parser("serve", help="serve one engine behind an OpenAI-compatible completions API")
+    add_serve_arguments(serve)
     return parser
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", required=True, help="the engine to serve (see `main.py backends`)")
+    p.add_argument("--model", default="auto", help="auto | hub id | local folder | random:<config>")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="engine processes, one request each at a time: N concurrent streams at N times the memory, "
+                        "the cores split between them")
+    p.add_argument("--queue", type=int, default=32,
+                   help="requests that may wait for a worker; beyond them: 503 with Retry-After")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads per worker (0: the usable physical cores divided among the workers)")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0,
+                   help="seconds in-flight requests may take to finish after SIGTERM or Ctrl+C before they are "
+                        "cancelled")
+    p.add_argument("--api-key-env", help="environment variable holding an API key that requests must send "
+                   "(Authorization: Bearer KEY); the key is never logged")
+    p.add_argument("--served-model-name", help="the model's name in /v1/models and requests (default: its id)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds without a token before a worker counts as hung (it is restarted)")
+    add_engine_flags(p)
 
 
 def _int_list(text: str) -> list[int]:

@@ -16,6 +16,7 @@ from ..sources.model_files import ModelFiles
 from ..storage.paths import cache_dir
 
 GGUF_KIND = "gguf"
+GGUF_FILE = "model.gguf"  # in each gguf folder
 CT2_KIND = "ctranslate2"
 OPENVINO_KIND = "openvino"
 ORTGENAI_KIND = "ortgenai"

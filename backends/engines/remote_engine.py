@@ -12,7 +12,8 @@ Prefix caching (vLLM, TGI, SGLang...) would serve every run after the warm-up fr
 turn TTFT into one decode step. So every request is made uncacheable, by what the server's
 /v1/models names as the models' owner (asked once, at the first run): vLLM ("vllm") gets a fresh
 `cache_salt`; llama.cpp's servers ("llamacpp", llama-cpp-python's "me") get `cache_prompt: false`
-(their tokens stay comparable with the other engines'); any other server (or one that rejects
+(their tokens stay comparable with the other engines'); `whistle-stop serve` ("whistle-stop") has
+no prefix cache, so its prompts go as they are; any other server (or one that rejects
 the extra fields) gets a prompt whose first tokens are random per request, cut so the prompt
 keeps its length in tokens. The run's notes say which.
 """
@@ -36,6 +37,7 @@ from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
 from ..sampling import Sampler, SamplingParams
 from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
+from ..serve.protocol import OWNER as WHISTLE_STOP_OWNER
 from ..sources.tokenizer import decode, encode
 from .remote_options import RemoteOptions
 from .server.metrics import ServerMetrics
@@ -51,6 +53,7 @@ NO_CACHE_NOTE = ("prefix caching: cache_prompt=false asked (llama.cpp's server h
 SERVER_SETTINGS_NOTE = "threads and precision are the server's own"
 CLIENT_USAGE_NOTE = "CPU ms/token and peak RSS are this client's only (the server's are not visible)"
 _LLAMA_CPP_OWNERS = ("llamacpp", "me")
+FRESH_NOTE = "no prefix cache to defeat: a whistle-stop server prefills every request afresh"
 PREFIX_NOTE = (f"prefix caching defeated: the prompt's first {UNIQUE_PREFIX_TOKENS} tokens are random per request "
                "(length kept; this engine's tokens are not comparable with the others')")
 
@@ -87,7 +90,7 @@ class RemoteEngine(Engine):
         self.resolved_key = ""
         self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
         self._ids_prompt = True  # falls back to text if the server wants a string prompt
-        self._server_kind: str | None = None  # "vllm", "llamacpp" or "" (unknown); asked at the first run
+        self._server_kind: str | None = None  # "vllm", "llamacpp", "whistle-stop" or "" (unknown); asked at the first run
         self._has_metrics = True  # until a GET of /metrics fails: then never asked again
 
     # --- setup -------------------------------------------------------------------------------
@@ -185,7 +188,8 @@ class RemoteEngine(Engine):
             notes.append("server rejected ignore_eos/min_tokens: it may stop early at end-of-text")
         if not self._ids_prompt:
             notes.append("server wanted a text prompt: it re-tokenised the prompt itself")
-        notes.append(SALT_NOTE if self._salting else NO_CACHE_NOTE if self._llama_cpp else PREFIX_NOTE)
+        notes.append(SALT_NOTE if self._salting else NO_CACHE_NOTE if self._llama_cpp
+                     else FRESH_NOTE if self._fresh else PREFIX_NOTE)
         count, finish = 0, None
         try:
             event = first
@@ -210,8 +214,12 @@ class RemoteEngine(Engine):
     def _llama_cpp(self) -> bool:
         return self._server_kind == "llamacpp" and self._use_extensions
 
+    @property
+    def _fresh(self) -> bool:
+        return self._server_kind == WHISTLE_STOP_OWNER and self._use_extensions
+
     def _body(self, ids: list[int], new_tokens: int, params: SamplingParams) -> bytes:
-        if not (self._salting or self._llama_cpp):
+        if not (self._salting or self._llama_cpp or self._fresh):
             ids = unique_prefix(ids, self.vocab_size)
         body: dict = {"prompt": ids if self._ids_prompt else decode(ids), "max_tokens": new_tokens, "stream": True}
         if self.model_name:
@@ -228,7 +236,7 @@ class RemoteEngine(Engine):
         return json.dumps(body).encode()
 
     def _server(self) -> str:
-        """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), or "" (unknown, failed)."""
+        """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), "whistle-stop", or "" (unknown, failed)."""
         body = self._get(self.path.rsplit("/completions", 1)[0] + "/models", _MAX_ERROR_BODY)
         try:
             models = (json.loads(body).get("data") or []) if body is not None else []
@@ -237,6 +245,8 @@ class RemoteEngine(Engine):
             return ""
         if "vllm" in owners:
             return "vllm"
+        if WHISTLE_STOP_OWNER in owners:
+            return WHISTLE_STOP_OWNER
         return "llamacpp" if owners & set(_LLAMA_CPP_OWNERS) else ""
 
     def _fallback(self, exc: "_Rejected", notes: list[str]) -> bool:

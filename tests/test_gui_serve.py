@@ -1,0 +1,90 @@
+"""The Serve tab, offscreen: `serve` as a subprocess with the null engine, its URL, one log row per
+request, its live figures from /metrics, Stop, and closing the window stops it with its workers."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+import psutil  # noqa: E402
+
+from whistle_stop.backends.engines.server.lifecycle import free_port  # noqa: E402
+from tests.serve_helpers import complete  # noqa: E402
+from tests.test_gui import configure, make_window, private_qsettings, settings  # noqa: E402,F401
+
+pytestmark = pytest.mark.gui
+TIMEOUT_MS = 60_000
+
+
+def _started(qtbot, window, port: int):
+    tab = window.serve_tab
+    window.tabs.setCurrentWidget(tab)
+    tab.engine.setCurrentText("null")
+    tab.port.setValue(port)
+    assert tab.start_button.isEnabled(), tab.job.reason.text()
+    assert tab.start()
+    qtbot.waitUntil(lambda: tab.figures["health"].text() == "ok", timeout=TIMEOUT_MS)
+    return tab
+
+
+def _server_processes() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_window):
+    window = make_window()
+    configure(window, ["null"])
+    port = free_port()
+    tab = _started(qtbot, window, port)
+    assert tab.address.text() == f"http://127.0.0.1:{port}/v1"
+    assert not window.jobs.busy() and window.sweep_tab.reason.text() == ""  # a server blocks no other job
+    processes = _server_processes()
+    assert len(processes) >= 3  # the guard, the server and its engine worker
+    status, _, body = complete(port, {"prompt": "Hello", "max_tokens": 3})
+    assert status == 200, body
+    assert complete(port, {"prompt": "Hello", "max_tokens": 0})[0] == 400
+    qtbot.waitUntil(lambda: tab.log.rowCount() == 2, timeout=TIMEOUT_MS)
+    assert [tab.log.item(0, c).text() for c in (1, 2, 5)] == ["200", "3", "length"]
+    assert tab.log.item(1, 1).text() == "400" and "max_tokens" in tab.log.item(1, 5).text()
+    qtbot.waitUntil(lambda: tab.figures["requests"].text() == "2", timeout=TIMEOUT_MS)
+    assert tab.figures["tokens"].text() == "3" and tab.figures["waiting"].text() == "0"
+    assert float(tab.figures["ttft"].text()) > 0 and float(tab.figures["itl"].text()) > 0
+    assert "worker 1 ready" in tab.output.toPlainText()
+    window.cancel()  # Esc stops the exclusive jobs, not a server
+    assert tab.job.controller.running
+    with qtbot.waitSignal(tab.job.controller.running_changed, timeout=TIMEOUT_MS):
+        tab.stop_button.click()
+    assert tab.address.text() == "not serving" and "server stopped" in tab.job.status.text()
+    _, alive = psutil.wait_procs(processes, timeout=20)
+    assert not alive
+
+
+def test_closing_the_window_stops_the_server(qtbot, make_window):
+    window = make_window()
+    configure(window, ["null"])
+    _started(qtbot, window, free_port())
+    processes = _server_processes()
+    assert processes
+    window.close()
+    _, alive = psutil.wait_procs(processes, timeout=20)
+    assert not alive
+
+
+def test_a_busy_port_is_said(qtbot, make_window):
+    import socket
+
+    window = make_window()
+    configure(window, ["null"])
+    tab = window.serve_tab
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        tab.engine.setCurrentText("null")
+        tab.port.setValue(busy.getsockname()[1])
+        with qtbot.waitSignal(window.serve_tab.error, timeout=TIMEOUT_MS) as blocker:
+            assert tab.start()
+    assert "cannot listen on 127.0.0.1" in blocker.args[1]
+    assert not tab.job.controller.running and tab.start_button.isEnabled()
