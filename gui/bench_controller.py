@@ -15,7 +15,6 @@ import time
 from PySide6.QtWidgets import QProgressBar
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
 from whistle_stop.backends.runs.events import HarnessCalibrating
 from whistle_stop.backends.sources.prompts import prompt_text
@@ -37,9 +36,9 @@ NOT_STARTED = "cancelled before the engines started"
 
 class BenchController:
     def __init__(self, jobs: JobManager, setup: SetupPanel, view: SessionView, messages: Messages,
-                 prepare_bar: QProgressBar, store: Store, extra_specs: dict[str, EngineSpec]) -> None:
+                 prepare_bar: QProgressBar, store: Store) -> None:
         self.jobs, self.setup, self.view, self.messages = jobs, setup, view, messages
-        self.prepare_bar, self.store, self.extra_specs = prepare_bar, store, extra_specs
+        self.prepare_bar, self.store = prepare_bar, store
         self.job = jobs.controller(JobKind.BENCH, "benchmark run")
         self._config = BenchConfig()
         self._started_at = 0.0
@@ -60,10 +59,9 @@ class BenchController:
             self.messages.say(problem)
             return False
         config = self._config = self.setup.config()
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         view, live = self.view, self.view.live
         view.show_engines(list(config.backends))
-        reference = config.reference or ("hf" if "hf" in config.backends else config.backends[0])
+        reference = config.reference_backend
         data = SessionData(backends=list(config.backends), reference=reference, greedy=config.sampling.is_greedy,
                            mode=config.mode)
         live.begin(config.prompt or "", reference, config.sampling.is_greedy, config.repeats)
@@ -73,7 +71,7 @@ class BenchController:
         view.grid.set_banner(RACE_WARNING if config.mode == "race" else "")
         self._started_at = time.monotonic()
         try:
-            start_bench(self.job, config, specs)
+            start_bench(self.job, config)
         except UsageError as exc:
             self.messages.report("Cannot run", str(exc))
             return False

@@ -3,7 +3,7 @@
 Engines, model and generation settings come from the setup panel (`SetupPanel.config()`, as every
 tab); the concurrency levels and the optional goodput SLOs are here. The Run button's own
 `start_bench` runs a fair `BenchSession` with `config.concurrency` on this tab's job controller: every
-engine's bench runs are level 1, then engines that serve concurrently (remote, vllm) run rounds of
+engine's bench runs are level 1, then engines that serve concurrently (servers) run rounds of
 N requests at once. The table and the curve both come from `session_levels` over the result's
 records: the rows `bench --concurrency` prints and load.csv holds.
 """
@@ -19,7 +19,6 @@ from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QTableWidget, QTab
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.report.html import load_notes
 from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_rows, session_levels
@@ -44,7 +43,7 @@ INTRO = ("Aggregate tokens/s and latency as requests grow, with the setup's engi
          "level 1 from every engine's bench runs, higher levels from server engines.")
 DEFAULT_LEVELS = "1,2,4,8"
 NO_SERVER = ("No selected engine served concurrently: local engines give only the concurrency-1 reference "
-             "(levels above 1 need a server engine: remote or vllm).")
+             f"(levels above 1 need a server engine: {', '.join(registry.serving_concurrently())}).")
 
 
 def parse_levels(text: str) -> tuple[tuple[int, ...], str]:
@@ -81,10 +80,9 @@ class LoadTab(QWidget):
     error = Signal(str, str)  # title, message: the window shows it
     finished = Signal(object)  # the BenchResult (cancelled ones too)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: BenchResult | None = None
         self.levels: list[LoadLevel] = []
         self.colours: dict[str, QColor] = {}
@@ -166,15 +164,14 @@ class LoadTab(QWidget):
         # and no harness calibration (this tab does not show it).
         config = replace(self.setup.config(), mode="fair", concurrency=levels, slo_ttft_ms=ttft, slo_itl_ms=itl,
                          calibrate_harness=False)
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         try:
-            start_bench(self.job.controller, config, specs)
+            start_bench(self.job.controller, config)
         except UsageError as exc:
             self.error.emit("Cannot run the load levels", str(exc))
             return False
         self.result, self.levels, self._config = None, [], config
         self._servers, self._rounds, self._recorded = set(), {}, 0
-        self.colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self.colours = engine_colours(list(config.backends), registry.names())
         self.table.setRowCount(0)
         self.chart.clear_figures()
         self.notice.setVisible(False)

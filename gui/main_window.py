@@ -12,7 +12,6 @@ from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget
 
-from whistle_stop.backends.registry import EngineSpec
 
 from . import gc_guard
 from .actions import REPLAY_SPEEDS, build_actions
@@ -40,11 +39,10 @@ from .theme import Theme, apply_theme as apply_app_theme, current_theme, icon
 class MainWindow(QMainWindow):
     session_loaded = Signal()
 
-    def __init__(self, extra_specs: dict[str, EngineSpec] | None = None, settings: QSettings | None = None) -> None:
+    def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         gc_guard.acquire()  # cycles are collected in this thread only while the window lives (gc_guard.py)
         self._gc_guarded = True
-        self.extra_specs = dict(extra_specs or {})
         self.store = Store(settings if settings is not None else default_settings())
         self.setWindowTitle("whistle-stop")
         self.setWindowIcon(icon("app"))
@@ -54,28 +52,27 @@ class MainWindow(QMainWindow):
         # that run jobs, the layout, then the helpers and actions that act on all of it (the
         # bench's controller among them); signals last.
         self.jobs = JobManager(self)
-        self.setup = SetupPanel(self.jobs, self.extra_specs)
+        self.setup = SetupPanel(self.jobs)
         self.grid = StreamsGrid()
         self.latency, self.race, self.histogram = LatencyChart(), RaceChart(), HistogramChart()
         self.summary = SummaryView()
         self.table = RunsTable()
         self.live = LiveView(self.grid, self.latency, self.race)
         self.view = SessionView(self.grid, self.live, self.latency, self.race, self.histogram, self.summary,
-                                self.table, self.extra_specs, lambda: self.tabs.currentWidget(), self._update_actions)
+                                self.table, lambda: self.tabs.currentWidget(), self._update_actions)
         self.replayer = Replayer(self.live, self)
         self.jobs.follow(JobKind.REPLAY, lambda: self.replayer.running, self.replayer.stop,
                          self.replayer.started, self.replayer.finished)
-        self.sweep_tab = SweepTab(self.setup, self.jobs, self.extra_specs)
-        self.quality_tab = QualityTab(self.setup, self.jobs, self.extra_specs)
-        self.profile_tab = ProfileTab(self.setup, self.jobs, self.extra_specs)
-        self.load_tab = LoadTab(self.setup, self.jobs, self.extra_specs)
+        self.sweep_tab = SweepTab(self.setup, self.jobs)
+        self.quality_tab = QualityTab(self.setup, self.jobs)
+        self.profile_tab = ProfileTab(self.setup, self.jobs)
+        self.load_tab = LoadTab(self.setup, self.jobs)
         self._build_layout()
         self.state = QLabel("Ready")
         self.prepare_bar = QProgressBar()
         self._build_status_bar()
         self.messages = Messages(self.state, self)
-        self.bench = BenchController(self.jobs, self.setup, self.view, self.messages, self.prepare_bar, self.store,
-                                     self.extra_specs)
+        self.bench = BenchController(self.jobs, self.setup, self.view, self.messages, self.prepare_bar, self.store)
         self.files = SessionFiles(self, self.store, self.messages)
         self.reports = ReportsController(self, self.store, self.messages, lambda: self.view.data, self.sweep_tab,
                                          self.quality_tab)

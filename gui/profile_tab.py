@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QLineEdit, QPushB
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.profile.files import write_profile
 from whistle_stop.backends.profile.table import HEADERS, NOTE, profile_row
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
@@ -47,10 +46,9 @@ class ProfileTab(QWidget):
     error = Signal(str, str)
     finished = Signal(object)  # ProfileResult
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: ProfileResult | None = None
         self.folder: Path | None = None
         self._engines = 0
@@ -114,10 +112,9 @@ class ProfileTab(QWidget):
         if self.job.refuse(self.problem()):
             return False
         config = replace(self.setup.config(), mode="fair", calibrate_harness=False)
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         folder = self.target_folder()
         try:
-            session = ProfileSession(config, folder, on_event=self.job.controller.sink(), specs=specs)
+            session = ProfileSession(config, folder, on_event=self.job.controller.sink())
         except UsageError as exc:
             self.error.emit("Cannot profile", str(exc))
             return False

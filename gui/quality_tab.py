@@ -22,7 +22,6 @@ from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, 
 from whistle_stop.backends.sources.model_files import ModelFiles
 from whistle_stop.backends.runs.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
                               quality_rows_as_dicts, write_quality)
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 
 from .figure_view import FigureGrid
@@ -53,10 +52,9 @@ class QualityTab(QWidget):
     error = Signal(str, str)
     finished = Signal(object)  # (BenchResult, QualityResult)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: BenchResult | None = None
         self.quality: QualityResult | None = None
         self.model: ModelFiles | None = None
@@ -147,14 +145,13 @@ class QualityTab(QWidget):
         if self.job.refuse(self.problem()):
             return False
         config = replace(self.setup.config(), mode="fair")  # tokens/s beside perplexity: uncontended
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         try:
-            session = QualitySession(config, self.settings(), on_event=self.job.controller.sink(), specs=specs)
+            session = QualitySession(config, self.settings(), on_event=self.job.controller.sink())
         except UsageError as exc:
             self.error.emit("Cannot run the quality evaluation", str(exc))
             return False
         self.result = self.quality = self.model = None
-        self.colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self.colours = engine_colours(list(config.backends), registry.names())
         self._totals = (len(config.backends) * (config.warmup + config.repeats), 0)
         self._runs_done, self._windows_done = 0, {}
         self.table.set_rows([], {}, QColor())

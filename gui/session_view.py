@@ -13,7 +13,6 @@ from typing import Callable
 from PySide6.QtWidgets import QWidget
 
 from whistle_stop.backends import registry
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 
 from .charts import HistogramChart, LatencyChart, RaceChart
@@ -28,11 +27,10 @@ from .theme import engine_colours
 
 class SessionView:
     def __init__(self, grid: StreamsGrid, live: LiveView, latency: LatencyChart, race: RaceChart,
-                 histogram: HistogramChart, summary: SummaryView, table: RunsTable, extra_specs: dict[str, EngineSpec],
+                 histogram: HistogramChart, summary: SummaryView, table: RunsTable,
                  shown_tab: Callable[[], QWidget | None], on_change: Callable[[], None]) -> None:
         self.grid, self.live, self.table, self.summary = grid, live, table, summary
         self.latency, self.race, self.histogram = latency, race, histogram
-        self.extra_specs = extra_specs
         self._shown_tab = shown_tab  # the bottom dock's current tab
         self._on_change = on_change  # what can be done with the session changed (the window's actions)
         self.data = SessionData()
@@ -42,8 +40,8 @@ class SessionView:
 
     def show_engines(self, names: list[str]) -> None:
         """A pane and a curve per engine, each in its colour."""
-        colours = engine_colours(names, registry.names() + list(self.extra_specs))
-        described = [(n, colours[n], (self.extra_specs.get(n) or registry.get(n)).description) for n in names]
+        colours = engine_colours(names, registry.names())
+        described = [(n, colours[n], registry.get(n).description) for n in names]
         self.grid.set_engines(described)
         for chart in (self.latency, self.race, self.histogram):
             chart.set_engines(colours)

@@ -40,11 +40,9 @@ class SetupPanel(QWidget):
     changed = Signal()
     run_requested = Signal()
 
-    def __init__(self, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.jobs = jobs  # whether an engine job runs is read there: the panel is locked meanwhile
-        self.extra_specs = dict(extra_specs or {})
         self.model_info = ModelInfo("auto", 1024, None)
         self._prompt_tokens = 0
         self._folders: list[str] = []
@@ -113,13 +111,14 @@ class SetupPanel(QWidget):
         box = QGroupBox("Engines")
         form = QVBoxLayout(box)
         self.engines = QListWidget()
+        reference = registry.reference()  # ticked at first
         for spec in self._specs():
-            ok, why = (True, "") if spec.name in self.extra_specs else registry.available(spec.name)
+            ok, why = registry.available(spec.name)
             item = QListWidgetItem(f"{spec.name}  ·  {spec.precision}")
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
             if ok:
                 item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable)
-                item.setCheckState(Qt.CheckState.Checked if spec.name == "hf" else Qt.CheckState.Unchecked)
+                item.setCheckState(Qt.CheckState.Checked if spec.name == reference else Qt.CheckState.Unchecked)
                 item.setToolTip(spec.description)
             else:
                 item.setFlags(Qt.ItemFlag.NoItemFlags)  # greyed, cannot be ticked
@@ -144,7 +143,7 @@ class SetupPanel(QWidget):
         return box
 
     def _specs(self) -> list[EngineSpec]:
-        return list(registry.ENGINES.values()) + list(self.extra_specs.values())
+        return list(registry.ENGINES.values())
 
     def _prompt_group(self) -> QGroupBox:
         box = QGroupBox("Prompt")

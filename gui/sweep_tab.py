@@ -21,7 +21,6 @@ from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
 from whistle_stop.backends.results.export import RUNS_CSV
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
 
@@ -45,10 +44,9 @@ class SweepTab(QWidget):
     error = Signal(str, str)  # title, message: the window shows it
     finished = Signal(object)  # the BenchResult (cancelled ones too)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: BenchResult | None = None
         self.runs: list = []
         self.tokens: list = []
@@ -169,18 +167,17 @@ class SweepTab(QWidget):
         config = replace(self.setup.config(), mode="fair", prompt=setup_prompt, prompt_tokens=prompts[0],
                          new_tokens=news[0])
         folder = Path(self.folder.text().strip()).expanduser()
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         try:
             check_writable_dir(folder)
             session = SweepSession(config, SweepGrid(prompts, news), folder, restart=self.restart.isChecked(),
-                                   on_event=self.job.controller.sink(), specs=specs, measure_bandwidth=self.measure.isChecked())
+                                   on_event=self.job.controller.sink(), measure_bandwidth=self.measure.isChecked())
         except (UsageError, OSError) as exc:
             why = str(exc) if isinstance(exc, UsageError) else f"cannot write to {folder}: {exc.strerror or exc}"
             self.error.emit("Cannot run the sweep", why)
             return False
         self._session, self._plan, self.result, self.last_folder = session, None, None, folder
         self.runs, self.tokens = [], []
-        self._colours = engine_colours(list(config.backends), registry.names() + list(self.extra_specs))
+        self._colours = engine_colours(list(config.backends), registry.names())
         self.restart.setChecked(False)  # one-shot: running again resumes
         self.figures.clear_figures()
         self.log.clear()

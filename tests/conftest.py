@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -30,6 +31,15 @@ def isolated_cache(tmp_path_factory):
         os.environ.pop("WHISTLE_STOP_CACHE", None)
     else:
         os.environ["WHISTLE_STOP_CACHE"] = previous
+
+
+@pytest.fixture
+def use_engines():
+    """`use_engines(*specs)`: test engines in the registry (`registry.use`) until the test ends."""
+    from whistle_stop.backends import registry
+
+    with contextlib.ExitStack() as stack:
+        yield lambda *specs: stack.enter_context(registry.use(specs))
 
 
 @pytest.fixture(scope="session")

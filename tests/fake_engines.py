@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from whistle_stop.backends.engine import Engine, EngineInfo, EngineOptions
+from whistle_stop.backends.engine import Capabilities, Engine, EngineInfo, EngineOptions
 from whistle_stop.backends.registry import EngineSpec
 
 VOCAB = 50257
@@ -21,11 +21,11 @@ VOCAB = 50257
 class ScriptedEngine(Engine):
     """Emits tokens 100, 101, ... with `prefill_s` before the first and `decode_s` between the rest."""
 
-    def __init__(self, options: EngineOptions, prefill_s: float = 0.0, decode_s: float = 0.0,
+    def __init__(self, name: str, options: EngineOptions, prefill_s: float = 0.0, decode_s: float = 0.0,
                  crash_at: int | None = None, hang_at: int | None = None, fail_at: int | None = None,
                  fail_load: bool = False, load_s: float = 0.0, device: str = "cpu",
                  segfault_at: int | None = None) -> None:
-        super().__init__(options)
+        super().__init__(name, options)
         self.device = device  # what its Ready says (a "cuda" one: whose memory the profile probes)
         self.prefill_s, self.decode_s = prefill_s, decode_s
         self.crash_at, self.hang_at, self.fail_at = crash_at, hang_at, fail_at
@@ -80,7 +80,8 @@ def busy_wait(seconds: float) -> None:
 
 
 def spec(name: str, **kwargs) -> EngineSpec:
-    return EngineSpec(name, "tests.fake_engines:ScriptedEngine", "scripted test engine", (), "", "fp32", kwargs)
+    return EngineSpec(name=name, target="tests.fake_engines:ScriptedEngine", description="scripted test engine",
+                      engine_args=kwargs)
 
 
 # --- A profiled engine with known costs per phase (tests/test_profile.py) -----------------------
@@ -119,14 +120,15 @@ class PhasedEngine(ScriptedEngine):
 
     def profiler(self):
         import tests.fake_engines as module
+        from whistle_stop.backends.profile.categories import OpFamily
         from whistle_stop.backends.profile.timers import FunctionTimers
 
-        return FunctionTimers(module, ["linear", "attention"], "numpy")
+        return FunctionTimers(module, ["linear", "attention"], OpFamily.NUMPY_FUNCTIONS)
 
 
 def phased_spec(name: str = "phased") -> EngineSpec:
-    return EngineSpec(name, "tests.fake_engines:PhasedEngine", "scripted engine with known costs per phase", (), "",
-                      "fp32", {})
+    return EngineSpec(name=name, target="tests.fake_engines:PhasedEngine",
+                      description="scripted engine with known costs per phase")
 
 
 # --- An engine that generates in its own loop (tests/test_profile.py) ---------------------------
@@ -135,10 +137,12 @@ class OwnLoopEngine(ScriptedEngine):
     """ScriptedEngine's tokens from its own `stream`, as ctranslate2, the GenAI runtimes or a server
     generate: the worker relays them and cannot time its prefill and decode calls apart."""
 
+    capabilities = Capabilities(own_loop=True)
+
     def stream(self, token_ids, new_tokens, sampler, cancel=None):
         yield from super().stream(token_ids, new_tokens, sampler, cancel)
 
 
 def own_loop_spec(name: str = "own-loop", **kwargs) -> EngineSpec:
-    return EngineSpec(name, "tests.fake_engines:OwnLoopEngine", "scripted engine with its own loop", (), "", "fp32",
-                      kwargs)
+    return EngineSpec(name=name, target="tests.fake_engines:OwnLoopEngine",
+                      description="scripted engine with its own loop", engine_args=kwargs)

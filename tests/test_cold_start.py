@@ -127,7 +127,8 @@ def test_unsupported_eviction_is_said(monkeypatch, tmp_path):
 def test_records_carry_the_page_cache_state_and_cold_note(tiny_model):
     specs = {"a": fake_engines.spec("a")}
     config = BenchConfig(model="random:tiny", backends=("a",), threads=1, repeats=1, warmup=0, cold=True)
-    result = SweepSession(config, SweepGrid((4,), (3,)), specs=specs, measure_bandwidth=False).run()
+    with registry.use(specs.values()):
+        result = SweepSession(config, SweepGrid((4,), (3,)), measure_bandwidth=False).run()
     assert result.runs and all(r.status is RunStatus.OK for r in result.runs)
     for record in result.runs:
         assert "--cold" in record.notes

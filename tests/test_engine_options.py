@@ -44,7 +44,8 @@ class ToySettings(EngineSettings):
 
 @pytest.fixture
 def toy_engine(monkeypatch):
-    spec = EngineSpec("toy", "tests.fake_engines:ScriptedEngine", "toy", options="tests.test_engine_options:ToySettings")
+    spec = EngineSpec(name="toy", target="tests.fake_engines:ScriptedEngine", description="toy",
+                      options="tests.test_engine_options:ToySettings")
     monkeypatch.setitem(registry.ENGINES, "toy", spec)
 
 

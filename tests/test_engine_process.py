@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests import fake_engines
+from whistle_stop.backends import registry
 from tests.engine_process import ChildCrashed, EngineProcess, in_child
 
 
@@ -41,5 +42,6 @@ def test_the_apps_worker_names_the_signal(tiny_model):
     specs = {"crashy-native": fake_engines.spec("crashy-native", segfault_at=1)}
     config = BenchConfig(model="random:tiny", backends=tuple(specs), prompt_tokens=8, new_tokens=4, repeats=1,
                          warmup=0, threads=1)
-    (run,) = BenchSession(config, specs=specs).run().runs
+    with registry.use(specs.values()):
+        (run,) = BenchSession(config).run().runs
     assert run.status == "crashed" and "killed by SIGSEGV (exit code -11)" in run.error

@@ -7,6 +7,7 @@ from whistle_stop.backends.storage.atomic import atomic_write
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from tests import fake_engines
+from whistle_stop.backends import registry
 
 RUN_COLUMNS_REQUIRED = ("run_id, backend, model, weights, device, dtype, threads, prompt_tokens, new_tokens, decoding, "
                         "temperature, top_k, top_p, seed, repeat, is_warmup, import_s, load_s, ttft_ms, tpot_ms, "
@@ -17,7 +18,8 @@ TOKEN_COLUMNS_REQUIRED = "run_id, backend, repeat, is_warmup, token_index, token
 @pytest.fixture(scope="module")
 def result(tiny_model):
     config = BenchConfig(model="random:tiny", backends=("a",), prompt_tokens=4, new_tokens=4, repeats=2, warmup=1, threads=1)
-    return BenchSession(config, specs={"a": fake_engines.spec("a", decode_s=0.002)}).run()
+    with registry.use([fake_engines.spec("a", decode_s=0.002)]):
+        return BenchSession(config).run()
 
 
 def test_schema_of_the_three_files(result, tmp_path):

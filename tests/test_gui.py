@@ -39,11 +39,13 @@ def settings(tmp_path):
 
 
 @pytest.fixture
-def make_window(qtbot, settings):
+def make_window(use_engines, qtbot, settings):
+    """`make_window(specs, show)`: the window, with these test engines in the registry (`use_engines`)."""
     from whistle_stop.gui.main_window import MainWindow
 
-    def make(extra_specs=None, show=True):
-        window = MainWindow(extra_specs=extra_specs, settings=settings)
+    def make(specs=None, show=True):
+        use_engines(*(specs or {}).values())
+        window = MainWindow(settings=settings)
         qtbot.addWidget(window)  # closed (cancelling any run) at teardown
         if show:
             window.show()

@@ -55,11 +55,13 @@ def settings(tmp_path):
 
 
 @pytest.fixture
-def make_window(qtbot, settings):
+def make_window(use_engines, qtbot, settings):
+    """`make_window(specs)`: the window, with these test engines in the registry (`use_engines`)."""
     from whistle_stop.gui.main_window import MainWindow
 
-    def make(extra_specs=None):
-        window = MainWindow(extra_specs=extra_specs, settings=settings)
+    def make(specs=None):
+        use_engines(*(specs or {}).values())
+        window = MainWindow(settings=settings)
         qtbot.addWidget(window)  # closed (cancelling any job) at teardown
         window.show()
         return window

@@ -21,7 +21,8 @@ def _run(backends, specs=None, mode="fair", **config):
     cfg = BenchConfig(model="random:tiny", backends=tuple(backends), new_tokens=config.pop("new_tokens", 8),
                       repeats=config.pop("repeats", 2), warmup=config.pop("warmup", 1), threads=1, mode=mode,
                       **config)
-    return BenchSession(cfg, specs=specs).run()
+    with registry.use((specs or {}).values()):
+        return BenchSession(cfg).run()
 
 
 class IdleSpinEngine(fake_engines.ScriptedEngine):
@@ -128,7 +129,8 @@ def test_settle_waits_for_a_duty_cycle_and_not_for_a_sleeper():
     """Quiet is judged over a window the CPU clock resolves: a process using ~30% of a core in bursts
     is never quiet (one 20 ms poll often fell between its bursts), one asleep is at once."""
     config = BenchConfig(model="random:tiny", backends=("a",), threads=1)
-    orchestrator = Orchestrator(config, specs={"a": fake_engines.spec("a")})
+    with registry.use([fake_engines.spec("a")]):
+        orchestrator = Orchestrator(config)
     busy, asleep = _started(_DUTY_CYCLE), _started(_ASLEEP)
     try:
         assert orchestrator.settle([busy.pid]) >= SETTLE_MAX_S

@@ -10,7 +10,7 @@ import pytest
 from whistle_stop.backends import registry
 from whistle_stop.backends.results.summary import harness_note
 from whistle_stop.backends.cli.main import main
-from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.engine import Capabilities, EngineOptions
 from whistle_stop.backends.engines.null_engine import NullEngine
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
@@ -25,6 +25,8 @@ class StreamingNullEngine(NullEngine):
     """A null engine with its own `stream` (as a server or a native generator has): the child
     can only relay its tokens, so engine_ns is unknown."""
 
+    capabilities = Capabilities(own_loop=True)
+
     def stream(self, token_ids, new_tokens, sampler, cancel=None):
         for _ in range(new_tokens):
             yield sampler(self.prefill(token_ids))
@@ -35,7 +37,8 @@ class StreamingNullEngine(NullEngine):
 def _session(backends, specs=None, new_tokens=30, sampling=None, **config):
     cfg = BenchConfig(model="random:tiny", backends=tuple(backends), prompt_tokens=8, new_tokens=new_tokens,
                       repeats=1, warmup=0, threads=1, sampling=sampling or SamplingParams(), **config)
-    return BenchSession(cfg, specs=specs)
+    with registry.use((specs or {}).values()):  # the session takes its engines' specs now
+        return BenchSession(cfg)
 
 
 def test_null_is_listed_like_any_engine(capsys):
@@ -110,7 +113,8 @@ def test_driving_prefill_and_decode_gives_the_tokens_of_engine_stream(tiny_model
 
 
 def test_an_engine_with_its_own_stream_has_no_engine_time(tiny_model):
-    spec = EngineSpec("streams", "tests.test_null_engine:StreamingNullEngine", "relayed", ("numpy",))
+    spec = EngineSpec(name="streams", target="tests.test_null_engine:StreamingNullEngine", description="relayed",
+                      requires=("numpy",))
     result = _session(["streams"], specs={"streams": spec}, new_tokens=10).run()
     (run,) = result.runs
     assert run.status == "ok" and run.tokens_generated == 10

@@ -41,7 +41,7 @@ class Recorder:
 
 
 def load(model, variant: str = "fp32", threads: int = 1) -> tuple[OnnxEngine, Recorder, object]:
-    engine = OnnxEngine(EngineOptions(threads=threads), variant)
+    engine = OnnxEngine("onnx", EngineOptions(threads=threads), variant)
     recorder = Recorder()
     info = engine.load(model, recorder)
     return engine, recorder, info
@@ -296,7 +296,7 @@ def test_cache_hit_does_not_import_torch(fp32, tiny_model):
         "from whistle_stop.backends.sources.model_files import resolve_model\n"
         "from whistle_stop.backends.engine import EngineOptions\n"
         "from whistle_stop.backends.engines.onnx.engine import OnnxEngine\n"
-        "info = OnnxEngine(EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
+        "info = OnnxEngine('onnx', EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
         "print('cache=hit' in info.notes, 'torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -83,7 +83,7 @@ def test_cache_hit_does_not_import_torch(engine):
         "from whistle_stop.backends.sources.model_files import resolve_model\n"
         "from whistle_stop.backends.engine import EngineOptions\n"
         "from whistle_stop.backends.engines.onnx.concat_engine import OnnxConcatEngine\n"
-        "info = OnnxConcatEngine(EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
+        "info = OnnxConcatEngine('onnx-concat', EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
         "print(info.artifact_cache, 'torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -11,6 +11,7 @@ from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest
 from whistle_stop.backends.worker.scoring import nll_of, top_logits
 from tests import fake_engines
+from whistle_stop.backends import registry
 
 
 def test_fair_order_alternates_direction():
@@ -39,6 +40,7 @@ def test_sweep_requests_carry_their_cell(tiny_model):
 
     specs = {"a": fake_engines.spec("a")}
     config = BenchConfig(model="random:tiny", backends=("a",), threads=1, repeats=1, warmup=1)
-    result = SweepSession(config, SweepGrid((4,), (3,)), on_event=on_event, specs=specs, measure_bandwidth=False).run()
+    with registry.use(specs.values()):
+        result = SweepSession(config, SweepGrid((4,), (3,)), on_event=on_event, measure_bandwidth=False).run()
     assert contexts == [("a/p4n3/w1", RunContext(1, True, "p4n3", 4, 3)), ("a/p4n3/r1", RunContext(1, False, "p4n3", 4, 3))]
     assert all(r.status is RunStatus.OK for r in result.runs) and not result.failed

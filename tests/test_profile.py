@@ -10,7 +10,7 @@ import pytest
 
 from tests.fake_engines import phased_spec
 from whistle_stop.backends import registry
-from whistle_stop.backends.profile.categories import KERNELS, Category, classify
+from whistle_stop.backends.profile.categories import KERNELS, Category, OpFamily, classify
 from whistle_stop.backends.results.bandwidth import Bandwidth
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.profile import ProfileSession
@@ -21,7 +21,8 @@ BANDWIDTH = Bandwidth(gb_s=10.0, median_gb_s=10.0, bytes=1, threads=1, passes=1,
 def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
     config = BenchConfig(model="random:tiny", backends=tuple(backends), prompt="Hello world, this is a test",
                          new_tokens=new_tokens, repeats=repeats, warmup=1, threads=1)
-    session = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
+    with registry.use((specs or {}).values()):  # the session takes its engines' specs now
+        session = ProfileSession(config, tmp_path / "prof", bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
     return session.run()
 
 
@@ -91,7 +92,8 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     config = BenchConfig(model="random:tiny", backends=("one", "two"), prompt="Hello world", new_tokens=6,
                          repeats=1, warmup=0, threads=1)
     specs = {"one": phased_spec("one"), "two": phased_spec("two")}
-    result = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=probe).run()
+    with registry.use(specs.values()):
+        result = ProfileSession(config, tmp_path / "prof", bandwidth=probe).run()
     one, two = result.profiles
     assert (one.bandwidth_gb_s, two.bandwidth_gb_s) == (20.0, 40.0)
     assert (one.slower_bandwidth_gb_s, two.slower_bandwidth_gb_s) == (10.0, 5.0)  # how far the machine moved
@@ -130,7 +132,8 @@ def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):
     config = BenchConfig(model="random:tiny", backends=("host", "gpu"), prompt="Hello world", new_tokens=6,
                          repeats=1, warmup=0, threads=1)
     specs = {"host": spec("host", decode_s=0.001), "gpu": spec("gpu", decode_s=0.001, device="cuda")}
-    result = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=probe).run()
+    with registry.use(specs.values()):
+        result = ProfileSession(config, tmp_path / "prof", bandwidth=probe).run()
     on_host, on_gpu = result.profiles
     assert asked == ["cpu", "cpu", "cuda", "cuda"]
     assert (on_host.bandwidth_gb_s, on_gpu.bandwidth_gb_s) == (20.0, 3000.0)
@@ -180,16 +183,16 @@ def test_an_engine_with_its_own_loop_gets_its_ttft_as_prefill(tmp_path):
 
 
 def test_categories_of_common_operations():
-    assert classify("aten::addmm", "torch") is Category.MATMUL
-    assert classify("whistle_stop_kernels::gemv", "torch") is Category.MATMUL  # the project's own decode kernel
-    assert classify("aten::_scaled_dot_product_flash_attention_for_cpu", "torch") is Category.ATTENTION
-    assert classify("aten::index_copy_", "torch") is Category.KV_CACHE
-    assert classify("aten::view", "torch") is Category.FRAMEWORK
-    assert classify("TorchDynamo Cache Lookup", "torch") is Category.FRAMEWORK
-    assert classify("MatMulInteger", "ort") is Category.MATMUL
-    assert classify("GroupQueryAttention", "ort") is Category.ATTENTION
-    assert classify("SkipLayerNormalization", "ort") is Category.NORM_ACTIVATION
-    assert classify("kv_write", "numpy") is Category.KV_CACHE
+    assert classify("aten::addmm", OpFamily.TORCH) is Category.MATMUL
+    assert classify("whistle_stop_kernels::gemv", OpFamily.TORCH) is Category.MATMUL  # the project's own decode kernel
+    assert classify("aten::_scaled_dot_product_flash_attention_for_cpu", OpFamily.TORCH) is Category.ATTENTION
+    assert classify("aten::index_copy_", OpFamily.TORCH) is Category.KV_CACHE
+    assert classify("aten::view", OpFamily.TORCH) is Category.FRAMEWORK
+    assert classify("TorchDynamo Cache Lookup", OpFamily.TORCH) is Category.FRAMEWORK
+    assert classify("MatMulInteger", OpFamily.ORT) is Category.MATMUL
+    assert classify("GroupQueryAttention", OpFamily.ORT) is Category.ATTENTION
+    assert classify("SkipLayerNormalization", OpFamily.ORT) is Category.NORM_ACTIVATION
+    assert classify("kv_write", OpFamily.NUMPY_FUNCTIONS) is Category.KV_CACHE
 
 
 def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, capsys):

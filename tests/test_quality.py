@@ -27,8 +27,8 @@ class DivergingEngine(ScriptedEngine):
     """Greedy stream 100, 101, ... (position after the prompt); from `diverge_at` on it prefers 200 + position.
     The runner-up keeps a small margin, so the top-k of both engines is known exactly."""
 
-    def __init__(self, options: EngineOptions, prompt_len: int = 4, diverge_at: int | None = None) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, prompt_len: int = 4, diverge_at: int | None = None) -> None:
+        super().__init__(name, options)
         self.prompt_len, self.diverge_at = prompt_len, diverge_at
 
     def _logits(self) -> np.ndarray:
@@ -44,7 +44,8 @@ class DivergingEngine(ScriptedEngine):
 
 
 def diverging_spec(name: str, **kwargs) -> EngineSpec:
-    return EngineSpec(name, "tests.test_quality:DivergingEngine", "diverging test engine", (), "", "fp32", kwargs)
+    return EngineSpec(name=name, target="tests.test_quality:DivergingEngine", description="diverging test engine",
+                      engine_args=kwargs)
 
 
 def test_strided_windows_follow_hfs_loop():
@@ -137,7 +138,8 @@ def quality_run(tiny_model, tmp_path_factory):
     specs = {"ref": diverging_spec("ref"), "fast": diverging_spec("fast", diverge_at=3)}
     config = BenchConfig(model="random:tiny", backends=("ref", "fast"), prompt_tokens=4, new_tokens=6, repeats=2,
                          warmup=0, threads=1, reference="ref")
-    session = QualitySession(config, QualitySettings(text_path=text, max_length=16, stride=8), specs=specs)
+    with registry.use(specs.values()):  # the session takes its engines' specs now
+        session = QualitySession(config, QualitySettings(text_path=text, max_length=16, stride=8))
     result = session.run()
     return session, result
 

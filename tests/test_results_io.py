@@ -103,13 +103,14 @@ def test_nan_in_required_float_reads_back_as_nan(tmp_path):
 
 def test_real_bench_folder(tmp_path, tiny_model):
     """A folder written by a real session of scripted engines reads back whole."""
-    from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
     from tests.fake_engines import spec
+    from whistle_stop.backends import registry
+    from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 
     config = BenchConfig(model="random:tiny", backends=("fast", "slow"), prompt="Hello", new_tokens=5,
                          repeats=1, warmup=0)
-    session = BenchSession(config, specs={"fast": spec("fast"), "slow": spec("slow", decode_s=0.002)})
-    result = session.run()
+    with registry.use([spec("fast"), spec("slow", decode_s=0.002)]):
+        result = BenchSession(config).run()
     write_results(tmp_path, result.runs, result.tokens, result.environment)
     runs, tokens, env = load_results(tmp_path)
     assert [r.run_id for r in runs] == [r.run_id for r in result.runs]

@@ -1,5 +1,6 @@
 """Run order, warm-ups, race mode and agreement, with scripted engines."""
 
+from whistle_stop.backends import registry
 from whistle_stop.backends.worker.events import BackendEvent, RunRequest
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.results.summary import summarize_backends
@@ -15,7 +16,8 @@ def _run(specs, **kwargs):
 
     config = BenchConfig(model="random:tiny", backends=tuple(specs), prompt_tokens=4, new_tokens=kwargs.pop("new_tokens", 3),
                          threads=1, **kwargs)
-    return BenchSession(config, on_event=on_event, specs=specs).run(), requests
+    with registry.use(specs.values()):
+        return BenchSession(config, on_event=on_event).run(), requests
 
 
 def test_fair_order_interleaves_repeats_and_warms_up_first(tiny_model):

@@ -35,7 +35,8 @@ def _session(out_dir, specs=SPECS, grid=GRID, cancel_after_cells=None, restart=F
 
     cfg = BenchConfig(model="random:tiny", backends=tuple(specs), threads=1, repeats=config.pop("repeats", 2),
                       warmup=config.pop("warmup", 1), **config)
-    session = SweepSession(cfg, grid, out_dir, restart=restart, on_event=on_event, specs=specs, measure_bandwidth=False)
+    with registry.use(specs.values()):  # the session takes its engines' specs now
+        session = SweepSession(cfg, grid, out_dir, restart=restart, on_event=on_event, measure_bandwidth=False)
     box["session"] = session
     return session, log
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from .. import registry
 from ..results.load import LOAD_HEADERS, load_rows, session_levels
 from ..runs.result import BenchResult
 
@@ -29,4 +30,5 @@ def print_load(result: BenchResult, console: Console) -> None:
         if level.notes:
             console.print(f"{level.backend} at {level.concurrency}: {level.notes}", markup=False)
     if not servers:
-        console.print("no engine served concurrently (only server engines - remote, vllm - have levels above 1)")
+        console.print(f"no engine served concurrently (only server engines - "
+                      f"{', '.join(registry.serving_concurrently())} - have levels above 1)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, registry
 from ..errors import UsageError
 from .engine_flags import add_engine_flags
 
@@ -64,7 +64,8 @@ def _int_list(text: str) -> list[int]:
 def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """The generation options; with `sweep`, lengths are comma-separated lists and mode is fair only."""
     p.add_argument("--model", default="auto", help="auto | hub id (gpt2, distilgpt2, ...) | local folder | random:<config>")
-    p.add_argument("--backends", default="hf", help="comma-separated engine names (see `main.py backends`)")
+    p.add_argument("--backends", default=registry.reference(),
+                   help="comma-separated engine names (see `main.py backends`)")
     p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
     if sweep:
@@ -85,14 +86,16 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     if not sweep:
         p.add_argument("--mode", choices=["fair", "race"], default="fair")
     p.add_argument("--concurrency", type=_int_list, default=[],
-                   help="load levels for server engines (remote, vllm), e.g. 1,2,4,8: that many requests at once, "
+                   help=f"load levels for server engines ({', '.join(registry.serving_concurrently())}), e.g. "
+                        "1,2,4,8: that many requests at once, "
                         "each with its own random prefix; every engine's bench runs are level 1")
     p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO: a request's time to first token at most this")
     p.add_argument("--slo-itl-ms", type=float,
                    help="goodput SLO: a request's mean inter-token latency (TPOT, as vLLM's goodput) at most this")
-    p.add_argument("--reference", help="engine whose tokens the others are compared with (default: hf)")
+    p.add_argument("--reference",
+                   help=f"engine whose tokens the others are compared with (default: {registry.reference()})")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung")
     p.add_argument("--cold", action="store_true",
                    help="evict the weights and this engine's cached artefact files from the page cache before "
                         "each engine starts (Linux)")
-    add_engine_flags(p)  # each engine's own settings, e.g. --remote-url
+    add_engine_flags(p)  # each engine's own settings (a server's URL, say)

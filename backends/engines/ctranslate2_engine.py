@@ -23,7 +23,7 @@ import numpy as np
 
 from ..storage import artifact_cache
 from .artifact_folders import CT2_KIND
-from ..engine import Engine, EngineInfo, EngineOptions
+from ..engine import Capabilities, Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
 from ..storage.paths import TOKENIZER_DIR
 from ..sampling import Sampler
@@ -77,8 +77,10 @@ def _import_ctranslate2(compute_type: str) -> tuple[object, str]:
 
 
 class CTranslate2Engine(Engine):
-    def __init__(self, options: EngineOptions, compute_type: str = "float32") -> None:
-        super().__init__(options)
+    capabilities = Capabilities(own_loop=True)  # CTranslate2's generator makes the tokens
+
+    def __init__(self, name: str, options: EngineOptions, compute_type: str = "float32") -> None:
+        super().__init__(name, options)
         if compute_type not in _MKL_ON_INTEL:
             raise ValueError(f"unsupported CTranslate2 compute type {compute_type!r}")
         self.compute_type = compute_type

@@ -40,8 +40,8 @@ def conv1d_to_linear(model: nn.Module) -> int:
 
 
 class HFEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(name, options)
         self.dtype = dtype
         self.model: GPT2LMHeadModel | None = None
         self._cache: DynamicCache | None = None

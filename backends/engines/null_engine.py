@@ -32,8 +32,8 @@ def fixed_logits(vocab_size: int, seed: int = 0) -> np.ndarray:
 
 
 class NullEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         self._logits: np.ndarray | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:

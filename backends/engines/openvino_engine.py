@@ -31,8 +31,8 @@ _BEAM = np.zeros(1, dtype=np.int32)  # batch 1: keep the one cached sequence
 
 
 class OpenVinoEngine(Engine):
-    def __init__(self, options: EngineOptions, weight_format: str = "fp32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, weight_format: str = "fp32") -> None:
+        super().__init__(name, options)
         if weight_format not in ("fp32", "int8"):
             raise ValueError(f"unsupported OpenVINO weight format {weight_format!r}")
         self.weight_format = weight_format

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..engine import Engine, EngineInfo, EngineOptions
+from ..engine import EngineInfo, EngineOptions, ServerEngine
 from ..sources.model_files import ModelFiles
 from ..sampling import Sampler, SamplingParams
 from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
@@ -74,9 +74,9 @@ class RemoteError(RuntimeError):
     """A remote run failed: refused, timed out, HTTP error, or a malformed stream."""
 
 
-class RemoteEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+class RemoteEngine(ServerEngine):
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         settings = options.settings if isinstance(options.settings, RemoteOptions) else RemoteOptions()
         self.url = settings.url or ""
         self.model_name = settings.model or ""
@@ -113,7 +113,7 @@ class RemoteEngine(Engine):
             self.resolved_key = os.environ.get(self.api_key_env, "")
             notes.append(f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key")
         return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,
-                          samples_natively=True, serves_concurrently=True, notes="; ".join(notes))
+                          samples_natively=True, notes="; ".join(notes))
 
     def server_metrics(self) -> ServerMetrics | None:
         """The server's Prometheus /metrics (vLLM's latency histograms), or None if it has none."""

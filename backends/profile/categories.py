@@ -27,6 +27,17 @@ class Category(str, Enum):
 KERNELS = (Category.MATMUL, Category.ATTENTION, Category.KV_CACHE, Category.NORM_ACTIVATION, Category.OTHER_KERNELS)
 ORDER = KERNELS + (Category.ENGINE_UNSPLIT, Category.FRAMEWORK, Category.HARNESS, Category.UNATTRIBUTED)
 
+
+
+class OpFamily(Enum):
+    """Whose operation names these are: each family has its own table below."""
+
+    TORCH = "torch ops"
+    ORT = "onnxruntime nodes"
+    NUMPY_FUNCTIONS = "numpy runtime functions"
+    OPENVINO_NODES = "openvino nodes"
+
+
 # (pattern, category), first match wins; patterns match the whole lower-cased op name.
 _TORCH = [
     (r"aten::(addmm|mm|bmm|matmul|linear|baddbmm_?|addbmm|dot|mv)|quantized::linear.*|.*fbgemm.*|mkldnn.*linear.*"
@@ -64,12 +75,13 @@ _OPENVINO = [
     (r"mvn|layernorm.*|rms.*|gelu|eltwise|multiply|add|power|tanh|subgraph", Category.NORM_ACTIVATION),
     (r"reshape|transpose|squeeze|unsqueeze|shapeof|convert|parameter|result|constant", Category.FRAMEWORK),
 ]
-_TABLES = {"torch": _TORCH, "ort": _ORT, "numpy": _NUMPY, "openvino": _OPENVINO}
+_TABLES = {OpFamily.TORCH: _TORCH, OpFamily.ORT: _ORT, OpFamily.NUMPY_FUNCTIONS: _NUMPY,
+           OpFamily.OPENVINO_NODES: _OPENVINO}
 _COMPILED = {family: [(re.compile(p), c) for p, c in table] for family, table in _TABLES.items()}
 
 
-def classify(op: str, family: str) -> Category:
-    """The category of one operation of a runtime family ("torch", "ort", "numpy", "openvino")."""
+def classify(op: str, family: OpFamily) -> Category:
+    """The category of one operation of a runtime family."""
     name = op.strip().lower()
     for pattern, category in _COMPILED[family]:
         if pattern.fullmatch(name):

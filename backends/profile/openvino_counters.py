@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Callable, Iterator
 
 from .capture import EngineProfiler, OpStat, ProfileCapture, span, write_trace
-from .categories import classify
+from .categories import OpFamily, classify
 
 
 class OpenVinoCounters(EngineProfiler):
@@ -59,7 +59,7 @@ class OpenVinoCounters(EngineProfiler):
     def finish(self, trace_path: str) -> ProfileCapture:
         self._use(self._original)
         written = write_trace(trace_path, self._trace)
-        ops = tuple(OpStat(phase, name, classify(name, "openvino").value, ns, calls)
+        ops = tuple(OpStat(phase, name, classify(name, OpFamily.OPENVINO_NODES).value, ns, calls)
                     for (phase, name), (ns, calls) in self._totals.items())
         return ProfileCapture(self.name, ops, dict(self._steps), trace_file=written, profiler_ns=dict(self._spent),
                               note="real time per executed node type (fused nodes appear under the kernel that ran)")

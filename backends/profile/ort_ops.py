@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Callable, Iterator
 
 from .capture import EngineProfiler, OpStat, ProfileCapture
-from .categories import classify
+from .categories import OpFamily, classify
 
 
 class OrtProfiler(EngineProfiler):
@@ -79,6 +79,6 @@ def summarise(events: list[dict], phases: list[str], profiler: str, trace_path: 
         entry = totals[(phase, op)]
         entry[0] += int(event["dur"] * 1000)  # us -> ns
         entry[1] += 1
-    ops = tuple(OpStat(phase, op, classify(op, "ort").value, ns, calls) for (phase, op), (ns, calls) in totals.items())
+    ops = tuple(OpStat(phase, op, classify(op, OpFamily.ORT).value, ns, calls) for (phase, op), (ns, calls) in totals.items())
     return ProfileCapture(profiler, ops, dict(steps), dict(runtime), trace_path,
                           note="kernel time per node (op type); model_run - nodes = ORT's executor overhead")

@@ -14,13 +14,13 @@ from types import ModuleType
 from typing import Callable, Iterator, Sequence
 
 from .capture import EngineProfiler, OpStat, ProfileCapture, StepTrace, span, write_trace
-from .categories import classify
+from .categories import OpFamily, classify
 
 
 class FunctionTimers(EngineProfiler):
     name = "timers around the runtime's functions"
 
-    def __init__(self, module: ModuleType, functions: Sequence[str], family: str) -> None:
+    def __init__(self, module: ModuleType, functions: Sequence[str], family: OpFamily) -> None:
         self._module, self._names, self._family = module, list(functions), family
         self._originals: dict[str, Callable] = {}
         self._stack: list[int] = []  # time spent in timed children of each open call

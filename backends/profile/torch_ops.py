@@ -16,7 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from .capture import EngineProfiler, OpStat, ProfileCapture
-from .categories import classify
+from .categories import OpFamily, classify
 
 _MARK = "whistle_stop::"
 
@@ -58,7 +58,7 @@ class TorchProfiler(EngineProfiler):
             entry = totals[(phase, event.name)]
             entry[0] += int(event.self_cpu_time_total * 1000)  # us -> ns
             entry[1] += 1
-        ops = tuple(OpStat(phase, name, classify(name, "torch").value, ns, calls)
+        ops = tuple(OpStat(phase, name, classify(name, OpFamily.TORCH).value, ns, calls)
                     for (phase, name), (ns, calls) in totals.items())
         return ProfileCapture(self.name, ops, dict(steps), trace_file=written,
                               note="self CPU time per aten op on the calling thread")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-from ..registry import EngineSpec
 from ..results.agreement import fill_agreement
 from ..results.environment import collect_environment
 from ..sources.model_files import ModelFiles
@@ -44,10 +43,9 @@ def finish_bench(result: BenchResult, threads: int, cancelled: bool) -> None:
 class BenchSession:
     """`prepare()` then `run()`; `cancel()` from any thread."""
 
-    def __init__(self, config: BenchConfig, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None) -> None:
+    def __init__(self, config: BenchConfig, on_event: EventSink | None = None) -> None:
         self.config = config.validate()
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
 
     def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:

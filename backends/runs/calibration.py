@@ -29,7 +29,6 @@ from ..worker.events import RunRequest, Token
 from ..worker.process import Timeouts, Worker, WorkerError
 from .recording import cold_start_s
 
-CALIBRATION_ENGINE = "null"  # the registry's engine with no compute (engines/null_engine.py)
 DEFAULT_TOKENS = 200
 WARMUP_TOKENS = 20
 
@@ -57,8 +56,9 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
     `sampled`: the same two with the session's sampling settings, when it samples. On any failure
     the dict carries `error` instead of figures: calibration never fails a bench.
     """
-    out: dict = {"engine": CALIBRATION_ENGINE, "tokens": tokens, "sampling": "greedy"}
-    worker = Worker(registry.get(CALIBRATION_ENGINE), model, EngineOptions(threads=threads), timeouts=timeouts)
+    engine = registry.with_role(registry.Role.CALIBRATION)  # the registry's engine with no compute
+    out: dict = {"engine": engine, "tokens": tokens, "sampling": "greedy"}
+    worker = Worker(registry.get(engine), model, EngineOptions(threads=threads), timeouts=timeouts)
     ids = tuple(prompt_ids)
     try:
         ready = worker.start()
@@ -69,7 +69,7 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
             if cancelled():
                 out["error"] = "cancelled"
                 return out
-            outcome = worker.run(RunRequest(f"{CALIBRATION_ENGINE}/calibration/{label}", ids, count, params,
+            outcome = worker.run(RunRequest(f"{engine}/calibration/{label}", ids, count, params,
                                             live=False))  # the harness as measured runs meet it
             if outcome.status != RunStatus.OK:
                 out["error"] = f"{label} run {outcome.status}: {outcome.error}"
@@ -84,7 +84,7 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
             elif label == "sampled":
                 out["sampled"] = {**figures, "sampling": params.as_dict()}
     except WorkerError as exc:
-        out["error"] = f"the {CALIBRATION_ENGINE} engine did not load: {exc}"
+        out["error"] = f"the {engine} engine did not load: {exc}"
     finally:
         worker.close()
     return out

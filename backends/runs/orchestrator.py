@@ -18,7 +18,6 @@ from typing import Iterator
 import psutil
 
 from ..engine import EngineOptions
-from ..registry import EngineSpec
 from ..results.load import LoadRequestRecord, request_records
 from ..results.records import RunRecord, TokenRecord
 from ..storage import page_cache
@@ -70,11 +69,10 @@ def fair_order(backends: tuple[str, ...], repeat: int) -> tuple[str, ...]:
 class Orchestrator:
     """Starts, runs and closes the workers of one session; `session(result)` binds where records go."""
 
-    def __init__(self, config: BenchConfig, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None) -> None:
+    def __init__(self, config: BenchConfig, on_event: EventSink | None = None) -> None:
         self.config = config
         self.emit: EventSink = on_event or (lambda event: None)
-        self.specs = engine_specs(config, specs)
+        self.specs = engine_specs(config)
         resolution = resolve_threads()
         self.threads = config.threads or resolution.threads
         # environment.json: how the thread count was chosen (the user's, or the usable physical cores)

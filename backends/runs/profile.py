@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Callable
 
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
-from ..registry import EngineSpec
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
 from ..results.records import RunRecord, decode_bytes_per_token
 from ..sources.model_files import ModelFiles
@@ -63,13 +62,12 @@ class ProfileSession:
     """`prepare()` then `run()`; `cancel()` from any thread. Traces go to `trace_dir`."""
 
     def __init__(self, config: BenchConfig, trace_dir: Path, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None,
                  bandwidth: Callable[[int, int | None], Bandwidth | None] | None = None) -> None:
         """`bandwidth(threads, n_bytes)`: one probe of the floor's bandwidth over n_bytes (None: the
         machine's default size; default: measured afresh)."""
         self.config = config.validate()
         self.trace_dir = Path(trace_dir)
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         self._bandwidth = bandwidth
 

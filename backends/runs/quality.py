@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..registry import EngineSpec
 from ..results.agreement import first_streams
 from ..results.reader import load_results
 from ..results.records import RunRecord, TokenRecord
@@ -63,10 +62,9 @@ def _top(answer: TopLogits | Failed | WorkerLost, k: int) -> tuple[list[dict], s
 class QualitySession:
     """A greedy bench (unless `bench_dir`), then perplexity and divergence logits from the same workers."""
 
-    def __init__(self, config: BenchConfig, settings: QualitySettings, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None) -> None:
+    def __init__(self, config: BenchConfig, settings: QualitySettings, on_event: EventSink | None = None) -> None:
         self.config = config.validate()
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         if settings.bench_dir is not None and config.mode == "race":
             raise UsageError("--bench takes the runs from a folder: it does not combine with --mode race")

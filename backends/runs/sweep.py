@@ -14,7 +14,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import UsageError
-from ..registry import EngineSpec
 from ..results.agreement import fill_agreement
 from ..results.bandwidth import Bandwidth, cached_bandwidth, probe_bandwidth
 from ..results.environment import collect_environment
@@ -37,12 +36,11 @@ class SweepSession:
     """`prepare()` then `run()`; `cancel()` from any thread. With `out_dir`, writes after each cell."""
 
     def __init__(self, config: BenchConfig, grid: SweepGrid, out_dir: Path | None = None, restart: bool = False,
-                 on_event: EventSink | None = None, specs: dict[str, EngineSpec] | None = None,
-                 measure_bandwidth: bool = True) -> None:
+                 on_event: EventSink | None = None, measure_bandwidth: bool = True) -> None:
         if config.mode != "fair":
             raise UsageError("a sweep runs in fair mode only")
         self.config = config.validate()
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         self.grid = grid.validate()
         self.out_dir = Path(out_dir) if out_dir is not None else None

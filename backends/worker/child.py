@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from ..engine import Engine, EngineOptions
+from ..engine import Engine, EngineOptions, ServerEngine
 from ..errors import one_line
 from .events import (BATCH_S, Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest,
                      RunStarted, ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token, TokenBatch)
@@ -55,7 +55,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
                     info.dtype, options.threads, info.weight_bytes_per_token, notes,
                     kv_bytes_per_position=info.kv_bytes_per_position, build_s=build_s,
                     artifact_cache=info.artifact_cache, samples_natively=info.samples_natively,
-                    serves_concurrently=info.serves_concurrently, load_peak_rss_mb=load_peak))
+                    serves_concurrently=engine.capabilities.serves_concurrently, load_peak_rss_mb=load_peak))
     while True:
         message = conn.recv()
         if isinstance(message, Shutdown):
@@ -70,16 +70,17 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         elif isinstance(message, LoadRequest):
             from .load_runner import serve_load
 
-            serve_load(conn, cancel, engine, info, message, int(model.config.get("vocab_size", 50257)))
+            serve_load(conn, cancel, engine, message, int(model.config.get("vocab_size", 50257)))
 
 
 def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunRequest) -> None:
     sampler = Sampler(request.sampling)
-    engine.run_notes = ""
+    engine.run_notes = ""  # this run's own notes only
     detokenizer = IncrementalDetokenizer(request.prompt_ids)
-    drives = type(engine).stream is Engine.stream
+    drives = not engine.capabilities.own_loop
     profiler, problem = _profiler(engine, drives) if request.profile_trace else (None, "")
-    server_before = engine.server_metrics()  # a server's own histograms, read before the clock starts
+    # a server's own histograms, read before the clock starts
+    server_before = engine.server_metrics() if isinstance(engine, ServerEngine) else None
     cpu_start = cpu_seconds()
     outbox = _Outbox(conn, request)
     # After the profiler and the sender thread started: their set-up is in no timed span, and

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..engine import Engine, EngineInfo
+from ..engine import Engine, ServerEngine
 from ..errors import one_line
 from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
 from ..sampling import Sampler
@@ -37,13 +37,12 @@ class _Stream:
         return StreamResult(self.index, self.started_ns, tuple(self.stamps), self.error)
 
 
-def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, request: LoadRequest,
-               vocab_size: int) -> None:
-    if not info.serves_concurrently:
+def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadRequest, vocab_size: int) -> None:
+    if not engine.capabilities.serves_concurrently:
         conn.send(Failed(f"{engine.name} serves one sequence at a time: it has no load runs", "", request.run_id))
         return
     streams = [_Stream(i) for i in range(request.concurrency)]
-    before = engine.server_metrics()
+    before = engine.server_metrics() if isinstance(engine, ServerEngine) else None
     go = threading.Event()
 
     def run(stream: _Stream) -> None:
@@ -78,7 +77,7 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, 
 def server_cross_check(engine: Engine, before: ServerMetrics | None, requests: list[tuple[int, list[int]]]) -> str:
     """The server's own mean TTFT and ITL over these requests (start, token stamps) beside the
     client's, once the server has recorded them (at most METRICS_SETTLE_S after the last token)."""
-    if before is None:
+    if before is None or not isinstance(engine, ServerEngine):
         return ""
     served = sum(1 for _, stamps in requests if stamps)
     deadline = time.monotonic() + METRICS_SETTLE_S

@@ -38,8 +38,8 @@ INFO_FILE = "info.json"
 
 
 class LlamaCppEngine(Engine):
-    def __init__(self, options: EngineOptions, quant: str = "f32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, quant: str = "f32") -> None:
+        super().__init__(name, options)
         if quant not in _FTYPES:
             raise ValueError(f"unsupported llama.cpp quantisation {quant!r}")
         self.quant = quant

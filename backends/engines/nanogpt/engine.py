@@ -24,8 +24,8 @@ NOTES = "no KV cache: recomputes the whole sequence for every token (nanoGPT's g
 
 
 class NanoGPTEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         self.model: GPT | None = None
         self._idx: torch.Tensor | None = None  # [1, T]: the whole sequence so far, never cropped (as nanoGPT)
 

@@ -18,7 +18,7 @@ from ...kernels.native import KernelUnavailable, build_report
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy
 from ..numpy_runtime.model import nest_params
-from .step import NativeGPT2, library
+from .step import TIMERS, NativeGPT2, library
 from .weights import QBLOCK, WeightType
 
 _DTYPES = {"fp32": WeightType.F32, "bf16": WeightType.BF16, "int8": WeightType.I8, "int4": WeightType.Q4}
@@ -34,8 +34,8 @@ _HOW = {
 
 
 class NativeEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(name, options)
         self.dtype = dtype
         self.wtype = _DTYPES[dtype]
         self.model: NativeGPT2 | None = None
@@ -78,7 +78,7 @@ class NativeEngine(Engine):
     def profiler(self):
         from ...profile.native_timers import NativeStepTimers
 
-        return NativeStepTimers(self.model)
+        return NativeStepTimers(self.model, TIMERS)
 
     def close(self) -> None:
         self.model = None

@@ -13,9 +13,12 @@ import numpy as np
 
 from ...gpt2_config import GPT2Config
 from ...kernels.native import load
+from ...profile.categories import Category
 from .weights import StoredMatrix, WeightType, store
 
-TIMER_CATEGORIES = ("matmul", "attention", "kv_write", "norm_act", "other")  # gpt2_step.c's T_* order
+# gpt2_step.c's timers in its T_* order, each with the profile breakdown's category.
+TIMERS = (("matmul", Category.MATMUL), ("attention", Category.ATTENTION), ("kv_write", Category.KV_CACHE),
+          ("norm_act", Category.NORM_ACTIVATION), ("other", Category.OTHER_KERNELS))
 
 _P = ctypes.c_void_p
 

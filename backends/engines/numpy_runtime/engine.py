@@ -35,8 +35,8 @@ PROFILED_FUNCTIONS = ("linear", "lm_head", "attention", "softmax", "kv_write", "
 
 
 class NumpyEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         self.model: GPT2 | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
@@ -75,10 +75,11 @@ class NumpyEngine(Engine):
 
     def profiler(self):
         """Timers around the runtime's own functions (numpy has no profiler of its own)."""
+        from ...profile.categories import OpFamily
         from ...profile.timers import FunctionTimers
         from . import model
 
-        return FunctionTimers(model, PROFILED_FUNCTIONS, "numpy")
+        return FunctionTimers(model, PROFILED_FUNCTIONS, OpFamily.NUMPY_FUNCTIONS)
 
     def close(self) -> None:
         self.model = None  # drops the views; the map closes with its last reference

@@ -28,8 +28,8 @@ NOTE = "past/present concatenated per step (ORT's classic GPT-2 export): the cac
 
 
 class OnnxConcatEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         self.session: ort.InferenceSession | None = None
         self._past: list[np.ndarray] = []  # the last step's presents: the next step's past
         self._length = 0  # positions in the past

@@ -26,8 +26,8 @@ _MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
 
 
 class OnnxEngine(Engine):
-    def __init__(self, options: EngineOptions, variant: str = "fp32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, variant: str = "fp32") -> None:
+        super().__init__(name, options)
         if variant not in onnx_cache.VARIANTS:
             raise UsageError(f"unknown ONNX variant {variant!r}; known: {', '.join(onnx_cache.VARIANTS)}")
         self.variant = variant

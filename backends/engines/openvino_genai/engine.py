@@ -28,7 +28,7 @@ import numpy as np
 import openvino as ov
 import openvino_genai
 
-from ...engine import Engine, EngineInfo, EngineOptions
+from ...engine import Capabilities, Engine, EngineInfo, EngineOptions
 from ...sampling import Sampler, SamplingParams
 from ...sources.model_files import ModelFiles
 from ...storage import artifact_cache
@@ -42,8 +42,10 @@ _DONE = object()
 
 
 class OpenVinoGenAIEngine(Engine):
-    def __init__(self, options: EngineOptions, weight_format: str = "fp32", inference_precision: str = "f32") -> None:
-        super().__init__(options)
+    capabilities = Capabilities(own_loop=True)  # the LLMPipeline's own loop makes the tokens
+
+    def __init__(self, name: str, options: EngineOptions, weight_format: str = "fp32", inference_precision: str = "f32") -> None:
+        super().__init__(name, options)
         if weight_format not in WEIGHT_FORMATS:
             raise ValueError(f"unsupported OpenVINO GenAI weight format {weight_format!r}")
         if inference_precision not in PRECISIONS:

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...engine import Engine, EngineInfo, EngineOptions
+from ...engine import Capabilities, Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
 from ...progress import ProgressFn
 from ...sampling import Sampler
@@ -30,8 +30,10 @@ _MATRIX_BYTES = {"fp32": 4, "int8": 1 + 4 / 32, "int4": 0.5 + 4 / 32}  # fallbac
 
 
 class OrtGenAIEngine(Engine):
-    def __init__(self, options: EngineOptions, variant: str = "fp32") -> None:
-        super().__init__(options)
+    capabilities = Capabilities(own_loop=True)  # GenAI's C++ loop makes the tokens
+
+    def __init__(self, name: str, options: EngineOptions, variant: str = "fp32") -> None:
+        super().__init__(name, options)
         if variant not in genai_cache.VARIANTS:
             raise UsageError(f"unknown GenAI variant {variant!r}; known: {', '.join(genai_cache.VARIANTS)}")
         import onnxruntime_genai as og  # here, not at import: the registry lists engines without it

@@ -44,8 +44,8 @@ def set_threads(threads: int) -> tuple[int, int, str]:
 
 
 class TFEngine(Engine):
-    def __init__(self, options: EngineOptions, xla: bool = False) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, xla: bool = False) -> None:
+        super().__init__(name, options)
         self.xla = xla
         self.model = None
         self._length = 0  # positions filled in the cache

@@ -33,9 +33,9 @@ CUDA_GRAPH_WARMUPS = 3  # cudagraph trees: warm-up run, record, then replay
 
 
 class TorchStaticEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32", compile: bool = False,
+    def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32", compile: bool = False,
                  device: str | None = None) -> None:
-        super().__init__(options)
+        super().__init__(name, options)
         if dtype not in DTYPES:
             raise UsageError(f"torch-static dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
         self.dtype = dtype

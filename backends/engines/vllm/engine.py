@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...engine import Engine, EngineInfo, EngineOptions
+from ...engine import EngineInfo, EngineOptions, ServerEngine
 from ...errors import ModelError
 from ...registry import cuda_available
 from ...sampling import Sampler
@@ -54,9 +54,9 @@ def client_notes(notes: str) -> list[str]:
     return [n for n in notes.split("; ") if n not in (CLIENT_USAGE_NOTE, SERVER_SETTINGS_NOTE)]
 
 
-class VllmEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
-        super().__init__(options)
+class VllmEngine(ServerEngine):
+    def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(name, options)
         self.dtype = dtype
         self.server: ManagedServer | None = None
         self.client: RemoteEngine | None = None
@@ -85,9 +85,8 @@ class VllmEngine(Engine):
         self.server = ManagedServer(ServerCommand(argv, port, env, ready_path="/health", name="vLLM server",
                                                   log_path=log))
         start_s = self.server.start(START_TIMEOUT_S, progress)
-        self.client = RemoteEngine(EngineOptions(self.options.threads, settings=RemoteOptions(
+        self.client = RemoteEngine(self.name, EngineOptions(self.options.threads, settings=RemoteOptions(
             url=f"{self.server.base_url}/v1", model=name)))
-        self.client.name = self.name
         client_info = self.client.load(model, progress)
         build_s = environment.build_s + folder.build_s
         cache = "miss" if environment.cache_state == "miss" or folder.cache_state == "miss" else "hit"
@@ -99,7 +98,7 @@ class VllmEngine(Engine):
         return EngineInfo(device=f"vLLM {environment.version} {flavour} at 127.0.0.1:{port}", dtype=self.dtype,
                           weight_bytes_per_token=config.weight_bytes(dtype_bytes, dtype_bytes),
                           kv_bytes_per_position=config.kv_bytes_per_position(dtype_bytes), build_s=build_s,
-                          artifact_cache=cache, samples_natively=True, serves_concurrently=True,
+                          artifact_cache=cache, samples_natively=True,
                           notes="; ".join(n for n in notes if n))
 
     def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
