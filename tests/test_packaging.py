@@ -259,6 +259,8 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     sources = {f"whistle_stop/{p.relative_to(ROOT).as_posix()}" for t in GENERIC for p in (ROOT / t).rglob("*.py")
                if "__pycache__" not in p.parts}
     assert sources <= set(names), sorted(sources - set(names))
+    kernels = {f"whistle_stop/backends/kernels/{p.name}" for p in (ROOT / "backends" / "kernels").glob("*.[ch]")}
+    assert {"whistle_stop/backends/kernels/products.h"} < kernels <= set(names), sorted(kernels - set(names))
     assert not [n for n in names if n.endswith(".pyc") or n.startswith(("whistle_stop/tests", "whistle_stop/scripts"))]
     assert wheel.stat().st_size < 5_000_000
 

@@ -53,18 +53,51 @@ def _mat(m: StoredMatrix) -> Mat:
     return Mat(_ptr(m.data), _ptr(m.scale), _ptr(m.bias))
 
 
+STRUCTS = (Mat, Layer, Model)  # each named as its typedef in gpt2_step.c
+
+
+class LayoutMismatch(RuntimeError):
+    """The ctypes structs here and the C structs of the built step differ: calling it would read the
+    wrong memory."""
+
+
 def library() -> ctypes.CDLL:
-    """The compiled step (KernelUnavailable without a C compiler)."""
+    """The compiled step (KernelUnavailable without a C compiler; LayoutMismatch if its structs differ)."""
     return bind(load("gpt2_step"))
 
 
-def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    """Declare the step's functions on a loaded build of gpt2_step.c."""
+def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS) -> ctypes.CDLL:
+    """Declare the step's functions on a loaded build of gpt2_step.c, once its structs are checked."""
+    lib.gpt2_layout.restype = ctypes.c_char_p
+    check_layout(lib.gpt2_layout().decode(), structs)
     lib.gpt2_forward.restype = ctypes.c_int
     lib.gpt2_forward.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int]
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
     lib.gpt2_threads.restype = ctypes.c_int
     return lib
+
+
+def layout(structs: tuple[type[ctypes.Structure], ...]) -> dict[str, str]:
+    """{"Mat": "24", "Mat.w": "0:8", ...}: each struct's size, each field's offset:size, as
+    gpt2_layout() writes the C ones."""
+    out: dict[str, str] = {}
+    for struct in structs:
+        out[struct.__name__] = str(ctypes.sizeof(struct))
+        for field_name, *_ in struct._fields_:
+            field = getattr(struct, field_name)
+            out[f"{struct.__name__}.{field_name}"] = f"{field.offset}:{field.size}"
+    return out
+
+
+def check_layout(c_layout: str, structs: tuple[type[ctypes.Structure], ...]) -> None:
+    """Raise LayoutMismatch unless every struct's size and every field's offset and size agree with C's."""
+    theirs = dict(item.split("=", 1) for item in c_layout.split(";") if item)
+    ours = layout(structs)
+    differ = [f"{key}: C {theirs.get(key, 'absent')}, ctypes {ours.get(key, 'absent')}"
+              for key in sorted(theirs.keys() | ours.keys()) if theirs.get(key) != ours.get(key)]
+    if differ:
+        raise LayoutMismatch("the native step's ctypes structs do not match gpt2_step.c's (size, offset:size): "
+                             + "; ".join(differ))
 
 
 @dataclass
