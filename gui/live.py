@@ -15,7 +15,7 @@ import numpy as np
 from whistle_stop.backends.worker.events import (BackendEvent, Failed, Progress, Ready, RunContext, RunDone, RunRequest,
                                     RunStarted, Started, Token, WorkerLost)
 from whistle_stop.backends.sources.prompts import prompt_text
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
 from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
 from whistle_stop.backends.results.stats import run_metrics
 
@@ -236,7 +236,7 @@ class LiveView:
         for token in tokens:
             by_run.setdefault(token.run_id, []).append(token)
         for name, pane in self.grid.panes.items():
-            mine = [r for r in runs if r.backend == name]
+            mine = runs_of(runs, name)
             if not mine:
                 continue
             shown = display_run(mine, by_run)

@@ -12,6 +12,7 @@ from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget
 
+from whistle_stop.backends.results.records import runs_of
 
 from . import gc_guard
 from .actions import REPLAY_SPEEDS, build_actions
@@ -173,7 +174,7 @@ class MainWindow(QMainWindow):
         for name, pane in self.grid.panes.items():
             if name not in lanes:  # failed or cancelled before a measured token: nothing to replay
                 pane.set_tag("no measured run", "warn")
-                pane.set_status(next((r.error for r in data.runs if r.backend == name and r.error), ""))
+                pane.set_status(next((r.error for r in runs_of(data.runs, name) if r.error), ""))
         self.messages.say("replaying the measured runs on their recorded time axis…" if started
                           else "nothing to replay")
         self._update_actions()

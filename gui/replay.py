@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
 
 from .event_queue import TICK_MS
 from .live import LiveView, display_run
@@ -53,7 +53,7 @@ class Replayer(QObject):
             by_run.setdefault(token.run_id, []).append(token)
         out = {}
         for name in dict.fromkeys(r.backend for r in runs):
-            record = display_run([r for r in runs if r.backend == name], by_run)
+            record = display_run(runs_of(runs, name), by_run)
             if by_run.get(record.run_id) and not record.is_warmup:
                 out[name] = (record, sorted(by_run[record.run_id], key=lambda t: t.token_index))
         return out

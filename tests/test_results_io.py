@@ -132,3 +132,13 @@ def test_summary_csv_carries_the_true_level_of_the_median_interval(tmp_path, n, 
     assert f"{100 * level:.1f}%" in interval_label(n)
     min_max = (float(ttft["median_ci_low"]), float(ttft["median_ci_high"])) == (10.0, 10.0 + n - 1)
     assert min_max == (n <= 8) == ("min–max" in interval_label(n))
+
+
+def test_runs_of_keeps_one_engines_records_in_order():
+    from types import SimpleNamespace
+
+    from whistle_stop.backends.results.records import runs_of
+
+    records = [SimpleNamespace(backend=b, i=i) for i, b in enumerate(["a", "b", "a", "c", "a"])]
+    assert [r.i for r in runs_of(records, "a")] == [0, 2, 4]
+    assert runs_of(records, "missing") == [] and runs_of(iter(records), "c")[0].i == 3

@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from ..results.records import runs_of
 from ..runs.bench import BenchResult
 from .load_table import print_load
 from .common import (cancelled, charts, check_reference, config_from_args, in_thread, out_dir,
@@ -86,7 +87,7 @@ def _print_sweep(result: BenchResult, console: Console) -> None:
     for p, n in sorted({(r.prompt_tokens, r.new_tokens) for r in measured}):
         cells = []
         for b in backends:
-            mine = [r for r in measured if r.backend == b and (r.prompt_tokens, r.new_tokens) == (p, n)]
+            mine = [r for r in runs_of(measured, b) if (r.prompt_tokens, r.new_tokens) == (p, n)]
             cells.append(f"{fmt(summarize([r.ttft_ms for r in mine]).median)} · "
                          f"{fmt(summarize([r.decode_tok_s for r in mine]).median)}" if mine else "-")
         table.add_row(str(p), str(n), *cells)

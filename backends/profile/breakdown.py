@@ -24,9 +24,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..results.bandwidth import limit_ms_per_token
 from ..status import RunStatus
 from .capture import ProfileCapture
-from .categories import KERNELS, ORDER, Category
+from .categories import ORDER, Category
 
 TOP_OPS = 10
 
@@ -84,7 +85,7 @@ class EngineProfile:
     def floor_ms(self) -> float | None:
         if not self.bytes_per_token or not self.bandwidth_gb_s:
             return None
-        return self.bytes_per_token / (self.bandwidth_gb_s * 1e9) * 1e3
+        return limit_ms_per_token(self.bytes_per_token, self.bandwidth_gb_s)
 
     @property
     def overhead_pct(self) -> float | None:
@@ -180,7 +181,3 @@ def top_ops(capture: ProfileCapture, phases: dict[str, PhaseBreakdown], limit: i
                               ms / breakdown.step_ms if breakdown.step_ms else 0.0))
     shares.sort(key=lambda s: (s.phase != "decode", -s.ms_per_step))
     return shares[:limit]
-
-
-def kernel_share(breakdown: PhaseBreakdown) -> float:
-    return sum(breakdown.share(c) for c in KERNELS)

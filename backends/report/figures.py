@@ -15,9 +15,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from ..results.bandwidth import on_gpu
+from ..results.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
-from ..results.records import RunRecord, TokenRecord
+from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.stats import Summary, summarize
 from ..results.summary import interval_levels, is_measured
 
@@ -108,10 +108,10 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
     for name in _backends(runs):
         if name in out:
             continue
-        ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in runs
-                  if r.backend == name and r.bandwidth_gb_s and r.decode_tok_s]
+        mine = runs_of(runs, name)
+        ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in mine if r.bandwidth_gb_s and r.decode_tok_s]
         if ratios:
-            dtype = next((r.dtype for r in runs if r.backend == name and r.dtype), "")
+            dtype = next((r.dtype for r in mine if r.dtype), "")
             out[name] = (dtype, sorted(ratios)[len(ratios) // 2])
     gpu = gpu_backends(runs)
     return {name: weights for name, weights in out.items() if name not in gpu}
@@ -132,7 +132,7 @@ def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str,
         by_dtype.setdefault(dtype or "?", n_bytes)
     out = []
     for index, (dtype, n_bytes) in enumerate(sorted(by_dtype.items(), key=lambda kv: -kv[1])):
-        ms = n_bytes / (gb_s * 1e9) * 1e3
+        ms = limit_ms_per_token(n_bytes, gb_s)
         value = ms if unit == "ms" else 1e3 / ms
         # The bandwidth is the same for every line: say it once, on the first label, keep the others short.
         where = (f" ({what})" if what else f" at {gb_s:.0f} GB/s") if index == 0 else ""
@@ -144,8 +144,8 @@ def limit_note(runs: Sequence[RunRecord], environment: dict | None) -> str:
     """What the dashed lines stand on (the probe's own label) and which engines they do not bound:
     those whose weights fit in the last-level cache read them from there, not from DRAM, and those
     that read a quarter of the probe's bytes or less per token, since the caches keep part of a
-    working set a few times their size (on a 2-core EPYC with 32 MB of L3, 77-255 MB streamed 5-30%
-    faster than 1 GiB): `profile` probes each engine at its own size."""
+    working set a few times their size (docs/methodology.md): `profile` probes each engine
+    at its own size."""
     bandwidth = (environment or {}).get("bandwidth") or {}
     parts = [f"limit: {bandwidth['label']}"] if bandwidth.get("label") else []
     llc, probe_bytes = bandwidth.get("llc_bytes") or 0, bandwidth.get("bytes") or 0
@@ -177,9 +177,8 @@ def _by_axis(runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_la
     figure = Figure(name, title, x_label, y_label)
     for backend in _backends(runs):
         groups: dict[int, list[float]] = defaultdict(list)
-        for r in runs:
-            if r.backend == backend:
-                groups[getattr(r, axis)].append(getattr(r, metric))
+        for r in runs_of(runs, backend):
+            groups[getattr(r, axis)].append(getattr(r, metric))
         series = Series(backend, [], [])
         for x in sorted(groups):
             s = summarize(groups[x])
@@ -277,7 +276,7 @@ def bars(title: str, y_label: str, groups: dict[str, dict[str, Summary]], name: 
 
 def bench_bars(runs: Sequence[RunRecord], metric: str = "decode_tok_s", label: str = "this run") -> Figure:
     data = measured(runs)
-    per = {b: summarize([getattr(r, metric) for r in data if r.backend == b]) for b in _backends(data)}
+    per = {b: summarize([getattr(r, metric) for r in runs_of(data, b)]) for b in _backends(data)}
     titles = {"decode_tok_s": ("Decode speed", "decode tokens/s"), "ttft_ms": ("Time to first token", "TTFT (ms)")}
     title, y_label = titles.get(metric, (metric, metric))
     return bars(title, y_label, {label: per}, f"bench_{metric}")

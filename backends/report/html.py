@@ -25,7 +25,7 @@ from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import profile_row
 from ..runs.quality import read_quality
 from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_rows, session_levels
-from ..results.records import RunRecord, TokenRecord
+from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.reader import load_requests, load_results
 from ..results.stats import summarize
 from ..results.summary import (SUMMARY_HEADERS, fmt, harness_note, interval_note, sampling_notes, summarize_backends,
@@ -119,7 +119,7 @@ def comparison_figures(folders: list[FolderData]) -> list[fg.Figure]:
         groups = {}
         for index, data in enumerate(folders, start=1):
             measured = fg.measured(data.runs)
-            groups[f"{index}: {data.label}"] = {b: summarize([getattr(r, metric) for r in measured if r.backend == b])
+            groups[f"{index}: {data.label}"] = {b: summarize([getattr(r, metric) for r in runs_of(measured, b)])
                                                  for b in dict.fromkeys(r.backend for r in measured)}
         out.append(fg.bars(title, unit, groups, f"compare_{metric}"))
     return out
@@ -178,7 +178,7 @@ def _sweep_table(data: FolderData) -> str:
     for p, n in cells:
         row = [str(p), str(n)]
         for b in backends:
-            mine = [r for r in measured if r.backend == b and (r.prompt_tokens, r.new_tokens) == (p, n)]
+            mine = [r for r in runs_of(measured, b) if (r.prompt_tokens, r.new_tokens) == (p, n)]
             ttft, speed = summarize([r.ttft_ms for r in mine]), summarize([r.decode_tok_s for r in mine])
             row.append(f"{fmt(ttft.median)} ms · {fmt(speed.median)} tok/s" if mine else "-")
         rows.append(row)

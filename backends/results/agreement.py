@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..status import RunStatus
-from .records import RunRecord, TokenRecord
+from .records import RunRecord, TokenRecord, runs_of
 from .stats import agreement
 
 
@@ -22,7 +22,7 @@ def fill_agreement(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], ref
     for record in runs:
         cells.setdefault((record.prompt_tokens, record.new_tokens), []).append(record)
     for records in cells.values():
-        ref_runs = [r for r in records if r.backend == reference and r.status == RunStatus.OK]
+        ref_runs = [r for r in runs_of(records, reference) if r.status == RunStatus.OK]
         ref_runs.sort(key=lambda r: (r.is_warmup, r.repeat))  # measured runs first
         if not ref_runs:
             continue

@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import Protocol, TypeVar
 
 from ..status import RunStatus
 from ..worker.events import Token
 from .stats import run_metrics
+
+
+class _OfAnEngine(Protocol):
+    @property
+    def backend(self) -> str: ...
+
+
+R = TypeVar("R", bound=_OfAnEngine)
+
+
+def runs_of(records: Iterable[R], backend: str) -> list[R]:
+    """The records (runs, tokens, rows) of one engine, in their order."""
+    return [r for r in records if r.backend == backend]
 
 
 @dataclass

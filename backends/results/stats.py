@@ -116,15 +116,6 @@ def median_interval_level(n: int, k: int) -> float:
     return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
 
 
-def pooled_percentiles(values: Sequence[float], percentiles: Sequence[float] = (50, 90, 99)) -> list[float]:
-    """Percentiles of every value pooled together (e.g. every inter-token gap of every measured
-    run, as vLLM reports ITL); nan when there are none."""
-    data = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if data.size == 0:
-        return [math.nan] * len(percentiles)
-    return [float(x) for x in np.percentile(data, list(percentiles))]
-
-
 def t95(degrees_of_freedom: float) -> float:
     """Two-sided 95% Student t critical value (the 0.975 quantile) for any degrees of freedom."""
     return t_quantile(0.975, degrees_of_freedom)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..status import RunStatus
-from .records import RunRecord, TokenRecord
+from .records import RunRecord, TokenRecord, runs_of
 from .stats import Summary, median_interval_rank, pooled_summary, summarize
 
 NATIVE_MARK = "†"
@@ -76,7 +76,7 @@ def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
     gaps = measured_gaps(runs, tokens or ())
     out = []
     for name in names:
-        mine = [r for r in runs if r.backend == name]
+        mine = runs_of(runs, name)
         if not mine:
             continue
         measured = [r for r in mine if is_measured(r)]

@@ -25,7 +25,7 @@ from typing import Callable
 
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
-from ..results.records import RunRecord, decode_bytes_per_token
+from ..results.records import RunRecord, decode_bytes_per_token, runs_of
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from .bench import BenchResult, bench_cell, finish_bench
@@ -133,7 +133,7 @@ class ProfileSession:
             if orchestrator.cancelled or not orchestrator.usable(name):
                 break
             orchestrator.run_once(name, repeat, False, cell)
-        measured = [r for r in result.bench.runs if r.backend == name and not r.is_warmup]
+        measured = [r for r in runs_of(result.bench.runs, name) if not r.is_warmup]
         if orchestrator.cancelled or not orchestrator.usable(name) or not measured:
             return _failed(profile, result.bench.runs, name)
         outcome = orchestrator.run_profiled(name, cell, str(self.trace_dir / f"{name}.trace.json"))
@@ -154,7 +154,7 @@ class ProfileSession:
 
 
 def _failed(profile: EngineProfile, runs: list[RunRecord], name: str) -> EngineProfile:
-    errors = [r for r in runs if r.backend == name and r.status != RunStatus.OK]
+    errors = [r for r in runs_of(runs, name) if r.status != RunStatus.OK]
     profile.status = errors[-1].status if errors else RunStatus.CANCELLED
     profile.error = errors[-1].error if errors else "cancelled"
     return profile

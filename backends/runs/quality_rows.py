@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from ..results.agreement import agreement_detail, first_streams
-from ..results.records import RunRecord
+from ..results.records import RunRecord, runs_of
 from ..results.stats import summarize
 from ..sources.model_files import RANDOM_LABEL
 from ..status import RunStatus
@@ -81,7 +81,7 @@ def quality_rows(result: BenchResult, reference: str, scores: dict[str, ScoreOut
     rows = []
     for name in result.config.backends:
         row = QualityRow(name, reference=reference, windows=windows)
-        mine = [r for r in result.runs if r.backend == name]
+        mine = runs_of(result.runs, name)
         row.dtype = next((r.dtype for r in mine if r.dtype), "")
         speed = summarize([r.decode_tok_s for r in mine if not r.is_warmup and r.status == RunStatus.OK])
         if speed.n:
