@@ -30,9 +30,8 @@ from ..sampling import Sampler
 
 # CTranslate2's PyPI wheels carry two GEMM backends and pick one per process at import
 # (src/cpu/backend.cc): Intel MKL when CT2_USE_MKL says so, or by default on a GenuineIntel CPU,
-# otherwise oneDNN (DNNL). Measured: on an Intel Xeon fp32 ran twice as fast through oneDNN and
-# int8 faster through MKL; on an AMD EPYC, MKL's int8 GEMM took 417 ms/token against oneDNN's
-# 25 (random:gpt2, 2 threads): MKL does not use its fast int8 kernels on other vendors' CPUs.
+# otherwise oneDNN (DNNL). fp32 is faster through oneDNN and int8 through MKL on Intel, but MKL
+# does not use its fast int8 kernels on other vendors' CPUs (docs/engines.md).
 _MKL_ON_INTEL = {"float32": "0", "int8": "1"}
 _QUANTIZATION = {"float32": None, "int8": "int8"}
 FORMAT = "ct2-1"

@@ -21,8 +21,8 @@ def fixed_logits(vocab_size: int, seed: int = 0) -> np.ndarray:
     """Float32 logits spread like a language model's (not all equal: top-k/top-p get real work).
 
     Read-only: the same array is handed out for every token, so nothing may change it in place.
-    Made from a hash of each token id, not numpy.random: importing that is ~5-15 ms that no other
-    engine pays before Ready, and this worker's cold start is the floor under theirs.
+    Made from a hash of each token id, not numpy.random: importing that is a cost no other engine
+    pays before Ready, and this worker's cold start is the floor under theirs.
     """
     ids = np.arange(vocab_size, dtype=np.float64)
     uniforms = [(np.sin(ids * (12.9898 + k) + seed * 78.233) * 43758.5453) % 1.0 for k in range(3)]  # 3 x [0, 1)

@@ -3,9 +3,9 @@
 The probe does what decoding does: a float32 matrix-vector product over a matrix well larger
 than the last-level cache, with the engines' thread count, read twice: by BLAS's sgemv and by the
 project's own streaming kernel (kernels/gemv.c, four row streams per thread, where a C compiler
-is there); the faster reader sets the limit. A floor must be one no engine can beat: on a 2-core
-EPYC sgemv read ~29 GB/s while the native engine's products streamed at ~40-48 GB/s. A plain
-`np.sum` reads only about half as fast here (it is partly compute-bound).
+is there); the faster reader sets the limit. A floor must be one no engine can beat, and the
+native engine's products stream faster than sgemv reads (docs/methodology.md). A plain
+`np.sum` reads slower still (it is partly compute-bound).
 It runs once per CPU model and thread count, in a spawned process of its own (its buffer of a
 GiB or more would otherwise stay in the parent's peak RSS and page tables), and the result is
 cached in `cache_dir()`. `profile` probes around each engine over that engine's own bytes per
@@ -221,7 +221,7 @@ GEMM_SIZE, GEMM_CALLS = 256, 16  # three 256 KB matrices stay in cache: BLAS's G
 
 
 def _gemm_rates(threads: int, passes: int) -> list[float]:
-    """GFLOP/s of `passes` passes of GEMM_CALLS float32 GEMMs (~5 ms each here)."""
+    """GFLOP/s of `passes` passes of GEMM_CALLS float32 GEMMs (each a few milliseconds)."""
     a = np.full((GEMM_SIZE, GEMM_SIZE), 0.5, np.float32)
     out = np.empty_like(a)
 
@@ -290,8 +290,8 @@ def fresh_bandwidth(threads: int, n_bytes: int | None = None, device: str = "cpu
     bandwidth moves between phases. Without `n_bytes`, over the default matrix (1 GiB or more) and
     cached as the machine's figure. With it (an engine's bytes per token), over a matrix of that
     size and not cached: the caches keep part of a working set of a few times their size between
-    passes (on a 2-core EPYC with 32 MB of L3, 77 MB read at ~35-43 GB/s where 1 GiB read at
-    24-30), so only a read of the same bytes is a floor that engine cannot beat. A CUDA engine's
+    passes (docs/methodology.md), so only a read of the same bytes is a floor that engine
+    cannot beat. A CUDA engine's
     floor is its GPU's memory (results/gpu_bandwidth.py), never the host's."""
     if on_gpu(device):
         from .gpu_bandwidth import measure_gpu_bandwidth

@@ -271,7 +271,7 @@ class Orchestrator:
 
     def settle(self, pids: list[int]) -> float:
         """Wait (at most SETTLE_MAX_S) until the idle workers stop using CPU: thread pools keep
-        spinning for a while after their last run (OpenBLAS ~0.1 s, OpenMP's and ONNX Runtime's
+        spinning for a while after their last run (OpenBLAS's, OpenMP's and ONNX Runtime's
         spin-waits), which would fall on the next engine's timings. Returns the seconds waited."""
         began = time.monotonic()
         samples = deque([(began, cpu_seconds(pids))])  # (when, CPU seconds so far), oldest first

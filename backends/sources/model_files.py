@@ -124,9 +124,9 @@ def weights_hash(path: Path) -> str:
     except (OSError, json.JSONDecodeError):
         index = {}
     if key not in index:
-        import hashlib  # here, not at the top: OpenSSL's load is ~4 ms of every worker's start, which never hashes
+        import hashlib  # here, not at the top: OpenSSL's load would be part of every worker's start, which never hashes
 
-        from ..storage.atomic import atomic_write  # likewise: its tempfile and shutil are ~5 ms of that start
+        from ..storage.atomic import atomic_write  # likewise: its tempfile and shutil
 
         with path.open("rb") as f:
             index[key] = hashlib.file_digest(f, "sha256").hexdigest()[:16]

@@ -2,8 +2,8 @@
 
 Encoding uses `tokenizers` (BPE over vocab.json + merges.txt). Decoding needs only each token's
 bytes, which resources/tokenizer/token_bytes.bin holds (derived from vocab.json by
-`build_token_bytes`; a test checks the two agree): reading it takes ~1 ms, where building the BPE
-takes ~100 ms, and a worker pays that in every engine's cold start before its first token.
+`build_token_bytes`; a test checks the two agree): reading it is far quicker than building the
+BPE, which a worker would pay in every engine's cold start before its first token.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ pid, and whoever waits for it finds the finished folder afterwards instead of bu
 folder, the manifest (sizes, mtimes, sha256 and the settings it was built with) is written
 last, and the folder is renamed into place: a build killed at any point leaves no folder that
 validates, only a hidden one that the next build removes. On load sizes are always checked; a
-file is re-hashed only when its mtime differs from the manifest's (hashing on every load costs
-~1 s per 500 MB, more than some engines take to load).
+file is re-hashed only when its mtime differs from the manifest's (hashing on every load would
+cost more than some engines take to load).
 """
 
 from __future__ import annotations

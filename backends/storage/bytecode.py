@@ -3,8 +3,8 @@
 A spawned worker imports ~30 of the app's modules before it is Ready. A wheel install ships their
 bytecode and a normal interpreter writes it on first import, but a source checkout run with
 PYTHONDONTWRITEBYTECODE=1 (common in containers) has none, so every worker compiles those modules
-from source again: ~30 ms of each engine's cold start on a 2-core EPYC (the numpy worker's imports
-58 against 90 ms, medians of 6 alternating runs). `make install` compiles them, as pip does for a
+from source again, in each engine's cold start (docs/methodology.md). `make install`
+compiles them, as pip does for a
 wheel; `check` says whether that happened, and the bench records it and warns when it did not.
 """
 

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 # Messages are compared by nobody, so they skip the generated __eq__ and __hash__ (identity is
 # enough), and each has a docstring (without one, dataclass builds __doc__ from inspect.signature):
 # every worker creates all these classes before Ready, and on Python 3.11 each generated method is
-# one exec of its source (~0.15-0.3 ms on the 2-core EPYC). Their creation took 12-19 ms against
-# 18-29 ms before (3 alternating runs each). RunContext is a value, compared, and keeps __eq__.
+# one exec of its source (docs/methodology.md). RunContext is a value, compared, and
+# keeps __eq__.
 message = dataclass(frozen=True, eq=False)
 
 
@@ -39,7 +39,7 @@ class RunRequest:
     profile_trace: str = ""  # profile this run with the engine's own profiler, trace written here ("" = not)
     # Each token sent as it comes (warm-ups, race: what a window streams), or, for measured runs, in
     # TokenBatch events sent by a thread every BATCH_S: on a 2-core machine each send wakes the parent,
-    # which cost the engine it timed ~0.2-0.4 ms per token (worker/child.py). Stamps are the child's either way.
+    # which costs the engine it times (worker/child.py; docs/methodology.md). Stamps are the child's either way.
     live: bool = True
 
 

@@ -42,7 +42,7 @@ def _has_children_linux() -> bool | None:
 
 
 def _descendants() -> list[psutil.Process]:
-    # Importing psutil takes ~17 ms, which every worker paid before Ready; most have no children.
+    # Importing psutil is a cost every worker paid before Ready; most have no children.
     if sys.platform.startswith("linux") and _has_children_linux() is False:
         return []
     import psutil

@@ -31,7 +31,7 @@ def build_fp32(safetensors: Path, config: GPT2Config, out_dir: Path, report: Pro
 
     Not onnxruntime.transformers' optimize_model(model_type="gpt2"): on this export its only
     new fusion is BiasGelu, which drops Gelu's approximate="tanh" and computes the exact erf
-    GELU (logits off by ~2e-3), and it takes ~20 s on GPT-2 small. ORT's session-level fusions
+    GELU (logits off by ~2e-3), and it is slow on GPT-2 small. ORT's session-level fusions
     keep the tanh form, and loading a saved ORT-optimised copy was no faster than optimising.
     """
     report("exporting to ONNX (torch.export)", 0.05)

@@ -11,8 +11,8 @@ Graph signature (L layers, H heads, D head size, C cache capacity >= P + T):
   -> logits [K, vocab] float32, present_{i}_k / present_{i}_v [1, H, C, D] float32
 Attention is onnxruntime's GroupQueryAttention (com.microsoft; here plain multi-head, causal):
 when the caller binds the same buffer as past and present it writes the T new positions in
-place, so a decode step never copies the cache (a Concat per layer cost ~1.5 ms per token at
-P=100, a third of an int8 step). Prefill and decode pass logit_index = [T-1] (the lm_head runs
+place, so a decode step never copies the cache (a Concat per layer is a large part of an int8
+step: docs/engines.md). Prefill and decode pass logit_index = [T-1] (the lm_head runs
 for one row); scoring a whole sequence passes arange(T).
 """
 

@@ -4,8 +4,8 @@ The model folder is built here (build.py: our own stateful GPT-2 IR plus the Ope
 no optimum-intel) and cached per weights hash. `generate` runs GenAI's own loop (its sampler,
 its KV cache) and blocks, so it runs on a thread; a StreamerBase subclass receives each token id
 as GenAI samples it and hands it over a queue, and this generator yields it: tokens are stamped
-as ids arrive, never as text (GenAI's detokenizing streamer holds text back, 40-65 ms after its
-own TTFT for the first piece). Greedy is GenAI's argmax, the same as the shared sampler's;
+as ids arrive, never as text (GenAI's detokenizing streamer holds the first piece of text back
+well after its own TTFT). Greedy is GenAI's argmax, the same as the shared sampler's;
 sampling is GenAI's own sampler with the same settings, and the run's notes say so.
 
 Settings measured or documented: the CPU plugin runs "fp32" in bf16 where the CPU has

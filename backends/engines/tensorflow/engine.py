@@ -23,7 +23,7 @@ from ...engine import Engine, EngineInfo, EngineOptions  # noqa: E402
 from ...errors import UsageError  # noqa: E402
 from ...sources.model_files import ModelFiles  # noqa: E402
 from ...worker.threads import default_threads  # noqa: E402
-from .model import GPT2, load_variables  # noqa: E402  (imports tensorflow: 2-3 s, counted as import time)
+from .model import GPT2, load_variables  # noqa: E402  (imports tensorflow: counted as import time)
 
 
 def set_threads(threads: int) -> tuple[int, int, str]:

@@ -46,7 +46,7 @@ def layer_norm(x: tf.Tensor, w: tf.Variable, b: tf.Variable, eps: float) -> tf.T
 
 def linear(x: tf.Tensor, w: tf.Variable, b: tf.Variable) -> tf.Tensor:  # [T, n] @ [n, m] -> [T, m]
     # matmul + b, not tf.nn.bias_add: Grappler then fuses MatMul + BiasAdd (+ GELU) into oneDNN's
-    # _FusedMatMul, which decoded random:gpt2 slower here (~70 vs ~55-63 ms/token, 2-core EPYC).
+    # _FusedMatMul, which decodes slower (docs/engines.md).
     return tf.matmul(x, w) + b
 
 
@@ -154,8 +154,8 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
 
 def load_variables(path: Path) -> dict[str, tf.Variable]:
     """Every weight as a tf.Variable, one tensor read at a time (the load's peak memory stays near
-    one copy). The tied embedding is kept once, transposed to `wte_t` [d, V]: TF 2.21's CPU MatMul
-    read gpt2's lm_head in 11 ms as [d, V] and 18 ms with transpose_b=True (XLA: 8 vs 12 ms), and
+    one copy). The tied embedding is kept once, transposed to `wte_t` [d, V]: TF's CPU MatMul reads
+    the lm_head faster as [d, V] than with transpose_b=True (with XLA too; docs/engines.md), and
     the embedding lookup gathers T columns of it instead of T rows."""
     variables = {}
     for name, array in iter_weights(path):

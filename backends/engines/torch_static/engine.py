@@ -156,7 +156,7 @@ class TorchStaticEngine(Engine):
         if self.device.startswith("cuda"):  # fixed shapes for CUDA graphs
             return self._decode_compiled(self.model, self._token, self._pos)
         # Only the guards that tell the three graphs apart (kv_len 1, the full cache, any other)
-        # are checked: dynamo's full check of every parameter cost ~0.46 ms a token, and nothing
+        # are checked: dynamo's full check of every parameter is a large part of a token, and nothing
         # it guards (the module, its weights, the buffers' addresses) changes after load.
         with torch.compiler.set_stance(skip_guard_eval_unsafe=not compiling):
             return self._decode_compiled(self.model, self._token, self._pos, pos + 1)

@@ -29,7 +29,7 @@ from ..server.metrics import ServerMetrics
 from .environment import ensure_environment
 from .model_folder import ensure_model_folder
 
-START_TIMEOUT_S = 900.0  # a CPU start compiles the decode graph: 60-100 s measured, slower machines more
+START_TIMEOUT_S = 900.0  # a CPU start compiles the decode graph: minutes on a slow machine (docs/engines.md)
 KV_CACHE_GB = 1  # VLLM_CPU_KVCACHE_SPACE: plenty for GPT-2 at 8 streams of 1,024 positions
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM's CPU attention kernels
 _DTYPES = {"fp32": ("float32", 4), "bf16": ("bfloat16", 2)}
