@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from .engines.options import EngineSettings
 from .progress import ProgressFn
-from .sources.model_files import ModelFiles
 from .sampling import Sampler
+from .sources.model_files import ModelFiles
 
 if TYPE_CHECKING:
     from .engines.server.metrics import ServerMetrics
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 class EngineOptions:
     """Settings the user can give any engine; engines read what applies to them."""
 
-    threads: int = 0  # 0: the engine's own default (sessions pass the usable physical cores, capped by the cgroup quota)
+    # 0: the engine's own default (sessions pass the usable physical cores, capped by the cgroup quota)
+    threads: int = 0
     device: str = "cpu"
     settings: EngineSettings | None = None  # the engine's own typed settings (e.g. a server's URL), if any
 
@@ -109,7 +111,7 @@ class Engine(ABC):
         """Logits [T, vocab] for every position of one sequence (used for perplexity)."""
         raise NotImplementedError(f"{self.name} cannot score whole sequences")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: only engines that hold something override it
         """Free resources; the worker process exits afterwards anyway."""
 
 

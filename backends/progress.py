@@ -5,7 +5,7 @@ A leaf module (no imports of ours) so that storage, sources and engines can all 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 ProgressFn = Callable[[str, float | None], None]  # (message, fraction done or None)
 

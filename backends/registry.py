@@ -14,10 +14,10 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from .engine import Engine, EngineOptions
 from .errors import UsageError

@@ -20,7 +20,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
 
-    def validate(self) -> "SamplingParams":
+    def validate(self) -> SamplingParams:
         if self.decoding not in ("greedy", "sample"):
             raise UsageError(f"decoding must be 'greedy' or 'sample', not {self.decoding!r}")
         if not self.temperature >= 0:

@@ -9,8 +9,16 @@ import platform
 
 from PySide6.QtCore import Qt, qVersion
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QMainWindow, QTextBrowser,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends import __version__
 from whistle_stop.backends.storage.paths import RESOURCES

@@ -5,8 +5,9 @@ imports this module, never the other way round."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -61,8 +62,8 @@ class Actions:
         self.compare.setEnabled(not running)
 
 
-def _action(window: QMainWindow, text: str, icon_name: str, slot: Callable[[], object], shortcut: QKeySequence | str | None = None,
-            tip: str = "") -> QAction:
+def _action(window: QMainWindow, text: str, icon_name: str, slot: Callable[[], object],
+            shortcut: QKeySequence | str | None = None, tip: str = "") -> QAction:
     action = QAction(icon(icon_name), text, window)
     if shortcut is not None:
         action.setShortcut(QKeySequence(shortcut))

@@ -8,7 +8,7 @@ the events that preceded it, so widgets see everything in the order it happened.
 from __future__ import annotations
 
 import queue
-from typing import Callable
+from collections.abc import Callable
 
 TICK_MS = 33  # ~30 updates a second
 

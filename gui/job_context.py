@@ -20,9 +20,10 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.runs.events import HarnessCalibrated, HarnessCalibrating, RunRecorded, SessionStarted

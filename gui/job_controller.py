@@ -19,16 +19,25 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from enum import Enum
-from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal, SignalInstance
 
 from whistle_stop.backends.errors import UsageError
 
 from .event_queue import TICK_MS, drain_in_order
-from .job_context import (CONTROL_ITEMS, EndItem, JobContext, Outcome, ProgressItem, QuietSink, ReadyItem,
-                          SettleItem, run_job)
+from .job_context import (
+    CONTROL_ITEMS,
+    EndItem,
+    JobContext,
+    Outcome,
+    ProgressItem,
+    QuietSink,
+    ReadyItem,
+    SettleItem,
+    run_job,
+)
 from .job_handlers import JobHandlers
 
 MAX_TICK_MS = 100

@@ -5,8 +5,8 @@ and how a job that ended without a result is shown."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QWidget
 

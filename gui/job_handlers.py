@@ -9,8 +9,9 @@ its events by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from whistle_stop.backends.worker.events import BackendEvent
 

@@ -9,9 +9,9 @@ reason shown.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
 
 from PySide6.QtCore import QObject, Signal, SignalInstance
 

@@ -12,12 +12,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from whistle_stop.backends.worker.events import (BackendEvent, Failed, Progress, Ready, RunContext, RunDone, RunRequest,
-                                    RunStarted, Started, Token, WorkerLost)
-from whistle_stop.backends.sources.prompts import prompt_text
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
-from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
 from whistle_stop.backends.results.stats import run_metrics
+from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
+from whistle_stop.backends.sources.prompts import prompt_text
+from whistle_stop.backends.worker.events import (
+    BackendEvent,
+    Failed,
+    Progress,
+    Ready,
+    RunContext,
+    RunDone,
+    RunRequest,
+    RunStarted,
+    Started,
+    Token,
+    WorkerLost,
+)
 
 from .buffers import GrowBuffer
 from .charts import LatencyChart, RaceChart

@@ -25,8 +25,15 @@ from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_row
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
 from whistle_stop.backends.runs.config import MAX_CONCURRENCY
 from whistle_stop.backends.runs.events import LoadRecorded
-from whistle_stop.backends.worker.events import (BackendEvent, Failed, LoadProgress, LoadRequest, Ready, RunRequest,
-                                                 WorkerLost)
+from whistle_stop.backends.worker.events import (
+    BackendEvent,
+    Failed,
+    LoadProgress,
+    LoadRequest,
+    Ready,
+    RunRequest,
+    WorkerLost,
+)
 
 from .bench_job import BenchPrepared, start_bench
 from .figure_view import FigureGrid

@@ -34,7 +34,8 @@ from .setup_panel import SetupPanel
 from .streams_grid import StreamsGrid
 from .summary_chart import SummaryView
 from .sweep_tab import SweepTab
-from .theme import Theme, apply_theme as apply_app_theme, current_theme, icon
+from .theme import Theme, current_theme, icon
+from .theme import apply_theme as apply_app_theme
 
 
 class MainWindow(QMainWindow):
@@ -139,7 +140,8 @@ class MainWindow(QMainWindow):
         self.setStyleSheet(
             f"QLabel#randomBadge {{ background: #b5541c; color: white; border-radius: 9px; padding: 2px 9px; "
             f"font-weight: bold; }}"
-            f"QLabel#notice {{ background: {theme.warn_bg}; color: {theme.warn_fg}; border-radius: 4px; padding: 6px; }}"
+            f"QLabel#notice {{ background: {theme.warn_bg}; color: {theme.warn_fg}; border-radius: 4px; "
+            f"padding: 6px; }}"
             f"QLabel#muted {{ color: {theme.muted}; }}"
             f"QGroupBox {{ font-weight: bold; }}")
         for widget in (self.grid, self.latency, self.race, self.histogram, self.summary, self.sweep_tab,

@@ -59,7 +59,8 @@ def predict(spec: str) -> ModelInfo:
 
 
 def from_files(model: ModelFiles) -> ModelInfo:
-    return ModelInfo(model.spec, model.context, model.is_random, f"{model.label} · {_shape(model.config)}", model.notice)
+    return ModelInfo(model.spec, model.context, model.is_random, f"{model.label} · {_shape(model.config)}",
+                     model.notice)
 
 
 class ModelProbe(QObject):

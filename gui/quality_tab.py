@@ -12,17 +12,23 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QPushButton,
-                               QSplitter, QWidget)
+from PySide6.QtWidgets import QFileDialog, QFormLayout, QLabel, QLineEdit, QPushButton, QSplitter, QWidget
 
-from whistle_stop.backends.report import figures
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
-from whistle_stop.backends.sources.model_files import ModelFiles
-from whistle_stop.backends.runs.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
-                              quality_rows_as_dicts, write_quality)
+from whistle_stop.backends.report import figures
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
+from whistle_stop.backends.runs.quality import (
+    DEFAULT_STRIDE,
+    DEFAULT_TEXT,
+    QualityResult,
+    QualitySession,
+    QualitySettings,
+    quality_rows_as_dicts,
+    write_quality,
+)
+from whistle_stop.backends.sources.model_files import ModelFiles
+from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
 
 from .figure_view import FigureGrid
 from .job_context import JobContext
@@ -93,7 +99,8 @@ class QualityTab(QWidget):
         form.addRow("Text", path_row(self.text_path, browse))
         form.addRow("Max length", self.max_length)
         form.addRow("Stride", self.stride)
-        controls = controls_column(form, self.run_button, self.job.cancel_button, status=(self.reason, self.progress, self.status))
+        controls = controls_column(form, self.run_button, self.job.cancel_button,
+                                   status=(self.reason, self.progress, self.status))
 
         self.banner = QLabel(RANDOM_BANNER)
         self.banner.setObjectName("notice")

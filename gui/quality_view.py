@@ -7,10 +7,18 @@ import math
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends.runs.quality import Divergence, QualityRow
+
 from .widgets import read_only_table
 
 COLUMNS = ["engine", "dtype", "perplexity", "Δ vs reference", "tokens/s", "agreement", "first divergence", "status"]
@@ -104,6 +112,7 @@ class TopLogitsView(QWidget):
         self.table.setRowCount(rows)
         for column, top in enumerate((d.reference_top, d.top)):
             for index, entry in enumerate(top):
-                item = QTableWidgetItem(f"{entry['text']!r}   {entry['logit']:.3f}  (p {math.exp(entry['logprob']):.3f})")
+                item = QTableWidgetItem(f"{entry['text']!r}   {entry['logit']:.3f}  "
+                                        f"(p {math.exp(entry['logprob']):.3f})")
                 item.setToolTip(f"token id {entry['token_id']}, log-prob {entry['logprob']:.4f}")
                 self.table.setItem(index, column, item)

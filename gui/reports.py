@@ -9,17 +9,27 @@ into the report folder's `data/` with the same writers `bench` and `quality` use
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QLabel, QListWidget, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.report.html import build_report
+from whistle_stop.backends.results.export import write_results
 
 from .messages import Messages
 from .session_data import SessionData

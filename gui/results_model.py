@@ -62,7 +62,8 @@ class RunsModel(QAbstractTableModel):
             return str(value)
         if role == Qt.ItemDataRole.ForegroundRole and record.status not in ("ok", "cancelled"):
             return self.error_colour
-        if role == Qt.ItemDataRole.TextAlignmentRole and isinstance(value, (int, float)) and not isinstance(value, bool):
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if role == Qt.ItemDataRole.TextAlignmentRole and numeric:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 

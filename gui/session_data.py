@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.summary import BackendSummary, markdown_table, measured_gaps, summarize_backends
+from whistle_stop.backends.runs.bench import BenchResult
 from whistle_stop.backends.sources.model_files import RANDOM_LABEL
 from whistle_stop.backends.sources.prompts import prompt_of_length
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
-from whistle_stop.backends.runs.bench import BenchResult
-from whistle_stop.backends.results.summary import BackendSummary, markdown_table, measured_gaps, summarize_backends
 
 
 @dataclass
@@ -33,14 +33,14 @@ class SessionData:
     cancelled: bool = False
 
     @classmethod
-    def from_result(cls, result: BenchResult, prompt: str) -> "SessionData":
+    def from_result(cls, result: BenchResult, prompt: str) -> SessionData:
         config = result.config
         return cls(list(result.runs), list(result.tokens), dict(result.environment), list(config.backends),
                    result.environment.get("reference") or "", config.sampling.is_greedy, config.mode, prompt,
                    result.model.label, result.model.is_random, result.model.notice, True, result.cancelled)
 
     @classmethod
-    def from_folder(cls, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict) -> "SessionData":
+    def from_folder(cls, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict) -> SessionData:
         """A saved session: the settings and model come from environment.json when it has them."""
         settings = environment.get("settings") or {}
         model = environment.get("model") or {}

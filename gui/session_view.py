@@ -8,7 +8,7 @@ of a stream), or when a finished session is shown or exported.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtWidgets import QWidget
 

@@ -9,17 +9,31 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.engines.options import options_class
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.sources.model_files import RANDOM_LABEL, random_config_names
 from whistle_stop.backends.sources.prompts import example_prompts
-from whistle_stop.backends.registry import EngineSpec
-from whistle_stop.backends.sampling import SamplingParams
-from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.sources.tokenizer import encode
 from whistle_stop.backends.worker.threads import default_threads
 
@@ -290,9 +304,9 @@ class SetupPanel(QWidget):
 
     def _on_jobs_changed(self) -> None:
         running = self.jobs.busy()
-        for widget in (self.model_combo, self.engines, self.threads, self.cold, self.prompt, self.examples, self.new_tokens,
-                       self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
-                       self.warmup, self.fair, self.race, *self.option_forms.values()):
+        for widget in (self.model_combo, self.engines, self.threads, self.cold, self.prompt, self.examples,
+                       self.new_tokens, self.decoding, self.top_k, self.top_p, self.temperature, self.seed,
+                       self.repeats, self.warmup, self.fair, self.race, *self.option_forms.values()):
             widget.setEnabled(not running)
         if not running:
             self._on_decoding(self.decoding.currentText())
@@ -304,7 +318,8 @@ class SetupPanel(QWidget):
                 "new_tokens": self.new_tokens.value(), "decoding": self.decoding.currentText(),
                 "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
                 "seed": self.seed.value(), "repeats": self.repeats.value(), "warmup": self.warmup.value(),
-                "mode": self.mode(), "cold": self.cold.isChecked(), **{name: form.params() for name, form in self.option_forms.items()}}
+                "mode": self.mode(), "cold": self.cold.isChecked(),
+                **{name: form.params() for name, form in self.option_forms.items()}}
 
     def set_params(self, params: dict) -> None:
         """Restore saved parameters; anything missing or of the wrong type keeps its default."""
@@ -391,7 +406,8 @@ class SetupPanel(QWidget):
         total = self._prompt_tokens + self.new_tokens.value()
         context = self.model_info.context
         limit = f"{context}" if context is not None else "?"
-        self.counter.setText(f"{total} / {limit} tokens  (prompt {self._prompt_tokens} + {self.new_tokens.value()} new)")
+        self.counter.setText(f"{total} / {limit} tokens  "
+                             f"(prompt {self._prompt_tokens} + {self.new_tokens.value()} new)")
         over = context is not None and total > context
         theme = current_theme()
         self.counter.setStyleSheet(f"color: {theme.error}; font-weight: bold;" if over else f"color: {theme.muted};")

@@ -5,8 +5,8 @@ the interval the table shows), over the same table and notes `bench` prints (sum
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -16,8 +16,14 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
 from whistle_stop.backends.results.stats import Summary
-from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, harness_note, interval_note,
-                                                   sampling_notes, summary_rows)
+from whistle_stop.backends.results.summary import (
+    SUMMARY_HEADERS,
+    BackendSummary,
+    harness_note,
+    interval_note,
+    sampling_notes,
+    summary_rows,
+)
 
 from .theme import Theme, current_theme
 from .widgets import read_only_table

@@ -12,17 +12,26 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLineEdit,
-                               QPlainTextEdit, QPushButton, QSplitter, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QWidget,
+)
 
-from whistle_stop.backends.report import figures
 from whistle_stop.backends import registry
-from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
+from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import RUNS_CSV
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
+from whistle_stop.backends.storage.atomic import check_writable_dir
+from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
 
 from .figure_view import FigureGrid
 from .job_context import JobContext
@@ -256,7 +265,8 @@ class SweepTab(QWidget):
         total = done + self.grid.count("to run", "stopped")
         failed = sorted({r.backend for r in result.runs if r.status not in ("ok", "cancelled")})
         if result.cancelled:
-            text = f"Sweep cancelled: {done} of {total} cells are saved in {self.last_folder}; Run sweep again to resume"
+            text = (f"Sweep cancelled: {done} of {total} cells are saved in {self.last_folder}; "
+                    "Run sweep again to resume")
         else:
             text = f"Sweep finished: {done} cells in {self.last_folder}" + (f"; failed: {', '.join(failed)}"
                                                                              if failed else "")

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from typing import Sequence
-
 from PySide6.QtCore import QStandardPaths, Qt
-from PySide6.QtWidgets import (QAbstractItemView, QDoubleSpinBox, QFormLayout, QHBoxLayout, QHeaderView,
-                               QLineEdit, QPushButton, QSpinBox, QSplitter, QTableWidget, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 def spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:

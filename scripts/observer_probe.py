@@ -89,7 +89,8 @@ def probe(model: str, engines: list[str], tokens: int, repeats: int, warmup: int
                     began = _own_cpu_s()
                     results[phase] = phases[phase]()
                     cpu[phase] = _own_cpu_s() - began
-                headless, shown, bench_cpu, window_cpu = results["bench"], results["window"], cpu["bench"], cpu["window"]
+                headless, shown = results["bench"], results["window"]
+                bench_cpu, window_cpu = cpu["bench"], cpu["window"]
                 out.append([Comparison(e, median_ms_per_token(headless.runs, e), median_ms_per_token(shown.runs, e),
                                        bench_cpu, window_cpu) for e in config.backends])
         finally:
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     for engine, values in ratios.items():
         overall = math.exp(sum(math.log(v) for v in values) / len(values))
         print(f"{engine}: ratio per round {', '.join(f'{v:.3f}' for v in values)}; geometric mean {overall:.3f} "
-              f"over {len(values)} round(s); target <= {TARGET_RATIO}: {'met' if overall <= TARGET_RATIO else 'NOT met'}")
+              f"over {len(values)} round(s); "
+              f"target <= {TARGET_RATIO}: {'met' if overall <= TARGET_RATIO else 'NOT met'}")
     del app
     return 0 if ratios else 2
 

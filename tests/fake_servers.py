@@ -9,8 +9,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from whistle_stop.backends.engines.server.lifecycle import ManagedServer, ServerCommand, free_port
 from tests.pythons import make_venv, python_of
+from whistle_stop.backends.engines.server.lifecycle import ManagedServer, ServerCommand, free_port
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 

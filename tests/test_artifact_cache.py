@@ -29,7 +29,8 @@ def test_rebuilt_when_corrupt_or_built_with_other_settings(isolated_cache):
     folder = artifact_cache.ensure("test", "k2", "v", _write, meta={"format": "t1"}).folder
     (folder / "sub" / "file.bin").write_text("dat")  # shorter
     messages: list[str] = []
-    again = artifact_cache.ensure("test", "k2", "v", _write, lambda m, f=None: messages.append(m), meta={"format": "t1"})
+    again = artifact_cache.ensure("test", "k2", "v", _write, lambda m, f=None: messages.append(m),
+                                  meta={"format": "t1"})
     assert again.built and any("rebuilding cached test/v: sub/file.bin has 3 bytes" in m for m in messages)
     assert artifact_cache.check(folder, {"format": "t2"}).startswith("built with other settings")
     assert artifact_cache.ensure("test", "k2", "v", _write, meta={"format": "t2"}).built

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import fake_engines
 from whistle_stop.backends import registry
 from whistle_stop.backends.cli.main import main
-from tests import fake_engines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,10 +147,10 @@ def test_bench_summary_gives_the_interval_its_true_level():
 
     from rich.console import Console
 
+    from tests.test_stats import _run
     from whistle_stop.backends.cli.bench_command import print_summary
     from whistle_stop.backends.runs.bench import BenchConfig
     from whistle_stop.backends.runs.result import BenchResult
-    from tests.test_stats import _run
 
     config = BenchConfig(model="random:tiny", backends=("a",), new_tokens=4)
     result = BenchResult(config, SimpleNamespace(label="random:tiny", is_random=True), [1, 2, 3, 4],

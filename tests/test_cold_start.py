@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests import fake_engines
+from tests.conftest import CRASH_PRONE, load_engine_in_worker
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.sweep import SweepGrid, SweepSession
 from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.storage import artifact_cache, page_cache
-from tests import fake_engines
-from tests.conftest import CRASH_PRONE, load_engine_in_worker
 
 # (engine, the modules it needs): onnx always runs, the peers when installed.
 ARTEFACT_ENGINES = [("onnx", ("onnxruntime", "onnx", "torch")), ("llamacpp", ("llama_cpp", "gguf")),

@@ -3,9 +3,8 @@ of records (the GUI form's round trip is in test_engine_options_form.py)."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -38,7 +37,7 @@ class ToySettings(EngineSettings):
     password: str | None = option(None, label="Password", secret=True)
     token_s: float | None = option(None)
 
-    def with_token_timeout(self, token_s: float) -> "ToySettings":
+    def with_token_timeout(self, token_s: float) -> ToySettings:
         return replace(self, token_s=token_s)
 
 
@@ -77,7 +76,8 @@ def test_remote_flags_keep_their_names_defaults_and_message():
     assert settings == RemoteOptions(url="http://h:1/v1", model="", api_key_env="OPENAI_API_KEY", timeout_s=108.0)
     # what environment.json and sweep fingerprints said before the settings were typed
     assert settings.record() == {"url": "http://h:1/v1", "model": "", "api_key_env": "<redacted>", "timeout_s": 108.0}
-    named = _config("--backends", "remote", "--remote-url", "http://u/v1", "--remote-model", "m", "--remote-api-key-env", "K")
+    named = _config("--backends", "remote", "--remote-url", "http://u/v1", "--remote-model", "m",
+                    "--remote-api-key-env", "K")
     assert (named.engine_options["remote"].model, named.engine_options["remote"].api_key_env) == ("m", "K")
     # settings an engine cannot run with are one line before anything starts, as the window checks them
     with pytest.raises(UsageError, match=r"^remote: the remote URL must start with http:// or https://"):
@@ -85,7 +85,8 @@ def test_remote_flags_keep_their_names_defaults_and_message():
 
 
 def test_secrets_stay_out_of_records_and_repr():
-    config = BenchConfig(backends=("remote",), engine_options={"remote": RemoteOptions(url="http://h/v1", api_key=SECRET)})
+    config = BenchConfig(backends=("remote",),
+                         engine_options={"remote": RemoteOptions(url="http://h/v1", api_key=SECRET)})
     data = config.as_dict()
     assert data["engine_options"] == {"remote": {"url": "http://h/v1", "model": "", "api_key": "<redacted>"}}
     assert SECRET not in json.dumps(data) and SECRET not in repr(config)

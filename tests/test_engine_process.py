@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests import fake_engines
-from whistle_stop.backends import registry
 from tests.engine_process import ChildCrashed, EngineProcess, in_child
+from whistle_stop.backends import registry
 
 
 def _segfault() -> None:
@@ -21,7 +21,8 @@ def test_a_segfaulting_engine_fails_one_test_naming_the_engine_and_its_signal(ti
     with EngineProcess(spec, tiny_model) as engine:
         assert engine.prefill(prompt_ids)[100] == 1.0  # calls go through the pipe
         engine.decode(100)
-        with pytest.raises(ChildCrashed, match=r"engine 'crashy-native' was killed by SIGSEGV \(exit code -11\) during decode"):
+        killed = r"engine 'crashy-native' was killed by SIGSEGV \(exit code -11\) during decode"
+        with pytest.raises(ChildCrashed, match=killed):
             engine.decode(101)
 
 

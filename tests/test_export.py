@@ -3,21 +3,24 @@ import json
 
 import pytest
 
-from whistle_stop.backends.storage.atomic import atomic_write
-from whistle_stop.backends.results.export import write_results
-from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from tests import fake_engines
 from whistle_stop.backends import registry
+from whistle_stop.backends.results.export import write_results
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.storage.atomic import atomic_write
 
-RUN_COLUMNS_REQUIRED = ("run_id, backend, model, weights, device, dtype, threads, prompt_tokens, new_tokens, decoding, "
-                        "temperature, top_k, top_p, seed, repeat, is_warmup, import_s, load_s, ttft_ms, tpot_ms, "
-                        "itl_p50_ms, itl_p90_ms, itl_p99_ms, decode_tok_s, e2e_s, peak_rss_mb, status, error").split(", ")
-TOKEN_COLUMNS_REQUIRED = "run_id, backend, repeat, is_warmup, token_index, token_id, text, t_ms, itl_ms, phase".split(", ")
+RUN_COLUMNS_REQUIRED = ["run_id", "backend", "model", "weights", "device", "dtype", "threads", "prompt_tokens",
+                        "new_tokens", "decoding", "temperature", "top_k", "top_p", "seed", "repeat", "is_warmup",
+                        "import_s", "load_s", "ttft_ms", "tpot_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms",
+                        "decode_tok_s", "e2e_s", "peak_rss_mb", "status", "error"]
+TOKEN_COLUMNS_REQUIRED = ["run_id", "backend", "repeat", "is_warmup", "token_index", "token_id", "text", "t_ms",
+                          "itl_ms", "phase"]
 
 
 @pytest.fixture(scope="module")
 def result(tiny_model):
-    config = BenchConfig(model="random:tiny", backends=("a",), prompt_tokens=4, new_tokens=4, repeats=2, warmup=1, threads=1)
+    config = BenchConfig(model="random:tiny", backends=("a",), prompt_tokens=4, new_tokens=4, repeats=2, warmup=1,
+                         threads=1)
     with registry.use([fake_engines.spec("a", decode_s=0.002)]):
         return BenchSession(config).run()
 
@@ -55,10 +58,9 @@ def test_schema_of_the_three_files(result, tmp_path):
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "runs.csv"
     target.write_text("old contents")
-    with pytest.raises(RuntimeError):
-        with atomic_write(target) as f:
-            f.write("half of the new")
-            raise RuntimeError("disk full, say")
+    with pytest.raises(RuntimeError), atomic_write(target) as f:
+        f.write("half of the new")
+        raise RuntimeError("disk full, say")
     assert target.read_text() == "old contents"
     assert list(tmp_path.iterdir()) == [target]
 

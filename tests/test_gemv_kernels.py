@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from whistle_stop.backends.kernels import native
-
-from whistle_stop.backends.sources.prompts import prompt_of_length
 from tests.conftest import load_engine_in_worker
+from whistle_stop.backends.kernels import native
+from whistle_stop.backends.sources.prompts import prompt_of_length
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 

@@ -8,11 +8,11 @@ import shutil
 import numpy as np
 import pytest
 
+from tests.conftest import CRASH_PRONE, engine_tokens, load_engine_in_process, load_engine_in_worker
 from whistle_stop.backends import registry
 from whistle_stop.backends.gpt2_config import TANH_GELU, GPT2Config
 from whistle_stop.backends.sources.model_files import resolve_model
 from whistle_stop.backends.storage.paths import CONFIGS_DIR
-from tests.conftest import CRASH_PRONE, engine_tokens, load_engine_in_process, load_engine_in_worker
 
 _CORE = ["hf", "torch-static", "onnx", "numpy"]
 _PEERS = ["llamacpp", "ctranslate2", "openvino"]

@@ -15,9 +15,9 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 
+from tests.fake_engines import spec  # noqa: E402
 from whistle_stop.backends.results.export import read_csv  # noqa: E402
 from whistle_stop.backends.results.records import RUN_COLUMNS  # noqa: E402
-from tests.fake_engines import spec  # noqa: E402
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 120_000
@@ -326,8 +326,8 @@ def test_race_mode_flags_contended_timings(qtbot, make_window):
 
 def test_live_batch_updates_each_curve_once_per_tick(make_window):
     """A batch of many tokens is drawn with one text insert and one setData per engine."""
-    from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
     from whistle_stop.backends.sampling import SamplingParams
+    from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
 
     window = make_window(FAST)  # shown: a hidden chart defers its drawing until its tab is shown
     window.view.show_engines(["fast"])
@@ -482,9 +482,9 @@ def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model, monk
     not asserted here; what it is made of is)."""
     import statistics
 
+    from scripts.observer_probe import probe
     from whistle_stop.backends import registry
     from whistle_stop.backends.runs.bench import BenchSession
-    from scripts.observer_probe import probe
 
     if not registry.available("numpy")[0]:
         pytest.skip("numpy engine unavailable")
@@ -547,8 +547,8 @@ def test_cycles_are_collected_in_the_gui_thread_only_while_the_window_lives(qtbo
 def test_itl_histogram_counts_the_runs_the_table_counts():
     """The histogram pools the gaps of the runs the table summarises (measured and ok): a failed
     or cancelled run's gaps, and a warm-up's, stay out of both."""
-    from whistle_stop.gui.session_data import SessionData
     from tests.test_stats import _run, _tokens
+    from whistle_stop.gui.session_data import SessionData
 
     runs = [_run("a", 0, 9.0, warmup=True), _run("a", 1, 2.0), _run("a", 2, 3.0, status="error"),
             _run("a", 3, 4.0, status="cancelled"), _run("b", 1, 5.0, status="crashed")]
@@ -563,9 +563,9 @@ def test_itl_histogram_counts_the_runs_the_table_counts():
 
 def test_window_summary_gives_the_interval_its_true_level(qtbot):
     """Six runs: the whiskers and brackets are min..max at 96.9%, and the note says so."""
+    from tests.test_stats import _run
     from whistle_stop.backends.results.summary import SUMMARY_HEADERS, summarize_backends
     from whistle_stop.gui.summary_chart import SummaryView
-    from tests.test_stats import _run
 
     view = SummaryView()
     qtbot.addWidget(view)

@@ -14,10 +14,10 @@ pytest.importorskip("pytestqt")
 
 import pyqtgraph as pg  # noqa: E402
 
-from whistle_stop.backends.results.load import LOAD_HEADERS, Slo, load_levels, load_rows, requests_from_runs  # noqa: E402
 from tests.fake_engines import spec  # noqa: E402
 from tests.fake_servers import fake_vllm_server  # noqa: E402
 from tests.test_gui import configure, make_window, private_qsettings, settings  # noqa: E402,F401
+from whistle_stop.backends.results.load import LOAD_HEADERS, Slo, load_levels, load_rows, requests_from_runs  # noqa: E402
 
 pytestmark = pytest.mark.gui
 TIMEOUT_MS = 120_000

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from tests.conftest import engine_tokens, load_engine_in_process
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.sampling import SamplingParams
-from tests.conftest import load_engine_in_process, engine_tokens
 
 N = 24
 

@@ -195,7 +195,8 @@ def test_events_are_routed_by_type_once_per_batch(qtbot, jobs):
 
     def work(context: JobContext) -> None:
         for event in (Note("a"), LoudNote("b"), BackendEvent("x", READY),
-                      BackendEvent("y", Failed("boom")), BackendEvent("z", WorkerLost(RunStatus.CRASHED, "SIGSEGV")), 42):
+                      BackendEvent("y", Failed("boom")), BackendEvent("z", WorkerLost(RunStatus.CRASHED, "SIGSEGV")),
+                      42):
             post(event)
 
     with qtbot.waitSignal(controller.result, timeout=WAIT_MS):

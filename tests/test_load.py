@@ -14,14 +14,13 @@ import math
 import pytest
 
 from whistle_stop.backends.engines.remote_options import RemoteOptions
+from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.results.export import LOAD_CSV, LOAD_REQUESTS_CSV, read_csv, write_results
-from whistle_stop.backends.results.load import (LoadRequestRecord, Slo, load_levels, load_rows,
-                                                requests_from_runs)
+from whistle_stop.backends.results.load import LoadRequestRecord, Slo, load_levels, load_rows, requests_from_runs
 from whistle_stop.backends.results.reader import load_requests
 from whistle_stop.backends.runs.bench import BenchSession
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.status import RunStatus
-from whistle_stop.backends.errors import UsageError
 
 from .fake_servers import fake_vllm_server
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import engine_tokens, greedy_logits, load_engine_in_process
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.model_files import resolve_model
 from whistle_stop.backends.sources.prompts import prompt_of_length
-from tests.conftest import greedy_logits, load_engine_in_process, engine_tokens
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # as for torch-static: tiny's logits reach ~8, fp32 differences are ~1e-5

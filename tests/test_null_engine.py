@@ -7,18 +7,18 @@ import json
 import numpy as np
 import pytest
 
+from tests.conftest import live_workers
 from whistle_stop.backends import registry
-from whistle_stop.backends.results.summary import harness_note
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.engine import Capabilities, EngineOptions
 from whistle_stop.backends.engines.null_engine import NullEngine
 from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.results.summary import harness_note
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.runs.calibration import calibrate_harness
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.worker.events import RunRequest
 from whistle_stop.backends.worker.process import Worker
-from tests.conftest import live_workers
 
 
 class StreamingNullEngine(NullEngine):
@@ -68,7 +68,8 @@ def test_null_logits_are_spread_and_cost_no_numpy_random():
 
     code = ("import sys, numpy as np; from whistle_stop.backends.engines.null_engine import fixed_logits; "
             "l = fixed_logits(50257); top = np.sort(l)[-2:]; "
-            "print('numpy.random' in sys.modules, round(float(l.std()), 1), len(np.unique(l)) > 50000, top[1] > top[0])")
+            "print('numpy.random' in sys.modules, round(float(l.std()), 1), len(np.unique(l)) > 50000, "
+            "top[1] > top[0])")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.split() == ["False", "3.0", "True", "True"]
 
@@ -129,7 +130,7 @@ def test_calibration_gives_the_null_engines_median_itl(tiny_model, prompt_ids):
     harness = calibrate_harness(tiny_model, prompt_ids, sampling, tokens=50)
     assert "error" not in harness, harness
     assert harness["sampling"] == "greedy" and harness["tokens"] == 50
-    assert harness["null_itl_us_median"] > 0 and 0 <= harness["harness_us_median"]
+    assert harness["null_itl_us_median"] > 0 and harness["harness_us_median"] >= 0
     assert 0 < harness["null_cold_start_s"] < 60
     assert harness["sampled"]["null_itl_us_median"] > 0
     assert harness["sampled"]["sampling"]["top_k"] == 40

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import engine_tokens
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import engine_tokens
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")

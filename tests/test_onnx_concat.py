@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import engine_tokens, load_engine_in_process
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import load_engine_in_process, engine_tokens
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -83,7 +83,8 @@ def test_cache_hit_does_not_import_torch(engine):
         "from whistle_stop.backends.sources.model_files import resolve_model\n"
         "from whistle_stop.backends.engine import EngineOptions\n"
         "from whistle_stop.backends.engines.onnx.concat_engine import OnnxConcatEngine\n"
-        "info = OnnxConcatEngine('onnx-concat', EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
+        "engine = OnnxConcatEngine('onnx-concat', EngineOptions(threads=1))\n"
+        "info = engine.load(resolve_model('random:tiny'), lambda *a: None)\n"
         "print(info.artifact_cache, 'torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

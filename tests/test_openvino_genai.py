@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from whistle_stop.backends import registry
-from whistle_stop.backends.engine import EngineInfo
-from whistle_stop.backends.sampling import SamplingParams
-from whistle_stop.backends.results.stats import agreement
 from tests.conftest import engine_tokens, load_engine_in_worker
 from tests.engine_process import EngineProcess, cancelled_stream
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineInfo
+from whistle_stop.backends.results.stats import agreement
+from whistle_stop.backends.sampling import SamplingParams
 
 pytestmark = [pytest.mark.extras]
 _AVAILABLE, _WHY = registry.available("openvino-genai")  # found, not imported: only the children import it

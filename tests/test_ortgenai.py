@@ -9,6 +9,8 @@ import os
 import numpy as np
 import pytest
 
+from tests.conftest import engine_tokens, load_engine_in_worker
+from tests.engine_process import EngineProcess, cancelled_stream
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineInfo
 from whistle_stop.backends.engines import artifact_folders
@@ -16,8 +18,6 @@ from whistle_stop.backends.engines.ortgenai import cache as genai_cache
 from whistle_stop.backends.results.stats import agreement
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import engine_tokens, load_engine_in_worker
-from tests.engine_process import EngineProcess, cancelled_stream
 
 pytestmark = [pytest.mark.extras]
 _AVAILABLE, _WHY = registry.available("ortgenai")  # onnxruntime_genai, onnx, torch (the export): found, not imported

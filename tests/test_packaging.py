@@ -299,7 +299,8 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     out = subprocess.run([str(command), "bench", "--model", "random:tiny", "--backends", "numpy", "--repeats", "1",
                           "--warmup", "0", "--prompt-tokens", "8", "--new-tokens", "4", "--out", "X"], **run)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert {"runs.csv", "tokens.csv", "summary.csv", "environment.json"} <= {p.name for p in (elsewhere / "X").iterdir()}
+    written = {p.name for p in (elsewhere / "X").iterdir()}
+    assert {"runs.csv", "tokens.csv", "summary.csv", "environment.json"} <= written
     assert "status" in (elsewhere / "X" / "runs.csv").read_text()
     # nothing written anywhere but --out and the user's cache folder
     assert [p.name for p in elsewhere.iterdir()] == ["X"]
@@ -314,3 +315,17 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     assert f"Exec={command}" in entry.read_text()
     out = subprocess.run([str(command), "--uninstall-desktop-entry"], **run)
     assert out.returncode == 0 and not entry.exists()
+
+
+def test_ci_lints_before_it_tests_with_the_dev_extras_tools():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    dev = " ".join(project["project"]["optional-dependencies"]["dev"])
+    assert "ruff>=" in dev and "mypy>=" in dev
+    assert project["tool"]["ruff"]["line-length"] == 120 and project["tool"]["mypy"]["python_version"] == "3.10"
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make")]
+    assert steps == ["make lint", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile[makefile.index("\nlint:"):].split("\n\n")[0]
+    assert "ruff check" in lint and "mypy" in lint and "ruff format" not in lint

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
 
 
 def _trace_events(path) -> list[dict]:
-    data = json.loads(open(path, encoding="utf-8").read())
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
@@ -86,7 +87,8 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
 
     def probe(threads, n_bytes, device="cpu"):
         sizes.append(n_bytes)
-        probes.append(replace(BANDWIDTH, gb_s=next(rates), compute_gflops=next(gemm), measured_at=f"probe {len(probes) + 1}"))
+        probes.append(replace(BANDWIDTH, gb_s=next(rates), compute_gflops=next(gemm),
+                              measured_at=f"probe {len(probes) + 1}"))
         return probes[-1]
 
     config = BenchConfig(model="random:tiny", backends=("one", "two"), prompt="Hello world", new_tokens=6,
@@ -106,7 +108,8 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     assert result.bandwidth.gb_s == 40.0  # environment.json: the session's fastest probe
     assert (one.compute_gflops, two.compute_gflops) == (90.0, None)  # the faster of its two; none measured: unknown
     from whistle_stop.backends.profile.table import HEADERS, profile_row
-    assert profile_row(one)[HEADERS.index("GEMM GFLOP/s")] == "90" and profile_row(two)[HEADERS.index("GEMM GFLOP/s")] == "-"
+    gflops = HEADERS.index("GEMM GFLOP/s")
+    assert profile_row(one)[gflops] == "90" and profile_row(two)[gflops] == "-"
     assert profile_row(one)[HEADERS.index("GB/s")] == "20.0 (10.0)"
     known = replace(one, ms_per_token=one.floor_ms * 4, floor_note="")  # a floor share of 25%; 50% at the slower probe
     assert profile_row(known)[HEADERS.index("floor share")] == "25% (50%)"
@@ -117,9 +120,10 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
 def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):
     """A CUDA engine streams its weights from the GPU's memory: its floor's probes must read there
     (a host probe gave an H100 engine a 'floor' it beat by 43%), and the run's figure stays the host's."""
+    from rich.console import Console
+
     from tests.fake_engines import spec
     from whistle_stop.backends.cli.profile_command import print_profile
-    from rich.console import Console
 
     asked = []
     host = replace(BANDWIDTH, gb_s=20.0)
@@ -198,7 +202,8 @@ def test_categories_of_common_operations():
 def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, capsys):
     from whistle_stop.backends.cli.main import main
 
-    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads, n_bytes=None, device="cpu": BANDWIDTH)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth",
+                        lambda threads, n_bytes=None, device="cpu": BANDWIDTH)
     out = tmp_path / "prof"
     code = main(["profile", "--model", "random:tiny", "--backends", "numpy,null", "--new-tokens", "8",
                  "--repeats", "1", "--threads", "1", "--out", str(out)])

@@ -3,24 +3,24 @@
 import json
 import math
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
+from tests import fake_engines
+from tests.fake_engines import VOCAB, ScriptedEngine
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
-from whistle_stop.backends.worker.events import ScoreRequest
+from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.results.agreement import agreement_detail
+from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.perplexity import strided_windows
 from whistle_stop.backends.runs.quality import DEFAULT_TEXT, QualitySession, QualitySettings
 from whistle_stop.backends.runs.quality_files import read_quality, write_quality
-from whistle_stop.backends.registry import EngineSpec
-from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.sources.tokenizer import encode
+from whistle_stop.backends.worker.events import ScoreRequest
 from whistle_stop.backends.worker.process import Worker
-from tests import fake_engines
-from tests.fake_engines import VOCAB, ScriptedEngine
 
 
 class DivergingEngine(ScriptedEngine):

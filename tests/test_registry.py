@@ -49,7 +49,8 @@ def test_the_name_check_sees_quoted_names_in_any_form(tmp_path):
 def test_one_reference_one_calibration_engine_and_the_servers():
     assert [s.name for s in BUILT_IN.values() if s.role is Role.REFERENCE] == [registry.reference()]
     assert [s.name for s in BUILT_IN.values() if s.role is Role.CALIBRATION] == [registry.with_role(Role.CALIBRATION)]
-    assert registry.serving_concurrently() and all(BUILT_IN[n].serves_concurrently for n in registry.serving_concurrently())
+    servers = registry.serving_concurrently()
+    assert servers and all(BUILT_IN[n].serves_concurrently for n in servers)
     assert BenchConfig().backends == (registry.reference(),)
     assert BenchConfig(backends=("x", "y")).reference_backend == "x"
     assert BenchConfig(backends=("x", registry.reference())).reference_backend == registry.reference()
@@ -83,7 +84,7 @@ def test_use_installs_test_engines_for_the_process_and_restores_the_registry():
             assert "scripted-c" in registry.names()
         assert "scripted-c" not in registry.names()
         assert registry.available("scripted-a") == (True, "")
-    assert registry.ENGINES == before and registry.ENGINES == BUILT_IN
+    assert before == registry.ENGINES and registry.ENGINES == BUILT_IN
 
 
 def _capabilities() -> dict[str, Capabilities]:

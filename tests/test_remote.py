@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_process import in_child
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.engine_process import in_child
 
 SECRET = "sk-whistle-test-0123456789abcdef"
 KEY_ENV = "WHISTLE_STOP_TEST_REMOTE_KEY"

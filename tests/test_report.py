@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from whistle_stop.backends.results import bandwidth as bw
-from whistle_stop.backends.report import figures as fg
 from whistle_stop.backends.cli.main import main
-from whistle_stop.backends.results.export import write_csv, write_results
-from whistle_stop.backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.report import figures as fg
 from whistle_stop.backends.report.html import build_report, environment_differences
+from whistle_stop.backends.results import bandwidth as bw
+from whistle_stop.backends.results.export import write_csv, write_results
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
 
 WEIGHT_BYTES = {"hf": ("fp32", 4e8), "hf-int8": ("int8", 1e8)}
 
@@ -46,9 +46,10 @@ def test_sweep_figures_hold_medians_intervals_and_limits():
     assert hf.x == [16.0, 64.0] and hf.y == pytest.approx([16.0, 64.0])  # pooled over output lengths
     assert all(e > 0 for e in hf.err)
     # One dashed line per precision: bytes / bandwidth, in ms (and tokens/s for decode).
-    assert sorted(l.value for l in ttft.limits) == pytest.approx([10.0, 40.0])
+    assert sorted(line.value for line in ttft.limits) == pytest.approx([10.0, 40.0])
     decode = fg.decode_vs_output(runs, gb_s=10.0)
-    assert "16-token prompt" in decode.title and sorted(l.value for l in decode.limits) == pytest.approx([25.0, 100.0])
+    assert "16-token prompt" in decode.title
+    assert sorted(line.value for line in decode.limits) == pytest.approx([25.0, 100.0])
     position = fg.itl_vs_position(runs, tokens, gb_s=10.0, bins=8)
     int8 = next(s for s in position.series if s.name == "hf-int8")
     assert int8.x == sorted(int8.x) and len(int8.x) > 3 and min(int8.y) >= 10.0
@@ -114,7 +115,8 @@ def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
             "compare_decode_tok_s.png"} <= set(images)
     assert "machine.cpu" in page and "CPU two" in page and "finished_at" not in page
     assert "exceed the context" in page and "random weights - timing only" in page
-    assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page and "<script" not in page and 'src="http' not in page and "<link" not in page
+    assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page
+    assert "<script" not in page and 'src="http' not in page and "<link" not in page
 
 
 def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_path):

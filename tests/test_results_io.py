@@ -9,8 +9,8 @@ from dataclasses import fields
 import pytest
 
 from whistle_stop.backends.results.export import RUNS_CSV, TOKENS_CSV, write_results
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.results.reader import ResultsError, load_results
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.status import RunStatus
 
 

@@ -1,10 +1,10 @@
 """Run order, warm-ups, race mode and agreement, with scripted engines."""
 
-from whistle_stop.backends import registry
-from whistle_stop.backends.worker.events import BackendEvent, RunRequest
-from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
-from whistle_stop.backends.results.summary import summarize_backends
 from tests import fake_engines
+from whistle_stop.backends import registry
+from whistle_stop.backends.results.summary import summarize_backends
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.worker.events import BackendEvent, RunRequest
 
 
 def _run(specs, **kwargs):
@@ -14,8 +14,8 @@ def _run(specs, **kwargs):
         if isinstance(event, BackendEvent) and isinstance(event.event, RunRequest):
             requests.append(event.event.run_id)
 
-    config = BenchConfig(model="random:tiny", backends=tuple(specs), prompt_tokens=4, new_tokens=kwargs.pop("new_tokens", 3),
-                         threads=1, **kwargs)
+    config = BenchConfig(model="random:tiny", backends=tuple(specs), prompt_tokens=4,
+                         new_tokens=kwargs.pop("new_tokens", 3), threads=1, **kwargs)
     with registry.use(specs.values()):
         return BenchSession(config, on_event=on_event).run(), requests
 

@@ -4,10 +4,25 @@ import numpy as np
 import pytest
 
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
-from whistle_stop.backends.results.stats import (agreement, median_interval, median_interval_level, pooled_summary,
-                                                 run_metrics, summarize, t95, t_quantile)
-from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, interval_label, interval_note, markdown_table,
-                                                   sampling_notes, summarize_backends, summary_rows)
+from whistle_stop.backends.results.stats import (
+    agreement,
+    median_interval,
+    median_interval_level,
+    pooled_summary,
+    run_metrics,
+    summarize,
+    t95,
+    t_quantile,
+)
+from whistle_stop.backends.results.summary import (
+    SUMMARY_HEADERS,
+    interval_label,
+    interval_note,
+    markdown_table,
+    sampling_notes,
+    summarize_backends,
+    summary_rows,
+)
 
 
 def test_vllm_definitions():

@@ -5,15 +5,15 @@ import json
 
 import pytest
 
-from whistle_stop.backends import registry
-from whistle_stop.backends.results.bandwidth import Bandwidth
-from whistle_stop.backends.cli.main import main
-from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest
-from whistle_stop.backends.runs.bench import BenchConfig
-from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepSession
 from tests import fake_engines
 from tests.conftest import live_workers
+from whistle_stop.backends import registry
+from whistle_stop.backends.cli.main import main
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.results.bandwidth import Bandwidth
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepSession
+from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest
 
 SPECS = {n: fake_engines.spec(n) for n in ("a", "b")}
 GRID = SweepGrid(prompt_tokens=(4, 1000), new_tokens=(3, 30))  # 1000 + 30 > 1024: skipped
@@ -84,7 +84,8 @@ def test_sweep_resumes_after_a_cancel_without_repeating_finished_cells(tiny_mode
     per_cell = {}
     for r in runs:
         per_cell.setdefault((int(r["prompt_tokens"]), int(r["new_tokens"])), []).append(r["backend"])
-    assert {k: sorted(v) for k, v in per_cell.items()} == {k: ["a", "a", "b", "b"] for k in [(4, 3), (4, 30), (1000, 3)]}
+    expected = {k: ["a", "a", "b", "b"] for k in [(4, 3), (4, 30), (1000, 3)]}
+    assert {k: sorted(v) for k, v in per_cell.items()} == expected
     with (tmp_path / "tokens.csv").open() as f:
         tokens = list(csv.DictReader(f))
     assert sum(1 for t in tokens if t["run_id"] == "a/p4n30/r1") == 30
@@ -126,7 +127,8 @@ def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
     assert _environment(out)["bandwidth"]["gb_s"] == 10.0
     for name in ("ttft_vs_prompt", "decode_vs_output", "itl_vs_position"):
         assert (out / f"{name}.png").stat().st_size > 1000
-    assert main(["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,x", "--out", str(out)]) == 2
+    bad = ["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,x", "--out", str(out)]
+    assert main(bad) == 2
     assert "comma-separated whole numbers" in capsys.readouterr().err
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import greedy_logits
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.prompts import prompt_of_length
-from tests.conftest import greedy_logits
 
 pytestmark = [pytest.mark.extras]
 _AVAILABLE, _WHY = registry.available("tf")  # found, not imported

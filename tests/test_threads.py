@@ -5,8 +5,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from whistle_stop.backends.worker.threads import (cgroup_quota, default_threads, physical_cores, resolve_threads,
-                                                  usable_cpus)
+from whistle_stop.backends.worker.threads import (
+    cgroup_quota,
+    default_threads,
+    physical_cores,
+    resolve_threads,
+    usable_cpus,
+)
 
 
 def _sysfs(root: Path, topology: dict[int, tuple[int, int]]) -> Path:

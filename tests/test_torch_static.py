@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import engine_tokens, greedy_logits, load_engine_in_worker
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineInfo, EngineOptions
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.sampling import SamplingParams
-from tests.conftest import greedy_logits, engine_tokens, load_engine_in_worker
+from whistle_stop.backends.sources.prompts import prompt_of_length
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # tiny's logits reach ~8; measured differences are ~6e-6

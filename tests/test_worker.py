@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from whistle_stop.backends.engine import EngineOptions
-from whistle_stop.backends.worker.events import RunRequest, Token
-from whistle_stop.backends.sampling import SamplingParams
-from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
-from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError
 from tests import fake_engines
-from whistle_stop.backends import registry
 from tests.conftest import live_workers
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.worker.events import RunRequest, Token
+from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError
 
 
 def _session(tiny_model, specs, on_event=None, **config):

@@ -9,13 +9,30 @@ from rich.console import Console
 from rich.table import Table
 
 from ..results.export import write_results
-from ..results.summary import (SUMMARY_HEADERS, harness_note, interval_note, sampling_notes, summarize_backends,
-                               summary_rows)
+from ..results.summary import (
+    SUMMARY_HEADERS,
+    harness_note,
+    interval_note,
+    sampling_notes,
+    summarize_backends,
+    summary_rows,
+)
 from ..runs.bench import BenchResult, BenchSession
 from ..storage import bytecode
+from .common import (
+    add_cached_bandwidth,
+    cancelled,
+    check_reference,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .load_table import print_load
-from .common import (add_cached_bandwidth, cancelled, check_reference, config_from_args, in_thread,
-                     out_dir, planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 

@@ -7,17 +7,18 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Protocol, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
 
 from .. import registry
 from ..errors import UsageError
-from ..runs.bench import BenchConfig, BenchSession, RunRecorded
 from ..results.records import RunRecord
 from ..results.summary import is_measured
+from ..runs.bench import BenchConfig, RunRecorded
 from ..runs.events import LoadRecorded
 from ..sampling import SamplingParams
 from ..storage.atomic import check_writable_dir
@@ -95,7 +96,11 @@ def add_cached_bandwidth(environment: dict, threads: int) -> None:
         environment.setdefault("bandwidth", cached.as_dict())
 
 
-def in_thread(run: Callable[[], T], session: BenchSession, err: Console) -> T:
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+def in_thread(run: Callable[[], T], session: Cancellable, err: Console) -> T:
     """Run in a thread so that Ctrl+C cancels cleanly and partial results are still written."""
     box: dict = {}
     finished = threading.Event()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..storage.paths import RESOURCES
@@ -19,9 +20,8 @@ DESKTOP_ID = "whistle-stop"  # also the window's desktop file name (gui/app.py),
 COMMAND = "whistle-stop"
 
 
-def data_home(env: dict | None = None) -> Path:
-    env = os.environ if env is None else env
-    value = env.get("XDG_DATA_HOME", "")
+def data_home(env: Mapping[str, str] | None = None) -> Path:
+    value = (os.environ if env is None else env).get("XDG_DATA_HOME", "")
     # The spec: a relative (or empty) path is invalid and is ignored.
     return Path(value) if value and os.path.isabs(value) else Path.home() / ".local" / "share"
 

@@ -1,9 +1,11 @@
-"""The command line's arguments: one subcommand each for `gui`, `backends`, `bench`, `sweep`, `quality`, `profile`, `report`."""
+"""The command line's arguments: one subcommand each for `gui`, `backends`, `bench`, `sweep`, `quality`,
+`profile`, `report`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
 from .. import __version__, registry
 from ..errors import UsageError
@@ -11,7 +13,7 @@ from .engine_flags import add_engine_flags
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like our own usage errors
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like our own usage errors
         raise UsageError(message)
 
 
@@ -30,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="benchmark engines over prompt x output lengths (resumable), with plots")
     add_run_arguments(sweep, sweep=True)
     sweep.add_argument("--out", default="sweep", help="folder for the records, environment.json and plots")
-    sweep.add_argument("--restart", action="store_true", help="discard an unfinished sweep in --out instead of resuming")
+    sweep.add_argument("--restart", action="store_true",
+                       help="discard an unfinished sweep in --out instead of resuming")
     sweep.add_argument("--no-plots", action="store_true", help="write records only")
     quality = sub.add_parser("quality", help="perplexity per engine, agreement with the reference, speed beside it")
     add_run_arguments(quality)
@@ -63,13 +66,15 @@ def _int_list(text: str) -> list[int]:
 
 def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """The generation options; with `sweep`, lengths are comma-separated lists and mode is fair only."""
-    p.add_argument("--model", default="auto", help="auto | hub id (gpt2, distilgpt2, ...) | local folder | random:<config>")
+    p.add_argument("--model", default="auto",
+                   help="auto | hub id (gpt2, distilgpt2, ...) | local folder | random:<config>")
     p.add_argument("--backends", default=registry.reference(),
                    help="comma-separated engine names (see `main.py backends`)")
     p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
     if sweep:
-        p.add_argument("--prompt-tokens", type=_int_list, default=[16, 64, 256, 512], help="prompt lengths, e.g. 16,64,256,512")
+        p.add_argument("--prompt-tokens", type=_int_list, default=[16, 64, 256, 512],
+                       help="prompt lengths, e.g. 16,64,256,512")
         p.add_argument("--new-tokens", type=_int_list, default=[16, 64, 256], help="output lengths, e.g. 16,64,256")
     else:
         p.add_argument("--prompt-tokens", type=int, default=50, help="length of the bundled prompt in tokens")
@@ -94,7 +99,8 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="goodput SLO: a request's mean inter-token latency (TPOT, as vLLM's goodput) at most this")
     p.add_argument("--reference",
                    help=f"engine whose tokens the others are compared with (default: {registry.reference()})")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds without a token before a worker counts as hung")
     p.add_argument("--cold", action="store_true",
                    help="evict the weights and this engine's cached artefact files from the page cache before "
                         "each engine starts (Linux)")

@@ -10,11 +10,22 @@ from rich.table import Table
 from ..profile.files import write_profile
 from ..profile.table import HEADERS, NOTE, profile_row, shown_columns, top_ops_line
 from ..results.export import write_results
-from ..status import RunStatus
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
-from .common import (cancelled, charts, config_from_args, in_thread, out_dir, planned_runs, progress_printer,
-                     runs_kept, stderr_console, stdout_console)
+from ..status import RunStatus
+from .common import (
+    cancelled,
+    charts,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .main import EXIT_OK, EXIT_RUN_FAILED
+
 
 def profile_command(args: argparse.Namespace) -> int:
     err = stderr_console()

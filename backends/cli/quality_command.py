@@ -10,8 +10,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
-from .common import (add_cached_bandwidth, cancelled, charts, check_reference, config_from_args, in_thread,
-                     out_dir, planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
+from .common import (
+    add_cached_bandwidth,
+    cancelled,
+    charts,
+    check_reference,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -25,26 +37,29 @@ def quality_command(args: argparse.Namespace) -> int:
     if args.bench is not None and not Path(args.bench).is_dir():
         raise UsageError(f"--bench {args.bench} is not a folder")
     out = out_dir(args.out)
-    settings = QualitySettings(text_path=args.text, max_length=args.max_length, stride=args.stride, bench_dir=args.bench)
+    settings = QualitySettings(text_path=args.text, max_length=args.max_length, stride=args.stride,
+                               bench_dir=args.bench)
     session = QualitySession(config, settings, on_event=progress_printer(err))
     model, prompt_ids = session.prepare()
     info = session.text_info
     err.print(f"model {model.label} · {info['text_tokens']} text tokens in {info['windows']} windows of "
               f"{info['max_length']} (stride {info['stride']}) · reference {session.reference}")
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
+    quality = session.quality
+    assert quality is not None  # run() made it
     add_cached_bandwidth(result.environment, session.threads)
-    paths = write_quality(out, result, session.quality)
+    paths = write_quality(out, result, quality)
     def render() -> list[Path]:
         from ..report.plots import render_png
 
-        figure = speed_vs_quality([vars(r) for r in session.quality.rows], model.is_random)
+        figure = speed_vs_quality([vars(r) for r in quality.rows], model.is_random)
         return [render_png(figure, out / f"{figure.name}.png")]
 
     paths += charts(render, err)
-    _print_quality(session.quality, model, stdout_console())
+    _print_quality(quality, model, stdout_console())
     err.print("wrote " + ", ".join(str(p) for p in paths))
     if result.cancelled:
-        scored = sum(1 for r in session.quality.rows if r.perplexity is not None)
+        scored = len([r for r in quality.rows if r.perplexity is not None])
         runs = "runs from --bench" if args.bench is not None else runs_kept(result.runs, planned_runs(config))
         return cancelled(err, f"{runs}, perplexity of {scored} of {len(config.backends)} engines", out)
     failed = result.failed or any(r.status != "ok" for r in session.quality.rows)
@@ -61,7 +76,8 @@ def _print_quality(quality, model, console: Console) -> None:
     for r in quality.rows:
         delta = "reference" if r.backend == r.reference else (f"{r.ppl_diff:+.3f} ({r.ppl_diff_pct:+.2f}%)"
                                                               if r.ppl_diff is not None else "-")
-        agree = f"{r.agree_tokens}/{r.compared_tokens} ({100 * r.agree_share:.0f}%)" if r.agree_share is not None else "-"
+        agree = (f"{r.agree_tokens}/{r.compared_tokens} ({100 * r.agree_share:.0f}%)"
+                 if r.agree_share is not None else "-")
         status = r.status if r.status == "ok" else f"{r.status}: {r.error}"[:80]
         table.add_row(r.backend, r.dtype, fmt(r.perplexity, 3), delta, fmt(r.decode_tok_s),
                       agree, "-" if r.first_divergence is None else str(r.first_divergence), escape(status))

@@ -9,9 +9,20 @@ from rich.table import Table
 
 from ..results.records import runs_of
 from ..runs.bench import BenchResult
+from .common import (
+    cancelled,
+    charts,
+    check_reference,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .load_table import print_load
-from .common import (cancelled, charts, check_reference, config_from_args, in_thread, out_dir,
-                     planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -20,7 +31,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     from ..runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepSession
 
     err = stderr_console()
-    first = argparse.Namespace(**{**vars(args), "prompt_tokens": args.prompt_tokens[0], "new_tokens": args.new_tokens[0]})
+    first = argparse.Namespace(**{**vars(args), "prompt_tokens": args.prompt_tokens[0],
+                                  "new_tokens": args.new_tokens[0]})
     config = config_from_args(first)
     check_reference(config)
     grid = SweepGrid(tuple(args.prompt_tokens), tuple(args.new_tokens)).validate()
@@ -29,7 +41,8 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     def on_event(event) -> None:
         if isinstance(event, CellStarted):
-            err.print(f"[bold]cell {event.index}/{event.total}[/]: prompt {event.prompt_tokens}, new {event.new_tokens}")
+            err.print(f"[bold]cell {event.index}/{event.total}[/]: prompt {event.prompt_tokens}, "
+                      f"new {event.new_tokens}")
         elif isinstance(event, CellDone):
             err.print(f"  cell {event.index}/{event.total} written to {out}")
         elif isinstance(event, SweepNote):

@@ -16,17 +16,17 @@ import struct
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..storage import artifact_cache
-from .artifact_folders import CT2_KIND
 from ..engine import Capabilities, Engine, EngineInfo, EngineOptions
-from ..sources.model_files import ModelFiles
-from ..storage.paths import TOKENIZER_DIR
 from ..sampling import Sampler
+from ..sources.model_files import ModelFiles
+from ..storage import artifact_cache
+from ..storage.paths import TOKENIZER_DIR
+from .artifact_folders import CT2_KIND
 
 # CTranslate2's PyPI wheels carry two GEMM backends and pick one per process at import
 # (src/cpu/backend.cc): Intel MKL when CT2_USE_MKL says so, or by default on a GenuineIntel CPU,
@@ -55,7 +55,8 @@ def gemm_note(compute_type: str, use_mkl: str, vendor: str, source: str) -> str:
     """Which GEMM backend CTranslate2 uses (the rule of its backend.cc for wheels built with MKL
     and oneDNN), why, and the setting that fixes a slow choice."""
     mkl = use_mkl.strip().lower() in ("1", "true", "on") if use_mkl else vendor == "GenuineIntel"
-    note = f"GEMM backend {'MKL' if mkl else 'oneDNN'} (CT2_USE_MKL={use_mkl or 'unset'}, {source}; CPU {vendor or 'unknown'})"
+    note = (f"GEMM backend {'MKL' if mkl else 'oneDNN'} (CT2_USE_MKL={use_mkl or 'unset'}, {source}; "
+            f"CPU {vendor or 'unknown'})")
     if mkl and compute_type == "int8" and vendor != "GenuineIntel":
         note += ("; MKL's int8 GEMM is slow on non-Intel CPUs (16x slower than oneDNN on an AMD EPYC): "
                  "set CT2_USE_MKL=0")
@@ -72,7 +73,8 @@ def _import_ctranslate2(compute_type: str) -> tuple[object, str]:
     else:
         os.environ["CT2_USE_MKL"] = choose_use_mkl(compute_type, vendor)
         source = "chosen for this CPU and compute type"
-    return importlib.import_module("ctranslate2"), gemm_note(compute_type, os.environ.get("CT2_USE_MKL", ""), vendor, source)
+    note = gemm_note(compute_type, os.environ.get("CT2_USE_MKL", ""), vendor, source)
+    return importlib.import_module("ctranslate2"), note
 
 
 class CTranslate2Engine(Engine):

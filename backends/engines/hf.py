@@ -3,7 +3,7 @@ founding write-up's dynamic float16)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -14,8 +14,7 @@ from transformers.utils import logging as hf_logging
 
 from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
-from .torch_util import (count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8,
-                         set_threads)
+from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16-dynamic": torch.float32}
 

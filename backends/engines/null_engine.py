@@ -2,14 +2,15 @@
 
 It measures the harness, not a model: with an engine that costs nothing, the time between two
 tokens is what the worker itself spends per token (sampling, detokenizing, pickling the event
-and writing it into the pipe; a slow reader in the parent shows up when the pipe is full). Every other engine's ITL carries that cost too, so this
-is the floor under every figure. It goes through the same worker, sampler and records as any
-engine; under greedy decoding it repeats one token, so it disagrees with any real reference.
+and writing it into the pipe; a slow reader in the parent shows up when the pipe is full). Every
+other engine's ITL carries that cost too, so this is the floor under every figure. It goes through
+the same worker, sampler and records as any engine; under greedy decoding it repeats one token,
+so it disagrees with any real reference.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

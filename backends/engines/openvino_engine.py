@@ -12,19 +12,19 @@ keeps activations in fp32 for int8 weights (OpenVINO's default, 32, quantises th
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from ..storage import artifact_cache
-from .artifact_folders import OPENVINO_KIND
 from ..engine import Engine, EngineInfo, EngineOptions
 from ..gpt2_config import GPT2Config
 from ..sources.model_files import ModelFiles
 from ..sources.weights import mmap_numpy
+from ..storage import artifact_cache
+from .artifact_folders import OPENVINO_KIND
 
 FORMAT = "ov-gpt2-3"
 _BEAM = np.zeros(1, dtype=np.int32)  # batch 1: keep the one cached sequence
@@ -91,7 +91,8 @@ class OpenVinoEngine(Engine):
         def open_profiled():
             core = ov.Core()
             settings = {**self._compile_settings, "PERF_COUNT": "YES"}
-            return core.compile_model(core.read_model(self.folder / "model.xml"), "CPU", settings).create_infer_request()
+            compiled = core.compile_model(core.read_model(self.folder / "model.xml"), "CPU", settings)
+            return compiled.create_infer_request()
 
         def use(request) -> None:
             self.request = request  # the next prefill resets its state

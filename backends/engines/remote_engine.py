@@ -27,14 +27,14 @@ import secrets
 import socket
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from ..engine import EngineInfo, EngineOptions, ServerEngine
-from ..sources.model_files import ModelFiles
 from ..sampling import Sampler, SamplingParams
+from ..sources.model_files import ModelFiles
 from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
 from ..sources.tokenizer import decode, encode
 from .remote_options import RemoteOptions
@@ -111,7 +111,8 @@ class RemoteEngine(ServerEngine):
             notes.append("API key given in the app")
         elif self.api_key_env:
             self.resolved_key = os.environ.get(self.api_key_env, "")
-            notes.append(f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key")
+            notes.append(f"API key from ${self.api_key_env}" if self.resolved_key
+                         else f"${self.api_key_env} not set: no API key")
         return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,
                           samples_natively=True, notes="; ".join(notes))
 
@@ -161,7 +162,8 @@ class RemoteEngine(ServerEngine):
         finally:
             self.run_notes = "; ".join(dict.fromkeys(notes))
 
-    def _stream(self, ids: list[int], new_tokens: int, params: SamplingParams, cancel, notes: list[str]) -> Iterator[int]:
+    def _stream(self, ids: list[int], new_tokens: int, params: SamplingParams, cancel,
+                notes: list[str]) -> Iterator[int]:
         if not params.is_greedy:
             notes.append(f"sampled by the server's own sampler (seed {params.seed} sent; servers may ignore it)")
         if self._server_kind is None:
@@ -239,7 +241,7 @@ class RemoteEngine(ServerEngine):
             return "vllm"
         return "llamacpp" if owners & set(_LLAMA_CPP_OWNERS) else ""
 
-    def _fallback(self, exc: "_Rejected", notes: list[str]) -> bool:
+    def _fallback(self, exc: _Rejected, notes: list[str]) -> bool:
         """After a rejection: send the prompt as text if the server says so, else drop the extensions first."""
         if self._ids_prompt and "prompt" in str(exc).lower():
             self._ids_prompt = False  # e.g. llama-cpp-python's server: prompt must be a string

@@ -62,7 +62,7 @@ class RemoteOptions(EngineSettings):
             return "the key is kept in memory for this session only"
         return "no API key"
 
-    def with_token_timeout(self, token_s: float) -> "RemoteOptions":
+    def with_token_timeout(self, token_s: float) -> RemoteOptions:
         # the engine's own read timeout fires first, with a clearer message
         return dataclasses.replace(self, timeout_s=max(1.0, token_s * 0.9))
 
@@ -78,7 +78,7 @@ def url_problem(url: str) -> str:
     if not parts.hostname:
         return "the remote URL has no host name"
     try:
-        parts.port
+        _ = parts.port  # urllib checks the port only when asked
     except ValueError:
         return "the remote URL's port is not a number from 0 to 65535"
     return ""

@@ -14,7 +14,8 @@ import os
 import re
 import shutil
 import subprocess
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 from ..results.environment import cpuinfo_field
@@ -77,7 +78,7 @@ def _version(cc: str) -> str:
         return "unknown"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> ctypes.CDLL:
     """The compiled `<name>.c` of this folder, built on first use on this machine."""
     cc = compiler()
@@ -135,7 +136,7 @@ def compiler_errors(stderr: str) -> str:
     return "; ".join(errors) if errors else stderr.strip()
 
 
-def gemv(dtype: str) -> ctypes._CFuncPtr:
+def gemv(dtype: str) -> Callable[..., None]:
     """`dtype` "f32" or "bf16": void <dtype>_gemv(const W *, const float *x, const float *b, float *y,
     int64 M, int64 N, int64 K), y = x W^T + b for M rows (gemv.c)."""
     fn = getattr(load("gemv"), f"{dtype}_gemv")

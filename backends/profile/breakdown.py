@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..results.bandwidth import limit_ms_per_token
 from ..status import RunStatus

@@ -16,8 +16,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 PHASES = ("prefill", "decode")
 
@@ -52,7 +52,7 @@ class EngineProfiler(ABC):
 
     name: str = "profiler"
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 - a hook: only profilers with set-up override it
         """Begin profiling (called once, before the run's first engine call)."""
 
     @contextlib.contextmanager

@@ -26,7 +26,7 @@ class LlamaPerfProfiler(EngineProfiler):
     def start(self) -> None:
         llama_cpp.llama_perf_context_reset(self._ctx)
 
-    def step(self, phase: str) -> contextlib.AbstractContextManager[None]:
+    def step(self, phase: str) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]  # the trace's own
         return self._trace.step(phase)
 
     def finish(self, trace_path: str) -> ProfileCapture:

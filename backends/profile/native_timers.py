@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 
 from .capture import EngineProfiler, OpStat, ProfileCapture, StepTrace, write_trace
 from .categories import Category
-
 
 
 class TimedStep(Protocol):

@@ -13,7 +13,8 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .capture import EngineProfiler, OpStat, ProfileCapture, span, write_trace
 from .categories import OpFamily, classify
@@ -25,7 +26,7 @@ class OpenVinoCounters(EngineProfiler):
     def __init__(self, open_profiled: Callable[[], object], use_request: Callable[[object], None],
                  current: object) -> None:
         self._open, self._use, self._original = open_profiled, use_request, current
-        self._request = None
+        self._request: Any = None  # an openvino.InferRequest once started
         self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self._steps: dict[str, int] = defaultdict(int)
         self._spent: dict[str, int] = defaultdict(int)

@@ -16,7 +16,8 @@ import shutil
 import tempfile
 from bisect import bisect_right
 from collections import defaultdict
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .capture import EngineProfiler, OpStat, ProfileCapture
 from .categories import OpFamily, classify
@@ -31,7 +32,7 @@ class OrtProfiler(EngineProfiler):
         `use_session(s)`: make the engine run on `s`; `current`: the session to restore."""
         self._open, self._use, self._original = open_profiled, use_session, current
         self._folder = tempfile.mkdtemp(prefix="whistle-stop-ort-profile-")
-        self._session = None
+        self._session: Any = None  # an onnxruntime.InferenceSession once started
         self._phases: list[str] = []
 
     def start(self) -> None:
@@ -79,6 +80,7 @@ def summarise(events: list[dict], phases: list[str], profiler: str, trace_path: 
         entry = totals[(phase, op)]
         entry[0] += int(event["dur"] * 1000)  # us -> ns
         entry[1] += 1
-    ops = tuple(OpStat(phase, op, classify(op, OpFamily.ORT).value, ns, calls) for (phase, op), (ns, calls) in totals.items())
+    ops = tuple(OpStat(phase, op, classify(op, OpFamily.ORT).value, ns, calls)
+                for (phase, op), (ns, calls) in totals.items())
     return ProfileCapture(profiler, ops, dict(steps), dict(runtime), trace_path,
                           note="kernel time per node (op type); model_run - nodes = ORT's executor overhead")

@@ -14,7 +14,8 @@ HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor
 NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
         "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
         "two bandwidth probes that read as many bytes as the engine does per token (caches keep part of a "
-        "working set a few times their size; a CUDA engine's read its GPU's memory), just before the engine's runs and just after it closed (in brackets: the slower "
+        "working set a few times their size; a CUDA engine's read its GPU's memory), just before the engine's "
+        "runs and just after it closed (in brackets: the slower "
         "probe, and the floor share it would give, when the two differ: how far the machine moved meanwhile); "
         "GEMM GFLOP/s: how fast the "
         "cores computed at those probes (an in-cache float32 GEMM, the faster; a CUDA engine's: its GPU's float32 "
@@ -60,7 +61,8 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     decode = phase == "decode"  # the floor, its share and CPU per token are per decoded token
     return head + [_ms(profiled) + overhead, _ms(p.floor_ms) if decode else "-",
                    bandwidth if decode else "-", share if decode else "-",
-                   _ms(p.compute_gflops, 0) if decode else "-", _ms(p.cpu_ms_per_token) if decode else "-"] + cells + [p.profiler]
+                   _ms(p.compute_gflops, 0) if decode else "-",
+                   _ms(p.cpu_ms_per_token) if decode else "-"] + cells + [p.profiler]
 
 
 def shown_columns(rows: list[list[str]]) -> list[int]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import Callable, Iterator, Sequence
 
 from .capture import EngineProfiler, OpStat, ProfileCapture, StepTrace, span, write_trace
 from .categories import OpFamily, classify
@@ -49,7 +49,7 @@ class FunctionTimers(EngineProfiler):
                 entry[0] += spent - children
                 entry[1] += 1
                 self._trace.events.append(span(name, began, spent))
-        timed.__wrapped__ = function
+        timed.__wrapped__ = function  # type: ignore[attr-defined]  # how finish() finds the original
         return timed
 
     @contextlib.contextmanager

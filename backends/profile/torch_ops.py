@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function

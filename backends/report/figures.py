@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ..results.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
@@ -162,7 +162,8 @@ def limit_note(runs: Sequence[RunRecord], environment: dict | None) -> str:
                      f"{'it' if one else 'they'} can beat this limit (`profile` probes each engine at its own size)")
     gpu = sorted(gpu_backends(runs))
     if gpu:
-        parts.append(f"{', '.join(gpu)} run{'s' if len(gpu) == 1 else ''} on a GPU, reading {'its' if len(gpu) == 1 else 'their'} "
+        parts.append(f"{', '.join(gpu)} run{'s' if len(gpu) == 1 else ''} on a GPU, "
+                     f"reading {'its' if len(gpu) == 1 else 'their'} "
                      "weights from its memory: no host limit line bounds them (`profile` probes a GPU's own)")
     return "; ".join(parts)
 

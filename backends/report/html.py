@@ -16,20 +16,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import figures as fg
-from ..storage.atomic import atomic_write, check_writable_dir
 from ..errors import UsageError
 from ..profile.files import read_profile
 from ..profile.table import HEADERS as PROFILE_HEADERS
 from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import profile_row
-from ..runs.quality import read_quality
 from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_rows, session_levels
-from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.reader import load_requests, load_results
+from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.stats import summarize
-from ..results.summary import (SUMMARY_HEADERS, fmt, harness_note, interval_note, sampling_notes, summarize_backends,
-                               summary_rows)
+from ..results.summary import (
+    SUMMARY_HEADERS,
+    fmt,
+    harness_note,
+    interval_note,
+    sampling_notes,
+    summarize_backends,
+    summary_rows,
+)
+from ..runs.quality import read_quality
+from ..storage.atomic import atomic_write, check_writable_dir
+from . import figures as fg
 
 REPORT_HTML = "report.html"
 # Differences that say nothing about the machine or the settings.
@@ -207,7 +214,8 @@ def _quality_html(data: FolderData) -> str:
             tops.append(f"<li>{html.escape(label)}: {html.escape(items or d.get('error') or '-')}</li>")
         parts.append(f"<p>{html.escape(d['backend'])} diverges from {html.escape(d['reference'])} at generated token "
                      f"{d['position']}: {html.escape(repr(d['reference_token']['text']))} vs "
-                     f"{html.escape(repr(d['token']['text']))}; top-5 logits on the common prefix:</p><ul>{''.join(tops)}</ul>")
+                     f"{html.escape(repr(d['token']['text']))}; top-5 logits on the common prefix:</p>"
+                     f"<ul>{''.join(tops)}</ul>")
     return "".join(parts)
 
 
@@ -308,7 +316,8 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
         diffs = environment_differences([d.environment for d in datas])
         headers = ["setting"] + [f"{i}: {d.label}" for i, d in enumerate(datas, start=1)]
         table = _table(headers, [[k] + v for k, v in diffs]) if diffs else "<p>no differences</p>"
-        sections.append(f"<section><h2>Comparison</h2>{''.join(images)}<h3>Environment differences</h3>{table}</section>")
+        sections.append(f"<section><h2>Comparison</h2>{''.join(images)}"
+                        f"<h3>Environment differences</h3>{table}</section>")
     columns = []
     for index, data in enumerate(datas, start=1):
         images = [_img(render_png(f, out_dir / f"{index}-{f.name}.png"), f) for f in folder_figures(data)]
@@ -322,8 +331,8 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
     page = (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"
             f"</head><body><h1>{html.escape(title)}</h1><p class=facts>generated {time.strftime('%Y-%m-%d %H:%M')} · "
             "values are medians of measured runs; [low–high] and error bars: the median's distribution-free interval "
-            "across repeats (order statistics; its confidence level, which depends on the number of runs, is under each "
-            "table and figure)"
+            "across repeats (order statistics; its confidence level, which depends on the number of runs, "
+            "is under each table and figure)"
             f"</p>{''.join(sections)}</body></html>")
     path = out_dir / REPORT_HTML
     with atomic_write(path, encoding="utf-8") as f:

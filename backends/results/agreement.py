@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..status import RunStatus
 from .records import RunRecord, TokenRecord, runs_of

@@ -20,18 +20,18 @@ import json
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import psutil
 
 from ..storage.atomic import atomic_write
+from ..storage.paths import cache_dir
 from ..worker.blas import OpenBLAS
 from .environment import cpu_model
-from ..storage.paths import cache_dir
 
 CACHE_FILE = "bandwidth-v3.json"  # v3: the faster of sgemv and the own kernel (v2: sgemv only; v1 summed, and read low)
 MIN_BYTES = 1 << 30  # 1 GiB, unless the last-level cache is larger than a quarter of that
@@ -73,7 +73,7 @@ class Bandwidth:
         return {**asdict(self), "label": self.label, "llc_bytes": last_level_cache_bytes()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Bandwidth":
+    def from_dict(cls, data: dict) -> Bandwidth:
         """From as_dict's output (extra keys such as label are derived, and dropped)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -8,8 +8,8 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import psutil
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 from ..storage.atomic import atomic_write, check_writable_dir
 from .load import LOAD_LEVEL_COLUMNS, LOAD_REQUEST_COLUMNS, LoadRequestRecord, Slo, session_levels
@@ -36,7 +37,7 @@ def _cell(value) -> object:
     return value
 
 
-def write_csv(path: Path, columns: list[str], rows: Iterable[object]) -> None:
+def write_csv(path: Path, columns: list[str], rows: Iterable[Any]) -> None:  # dataclass records or dicts
     with atomic_write(path, newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(columns)

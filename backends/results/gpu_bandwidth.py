@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .bandwidth import Bandwidth, measure_in_child
 from .environment import cpu_model

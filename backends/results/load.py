@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..status import RunStatus
 from ..engines.server.metrics import CROSS_CHECK_PREFIX
+from ..status import RunStatus
 from .records import RunRecord, TokenRecord
 from .stats import run_metrics
 
@@ -32,14 +32,12 @@ class Slo:
     def set(self) -> bool:
         return self.ttft_ms is not None or self.itl_ms is not None
 
-    def met(self, request: "LoadRequestRecord") -> bool:
+    def met(self, request: LoadRequestRecord) -> bool:
         if request.status != RunStatus.OK or request.ttft_ms is None:
             return False
         if self.ttft_ms is not None and request.ttft_ms > self.ttft_ms:
             return False
-        if self.itl_ms is not None and (request.tpot_ms is None or request.tpot_ms > self.itl_ms):
-            return False
-        return True
+        return not (self.itl_ms is not None and (request.tpot_ms is None or request.tpot_ms > self.itl_ms))
 
     def describe(self) -> str:
         parts = ([f"TTFT <= {self.ttft_ms:g} ms"] if self.ttft_ms is not None else []) + (

@@ -8,10 +8,11 @@ tokens (TTFT is never one of them). TPOT = (e2e - TTFT) / (N - 1). Decode tokens
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
+
 
 @dataclass(frozen=True)
 class RunMetrics:
@@ -68,7 +69,7 @@ class Summary:
     max: float
 
 
-def summarize(values: Sequence[float]) -> Summary:
+def summarize(values: Sequence[float | None]) -> Summary:
     data = np.sort(np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64))
     nan = math.nan
     if data.size == 0:
@@ -83,7 +84,8 @@ def summarize(values: Sequence[float]) -> Summary:
                    float(p90), float(p99), std, float(data[0]), float(data[-1]))
 
 
-def median_interval(sorted_values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+def median_interval(sorted_values: Sequence[float] | np.ndarray,
+                    confidence: float = 0.95) -> tuple[float, float, float]:
     """(low, high, level): the order-statistic interval for the median of sorted values (see
     `median_interval_rank`); nan with fewer than two values."""
     n = len(sorted_values)

@@ -10,8 +10,8 @@ an engine's measured runs (as vLLM reports them), beside the median of the per-r
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ..status import RunStatus
 from .records import RunRecord, TokenRecord, runs_of
@@ -225,7 +225,8 @@ def harness_note(harness: dict | None) -> str:
         return ""
     if harness.get("error"):
         return f"harness cost per token (null engine): not measured ({harness['error']})"
-    parts = [f"{harness['null_itl_us_median']:.0f} us (greedy)"] if harness.get("null_itl_us_median") is not None else []
+    greedy = harness.get("null_itl_us_median")
+    parts = [f"{greedy:.0f} us (greedy)"] if greedy is not None else []
     sampled = harness.get("sampled") or {}
     if sampled.get("null_itl_us_median") is not None:
         parts.append(f"{sampled['null_itl_us_median']:.0f} us (sampled)")

@@ -16,12 +16,12 @@ samples) `tokens` more with the session's sampling settings.
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .. import registry
+from ..engine import EngineOptions
 from ..profile.breakdown import median_decode_ms
 from ..results.stats import run_metrics
-from ..engine import EngineOptions
 from ..sampling import SamplingParams
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus

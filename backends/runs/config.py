@@ -35,9 +35,10 @@ class BenchConfig:
     concurrency: tuple[int, ...] = ()  # load levels for server engines (bench runs are level 1)
     slo_ttft_ms: float | None = None  # goodput: a request is good when its TTFT <= this ...
     slo_itl_ms: float | None = None  # ... and its TPOT (mean inter-token latency) <= this
-    calibrate_harness: bool = False  # time the null engine afterwards (environment.json "harness"); bench and Run set it
+    # time the null engine afterwards (environment.json "harness"); bench and Run set it
+    calibrate_harness: bool = False
 
-    def validate(self) -> "BenchConfig":
+    def validate(self) -> BenchConfig:
         """Checks that need no model. The context check follows once the model is known."""
         if not self.backends:
             raise UsageError("no backends selected")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import psutil
 
@@ -21,8 +21,18 @@ from ..engine import EngineOptions
 from ..results.load import LoadRequestRecord, request_records
 from ..results.records import RunRecord, TokenRecord
 from ..storage import page_cache
-from ..worker.events import (BackendEvent, Failed, LoadRequest, LogitsRequest, Ready, RunContext, RunRequest, ScoreRequest,
-                             TopLogits, WorkerLost)
+from ..worker.events import (
+    BackendEvent,
+    Failed,
+    LoadRequest,
+    LogitsRequest,
+    Ready,
+    RunContext,
+    RunRequest,
+    ScoreRequest,
+    TopLogits,
+    WorkerLost,
+)
 from ..worker.process import RunOutcome, ScoreOutcome, Worker, WorkerError
 from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
@@ -31,7 +41,6 @@ from .events import EventSink, LoadRecorded, RunRecorded
 from .preparation import engine_specs
 from .recording import RecordContext, cold_start_s, load_failure_record, run_records
 from .result import BenchResult
-
 
 SETTLE_MAX_S = 2.0  # at most this long waiting for idle workers to go quiet before a run
 SETTLE_POLL_S = 0.02
@@ -94,6 +103,13 @@ class Orchestrator:
             yield
         finally:
             self.close_all()
+
+    @property
+    def _context(self) -> RecordContext:
+        """What every record of this session shares: bound by `session(result)`."""
+        if self._records is None:
+            raise RuntimeError("records are made inside Orchestrator.session(result)")
+        return self._records
 
     # --- cancel ------------------------------------------------------------------------------
     @property
@@ -185,7 +201,8 @@ class Orchestrator:
                     return
                 self.run_once(name, repeat, False, cell)
 
-        threads = [threading.Thread(target=race, args=(n,), name=f"race:{n}", daemon=True) for n in self.config.backends]
+        threads = [threading.Thread(target=race, args=(n,), name=f"race:{n}", daemon=True)
+                   for n in self.config.backends]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -217,7 +234,7 @@ class Orchestrator:
             worker.start()
             return True
         except WorkerError as exc:
-            self._add(load_failure_record(self._records, name, worker.ready, cell, exc), [])
+            self._add(load_failure_record(self._context, name, worker.ready, cell, exc), [])
             return False
 
     def run_once(self, name: str, repeat: int, is_warmup: bool, cell: Cell) -> None:
@@ -235,7 +252,7 @@ class Orchestrator:
         idle_before, began = cpu_seconds(idle), time.monotonic()
         outcome = worker.run(request)
         wall_s, idle_cpu_s = time.monotonic() - began, cpu_seconds(idle) - idle_before
-        record, tokens = run_records(self._records, name, worker.ready, repeat, is_warmup, cell, outcome)
+        record, tokens = run_records(self._context, name, worker.ready, repeat, is_warmup, cell, outcome)
         if idle and wall_s > 0:
             record.idle_cpu_pct = 100.0 * max(0.0, idle_cpu_s) / wall_s
         if not worker.produced_tokens and outcome.tokens and worker.ready is not None:

@@ -19,9 +19,9 @@ phase slows arithmetic too.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
@@ -62,7 +62,7 @@ class ProfileSession:
     """`prepare()` then `run()`; `cancel()` from any thread. Traces go to `trace_dir`."""
 
     def __init__(self, config: BenchConfig, trace_dir: Path, on_event: EventSink | None = None,
-                 bandwidth: Callable[[int, int | None], Bandwidth | None] | None = None) -> None:
+                 bandwidth: Callable[..., Bandwidth | None] | None = None) -> None:
         """`bandwidth(threads, n_bytes)`: one probe of the floor's bandwidth over n_bytes (None: the
         machine's default size; default: measured afresh)."""
         self.config = config.validate()
@@ -179,7 +179,8 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
     return probes[-1] if probes else None
 
 
-def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int) -> None:
+def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int,
+                   new_tokens: int) -> None:
     """ms/token, TTFT and CPU per token as bench computes them (medians of the measured runs)."""
     def median(values):
         values = [v for v in values if v is not None]

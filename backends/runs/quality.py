@@ -31,8 +31,16 @@ from .orchestrator import Orchestrator
 from .perplexity import DEFAULT_STRIDE, Windows, strided_windows
 from .preparation import prepare_bench
 from .quality_files import QUALITY_CSV, read_quality, write_quality
-from .quality_rows import (QUALITY_COLUMNS, RANDOM_NOTE, Divergence, QualityResult, QualityRow, all_greedy,
-                           quality_rows, quality_rows_as_dicts)
+from .quality_rows import (
+    QUALITY_COLUMNS,
+    RANDOM_NOTE,
+    Divergence,
+    QualityResult,
+    QualityRow,
+    all_greedy,
+    quality_rows,
+    quality_rows_as_dicts,
+)
 from .result import BenchResult
 
 # The names callers import from here.
@@ -55,8 +63,8 @@ def _top(answer: TopLogits | Failed | WorkerLost, k: int) -> tuple[list[dict], s
     """A worker's answer to a LogitsRequest as rows for divergence.json, or the reason there are none."""
     if not isinstance(answer, TopLogits):
         return [], failure_text(answer)
-    return [{"token_id": t, "text": decode([t]), "logit": round(l, 5), "logprob": round(p, 5)}
-            for t, l, p in list(zip(answer.token_ids, answer.logits, answer.logprobs))[:k]], ""
+    return [{"token_id": t, "text": decode([t]), "logit": round(logit, 5), "logprob": round(p, 5)}
+            for t, logit, p in list(zip(answer.token_ids, answer.logits, answer.logprobs))[:k]], ""
 
 
 class QualitySession:
@@ -88,7 +96,8 @@ class QualitySession:
         if self.settings.bench_dir is not None:
             runs, tokens, environment = load_results(Path(self.settings.bench_dir))
             keep = set(self.config.backends)
-            self._bench = ([r for r in runs if r.backend in keep], [t for t in tokens if t.backend in keep], environment)
+            self._bench = ([r for r in runs if r.backend in keep], [t for t in tokens if t.backend in keep],
+                           environment)
         model, ids = prepare_bench(self.config, self._orchestrator.specs, progress, cancel)
         if self._bench is not None:
             settings = self._bench[2].get("settings") or {}
@@ -139,7 +148,8 @@ class QualitySession:
             self._divergences = self._divergence_logits(result)
 
     def _divergence_logits(self, result: BenchResult) -> list[Divergence]:
-        same_model = self._bench is None or (self._bench[2].get("model") or {}).get("weights_sha256_16") == result.model.weights_hash
+        bench_weights = (self._bench[2].get("model") or {}).get("weights_sha256_16") if self._bench else None
+        same_model = self._bench is None or bench_weights == result.model.weights_hash
         streams = first_streams(result.runs, result.tokens)
         ref = streams.get(self.reference)
         out = []

@@ -37,7 +37,8 @@ def base_record(ctx: RecordContext, name: str, ready: Ready | None, repeat: int,
         decode_tok_s=None, e2e_s=None, peak_rss_mb=None, status=RunStatus.ERROR,
         concurrent=ctx.config.mode == "race", notes=ready.notes if ready else "",
         load_peak_rss_mb=ready.load_peak_rss_mb if ready else None, build_s=ready.build_s if ready else None,
-        artifact_cache=ready.artifact_cache if ready else "", native_sampling=ready.samples_natively if ready else False,
+        artifact_cache=ready.artifact_cache if ready else "",
+        native_sampling=ready.samples_natively if ready else False,
     )
 
 

@@ -29,7 +29,7 @@ class SweepGrid:
     prompt_tokens: tuple[int, ...] = DEFAULT_PROMPT_TOKENS
     new_tokens: tuple[int, ...] = DEFAULT_NEW_TOKENS
 
-    def validate(self) -> "SweepGrid":
+    def validate(self) -> SweepGrid:
         for label, values in (("--prompt-tokens", self.prompt_tokens), ("--new-tokens", self.new_tokens)):
             if not values:
                 raise UsageError(f"{label} needs at least one length")
@@ -101,7 +101,7 @@ def plan_sweep(config: BenchConfig, grid: SweepGrid, model: ModelFiles, fingerpr
                previous: PreviousSweep) -> SweepPlan:
     """The cells still to run (in grid order), those finished earlier, and those beyond the context."""
     cells, skipped = [], []
-    for p, n in grid.keys():
+    for p, n in grid.keys():  # noqa: SIM118 - SweepGrid.keys(): the cells, not a dict's
         if p + n > model.context:
             skipped.append(SkippedCell(p, n, f"{p} + {n} tokens exceed the context of {model.context}"))
         elif (p, n) not in previous.completed:

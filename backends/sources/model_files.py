@@ -11,8 +11,8 @@ from pathlib import Path
 from ..errors import ModelError
 from ..gpt2_config import GPT2Config
 from ..progress import ProgressFn  # noqa: F401  (re-exported: the GUI imports it from here)
-from .hub import DownloadCancelled, HubUnreachable  # noqa: F401  (re-exported: callers catch them from here)
 from ..storage.paths import CONFIGS_DIR, cache_dir
+from .hub import DownloadCancelled, HubUnreachable  # noqa: F401  (re-exported: callers catch them from here)
 from .weights import CorruptWeights, check_against_config
 
 RANDOM_PREFIX = "random:"
@@ -124,12 +124,12 @@ def weights_hash(path: Path) -> str:
     except (OSError, json.JSONDecodeError):
         index = {}
     if key not in index:
-        import hashlib  # here, not at the top: OpenSSL's load would be part of every worker's start, which never hashes
-
+        # here, not at the top: OpenSSL's load (hashlib) would be part of every worker's start, which never hashes
         from ..storage.atomic import atomic_write  # likewise: its tempfile and shutil
+        from ..storage.digest import sha256_of
 
         with path.open("rb") as f:
-            index[key] = hashlib.file_digest(f, "sha256").hexdigest()[:16]
+            index[key] = sha256_of(f)[:16]
         with atomic_write(index_path) as f:
             json.dump(index, f, indent=1)
     return index[key]

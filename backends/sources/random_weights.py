@@ -58,5 +58,6 @@ def write_random_model(config: dict, folder: Path, seed: int = SEED) -> None:
     with atomic_write(folder / "config.json") as f:
         json.dump(config, f, indent=2)
     tmp = folder / ".model.safetensors.partial"
-    save_file(random_gpt2_weights(config, seed), str(tmp), metadata={"format": "pt", "weights": "random", "seed": str(seed)})
+    save_file(random_gpt2_weights(config, seed), str(tmp),
+              metadata={"format": "pt", "weights": "random", "seed": str(seed)})
     tmp.replace(folder / "model.safetensors")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..storage.paths import TOKENIZER_DIR
 

@@ -15,19 +15,19 @@ cost more than some engines take to load).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ..progress import ProgressFn, silent
 from .atomic import atomic_write
+from .digest import sha256_of
 from .paths import cache_dir
 
 MANIFEST = "manifest.json"
@@ -192,7 +192,7 @@ def _validate(folder: Path, meta: dict | None) -> tuple[dict | None, str]:
 
 def _sha256(path: Path) -> str:
     with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return sha256_of(handle)
 
 
 def _build(folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: dict | None,

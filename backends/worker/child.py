@@ -9,18 +9,36 @@ import signal
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..engine import Engine, EngineOptions, ServerEngine
 from ..errors import one_line
-from .events import (BATCH_S, Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest,
-                     RunStarted, ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token, TokenBatch)
-from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..sampling import Sampler
+from ..sources.model_files import ModelFiles
 from ..sources.tokenizer import IncrementalDetokenizer
+from .events import (
+    BATCH_S,
+    Failed,
+    LoadRequest,
+    LogitsRequest,
+    ProfileCaptured,
+    Progress,
+    Ready,
+    RunDone,
+    RunRequest,
+    RunStarted,
+    ScoreDone,
+    ScoreProgress,
+    ScoreRequest,
+    Shutdown,
+    Started,
+    Token,
+    TokenBatch,
+)
 from .usage import cpu_seconds, peak_rss_mb, reset_peak_rss
 
 if TYPE_CHECKING:
@@ -39,7 +57,10 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         started = time.perf_counter()
         engine = registry.create_from_spec(spec, options)
         imported = time.perf_counter()
-        info = engine.load(model, lambda message, fraction=None: conn.send(Progress(message, fraction)))
+        def progress(message: str, fraction: float | None = None) -> None:
+            conn.send(Progress(message, fraction))
+
+        info = engine.load(model, progress)
         loaded = time.perf_counter()
     except BaseException as exc:  # report anything, even SystemExit from a broken engine
         conn.send(Failed(one_line(exc), traceback.format_exc()))
@@ -212,7 +233,7 @@ def _drive(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: I
     prefill/decode calls timed apart from the harness's work around them (and, in a profiled
     run, each call inside the profiler's step)."""
     previous = start  # the stamp the next gap starts from
-    token = None
+    token = 0  # (decode is called from the second token on, with the token sampled before)
     for index in range(request.new_tokens):
         called = time.perf_counter_ns()
         if profiler is None:

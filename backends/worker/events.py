@@ -24,7 +24,13 @@ if TYPE_CHECKING:
 # every worker creates all these classes before Ready, and on Python 3.11 each generated method is
 # one exec of its source (docs/methodology.md). RunContext is a value, compared, and
 # keeps __eq__.
-message = dataclass(frozen=True, eq=False)
+if TYPE_CHECKING:  # the type checker sees a dataclass decorator; the worker does not import typing_extensions
+    from typing_extensions import dataclass_transform
+
+    @dataclass_transform(frozen_default=True, eq_default=False)
+    def message(cls: type) -> type: ...
+else:
+    message = dataclass(frozen=True, eq=False)
 
 
 # Parent -> child
@@ -142,8 +148,8 @@ class Token:
       generator): its calls cannot be seen from outside, so all of its time counts as engine.
     - `harness_ns`: the rest of the gap, i.e. the harness's own per-token work in it: sampling this
       token, and detokenizing + building + sending the previous token's event (nothing for token 0:
-      RunStarted goes out from the sender thread; in a run that is not live, handing it to the batch sender), plus the loop around
-      them. A token's own detokenizing and sending happen after
+      RunStarted goes out from the sender thread; in a run that is not live, handing it to the batch
+      sender), plus the loop around them. A token's own detokenizing and sending happen after
       its stamp, so they are counted in the next token's gap: each gap holds exactly one of each,
       and engine_ns + harness_ns equals the gap (the ITL; TTFT for token 0). For an engine that
       overrides `stream`, it is the time the child spent outside the engine's generator in the gap.
@@ -214,7 +220,7 @@ class ProfileCaptured:
     """Sent before RunDone by a run with `profile_trace`: what the engine's profiler saw."""
 
     run_id: str
-    capture: "ProfileCapture"
+    capture: ProfileCapture
 
 
 @message

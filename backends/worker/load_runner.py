@@ -16,8 +16,8 @@ import time
 import numpy as np
 
 from ..engine import Engine, ServerEngine
-from ..errors import one_line
 from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
+from ..errors import one_line
 from ..sampling import Sampler
 from ..sources.prompts import unique_prefix
 from .events import Failed, LoadDone, LoadProgress, LoadRequest, StreamResult

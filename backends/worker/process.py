@@ -12,17 +12,39 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from ..engine import EngineOptions
 from ..profile.capture import ProfileCapture
-from .events import (Failed, LoadDone, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
-                     ScoreRequest, Shutdown, Token, TokenBatch, TopLogits, WorkerLost)
-from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
+from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from .child import child_main
+from .events import (
+    Failed,
+    LoadDone,
+    LoadRequest,
+    LogitsRequest,
+    ProfileCaptured,
+    Progress,
+    Ready,
+    RunDone,
+    RunRequest,
+    RunStarted,
+    ScoreDone,
+    ScoreRequest,
+    Shutdown,
+    Token,
+    TokenBatch,
+    TopLogits,
+    WorkerLost,
+)
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import SpawnProcess
 
 EventSink = Callable[[object], None]
 
@@ -131,8 +153,8 @@ class Worker:
         self._context = mp.get_context("spawn")
         self._cancel = self._context.Event()
         self._cancel_requested_at: float | None = None
-        self._conn = None
-        self._process = None
+        self._conn: Connection | None = None
+        self._process: SpawnProcess | None = None
         self.spawn_ns = 0
         self.ready: Ready | None = None
         self.lost: WorkerLost | None = None

@@ -12,19 +12,19 @@ import ctypes
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _logger as llama_logger
 
-from ...storage import artifact_cache
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
+from ...storage import artifact_cache
 from ..artifact_folders import GGUF_KIND
-from . import gguf_export
 from ..llamacpp_options import LlamaCppOptions
+from . import gguf_export
 from .weight_buffers import WeightBuffers, buffer_sizes, choose, describe_sizes, plain_buffers
 
 llama_logger.set_verbose(False)  # llama.cpp logs every tensor at load and quantisation otherwise
@@ -62,7 +62,8 @@ class LlamaCppEngine(Engine):
         with buffer_sizes() as sizes, plain_buffers(not buffers.extra):
             self.llm = llama_cpp.Llama(model_path=str(self.folder / GGUF_FILE), n_ctx=self.context,
                                        n_batch=min(512, self.context), n_ubatch=min(512, self.context),
-                                       n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False, **kv)
+                                       n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False,
+                                       **kv)
         self.n_vocab = self.llm.n_vocab()
         types = ", ".join(f"{n} {t}" for t, n in sorted(info["tensor_types"].items(), key=lambda x: -x[1]))
         notes = [f"threads={threads}", f"llama-cpp-python {llama_cpp.__version__}", f"tensors: {types}",
@@ -78,7 +79,8 @@ class LlamaCppEngine(Engine):
 
     def _eval(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.llm.n_tokens + len(token_ids) > self.context:
-            raise ValueError(f"sequence of {self.llm.n_tokens + len(token_ids)} tokens exceeds the context of {self.context}")
+            raise ValueError(f"sequence of {self.llm.n_tokens + len(token_ids)} tokens exceeds the context of "
+                             f"{self.context}")
         self.llm.eval(token_ids)
         pointer = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).astype(np.float32, copy=True)

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ...sources.model_files import ModelFiles
-from ...storage.paths import TOKENIZER_DIR
 from ...sources.tokenizer import EOS_ID
 from ...sources.weights import mmap_numpy
+from ...storage.paths import TOKENIZER_DIR
 
 FORMAT = "gguf-1"  # bump when the file layout changes: cached files are then rebuilt
 # Normalised HF name inside a block -> (llama.cpp name inside blk.N, transpose from Conv1D)

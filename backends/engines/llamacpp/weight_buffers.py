@@ -22,12 +22,12 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 from ...results.environment import cpuinfo_field
 from ...storage import artifact_cache

@@ -8,7 +8,7 @@ that cache keys and values.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

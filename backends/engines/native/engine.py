@@ -9,7 +9,7 @@ with the machine's C compiler (cached per CPU); without one the engine says so a
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -135,7 +135,8 @@ class NativeGPT2:
         # tied: [vocab, d] is already [out, in]; the step reads its rows for the embedding too
         self.lm_head = store(p["wte"], None, self.wtype)
         shape = (c.n_layer, c.n_head, c.n_positions, c.head_dim)
-        self.k_cache, self.v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)  # zero pages until written
+        # zero pages until written
+        self.k_cache, self.v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
         self.matrix_bytes = sum(m.nbytes for m in keep if isinstance(m, StoredMatrix)) + self.lm_head.nbytes
         self._keep = keep
         self.model = Model(c.n_layer, c.n_head, c.n_embd, c.n_inner, c.vocab_size, c.n_positions, int(self.wtype),

@@ -118,5 +118,6 @@ def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> S
     if wtype == WeightType.I8:
         return StoredMatrix(*quantise_rows_i8(w), bias)
     if w.shape[1] % (2 * QBLOCK):
-        raise ValueError(f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} (got {w.shape[1]})")
+        raise ValueError(f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} "
+                         f"(got {w.shape[1]})")
     return StoredMatrix(quantise_blocks_q4(w), None, bias)

@@ -7,14 +7,14 @@ the OS pages the weights in on the first token. Nothing here may import torch, e
 from __future__ import annotations
 
 import mmap
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from ...worker.blas import OpenBLAS, blas_name
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy, read_header
+from ...worker.blas import OpenBLAS, blas_name
 from .model import GPT2, file_mapping, nest_params
 
 

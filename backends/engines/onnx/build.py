@@ -17,8 +17,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from ...gpt2_config import GPT2Config
 from ...progress import ProgressFn

@@ -11,7 +11,7 @@ the shared cache (concat_cache.py), built in a child process when missing.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort

@@ -9,7 +9,7 @@ written in place). Logits land in a preallocated buffer.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort

@@ -107,7 +107,8 @@ class GPT2WithPast(nn.Module):
             presents += [present_k, present_v]
             x = x + self._linear(attended, h + "attn_c_proj")
             m = self._linear(self._norm(x, h + "ln_2"), h + "mlp_c_fc")
-            x = x + self._linear(nn.functional.gelu(m, approximate="tanh"), h + "mlp_c_proj")  # all admitted activations
+            # all admitted activations
+            x = x + self._linear(nn.functional.gelu(m, approximate="tanh"), h + "mlp_c_proj")
         x = self._norm(torch.index_select(x, 0, logit_index), "ln_f")
         return (x @ self.wte_t, *presents)
 

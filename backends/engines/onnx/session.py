@@ -3,8 +3,8 @@ so engines built on different exports differ only in their graphs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnxruntime as ort

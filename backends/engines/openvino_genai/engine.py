@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import openvino as ov
@@ -44,7 +44,8 @@ _DONE = object()
 class OpenVinoGenAIEngine(Engine):
     capabilities = Capabilities(own_loop=True)  # the LLMPipeline's own loop makes the tokens
 
-    def __init__(self, name: str, options: EngineOptions, weight_format: str = "fp32", inference_precision: str = "f32") -> None:
+    def __init__(self, name: str, options: EngineOptions, weight_format: str = "fp32",
+                 inference_precision: str = "f32") -> None:
         super().__init__(name, options)
         if weight_format not in WEIGHT_FORMATS:
             raise ValueError(f"unsupported OpenVINO GenAI weight format {weight_format!r}")
@@ -162,7 +163,7 @@ class _TokenStreamer(openvino_genai.StreamerBase):
         self.tokens: queue.SimpleQueue = queue.SimpleQueue()
         self.stop, self.cancel = stop, cancel
 
-    def write(self, token) -> "openvino_genai.StreamingStatus":
+    def write(self, token) -> openvino_genai.StreamingStatus:
         for t in (token if isinstance(token, (list, tuple)) else (token,)):
             self.tokens.put(int(t))
         if self.stop.is_set() or (self.cancel is not None and self.cancel.is_set()):

@@ -55,7 +55,8 @@ def _builder(model: ModelFiles, variant: str, progress: ProgressFn) -> BuildFn:
             source = ensure(model, "fp32", scaled(progress, 0.0, 0.7))
             args += ["--source", str(source.folder / MODEL_FILE)]
             span = (0.7, 1.0)
-        details = onnx_cache.run_builder(args + ["--out", str(out)], scaled(progress, *span), f"GenAI {variant}", _BUILDER)
+        details = onnx_cache.run_builder(args + ["--out", str(out)], scaled(progress, *span), f"GenAI {variant}",
+                                         _BUILDER)
         return {**details, "model_id": model.model_id, "onnxruntime": _version("onnxruntime")}
 
     return build

@@ -11,8 +11,8 @@ Threads are overlaid on genai_config.json's session options at load (the cached 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from importlib.metadata import version
-from typing import Iterator, Sequence
 
 import numpy as np
 

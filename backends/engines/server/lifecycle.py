@@ -109,7 +109,8 @@ class ManagedServer:
             if elapsed - last_report >= _PROGRESS_EVERY_S:
                 last_report = elapsed
                 line = self._tail[-1] if self._tail else ""
-                progress(f"starting the {self.command.name}: {elapsed:.0f} s" + (f" ({line[:120]})" if line else ""), None)
+                progress(f"starting the {self.command.name}: {elapsed:.0f} s" + (f" ({line[:120]})" if line else ""),
+                         None)
             time.sleep(_POLL_S)
 
     def answers(self, path: str, timeout_s: float = 2.0) -> bool:

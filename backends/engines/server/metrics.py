@@ -26,7 +26,7 @@ class HistogramTotals:
     total_s: float
     count: float
 
-    def minus(self, before: "HistogramTotals") -> "HistogramTotals":
+    def minus(self, before: HistogramTotals) -> HistogramTotals:
         return HistogramTotals(self.total_s - before.total_s, self.count - before.count)
 
     @property

@@ -17,8 +17,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before the import: silence TF's start-up logs
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Iterator  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -142,7 +142,7 @@ def iter_weights(path: Path) -> Iterator[tuple[str, np.ndarray]]:
             yield name, np.ascontiguousarray(array, dtype=np.float32)
         return
     with safe_open(str(path), framework="np") as f:
-        for name in f.keys():
+        for name in f.keys():  # noqa: SIM118 - safetensors' safe_open is no dict: keys() is its API
             key = normalise_name(name)
             if key is not None:
                 yield key, np.ascontiguousarray(f.get_tensor(name), dtype=np.float32)

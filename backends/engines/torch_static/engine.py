@@ -14,7 +14,7 @@ quantisation.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -23,9 +23,9 @@ from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
 from ...kernels.native import build_report
 from ...sources.model_files import ModelFiles
+from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 from .gemv_linear import enable_kernels, use_gemv_linears
 from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
-from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
 MATRIX_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}

@@ -17,8 +17,6 @@ Without a C compiler, the kernels are unavailable and torch's own kernels run (n
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -39,7 +37,7 @@ def enable_kernels() -> str:
     return "decode GEMV: own kernel (backends/kernels/gemv.c, float32 sums)"
 
 
-def _gemv(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+def _gemv(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     # x [..., K] float32 (one row in decode); weight [N, K] float32 or bf16; bias [N] float32 -> [..., N]
     x = x.contiguous()
     n, k = weight.shape
@@ -58,7 +56,7 @@ _LIBRARY.impl("gemv", _gemv, "CPU")
 
 
 @torch.library.register_fake("whistle_stop_kernels::gemv")
-def _(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+def _(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 

@@ -11,8 +11,8 @@ Shapes: B batch (1), T new tokens, S cache length (n_positions), C n_embd, H hea
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch

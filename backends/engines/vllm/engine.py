@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 

@@ -133,6 +133,6 @@ def _run(argv: list[str], what: str, progress: ProgressFn, started: float | None
             report(f"vLLM environment{clock}: {line[:140]}")
     code = process.wait()
     if code != 0:
-        tail = next((l for l in reversed(lines) if l.strip()), "no output")
+        tail = next((line for line in reversed(lines) if line.strip()), "no output")
         raise VllmEnvironmentError(f"could not {what} (exit code {code}): {tail[:300]}")
     return "\n".join(lines)

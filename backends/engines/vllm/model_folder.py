@@ -32,7 +32,8 @@ tokenizer.save_pretrained(sys.argv[3])
 """
 
 
-def ensure_model_folder(model: ModelFiles, environment: VllmEnvironment, progress: ProgressFn) -> artifact_cache.Artifact:
+def ensure_model_folder(model: ModelFiles, environment: VllmEnvironment,
+                        progress: ProgressFn) -> artifact_cache.Artifact:
     config_key = hashlib.sha256(json.dumps(model.config, sort_keys=True).encode()).hexdigest()[:8]
     return artifact_cache.ensure(KIND, model.weights_hash, f"hf-{config_key}",
                                  lambda out: _write(model, environment, out, progress), progress,
