@@ -90,3 +90,15 @@ def test_engine_folders_without_importing_the_engine(tiny_model):
         folders = artifact_cache.engine_folders(registry.get(name), tiny_model)
         assert len(folders) == 1 and folders[0].name == variant, (name, folders)
 
+
+
+def test_sha256_of_a_file_matches_hashlib_and_needs_no_python_3_11(tmp_path):
+    import hashlib
+
+    from whistle_stop.backends.storage.digest import CHUNK, sha256_of
+
+    data = bytes(range(256)) * (CHUNK // 256 * 2 + 3)  # over two chunks, and a part
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    with path.open("rb") as handle:
+        assert sha256_of(handle) == hashlib.sha256(data).hexdigest()

@@ -24,11 +24,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..progress import ProgressFn, silent
 from .atomic import atomic_write
 from .digest import sha256_of
 from .paths import cache_dir
+
+if TYPE_CHECKING:
+    from ..registry import EngineSpec
+    from ..sources.model_files import ModelFiles
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -102,18 +107,18 @@ def _timed(artefact: Artifact, started: float) -> Artifact:
     return Artifact(artefact.folder, artefact.manifest, artefact.built, _since(started))
 
 
-def engine_folders(spec, model) -> list[Path]:
+def engine_folders(spec: EngineSpec, model: ModelFiles) -> list[Path]:
     """The cached folders an engine loads its files from, for `model` (built or not yet), without
     importing the engine's packages: the registry names a light function per engine family
     (`EngineSpec.artifacts`, called with the model and the spec's own arguments). [] for an
     engine that builds nothing."""
-    target = getattr(spec, "artifacts", "")
+    target = spec.artifacts
     if not target:
         return []
     import importlib
 
     module_name, function_name = target.split(":")
-    folders = getattr(importlib.import_module(module_name), function_name)(model, **spec.kwargs)
+    folders = getattr(importlib.import_module(module_name), function_name)(model, **spec.engine_args)
     return [Path(f) for f in folders]
 
 
