@@ -18,8 +18,10 @@ def installed_here() -> str:
         return "whistle-stop is not installed in this Python: run `make run` (or `pip install -e .` in this folder)"
     location = Path(whistle_stop.backends.__file__).resolve().parent.parent
     if location != CHECKOUT:
-        return (f"this Python's whistle_stop is {location}, not this checkout: "
-                f"run `pip install -e .` here (or use that checkout's main.py)")
+        return (
+            f"this Python's whistle_stop is {location}, not this checkout: "
+            f"run `pip install -e .` here (or use that checkout's main.py)"
+        )
     return ""
 
 

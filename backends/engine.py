@@ -3,22 +3,24 @@
 An engine keeps one sequence's state. `prefill` starts a new sequence and returns the logits
 of its last position; `decode` appends one token and returns the next logits. Sampling is not
 the engine's business: the shared `Sampler` picks tokens from these logits, so every engine
-is driven identically. Engines that only stream tokens (a remote server) override `stream`.
+is driven identically. Engines that generate in their own loop (a server, a runtime's generator)
+override `stream` and declare it in their `Capabilities`; servers also implement `ServerEngine`.
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from .engines.options import EngineSettings
 from .progress import ProgressFn
-from .sources.model_files import ModelFiles
 from .sampling import Sampler
+from .sources.model_files import ModelFiles
 
 if TYPE_CHECKING:
     from .engines.server.metrics import ServerMetrics
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
 class EngineOptions:
     """Settings the user can give any engine; engines read what applies to them."""
 
-    threads: int = 0  # 0: the engine's own default (sessions pass the usable physical cores, capped by the cgroup quota)
+    # 0: the engine's own default (sessions pass the usable physical cores, capped by the cgroup quota)
+    threads: int = 0
     device: str = "cpu"
     settings: EngineSettings | None = None  # the engine's own typed settings (e.g. a server's URL), if any
 
@@ -46,17 +49,34 @@ class EngineInfo:
     build_s: float = 0.0  # part of load spent building cached artefacts (export, conversion, quantisation)
     artifact_cache: str = "none"  # "hit", "miss" (built now) or "none" (the engine builds nothing)
     samples_natively: bool = False  # picks tokens in its own code (not the shared Sampler): sampled timings differ
-    serves_concurrently: bool = False  # a server: `stream` may be called from several threads at once (load runs)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine class can do, declared once on the class (the worker reads it, never probes)."""
+
+    # Generates in its own `stream` (a server, a runtime's generation loop): the worker relays its
+    # tokens and cannot time its prefill and decode calls apart (no per-step profile).
+    own_loop: bool = False
+    # A server: `stream` may be called from several threads at once (load runs). Its registry entry
+    # says the same (`EngineSpec.serves_concurrently`) for the CLI and the window.
+    serves_concurrently: bool = False
 
 
 class Engine(ABC):
-    name: str = "engine"
-    # Set during a run when the engine could not honour a setting (e.g. a server ignored `seed`);
-    # it travels with the run's record in the `notes` column.
-    run_notes: str = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
-    def __init__(self, options: EngineOptions) -> None:
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        self.name = name  # the registry entry's name ("hf-bf16"): one class serves several entries
         self.options = options
+        # Set during a run when the engine could not honour a setting (e.g. a server ignored `seed`);
+        # it travels with the run's record in the `notes` column. The worker empties it before each run.
+        self.run_notes = ""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.stream is not Engine.stream and not cls.capabilities.own_loop:
+            raise TypeError(f"{cls.__name__} overrides stream(): declare Capabilities(own_loop=True)")
 
     @abstractmethod
     def load(self, model: ModelFiles, progress: ProgressFn) -> EngineInfo:
@@ -82,20 +102,25 @@ class Engine(ABC):
                 return
             logits = self.decode(token)
 
-    def profiler(self) -> "EngineProfiler | None":
+    def profiler(self) -> EngineProfiler | None:
         """A profiler for one profiled run (its runtime's own, see backends/profile), or None when
         the engine has none: a profile then shows its total and the harness only."""
-        return None
-
-    def server_metrics(self) -> "ServerMetrics | None":
-        """A server's own latency histograms now (its /metrics), or None (a local engine, or none
-        to read). Read outside every timed span: before a run starts and after its last token."""
         return None
 
     def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Logits [T, vocab] for every position of one sequence (used for perplexity)."""
         raise NotImplementedError(f"{self.name} cannot score whole sequences")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: only engines that hold something override it
         """Free resources; the worker process exits afterwards anyway."""
 
+
+class ServerEngine(Engine):
+    """An engine in front of a server that keeps its own latency histograms (its /metrics)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(own_loop=True, serves_concurrently=True)
+
+    @abstractmethod
+    def server_metrics(self) -> ServerMetrics | None:
+        """The server's own latency histograms now, or None (none to read). Read outside every timed
+        span: before a run starts and after its last token."""

@@ -27,11 +27,21 @@ class PrecisionGroup(str, Enum):
         return self.value
 
 
-_GROUPS = {"fp32": PrecisionGroup.FP32, "float32": PrecisionGroup.FP32, "f32": PrecisionGroup.FP32,
-           "bf16": PrecisionGroup.HALF, "bfloat16": PrecisionGroup.HALF, "f16": PrecisionGroup.HALF,
-           "fp16": PrecisionGroup.HALF, "float16": PrecisionGroup.HALF, "fp16-dynamic": PrecisionGroup.HALF,
-           "int8": PrecisionGroup.INT8, "q8_0": PrecisionGroup.INT8, "int4": PrecisionGroup.INT4,
-           "q4_0": PrecisionGroup.INT4}
+_GROUPS = {
+    "fp32": PrecisionGroup.FP32,
+    "float32": PrecisionGroup.FP32,
+    "f32": PrecisionGroup.FP32,
+    "bf16": PrecisionGroup.HALF,
+    "bfloat16": PrecisionGroup.HALF,
+    "f16": PrecisionGroup.HALF,
+    "fp16": PrecisionGroup.HALF,
+    "float16": PrecisionGroup.HALF,
+    "fp16-dynamic": PrecisionGroup.HALF,
+    "int8": PrecisionGroup.INT8,
+    "q8_0": PrecisionGroup.INT8,
+    "int4": PrecisionGroup.INT4,
+    "q4_0": PrecisionGroup.INT4,
+}
 
 
 def family(spec: EngineSpec) -> str:

@@ -8,9 +8,9 @@ numpy engine refused gelu_fast, others silently ignored scale_attn_by_inverse_la
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 # All three are GELU's tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); on
 # [-12, 12] in fp32 they differ from gelu_new by at most 2.4e-7 (rounding), while the exact erf
@@ -35,12 +35,15 @@ class GPT2Config:
     tie_word_embeddings: bool = True
 
     @classmethod
-    def from_dict(cls, config: Mapping) -> "GPT2Config":
+    def from_dict(cls, config: Mapping) -> GPT2Config:
         """From config.json's contents, with transformers' defaults for what it leaves out."""
         d = int(config["n_embd"])
         return cls(
-            n_layer=int(config["n_layer"]), n_head=int(config["n_head"]), n_embd=d,
-            vocab_size=int(config["vocab_size"]), n_positions=int(config.get("n_positions", 1024)),
+            n_layer=int(config["n_layer"]),
+            n_head=int(config["n_head"]),
+            n_embd=d,
+            vocab_size=int(config["vocab_size"]),
+            n_positions=int(config.get("n_positions", 1024)),
             n_inner=int(config.get("n_inner") or 4 * d),
             layer_norm_epsilon=float(config.get("layer_norm_epsilon", LAYER_NORM_EPSILON)),
             activation_function=str(config.get("activation_function", "gelu_new")),
@@ -51,7 +54,7 @@ class GPT2Config:
         )
 
     @classmethod
-    def from_json(cls, path: Path) -> "GPT2Config":
+    def from_json(cls, path: Path) -> GPT2Config:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     @property
@@ -80,7 +83,7 @@ class GPT2Config:
             unusual.append(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
         return f"unsupported GPT-2 variant ({', '.join(unusual)})" if unusual else ""
 
-    def require_supported(self, engine: str) -> "GPT2Config":
+    def require_supported(self, engine: str) -> GPT2Config:
         """Itself, or ValueError naming the engine and why (an engine calls this first in load)."""
         why = self.supported()
         if why:

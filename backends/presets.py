@@ -28,15 +28,25 @@ class Preset(str, Enum):
 
 PRESET_HELP = {
     Preset.FOUNDING: "the founding write-ups' comparison: transformers, nanoGPT, ONNX (concatenating, in place, "
-                     "int8), float16 dynamic, TensorFlow, torch.compile, numpy, vLLM",
+    "int8), float16 dynamic, TensorFlow, torch.compile, numpy, vLLM",
     Preset.BEST_OF_FAMILY: "the best engine of each family (its fastest at 8 bits or more)",
     Preset.ONE_PER_PRECISION: "the fastest engine of each precision: fp32, bf16, int8, int4",
     Preset.ALL_AVAILABLE: "every engine that can run here",
 }
 
 # The founding write-ups compared these, in this order (vLLM where it runs).
-FOUNDING = ("hf", "nanogpt", "onnx-concat", "onnx", "onnx-int8", "hf-fp16-dynamic", "tf", "torch-static-compile",
-            "numpy", "vllm")
+FOUNDING = (
+    "hf",
+    "nanogpt",
+    "onnx-concat",
+    "onnx",
+    "onnx-int8",
+    "hf-fp16-dynamic",
+    "tf",
+    "torch-static-compile",
+    "numpy",
+    "vllm",
+)
 
 # Each family's best engine, in order of preference: its fastest at 8 bits or more in the
 # all-engines run of docs/measurements/archive-2026-11.md (a CUDA variant first: it is the faster
@@ -98,7 +108,7 @@ class PresetChoice:
             head += f" (+ {', '.join(self.added)} from --backends)"
         return [head] + [skip.line() for skip in self.skipped]
 
-    def combined(self, extra: tuple[str, ...]) -> "PresetChoice":
+    def combined(self, extra: tuple[str, ...]) -> PresetChoice:
         """The preset's engines followed by `extra` (from --backends) not already among them."""
         added = tuple(name for name in dict.fromkeys(extra) if name not in self.engines)
         return PresetChoice(self.preset, self.engines + added, self.skipped, self.added + added)
@@ -142,7 +152,7 @@ def resolve(name: str | Preset, reference: str = "") -> PresetChoice:
                 break
             missing.append((name, why))
         else:
-            name = None
+            name = ""
         skipped += [Skip(n, why, name or "") for n, why in missing]
     if reference in engines:  # first: the table and the verdict read from it
         engines.remove(reference)

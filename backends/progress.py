@@ -5,7 +5,7 @@ A leaf module (no imports of ours) so that storage, sources and engines can all 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 ProgressFn = Callable[[str, float | None], None]  # (message, fraction done or None)
 
@@ -16,6 +16,7 @@ def silent(message: str, fraction: float | None = None) -> None:
 
 def scaled(progress: ProgressFn, low: float, high: float) -> ProgressFn:
     """Report a sub-step's fractions as the span [low, high] of the whole."""
+
     def report(message: str, fraction: float | None = None) -> None:
         progress(message, None if fraction is None else low + (high - low) * fraction)
 

@@ -1,23 +1,37 @@
-"""The engines whistle-stop knows, imported lazily by path.
+"""The engines whistle-stop knows, imported lazily by path, and what the rest of the code may know of them.
 
 Listing engines or asking whether one is available never imports its heavy packages, so an
-optional engine that is not installed costs nothing.
+optional engine that is not installed costs nothing. Whatever the CLI, the window or the run
+code needs to know about an engine before running it (the reference, the calibration engine,
+which ones serve concurrently, its runtime packages) is a field of its entry here: nothing
+outside an engine's own module names it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
 
 from .engine import Engine, EngineOptions
 from .errors import UsageError
 
 
-@dataclass(frozen=True)
+class Role(Enum):
+    """What the harness itself uses an engine for, beside the user's own choices."""
+
+    NONE = "none"
+    REFERENCE = "reference"  # ticked by default, and the one other engines' tokens are compared with
+    CALIBRATION = "calibration"  # computes nothing: its ITL is the harness's own cost per token
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineSpec:
     name: str
     target: str  # "package.module:ClassName"
@@ -25,10 +39,11 @@ class EngineSpec:
     requires: tuple[str, ...] = ()  # importable module names
     install: str = ""  # the command that makes it available
     precision: str = "fp32"
-    kwargs: dict = field(default_factory=dict)
+    # The engine class's own constructor arguments, after (name, options).
+    engine_args: dict[str, Any] = field(default_factory=dict)
     needs: str = ""  # "cuda" for GPU-only variants, "linux" for runtimes with Linux wheels only
     options: str = ""  # "package.module:Class" of its typed settings (an EngineSettings), if any
-    # "package.module:function" in a light module: (model, **kwargs) -> the artefact-cache folders
+    # "package.module:function" in a light module: (model, **engine_args) -> the artefact-cache folders
     # it loads from (page-cache eviction for --cold; the parent never imports the engine for it)
     artifacts: str = ""
     # The distributions (as pip names them) whose versions a run of this engine depends on:
@@ -38,98 +53,362 @@ class EngineSpec:
     # ServerCommand of the engine's own server program (llama.cpp's, vLLM's), which
     # `bench --serve-cold-start` times beside `whistle-stop serve`; "" for engines without one.
     own_server: str = ""
+    role: Role = Role.NONE
+    # A server: load runs may send it several streams at once. The CLI and the window know it before
+    # anything runs; the engine class declares the same in its Capabilities (a test checks both agree).
+    serves_concurrently: bool = False
 
 
-_CORE = 'pip install -e .'
+_CORE = "pip install -e ."
 _PEERS = 'pip install -e ".[peers]"'
-_TF_EXTRA = 'pip install -e ".[tf]"'
-_ORTGENAI_EXTRA = 'pip install -e ".[ortgenai]"'
-_OVGENAI_EXTRA = 'pip install -e ".[openvino-genai]"'
+_ENGINES = "whistle_stop.backends.engines."
+_FILES = _ENGINES + "artifact_folders:"  # where each family's cached files live
+_LLAMA_OPTIONS = _ENGINES + "llamacpp_options:LlamaCppOptions"
 
 
-@dataclass(frozen=True)
-class _Runtime:
-    """An engine family's modules (what `available` looks for) and the distributions that ship them."""
+def _family(
+    target: str, requires: tuple[str, ...], packages: tuple[str, ...], install: str = _CORE, artifacts: str = ""
+) -> EngineSpec:
+    """An engine family's shared fields: each row below is this with its own name and settings."""
+    return EngineSpec(
+        name="",
+        target=_ENGINES + target,
+        description="",
+        requires=requires,
+        packages=packages,
+        install=install,
+        artifacts=artifacts and _FILES + artifacts,
+    )
 
-    requires: tuple[str, ...]
-    packages: tuple[str, ...]
 
-
-def _spec(name, target, description, runtime: _Runtime, precision="fp32", install=_CORE, **kwargs) -> EngineSpec:
-    needs, options = kwargs.pop("needs", ""), kwargs.pop("options", "")
-    artifacts, own_server = kwargs.pop("artifacts", ""), kwargs.pop("own_server", "")
-    return EngineSpec(name, target, description, runtime.requires, install, precision, kwargs, needs,
-                      options=options, artifacts=artifacts, packages=runtime.packages, own_server=own_server)
-
-
-_TORCH = _Runtime(("torch",), ("torch",))
-_HF = _Runtime(("torch", "transformers"), ("torch", "transformers"))
+_HF = _family("hf:HFEngine", ("torch", "transformers"), ("torch", "transformers"))
+_TORCH_STATIC = _family("torch_static.engine:TorchStaticEngine", ("torch",), ("torch",))
+_NANOGPT = _family("nanogpt.engine:NanoGPTEngine", ("torch",), ("torch",))
 # The exports go through torch.onnx.export(dynamo=True), which writes the graph with onnxscript.
-_ORT = _Runtime(("onnxruntime", "onnx", "torch"), ("onnxruntime", "onnx", "onnxscript", "torch"))
-_NUMPY = _Runtime(("numpy",), ("numpy",))
-_LLAMA = _Runtime(("llama_cpp", "gguf"), ("llama-cpp-python", "gguf"))
+_ORT_MODULES, _ORT_PACKAGES = ("onnxruntime", "onnx", "torch"), ("onnxruntime", "onnx", "onnxscript", "torch")
+_ONNX = _family("onnx.engine:OnnxEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx")
+_ONNX_CONCAT = _family("onnx.concat_engine:OnnxConcatEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx_concat")
+_NUMPY = _family("numpy_runtime.engine:NumpyEngine", ("numpy",), ("numpy",))
+_NATIVE = _family("native.engine:NativeEngine", ("numpy",), ("numpy",))
+_NULL = _family("null_engine:NullEngine", ("numpy",), ("numpy",))
+_LLAMA = replace(
+    _family(
+        "llamacpp.engine:LlamaCppEngine", ("llama_cpp", "gguf"), ("llama-cpp-python", "gguf"), _PEERS, artifacts="gguf"
+    ),
+    own_server=_ENGINES + "llamacpp_server:server_command",
+)
 # ctranslate2's TransformersConverter loads the model with transformers and torch.
-_CT2 = _Runtime(("ctranslate2", "transformers", "torch"), ("ctranslate2", "transformers", "torch"))
-_OV = _Runtime(("openvino",), ("openvino",))
+_CT2 = _family(
+    "ctranslate2_engine:CTranslate2Engine",
+    ("ctranslate2", "transformers", "torch"),
+    ("ctranslate2", "transformers", "torch"),
+    _PEERS,
+    artifacts="ctranslate2",
+)
+_OV = _family("openvino_engine:OpenVinoEngine", ("openvino",), ("openvino",), _PEERS, artifacts="openvino")
 # The [tf] extra installs tensorflow-cpu; a user's own tensorflow provides the same module.
-_TF = _Runtime(("tensorflow", "safetensors"), ("tensorflow-cpu", "tensorflow", "safetensors"))
-_ORTGENAI = _Runtime(("onnxruntime_genai", "onnxruntime", "onnx", "torch"),
-                     ("onnxruntime-genai", "onnxruntime", "onnx", "onnxscript", "torch"))
-_OVGENAI = _Runtime(("openvino_genai", "openvino_tokenizers", "openvino"),
-                    ("openvino-genai", "openvino-tokenizers", "openvino"))
+_TF = _family(
+    "tensorflow.engine:TFEngine",
+    ("tensorflow", "safetensors"),
+    ("tensorflow-cpu", "tensorflow", "safetensors"),
+    'pip install -e ".[tf]"',
+)
+_ORTGENAI = _family(
+    "ortgenai.engine:OrtGenAIEngine",
+    ("onnxruntime_genai", *_ORT_MODULES),
+    ("onnxruntime-genai", *_ORT_PACKAGES),
+    'pip install -e ".[ortgenai]"',
+    artifacts="ortgenai",
+)
+_OVGENAI = _family(
+    "openvino_genai.engine:OpenVinoGenAIEngine",
+    ("openvino_genai", "openvino_tokenizers", "openvino"),
+    ("openvino-genai", "openvino-tokenizers", "openvino"),
+    'pip install -e ".[openvino-genai]"',
+    artifacts="openvino_genai",
+)
 # vLLM runs in its own environment and a remote server elsewhere: nothing of this interpreter's.
-_OWN = _Runtime((), ())
-_FILES = "whistle_stop.backends.engines.artifact_folders:"  # where each family's cached files live
-_LLAMA_OPTIONS = "whistle_stop.backends.engines.llamacpp_options:LlamaCppOptions"
-_LLAMA_SERVER = "whistle_stop.backends.engines.llamacpp_server:server_command"
-_VLLM_SERVER = "whistle_stop.backends.engines.vllm.server_command:own_server"
-ENGINES: dict[str, EngineSpec] = {s.name: s for s in [
-    _spec("hf", "whistle_stop.backends.engines.hf:HFEngine", "transformers GPT2LMHeadModel, eager fp32 (the baseline)", _HF),
-    _spec("hf-bf16", "whistle_stop.backends.engines.hf:HFEngine", "transformers in bfloat16", _HF, "bf16", dtype="bf16"),
-    _spec("hf-int8", "whistle_stop.backends.engines.hf:HFEngine", "transformers, Conv1D->Linear, torch dynamic int8", _HF, "int8", dtype="int8"),
-    _spec("hf-fp16-dynamic", "whistle_stop.backends.engines.hf:HFEngine", "transformers, quantize_dynamic(nn.Linear, float16) as a founding write-up did (converts lm_head only)", _HF, "f16", dtype="fp16-dynamic"),
-    _spec("torch-static", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, preallocated static KV cache", _TORCH),
-    _spec("torch-static-bf16", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, bf16 weights, float32 arithmetic on the CPU", _TORCH, "bf16", dtype="bf16"),
-    _spec("torch-static-int8", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, every matmul dynamic int8 (4 per layer + lm_head)", _TORCH, "int8", dtype="int8"),
-    _spec("torch-static-compile", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2, bf16, torch.compile'd decode (CUDA graphs on a GPU)", _TORCH, "bf16", compile=True, dtype="bf16"),
-    _spec("torch-static-cuda", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, fp32, static KV cache", _TORCH, device="cuda", needs="cuda"),
-    _spec("torch-static-cuda-graphs", "whistle_stop.backends.engines.torch_static.engine:TorchStaticEngine", "own PyTorch GPT-2 on CUDA, bf16, decode captured in CUDA graphs", _TORCH, "bf16", compile=True, dtype="bf16", device="cuda", needs="cuda"),
-    _spec("nanogpt", "whistle_stop.backends.engines.nanogpt.engine:NanoGPTEngine", "nanoGPT's way: no KV cache, the whole sequence recomputed per token", _TORCH),
-    _spec("onnx", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, own export with past key/values, graph-optimised", _ORT, artifacts=_FILES + "onnx"),
-    _spec("onnx-int8", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, dynamic int8 quantisation", _ORT, "int8", variant="int8", artifacts=_FILES + "onnx"),
-    _spec("onnx-int4", "whistle_stop.backends.engines.onnx.engine:OnnxEngine", "ONNX Runtime, 4-bit weight-only (MatMulNBits)", _ORT, "int4", variant="int4", artifacts=_FILES + "onnx"),
-    _spec("onnx-concat", "whistle_stop.backends.engines.onnx.concat_engine:OnnxConcatEngine", "ONNX Runtime, classic export: past/present concatenated per step", _ORT, artifacts=_FILES + "onnx_concat"),
-    _spec("numpy", "whistle_stop.backends.engines.numpy_runtime.engine:NumpyEngine", "torch-free numpy runtime, zero-copy mmap of safetensors", _NUMPY),
-    _spec("native", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime: the whole step in one call per token (built with the machine's compiler), fp32", _NUMPY),
-    _spec("native-bf16", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, bf16 weights, float32 arithmetic", _NUMPY, "bf16", dtype="bf16"),
-    _spec("native-int8", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, int8 weights (a scale per row), int8 activations in decode's products", _NUMPY, "int8", dtype="int8"),
-    _spec("native-int4", "whistle_stop.backends.engines.native.engine:NativeEngine", "own C runtime, 4-bit weights (blocks of 32), int8 activations in the products", _NUMPY, "int4", dtype="int4"),
-    _spec("null", "whistle_stop.backends.engines.null_engine:NullEngine", "no compute: fixed logits; its ITL is the harness's own per-token cost", _NUMPY),
+_VLLM = replace(
+    _family("vllm.engine:VllmEngine", (), ()),
+    needs="linux",
+    serves_concurrently=True,
+    own_server=_ENGINES + "vllm.server_command:own_server",
+)
+_REMOTE = replace(
+    _family("remote_engine:RemoteEngine", (), ()),
+    serves_concurrently=True,
+    options=_ENGINES + "remote_options:RemoteOptions",
+)
+
+_BUILT_IN: tuple[EngineSpec, ...] = (
+    replace(_HF, name="hf", role=Role.REFERENCE, description="transformers GPT2LMHeadModel, eager fp32 (the baseline)"),
+    replace(
+        _HF, name="hf-bf16", description="transformers in bfloat16", precision="bf16", engine_args={"dtype": "bf16"}
+    ),
+    replace(
+        _HF,
+        name="hf-int8",
+        description="transformers, Conv1D->Linear, torch dynamic int8",
+        precision="int8",
+        engine_args={"dtype": "int8"},
+    ),
+    replace(
+        _HF,
+        name="hf-fp16-dynamic",
+        precision="f16",
+        engine_args={"dtype": "fp16-dynamic"},
+        description="transformers, quantize_dynamic(nn.Linear, float16) as a founding write-up did "
+        "(converts lm_head only)",
+    ),
+    replace(_TORCH_STATIC, name="torch-static", description="own PyTorch GPT-2, preallocated static KV cache"),
+    replace(
+        _TORCH_STATIC,
+        name="torch-static-bf16",
+        precision="bf16",
+        engine_args={"dtype": "bf16"},
+        description="own PyTorch GPT-2, bf16 weights, float32 arithmetic on the CPU",
+    ),
+    replace(
+        _TORCH_STATIC,
+        name="torch-static-int8",
+        precision="int8",
+        engine_args={"dtype": "int8"},
+        description="own PyTorch GPT-2, every matmul dynamic int8 (4 per layer + lm_head)",
+    ),
+    replace(
+        _TORCH_STATIC,
+        name="torch-static-compile",
+        precision="bf16",
+        engine_args={"compile": True, "dtype": "bf16"},
+        description="own PyTorch GPT-2, bf16, torch.compile'd decode (CUDA graphs on a GPU)",
+    ),
+    replace(
+        _TORCH_STATIC,
+        name="torch-static-cuda",
+        engine_args={"device": "cuda"},
+        needs="cuda",
+        description="own PyTorch GPT-2 on CUDA, fp32, static KV cache",
+    ),
+    replace(
+        _TORCH_STATIC,
+        name="torch-static-cuda-graphs",
+        precision="bf16",
+        needs="cuda",
+        engine_args={"compile": True, "dtype": "bf16", "device": "cuda"},
+        description="own PyTorch GPT-2 on CUDA, bf16, decode captured in CUDA graphs",
+    ),
+    replace(
+        _NANOGPT, name="nanogpt", description="nanoGPT's way: no KV cache, the whole sequence recomputed per token"
+    ),
+    replace(_ONNX, name="onnx", description="ONNX Runtime, own export with past key/values, graph-optimised"),
+    replace(
+        _ONNX,
+        name="onnx-int8",
+        precision="int8",
+        engine_args={"variant": "int8"},
+        description="ONNX Runtime, dynamic int8 quantisation",
+    ),
+    replace(
+        _ONNX,
+        name="onnx-int4",
+        precision="int4",
+        engine_args={"variant": "int4"},
+        description="ONNX Runtime, 4-bit weight-only (MatMulNBits)",
+    ),
+    replace(
+        _ONNX_CONCAT, name="onnx-concat", description="ONNX Runtime, classic export: past/present concatenated per step"
+    ),
+    replace(_NUMPY, name="numpy", description="torch-free numpy runtime, zero-copy mmap of safetensors"),
+    replace(
+        _NATIVE,
+        name="native",
+        description="own C runtime: the whole step in one call per token (built with the machine's compiler), fp32",
+    ),
+    replace(
+        _NATIVE,
+        name="native-bf16",
+        precision="bf16",
+        engine_args={"dtype": "bf16"},
+        description="own C runtime, bf16 weights, float32 arithmetic",
+    ),
+    replace(
+        _NATIVE,
+        name="native-int8",
+        precision="int8",
+        engine_args={"dtype": "int8"},
+        description="own C runtime, int8 weights (a scale per row), int8 activations in decode's products",
+    ),
+    replace(
+        _NATIVE,
+        name="native-int4",
+        precision="int4",
+        engine_args={"dtype": "int4"},
+        description="own C runtime, 4-bit weights (blocks of 32), int8 activations in the products",
+    ),
+    replace(
+        _NULL,
+        name="null",
+        role=Role.CALIBRATION,
+        description="no compute: fixed logits; its ITL is the harness's own per-token cost",
+    ),
     # The engines users would pick instead (the [peers] extra).
-    _spec("llamacpp", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp (llama-cpp-python), own GGUF, f32", _LLAMA, install=_PEERS, quant="f32", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
-    _spec("llamacpp-f16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF f16", _LLAMA, "f16", install=_PEERS, quant="f16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
-    _spec("llamacpp-bf16", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF bf16", _LLAMA, "bf16", install=_PEERS, quant="bf16", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
-    _spec("llamacpp-q8_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q8_0 (llama.cpp's quantiser)", _LLAMA, "int8", install=_PEERS, quant="q8_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
-    _spec("llamacpp-q4_0", "whistle_stop.backends.engines.llamacpp.engine:LlamaCppEngine", "llama.cpp, GGUF q4_0 (llama.cpp's quantiser)", _LLAMA, "int4", install=_PEERS, quant="q4_0", artifacts=_FILES + "gguf", options=_LLAMA_OPTIONS, own_server=_LLAMA_SERVER),
-    _spec("ctranslate2", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, float32", _CT2, install=_PEERS, compute_type="float32", artifacts=_FILES + "ctranslate2"),
-    _spec("ctranslate2-int8", "whistle_stop.backends.engines.ctranslate2_engine:CTranslate2Engine", "CTranslate2 generator, int8", _CT2, "int8", install=_PEERS, compute_type="int8", artifacts=_FILES + "ctranslate2"),
-    _spec("openvino", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, f32, stateful KV cache", _OV, install=_PEERS, weight_format="fp32", artifacts=_FILES + "openvino"),
-    _spec("openvino-int8", "whistle_stop.backends.engines.openvino_engine:OpenVinoEngine", "OpenVINO Runtime, int8 weight compression", _OV, "int8", install=_PEERS, weight_format="int8", artifacts=_FILES + "openvino"),
-    _spec("tf", "whistle_stop.backends.engines.tensorflow.engine:TFEngine", "TensorFlow 2 GPT-2 with a past-state cache (as OpenAI's original code), one tf.function per token", _TF, install=_TF_EXTRA),
-    _spec("tf-xla", "whistle_stop.backends.engines.tensorflow.engine:TFEngine", "TensorFlow 2 GPT-2, decode step XLA-compiled (jit_compile)", _TF, install=_TF_EXTRA, xla=True),
-    _spec("ortgenai", "whistle_stop.backends.engines.ortgenai.engine:OrtGenAIEngine", "ONNX Runtime GenAI (C++ generation loop and KV cache), fp32", _ORTGENAI, install=_ORTGENAI_EXTRA, variant="fp32", artifacts=_FILES + "ortgenai"),
-    _spec("ortgenai-int8", "whistle_stop.backends.engines.ortgenai.engine:OrtGenAIEngine", "ONNX Runtime GenAI, 8-bit weight-only (MatMulNBits)", _ORTGENAI, "int8", install=_ORTGENAI_EXTRA, variant="int8", artifacts=_FILES + "ortgenai"),
-    _spec("ortgenai-int4", "whistle_stop.backends.engines.ortgenai.engine:OrtGenAIEngine", "ONNX Runtime GenAI, 4-bit weight-only (MatMulNBits, block 32)", _ORTGENAI, "int4", install=_ORTGENAI_EXTRA, variant="int4", artifacts=_FILES + "ortgenai"),
-    _spec("openvino-genai", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, f32 asked for explicitly", _OVGENAI, install=_OVGENAI_EXTRA, weight_format="fp32", artifacts=_FILES + "openvino_genai"),
-    _spec("openvino-genai-bf16", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, bf16 inference precision", _OVGENAI, "bf16", install=_OVGENAI_EXTRA, weight_format="fp32", inference_precision="bf16", artifacts=_FILES + "openvino_genai"),
-    _spec("openvino-genai-int8", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int8 weight compression", _OVGENAI, "int8", install=_OVGENAI_EXTRA, weight_format="int8", artifacts=_FILES + "openvino_genai"),
-    _spec("openvino-genai-int4", "whistle_stop.backends.engines.openvino_genai.engine:OpenVinoGenAIEngine", "OpenVINO GenAI LLMPipeline, int4 weight compression", _OVGENAI, "int4", install=_OVGENAI_EXTRA, weight_format="int4", artifacts=_FILES + "openvino_genai"),
+    replace(
+        _LLAMA,
+        name="llamacpp",
+        engine_args={"quant": "f32"},
+        options=_LLAMA_OPTIONS,
+        description="llama.cpp (llama-cpp-python), own GGUF, f32",
+    ),
+    replace(
+        _LLAMA,
+        name="llamacpp-f16",
+        precision="f16",
+        engine_args={"quant": "f16"},
+        options=_LLAMA_OPTIONS,
+        description="llama.cpp, GGUF f16",
+    ),
+    replace(
+        _LLAMA,
+        name="llamacpp-bf16",
+        precision="bf16",
+        engine_args={"quant": "bf16"},
+        options=_LLAMA_OPTIONS,
+        description="llama.cpp, GGUF bf16",
+    ),
+    replace(
+        _LLAMA,
+        name="llamacpp-q8_0",
+        precision="int8",
+        engine_args={"quant": "q8_0"},
+        options=_LLAMA_OPTIONS,
+        description="llama.cpp, GGUF q8_0 (llama.cpp's quantiser)",
+    ),
+    replace(
+        _LLAMA,
+        name="llamacpp-q4_0",
+        precision="int4",
+        engine_args={"quant": "q4_0"},
+        options=_LLAMA_OPTIONS,
+        description="llama.cpp, GGUF q4_0 (llama.cpp's quantiser)",
+    ),
+    replace(
+        _CT2, name="ctranslate2", engine_args={"compute_type": "float32"}, description="CTranslate2 generator, float32"
+    ),
+    replace(
+        _CT2,
+        name="ctranslate2-int8",
+        precision="int8",
+        engine_args={"compute_type": "int8"},
+        description="CTranslate2 generator, int8",
+    ),
+    replace(
+        _OV,
+        name="openvino",
+        engine_args={"weight_format": "fp32"},
+        description="OpenVINO Runtime, f32, stateful KV cache",
+    ),
+    replace(
+        _OV,
+        name="openvino-int8",
+        precision="int8",
+        engine_args={"weight_format": "int8"},
+        description="OpenVINO Runtime, int8 weight compression",
+    ),
+    replace(
+        _TF,
+        name="tf",
+        description="TensorFlow 2 GPT-2 with a past-state cache (as OpenAI's original code), one tf.function per token",
+    ),
+    replace(
+        _TF,
+        name="tf-xla",
+        engine_args={"xla": True},
+        description="TensorFlow 2 GPT-2, decode step XLA-compiled (jit_compile)",
+    ),
+    replace(
+        _ORTGENAI,
+        name="ortgenai",
+        engine_args={"variant": "fp32"},
+        description="ONNX Runtime GenAI (C++ generation loop and KV cache), fp32",
+    ),
+    replace(
+        _ORTGENAI,
+        name="ortgenai-int8",
+        precision="int8",
+        engine_args={"variant": "int8"},
+        description="ONNX Runtime GenAI, 8-bit weight-only (MatMulNBits)",
+    ),
+    replace(
+        _ORTGENAI,
+        name="ortgenai-int4",
+        precision="int4",
+        engine_args={"variant": "int4"},
+        description="ONNX Runtime GenAI, 4-bit weight-only (MatMulNBits, block 32)",
+    ),
+    replace(
+        _OVGENAI,
+        name="openvino-genai",
+        engine_args={"weight_format": "fp32"},
+        description="OpenVINO GenAI LLMPipeline, f32 asked for explicitly",
+    ),
+    replace(
+        _OVGENAI,
+        name="openvino-genai-bf16",
+        precision="bf16",
+        engine_args={"weight_format": "fp32", "inference_precision": "bf16"},
+        description="OpenVINO GenAI LLMPipeline, bf16 inference precision",
+    ),
+    replace(
+        _OVGENAI,
+        name="openvino-genai-int8",
+        precision="int8",
+        engine_args={"weight_format": "int8"},
+        description="OpenVINO GenAI LLMPipeline, int8 weight compression",
+    ),
+    replace(
+        _OVGENAI,
+        name="openvino-genai-int4",
+        precision="int4",
+        engine_args={"weight_format": "int4"},
+        description="OpenVINO GenAI LLMPipeline, int4 weight compression",
+    ),
     # A real vLLM server, set up and started by the engine itself in its own environment.
-    _spec("vllm", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, fp32, managed (first use creates its own ~3.5 GB environment)", _OWN, needs="linux", dtype="fp32", own_server=_VLLM_SERVER),
-    _spec("vllm-bf16", "whistle_stop.backends.engines.vllm.engine:VllmEngine", "vLLM's OpenAI-compatible server, bfloat16, managed", _OWN, "bf16", needs="linux", dtype="bf16", own_server=_VLLM_SERVER),
-    _spec("remote", "whistle_stop.backends.engines.remote_engine:RemoteEngine", "any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)", _OWN, "server",
-          options="whistle_stop.backends.engines.remote_options:RemoteOptions"),
-]}
+    replace(
+        _VLLM,
+        name="vllm",
+        engine_args={"dtype": "fp32"},
+        description="vLLM's OpenAI-compatible server, fp32, managed (first use creates its own ~3.5 GB environment)",
+    ),
+    replace(
+        _VLLM,
+        name="vllm-bf16",
+        precision="bf16",
+        engine_args={"dtype": "bf16"},
+        description="vLLM's OpenAI-compatible server, bfloat16, managed",
+    ),
+    replace(
+        _REMOTE,
+        name="remote",
+        precision="server",
+        description="any OpenAI-compatible completion server (vLLM, TGI, llama.cpp server)",
+    ),
+)
+BUILT_IN: dict[str, EngineSpec] = {spec.name: spec for spec in _BUILT_IN}
+# The engines this process knows: the built-in ones, plus any a test installs with `use`.
+ENGINES: dict[str, EngineSpec] = dict(BUILT_IN)
+
+
+@contextlib.contextmanager
+def use(specs: Iterable[EngineSpec]) -> Iterator[None]:
+    """Add these engines (a test's scripted ones) to the registry of this whole process while the
+    block runs; a spawned worker receives its EngineSpec itself, so it needs nothing more."""
+    saved = dict(ENGINES)
+    ENGINES.update({spec.name: spec for spec in specs})
+    try:
+        yield
+    finally:
+        ENGINES.clear()
+        ENGINES.update(saved)
 
 
 def names() -> list[str]:
@@ -141,6 +420,24 @@ def get(name: str) -> EngineSpec:
         return ENGINES[name]
     except KeyError:
         raise UsageError(f"unknown backend {name!r}; known backends: {', '.join(ENGINES)}") from None
+
+
+def with_role(role: Role) -> str:
+    """The one engine with this role (the reference, the calibration engine)."""
+    found = [spec.name for spec in ENGINES.values() if spec.role is role]
+    if len(found) != 1:
+        raise LookupError(f"the registry needs exactly one {role.value} engine, not {found}")
+    return found[0]
+
+
+def reference() -> str:
+    """The engine ticked by default and compared with when selected: the baseline."""
+    return with_role(Role.REFERENCE)
+
+
+def serving_concurrently() -> list[str]:
+    """The engines that serve several streams at once (servers): the only ones with load levels above 1."""
+    return [spec.name for spec in ENGINES.values() if spec.serves_concurrently]
 
 
 def available(name: str) -> tuple[bool, str]:
@@ -177,6 +474,4 @@ def create_from_spec(spec: EngineSpec, options: EngineOptions) -> Engine:
     """Import the engine's module (the measured import cost) and construct it."""
     module_name, class_name = spec.target.split(":")
     cls: Callable[..., Engine] = getattr(importlib.import_module(module_name), class_name)
-    engine = cls(options, **spec.kwargs)
-    engine.name = spec.name
-    return engine
+    return cls(spec.name, options, **spec.engine_args)

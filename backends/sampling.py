@@ -20,7 +20,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
 
-    def validate(self) -> "SamplingParams":
+    def validate(self) -> SamplingParams:
         if self.decoding not in ("greedy", "sample"):
             raise UsageError(f"decoding must be 'greedy' or 'sample', not {self.decoding!r}")
         if not self.temperature >= 0:
@@ -85,8 +85,8 @@ class Sampler:
 
 class _Scratch:
     """Vocabulary-sized buffers reused from token to token. A fresh 200 KB temporary per step is
-    above glibc's mmap threshold, so each one costs page faults: reusing them made
-    temperature-only sampling about 5x faster (0.6 -> 0.12 ms on a 2-core EPYC)."""
+    above glibc's mmap threshold, so each one costs page faults, which dominated temperature-only
+    sampling (docs/methodology.md)."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, np.ndarray] = {}
@@ -101,7 +101,7 @@ class _Scratch:
 # Candidate sets up to this size are sampled in float64, in the order a full sort gives.
 _EXACT_LIMIT = 2048
 # Weights are summed by blocks of this many tokens: float32 pairwise sums, one vectorised call
-# (a float64 reduceat costs 3x more), then a float64 cumulative sum inside one block per draw.
+# (a float64 reduceat costs several times more), then a float64 cumulative sum inside one block per draw.
 _BLOCK = 1024
 
 
@@ -142,8 +142,8 @@ def _sample_exact(values: np.ndarray, ids: np.ndarray, top_p: float, u: float) -
 
 # Weights are exp(value - max + this): the best weighs e^64 (~6e27), so 50k of them sum far below
 # float32's limit (3.4e38), while tokens down to ~150 nats below the best still get normal floats.
-# exp(value - max) made every token more than 87 nats down a subnormal, which made numpy's exp
-# 2-3x slower on peaked logits (a trained model's, or any at a low temperature).
+# exp(value - max) made every token more than 87 nats down a subnormal, and numpy's exp is slow on
+# subnormals: peaked logits (a trained model's, or any at a low temperature) paid for it.
 _WEIGHT_SHIFT = np.float32(64)
 
 
@@ -155,8 +155,8 @@ class _BlockedWeights:
         self.size = values.size
         padded = -(-values.size // _BLOCK) * _BLOCK
         self.padded = scratch.get("weights", padded)
-        self.padded[values.size:] = 0
-        self.weights = self.padded[:values.size]
+        self.padded[values.size :] = 0
+        self.weights = self.padded[: values.size]
         np.subtract(values, values.max() - _WEIGHT_SHIFT, out=self.weights)
         np.exp(self.weights, out=self.weights)  # float32; masked tokens (-inf) weigh 0
         self.blocks = self.block_sums(self.padded)
@@ -175,8 +175,8 @@ class _BlockedWeights:
         block = min(int(np.searchsorted(cumulative, target, side="right")), blocks.size - 1)
         before = cumulative[block - 1] if block else 0.0
         start = block * _BLOCK
-        inside = padded[start:start + _BLOCK].astype(np.float64)  # then cumsum in place: 3x faster
-        np.cumsum(inside, out=inside)                               # than cumsum(dtype=float64)
+        inside = padded[start : start + _BLOCK].astype(np.float64)  # then cumsum in place: faster
+        np.cumsum(inside, out=inside)  # than cumsum(dtype=float64)
         index = start + int(np.searchsorted(inside, target - before, side="right"))
         return min(index, self.size - 1)
 

@@ -26,7 +26,7 @@ class RunStatus(str, Enum):
         return self not in (RunStatus.OK, RunStatus.CANCELLED)
 
     @classmethod
-    def parse(cls, text: str) -> "RunStatus":
+    def parse(cls, text: str) -> RunStatus:
         """From a CSV cell; an unknown word (a newer file) counts as an error."""
         try:
             return cls(text)

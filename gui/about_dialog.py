@@ -9,8 +9,16 @@ import platform
 
 from PySide6.QtCore import Qt, qVersion
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QMainWindow, QTextBrowser,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends import __version__
 from whistle_stop.backends.storage.paths import RESOURCES
@@ -18,8 +26,10 @@ from whistle_stop.backends.storage.paths import RESOURCES
 from .theme import icon
 
 DISTRIBUTION = "whistle-stop"
-NOTICES = (("GPT-2 tokenizer (resources/tokenizer)", "tokenizer/NOTICE.md"),
-           ("Evaluation text (resources/eval)", "eval/NOTICE.md"))
+NOTICES = (
+    ("GPT-2 tokenizer (resources/tokenizer)", "tokenizer/NOTICE.md"),
+    ("Evaluation text (resources/eval)", "eval/NOTICE.md"),
+)
 
 
 def licence() -> str:
@@ -55,10 +65,11 @@ def summary_html(commit: str | None = None) -> str:
     if commit:
         rows.append(("Git commit", commit))
     rows += [("Licence", licence()), ("Python", platform.python_version()), ("Qt", qVersion())]
-    table = "".join(f"<tr><td><b>{html.escape(k)}</b>&nbsp;&nbsp;</td><td>{html.escape(v)}</td></tr>"
-                    for k, v in rows)
-    return ("<h2>whistle-stop</h2><p>Which way of running GPT-2 is fastest on your machine, and what does the "
-            f"speed cost in quality?</p><table>{table}</table>")
+    table = "".join(f"<tr><td><b>{html.escape(k)}</b>&nbsp;&nbsp;</td><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return (
+        "<h2>whistle-stop</h2><p>Which way of running GPT-2 is fastest on your machine, and what does the "
+        f"speed cost in quality?</p><table>{table}</table>"
+    )
 
 
 class AboutDialog(QDialog):

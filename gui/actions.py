@@ -5,8 +5,9 @@ imports this module, never the other way round."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -48,8 +49,15 @@ class Actions:
     replay_speed: QComboBox
     view_menu: QMenu  # the window adds its docks' toggles
 
-    def set_state(self, running: bool, can_run: bool, has_results: bool, can_replay: bool, replaying: bool,
-                  can_report: bool = False) -> None:
+    def set_state(
+        self,
+        running: bool,
+        can_run: bool,
+        has_results: bool,
+        can_replay: bool,
+        replaying: bool,
+        can_report: bool = False,
+    ) -> None:
         """`running`: the bench, a sweep or a quality evaluation (Cancel stops whichever it is)."""
         self.run.setEnabled(can_run and not running and not replaying)
         self.cancel.setEnabled(running or replaying)
@@ -61,14 +69,23 @@ class Actions:
         self.compare.setEnabled(not running)
 
 
-def _action(window: QMainWindow, text: str, icon_name: str, slot: Callable[[], object], shortcut: QKeySequence | str | None = None,
-            tip: str = "") -> QAction:
+def _action(
+    window: QMainWindow,
+    text: str,
+    icon_name: str,
+    slot: Callable[[], object],
+    shortcut: QKeySequence | str | None = None,
+    tip: str = "",
+) -> QAction:
     action = QAction(icon(icon_name), text, window)
     if shortcut is not None:
         action.setShortcut(QKeySequence(shortcut))
         action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-    action.setToolTip(f"{tip or text} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})"
-                      if shortcut else tip or text)
+    action.setToolTip(
+        f"{tip or text} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})"
+        if shortcut
+        else tip or text
+    )
     action.setStatusTip(tip or text)
     action.triggered.connect(lambda _checked=False: slot())
     return action
@@ -82,30 +99,84 @@ def build_actions(window: QMainWindow, slots: ActionSlots) -> Actions:
     actions = Actions(
         run=_action(window, "Run", "run", slots.start_run, "Ctrl+Return", "Run the selected engines"),
         cancel=_action(window, "Cancel", "cancel", slots.cancel, "Esc", "Stop after the current token"),
-        replay=_action(window, "Replay", "replay", slots.replay, "Ctrl+R",
-                       "Replay the measured runs side by side on their recorded time axis"),
-        export_csv=_action(window, "Export CSV…", "export", slots.export_csv, "Ctrl+E",
-                           "Write tokens.csv, runs.csv and environment.json into a folder"),
-        export_charts=_action(window, "Export charts as PNG…", "chart", slots.export_charts, None,
-                              "Save every chart as a PNG image"),
-        save_session=_action(window, "Save session…", "save", slots.save_session, QKeySequence.StandardKey.Save,
-                             "Save this session's records into a folder"),
-        open_session=_action(window, "Open session…", "open", slots.open_session, QKeySequence.StandardKey.Open,
-                             "Open a saved session (or any bench --out folder)"),
-        copy_markdown=_action(window, "Copy summary as Markdown", "copy", slots.copy_markdown, "Ctrl+Shift+C",
-                              "Copy the summary table as Markdown"),
-        export_report=_action(window, "Export report (HTML)…", "chart", slots.export_report, None,
-                              "One self-contained HTML page of this session's bench, sweep and quality results"),
-        compare=_action(window, "Open folders to compare…", "open", slots.compare_folders, None,
-                        "Build a comparison report of two or more results folders and open it"),
+        replay=_action(
+            window,
+            "Replay",
+            "replay",
+            slots.replay,
+            "Ctrl+R",
+            "Replay the measured runs side by side on their recorded time axis",
+        ),
+        export_csv=_action(
+            window,
+            "Export CSV…",
+            "export",
+            slots.export_csv,
+            "Ctrl+E",
+            "Write tokens.csv, runs.csv and environment.json into a folder",
+        ),
+        export_charts=_action(
+            window, "Export charts as PNG…", "chart", slots.export_charts, None, "Save every chart as a PNG image"
+        ),
+        save_session=_action(
+            window,
+            "Save session…",
+            "save",
+            slots.save_session,
+            QKeySequence.StandardKey.Save,
+            "Save this session's records into a folder",
+        ),
+        open_session=_action(
+            window,
+            "Open session…",
+            "open",
+            slots.open_session,
+            QKeySequence.StandardKey.Open,
+            "Open a saved session (or any bench --out folder)",
+        ),
+        copy_markdown=_action(
+            window,
+            "Copy summary as Markdown",
+            "copy",
+            slots.copy_markdown,
+            "Ctrl+Shift+C",
+            "Copy the summary table as Markdown",
+        ),
+        export_report=_action(
+            window,
+            "Export report (HTML)…",
+            "chart",
+            slots.export_report,
+            None,
+            "One self-contained HTML page of this session's bench, sweep and quality results",
+        ),
+        compare=_action(
+            window,
+            "Open folders to compare…",
+            "open",
+            slots.compare_folders,
+            None,
+            "Build a comparison report of two or more results folders and open it",
+        ),
         quit=_action(window, "Quit", "", window.close, QKeySequence.StandardKey.Quit),
         replay_speed=speed,
         view_menu=QMenu("&View", window),
     )
     menu = window.menuBar()
     file_menu = menu.addMenu("&File")
-    for action in (actions.open_session, actions.save_session, None, actions.export_csv, actions.export_charts,
-                   actions.copy_markdown, None, actions.export_report, actions.compare, None, actions.quit):
+    for action in (
+        actions.open_session,
+        actions.save_session,
+        None,
+        actions.export_csv,
+        actions.export_charts,
+        actions.copy_markdown,
+        None,
+        actions.export_report,
+        actions.compare,
+        None,
+        actions.quit,
+    ):
         file_menu.addSeparator() if action is None else file_menu.addAction(action)
     run_menu = menu.addMenu("&Run")
     for action in (actions.run, actions.cancel, actions.replay):
@@ -121,8 +192,13 @@ def build_actions(window: QMainWindow, slots: ActionSlots) -> Actions:
     toolbar.addWidget(QLabel(" speed "))
     toolbar.addWidget(speed)
     toolbar.addSeparator()
-    for action in (actions.open_session, actions.save_session, actions.export_csv, actions.export_charts,
-                   actions.copy_markdown):
+    for action in (
+        actions.open_session,
+        actions.save_session,
+        actions.export_csv,
+        actions.export_charts,
+        actions.copy_markdown,
+    ):
         toolbar.addAction(action)
     window.addToolBar(toolbar)
     return actions

@@ -6,8 +6,10 @@ import os
 import sys
 
 EXIT_NO_DISPLAY = 2
-NO_DISPLAY_HINT = ("error: no display found (DISPLAY/WAYLAND_DISPLAY unset); run `xvfb-run python main.py` "
-                   "or set QT_QPA_PLATFORM=offscreen (or use `python main.py bench ...` headless)")
+NO_DISPLAY_HINT = (
+    "error: no display found (DISPLAY/WAYLAND_DISPLAY unset); run `xvfb-run python main.py` "
+    "or set QT_QPA_PLATFORM=offscreen (or use `python main.py bench ...` headless)"
+)
 
 
 def display_available(env: dict | None = None, platform: str | None = None) -> bool:
@@ -49,8 +51,10 @@ def run_app(argv: list[str] | None = None) -> int:
     try:
         app = create_app(argv)
     except Exception as exc:  # e.g. a Qt platform plugin that cannot load
-        print(f"error: cannot start the GUI: {exc}; try `xvfb-run python main.py` or QT_QPA_PLATFORM=offscreen",
-              file=sys.stderr)
+        print(
+            f"error: cannot start the GUI: {exc}; try `xvfb-run python main.py` or QT_QPA_PLATFORM=offscreen",
+            file=sys.stderr,
+        )
         return EXIT_NO_DISPLAY
     from .about_dialog import add_about_action
     from .main_window import MainWindow

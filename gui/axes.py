@@ -22,7 +22,7 @@ def decade_ticks(low_log: float, high_log: float) -> list[float]:
     values = []
     for decade in range(math.floor(low_log) - 1, math.ceil(high_log) + 1):
         for step in STEPS:
-            value = step * 10.0 ** decade
+            value = step * 10.0**decade
             if low_log <= math.log10(value) <= high_log:
                 values.append(value)
     return values
@@ -42,7 +42,7 @@ class LogAxis(pg.AxisItem):
     def tickStrings(self, values, scale, spacing):
         if not self.logMode:
             return super().tickStrings(values, scale, spacing)
-        return [plain(10 ** v * scale) for v in values]
+        return [plain(10**v * scale) for v in values]
 
 
 class CountAxis(pg.AxisItem):

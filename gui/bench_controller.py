@@ -15,7 +15,6 @@ import time
 from PySide6.QtWidgets import QProgressBar
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
 from whistle_stop.backends.runs.events import HarnessCalibrating
 from whistle_stop.backends.sources.prompts import prompt_text
@@ -30,27 +29,44 @@ from .session_view import SessionView
 from .settings import Store
 from .setup_panel import SetupPanel
 
-RACE_WARNING = ("Race mode: the engines ran at the same time and shared the CPU, so these timings are "
-                "contended. Use Fair mode for numbers to compare.")
+RACE_WARNING = (
+    "Race mode: the engines ran at the same time and shared the CPU, so these timings are "
+    "contended. Use Fair mode for numbers to compare."
+)
 NOT_STARTED = "cancelled before the engines started"
 
 
 class BenchController:
-    def __init__(self, jobs: JobManager, setup: SetupPanel, view: SessionView, messages: Messages,
-                 prepare_bar: QProgressBar, store: Store, extra_specs: dict[str, EngineSpec]) -> None:
+    def __init__(
+        self,
+        jobs: JobManager,
+        setup: SetupPanel,
+        view: SessionView,
+        messages: Messages,
+        prepare_bar: QProgressBar,
+        store: Store,
+    ) -> None:
         self.jobs, self.setup, self.view, self.messages = jobs, setup, view, messages
-        self.prepare_bar, self.store, self.extra_specs = prepare_bar, store, extra_specs
+        self.prepare_bar, self.store = prepare_bar, store
         self.job = jobs.controller(JobKind.BENCH, "benchmark run")
         self._config = BenchConfig()
         self._started_at = 0.0
         self._runs_added = False  # in the batch being read
         self._calibrating = False
         self.job.attach(JobHandlers(events=view.live.apply))  # the panes and curves, before the records
-        self.job.attach(JobHandlers(
-            events=EventRoutes({RunRecorded: self._add_run, HarnessCalibrating: self._harness_timed},
-                               after=self._batch_read),
-            progress=self._on_progress, ready=self._on_prepared, result=self._on_result, failed=self._on_failed,
-            cancelling=self._on_cancelling, cancelled=self._on_cancelled))
+        self.job.attach(
+            JobHandlers(
+                events=EventRoutes(
+                    {RunRecorded: self._add_run, HarnessCalibrating: self._harness_timed}, after=self._batch_read
+                ),
+                progress=self._on_progress,
+                ready=self._on_prepared,
+                result=self._on_result,
+                failed=self._on_failed,
+                cancelling=self._on_cancelling,
+                cancelled=self._on_cancelled,
+            )
+        )
 
     def start(self) -> bool:
         """Run what the setup panel says; False (and the reason shown) if it cannot start."""
@@ -60,12 +76,12 @@ class BenchController:
             self.messages.say(problem)
             return False
         config = self._config = self.setup.config()
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         view, live = self.view, self.view.live
         view.show_engines(list(config.backends))
-        reference = config.reference or ("hf" if "hf" in config.backends else config.backends[0])
-        data = SessionData(backends=list(config.backends), reference=reference, greedy=config.sampling.is_greedy,
-                           mode=config.mode)
+        reference = config.reference_backend
+        data = SessionData(
+            backends=list(config.backends), reference=reference, greedy=config.sampling.is_greedy, mode=config.mode
+        )
         live.begin(config.prompt or "", reference, config.sampling.is_greedy, config.repeats)
         live.quiet_measured = config.mode == "fair"
         view.set_live(config.new_tokens)
@@ -73,7 +89,7 @@ class BenchController:
         view.grid.set_banner(RACE_WARNING if config.mode == "race" else "")
         self._started_at = time.monotonic()
         try:
-            start_bench(self.job, config, specs)
+            start_bench(self.job, config)
         except UsageError as exc:
             self.messages.report("Cannot run", str(exc))
             return False
@@ -103,8 +119,10 @@ class BenchController:
             banner.append(RACE_WARNING)
         grid = self.view.grid
         grid.set_banner("\n".join(banner))
-        grid.set_info(f"{model.label}  ·  {len(prompt_ids)}-token prompt  ·  {self._config.new_tokens} new "
-                      f"tokens  ·  {'greedy' if data.greedy else 'sampling'}  ·  {data.mode} mode")
+        grid.set_info(
+            f"{model.label}  ·  {len(prompt_ids)}-token prompt  ·  {self._config.new_tokens} new "
+            f"tokens  ·  {'greedy' if data.greedy else 'sampling'}  ·  {data.mode} mode"
+        )
         self.messages.say("engines starting…")
 
     def _add_run(self, event: RunRecorded) -> None:
@@ -136,9 +154,10 @@ class BenchController:
         elif failed:
             self.messages.say(f"Finished in {took:.1f} s; failed: {', '.join(failed)} (see their panes)")
         else:
-            self.messages.say(f"Finished in {took:.1f} s: {len(runs)} runs"
-                              + ("  ·  press Replay to race the measured runs" if self.view.data.mode == "fair"
-                                 else ""))
+            self.messages.say(
+                f"Finished in {took:.1f} s: {len(runs)} runs"
+                + ("  ·  press Replay to race the measured runs" if self.view.data.mode == "fair" else "")
+            )
 
     def _on_failed(self, message: str) -> None:
         self._tag_panes("not run", "error", message.splitlines()[0])

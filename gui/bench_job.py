@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, BenchSession
 from whistle_stop.backends.sources.model_files import ModelFiles
 
@@ -21,10 +20,10 @@ class BenchPrepared:
     prompt_ids: list[int]
 
 
-def start_bench(controller: JobController, config: BenchConfig, specs: dict[str, EngineSpec] | None = None) -> None:
+def start_bench(controller: JobController, config: BenchConfig) -> None:
     """Validate and start; UsageError (bad config, another job running) is raised here, before
     any thread. The controller's `result` then carries the BenchResult (cancelled ones too)."""
-    session = BenchSession(config, on_event=controller.sink(), specs=specs)
+    session = BenchSession(config, on_event=controller.sink())
 
     def work(context: JobContext) -> BenchResult:
         model, ids = context.prepare(config.model, session.prepare)

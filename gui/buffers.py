@@ -3,7 +3,7 @@ trace is redrawn from one contiguous array per tick instead of a Python list cop
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

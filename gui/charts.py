@@ -57,8 +57,9 @@ class _Chart(pg.PlotWidget):
             axis.setTextPen(theme.plot_fg)
         self.plotItem.titleLabel.setText(self.plotItem.titleLabel.text, color=theme.plot_fg)
         self.legend.setLabelTextColor(theme.plot_fg)
-        self.legend.setBrush(pg.mkBrush(QColor(theme.plot_bg).darker(105) if not theme.dark
-                                        else QColor(theme.plot_bg).lighter(130)))
+        self.legend.setBrush(
+            pg.mkBrush(QColor(theme.plot_bg).darker(105) if not theme.dark else QColor(theme.plot_bg).lighter(130))
+        )
 
     def set_live(self, length: int | None) -> None:
         """While tokens stream (length = tokens per run), the view grows in steps instead of
@@ -68,8 +69,9 @@ class _Chart(pg.PlotWidget):
         self._view = None  # [x0, x1, y0, y1] in view coordinates
         self.plotItem.vb.enableAutoRange(x=not length, y=not length)
 
-    def _follow(self, x_hi: float, y_lo: float, y_hi: float, fixed_x: float | None = None,
-                fixed_y: float | None = None) -> None:
+    def _follow(
+        self, x_hi: float, y_lo: float, y_hi: float, fixed_x: float | None = None, fixed_y: float | None = None
+    ) -> None:
         if not self._live:
             return
         view = self._view
@@ -141,8 +143,12 @@ class LatencyChart(_Chart):
     """Latency of every token of each engine's current (or last) run: token 0 is the TTFT."""
 
     def __init__(self) -> None:
-        super().__init__("Per-token latency (token 0 = time to first token)", "token index", "latency (ms)",
-                         {"left": LogAxis(orientation="left"), "bottom": CountAxis(orientation="bottom")})
+        super().__init__(
+            "Per-token latency (token 0 = time to first token)",
+            "token index",
+            "latency (ms)",
+            {"left": LogAxis(orientation="left"), "bottom": CountAxis(orientation="bottom")},
+        )
         self.plotItem.setLogMode(y=True)  # the first token includes the prompt: often 10x the rest
         self.texts: dict[str, list[str]] = {}
         self.values: dict[str, np.ndarray] = {}
@@ -187,13 +193,16 @@ class LatencyChart(_Chart):
                 texts = self.texts.get(name, [])
                 token = html.escape(repr(texts[index]) if index < len(texts) else "")
                 colour = self.colours[name].name()
-                lines.append(f"<span style='color:{colour}'>■</span> {html.escape(name)}: "
-                             f"<b>{values[index]:.2f} ms</b> {token}")
+                lines.append(
+                    f"<span style='color:{colour}'>■</span> {html.escape(name)}: <b>{values[index]:.2f} ms</b> {token}"
+                )
         if not lines:
             self._label.setVisible(False)
             return ""
-        text = (f"<div style='color:{self.theme.plot_fg}; background:{self.theme.plot_bg};'>"
-                f"token {index}<br>{'<br>'.join(lines)}</div>")
+        text = (
+            f"<div style='color:{self.theme.plot_fg}; background:{self.theme.plot_bg};'>"
+            f"token {index}<br>{'<br>'.join(lines)}</div>"
+        )
         self._label.setHtml(text)
         _, (_, y1) = view.viewRange()
         self._cursor.setPos(index)
@@ -207,8 +216,12 @@ class RaceChart(_Chart):
     """Tokens generated vs time since each run's request started: the race."""
 
     def __init__(self) -> None:
-        super().__init__("Tokens generated vs time since the request", "time since request start (s)", "tokens",
-                         {"left": CountAxis(orientation="left")})
+        super().__init__(
+            "Tokens generated vs time since the request",
+            "time since request start (s)",
+            "tokens",
+            {"left": CountAxis(orientation="left")},
+        )
 
     def set_series(self, name: str, seconds: np.ndarray) -> None:
         self._draw(name, seconds, np.arange(1, seconds.size + 1))
@@ -222,8 +235,12 @@ class HistogramChart(_Chart):
     """Distribution of inter-token latency over the measured runs (warm-ups excluded)."""
 
     def __init__(self) -> None:
-        super().__init__("Inter-token latency, measured runs", "inter-token latency (ms)", "tokens",
-                         {"left": CountAxis(orientation="left")})
+        super().__init__(
+            "Inter-token latency, measured runs",
+            "inter-token latency (ms)",
+            "tokens",
+            {"left": CountAxis(orientation="left")},
+        )
 
     def _curve(self, name: str, colour: QColor) -> pg.PlotDataItem:
         return self.plotItem.plot([], [], name=name, pen=pg.mkPen(colour, width=1.6))  # step data: no clipping

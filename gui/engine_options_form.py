@@ -57,8 +57,11 @@ class EngineOptionsForm(QGroupBox):
 
     def params(self) -> dict:
         """What is remembered between sessions: never a secret."""
-        return {meta.saved_as or field.name: self.edits[field.name].text()
-                for field, meta in self._shown() if not meta.secret}
+        return {
+            meta.saved_as or field.name: self.edits[field.name].text()
+            for field, meta in self._shown()
+            if not meta.secret
+        }
 
     def set_params(self, params: object) -> None:
         if not isinstance(params, dict):

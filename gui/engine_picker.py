@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends import presets, registry
 from whistle_stop.backends.families import PrecisionGroup, family, family_label, precision_group
@@ -25,11 +34,10 @@ GROUPINGS = ("by family", "by precision")
 class EnginePicker(QWidget):
     changed = Signal()
 
-    def __init__(self, specs: list[EngineSpec], extra: set[str], parent: QWidget | None = None) -> None:
+    def __init__(self, specs: list[EngineSpec], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.specs = {s.name: s for s in specs}
-        self._extra = set(extra)  # test engines: always available
-        self._available = {name: (True, "") if name in self._extra else registry.available(name) for name in self.specs}
+        self._available = {name: registry.available(name) for name in self.specs}
         self._filling = False
         self._preset_engines: set[str] = set()  # what the chosen preset ticked (a change by hand leaves it)
         layout = QVBoxLayout(self)
@@ -68,8 +76,11 @@ class EnginePicker(QWidget):
     # --- reading and writing ------------------------------------------------------------------
     def selected(self) -> list[str]:
         """The ticked engines, in registry order (the order the run uses)."""
-        ticked = {self.list.item(i).data(NAME_ROLE) for i in range(self.list.count())
-                  if self.list.item(i).data(NAME_ROLE) and self.list.item(i).checkState() == Qt.CheckState.Checked}
+        ticked = {
+            self.list.item(i).data(NAME_ROLE)
+            for i in range(self.list.count())
+            if self.list.item(i).data(NAME_ROLE) and self.list.item(i).checkState() == Qt.CheckState.Checked
+        }
         return [name for name in self.specs if name in ticked]
 
     def set_selected(self, names: list[str] | set[str]) -> None:
@@ -87,8 +98,9 @@ class EnginePicker(QWidget):
         self.set_selected(set(choice.engines))
         self.preset.setCurrentText(name)
         skipped = len(choice.skipped)
-        self.preset_note.setText(f"{len(choice.engines)} engines" + (
-            f"; {skipped} skipped (hover for why)" if skipped else ""))
+        self.preset_note.setText(
+            f"{len(choice.engines)} engines" + (f"; {skipped} skipped (hover for why)" if skipped else "")
+        )
         self.preset_note.setToolTip("\n".join(choice.lines()))
         self.preset.setToolTip("\n".join(choice.lines()))
         self.preset_note.setVisible(True)
@@ -182,4 +194,3 @@ class EnginePicker(QWidget):
             self.preset_note.setVisible(False)
             self.preset.setToolTip("tick a named set of the engines available here")
         self.changed.emit()
-

@@ -8,13 +8,17 @@ the events that preceded it, so widgets see everything in the order it happened.
 from __future__ import annotations
 
 import queue
-from typing import Callable
+from collections.abc import Callable
 
 TICK_MS = 33  # ~30 updates a second
 
 
-def drain_in_order(source: queue.Queue, controls: tuple[type, ...], emit_batch: Callable[[list], None],
-                   handle_control: Callable[[object], bool]) -> None:
+def drain_in_order(
+    source: queue.Queue,
+    controls: tuple[type, ...],
+    emit_batch: Callable[[list], None],
+    handle_control: Callable[[object], bool],
+) -> None:
     """Empty `source` now. `handle_control` returns True when the job has ended: nothing is
     read after that (the job's thread posts nothing after its end)."""
     batch: list = []

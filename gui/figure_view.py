@@ -1,5 +1,6 @@
-"""Figures from `whistle_stop.backends.report.figures` drawn with `whistle_stop.backends.report.plots.draw` into the window's own plots,
-so the Sweep and Quality tabs show exactly what a report or `sweep --out` renders."""
+"""Figures from `whistle_stop.backends.report.figures` drawn with `whistle_stop.backends.report.plots.draw`
+into the window's own plots, so the Sweep and Quality tabs show exactly what a report or `sweep --out`
+renders."""
 
 from __future__ import annotations
 

@@ -20,9 +20,10 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.runs.events import HarnessCalibrated, HarnessCalibrating, RunRecorded, SessionStarted
@@ -110,8 +111,11 @@ class QuietSink:
 
 
 def _measured_request(event: object) -> bool:
-    return (isinstance(event, BackendEvent) and isinstance(event.event, RunRequest)
-            and not (event.context is not None and event.context.is_warmup))
+    return (
+        isinstance(event, BackendEvent)
+        and isinstance(event.event, RunRequest)
+        and not (event.context is not None and event.context.is_warmup)
+    )
 
 
 class JobContext:

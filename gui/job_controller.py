@@ -19,16 +19,25 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from enum import Enum
-from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal, SignalInstance
 
 from whistle_stop.backends.errors import UsageError
 
 from .event_queue import TICK_MS, drain_in_order
-from .job_context import (CONTROL_ITEMS, EndItem, JobContext, Outcome, ProgressItem, QuietSink, ReadyItem,
-                          SettleItem, run_job)
+from .job_context import (
+    CONTROL_ITEMS,
+    EndItem,
+    JobContext,
+    Outcome,
+    ProgressItem,
+    QuietSink,
+    ReadyItem,
+    SettleItem,
+    run_job,
+)
 from .job_handlers import JobHandlers
 
 MAX_TICK_MS = 100
@@ -69,8 +78,12 @@ class JobController(QObject):
         # Settle barriers seen by the last drain: released by the next tick, after Qt has painted
         # what that drain updated (no per-barrier timer with a Python callable on the GUI thread).
         self._settled: list[threading.Event] = []
-        self._controls = {ProgressItem: self._on_progress, ReadyItem: self._on_ready, SettleItem: self._on_settle,
-                          EndItem: self._on_end}
+        self._controls = {
+            ProgressItem: self._on_progress,
+            ReadyItem: self._on_ready,
+            SettleItem: self._on_settle,
+            EndItem: self._on_end,
+        }
         self._timer = QTimer(self)
         self._timer.setInterval(TICK_MS)
         self._timer.timeout.connect(self.drain)
@@ -92,10 +105,16 @@ class JobController(QObject):
     def attach(self, handlers: JobHandlers) -> None:
         """Connect a view's handlers to this job's steps; views attached earlier are called first."""
         steps: tuple[tuple[SignalInstance, Callable | None], ...] = (
-            (self.events, handlers.events), (self.started, handlers.started), (self.progress, handlers.progress),
-            (self.ready, handlers.ready), (self.result, handlers.result), (self.failed, handlers.failed),
-            (self.cancelling, handlers.cancelling), (self.cancelled, handlers.cancelled),
-            (self.running_changed, handlers.running))
+            (self.events, handlers.events),
+            (self.started, handlers.started),
+            (self.progress, handlers.progress),
+            (self.ready, handlers.ready),
+            (self.result, handlers.result),
+            (self.failed, handlers.failed),
+            (self.cancelling, handlers.cancelling),
+            (self.cancelled, handlers.cancelled),
+            (self.running_changed, handlers.running),
+        )
         for signal, handler in steps:
             if handler is not None:
                 signal.connect(handler)
@@ -118,8 +137,9 @@ class JobController(QObject):
         self._ready = False
         self._on_cancel = on_cancel
         context = JobContext(self._queue, self._cancelled, self._sink)
-        self._thread = threading.Thread(target=run_job, args=(work, context), name=f"whistle-stop-{self.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=run_job, args=(work, context), name=f"whistle-stop-{self.name}", daemon=True
+        )
         self._thread.start()
         self._timer.setInterval(TICK_MS)
         self._timer.start()

@@ -5,8 +5,8 @@ and how a job that ended without a result is shown."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QWidget
 
@@ -28,9 +28,18 @@ class JobWording:
 
 
 class JobControls:
-    def __init__(self, jobs: JobManager, kind: JobKind, wording: JobWording, intro: str, inputs: Sequence[QWidget],
-                 refresh: Callable[[], None], say: Callable[[str], None], report: Callable[[str, str], None],
-                 progress_format: str = "") -> None:
+    def __init__(
+        self,
+        jobs: JobManager,
+        kind: JobKind,
+        wording: JobWording,
+        intro: str,
+        inputs: Sequence[QWidget],
+        refresh: Callable[[], None],
+        say: Callable[[str], None],
+        report: Callable[[str, str], None],
+        progress_format: str = "",
+    ) -> None:
         """`refresh`: the tab's, which enables Run or says why not; called whenever a job starts or ends."""
         self.jobs, self.kind, self.wording, self.inputs = jobs, kind, wording, tuple(inputs)
         self._say, self._report = say, report
@@ -49,8 +58,9 @@ class JobControls:
         self.cancel_button.setEnabled(False)
         self.reason = QLabel()
         self.reason.setWordWrap(True)
-        self.controller.attach(JobHandlers(progress=self._on_progress, cancelling=self._on_cancelling,
-                                           running=self._on_running))
+        self.controller.attach(
+            JobHandlers(progress=self._on_progress, cancelling=self._on_cancelling, running=self._on_running)
+        )
         jobs.changed.connect(refresh)  # this job or another started or ended
 
     def blocker(self) -> str:

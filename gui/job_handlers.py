@@ -9,8 +9,9 @@ its events by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from whistle_stop.backends.worker.events import BackendEvent
 
@@ -29,8 +30,9 @@ class EventRoutes:
     that redraws or counts once per tick does it there. An event without a route is passed over.
     Each handler gets the event as it came (an engine's event still wrapped in its BackendEvent)."""
 
-    def __init__(self, routes: Mapping[type | tuple[type, ...], Handler],
-                 after: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, routes: Mapping[type | tuple[type, ...], Handler], after: Callable[[], None] | None = None
+    ) -> None:
         self._routes: dict[type, Handler] = {}
         for kinds, handler in routes.items():
             for kind in kinds if isinstance(kinds, tuple) else (kinds,):

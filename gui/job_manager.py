@@ -11,9 +11,9 @@ reason shown.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
 
 from PySide6.QtCore import QObject, Signal, SignalInstance
 
@@ -60,8 +60,9 @@ class JobManager(QObject):
         self._add(kind, _Job(lambda: controller.running, controller.cancel, controller), controller.running_changed)
         return controller
 
-    def follow(self, kind: JobKind, is_running: Callable[[], bool], stop: Callable[[], None],
-               *signals: SignalInstance) -> None:
+    def follow(
+        self, kind: JobKind, is_running: Callable[[], bool], stop: Callable[[], None], *signals: SignalInstance
+    ) -> None:
         """A job that is not a thread (the replay): `signals` say that it started or ended."""
         self._add(kind, _Job(is_running, stop, None), *signals)
 
@@ -71,15 +72,17 @@ class JobManager(QObject):
 
     def busy(self) -> bool:
         """An engine job runs (any but the replay and a server)."""
-        return any(job.controller is not None and kind.exclusive and job.is_running()
-                   for kind, job in self._jobs.items())
+        return any(
+            job.controller is not None and kind.exclusive and job.is_running() for kind, job in self._jobs.items()
+        )
 
     def blocker(self, kind: JobKind) -> str:
         """Why a `kind` job cannot start now because another one runs ("" when it may)."""
         if not kind.exclusive:
             return ""
-        return next((other.reason for other in JobKind
-                     if other is not kind and other.exclusive and self.running(other)), "")
+        return next(
+            (other.reason for other in JobKind if other is not kind and other.exclusive and self.running(other)), ""
+        )
 
     def cancel(self) -> bool:
         """Stop whichever exclusive job runs (only one can); False if none does."""

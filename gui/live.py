@@ -12,20 +12,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from whistle_stop.backends.worker.events import (BackendEvent, Failed, Progress, Ready, RunContext, RunDone, RunRequest,
-                                    RunStarted, Started, Token, WorkerLost)
-from whistle_stop.backends.sources.prompts import prompt_text
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
-from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
+from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
 from whistle_stop.backends.results.stats import run_metrics
+from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
+from whistle_stop.backends.sources.prompts import prompt_text
+from whistle_stop.backends.worker.events import (
+    BackendEvent,
+    Failed,
+    Progress,
+    Ready,
+    RunContext,
+    RunDone,
+    RunRequest,
+    RunStarted,
+    Started,
+    Token,
+    WorkerLost,
+)
 
 from .buffers import GrowBuffer
 from .charts import LatencyChart, RaceChart
 from .streams_grid import StreamsGrid
 
 
-def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float | None, tokens: int,
-                total: int) -> str:
+def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float | None, tokens: int, total: int) -> str:
     parts = [f"TTFT {ttft_ms:.1f} ms" if ttft_ms is not None else "TTFT -"]
     if ms_per_token is not None and ms_per_token == ms_per_token:
         parts.append(f"{ms_per_token:.2f} ms/token")
@@ -36,8 +46,9 @@ def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float 
 
 
 def record_status(record: RunRecord) -> str:
-    return status_line(record.ttft_ms, record.itl_p50_ms, record.decode_tok_s, record.tokens_generated,
-                       record.new_tokens)
+    return status_line(
+        record.ttft_ms, record.itl_p50_ms, record.decode_tok_s, record.tokens_generated, record.new_tokens
+    )
 
 
 def run_label(repeat: int, is_warmup: bool, repeats: int) -> str:
@@ -192,8 +203,9 @@ class LiveView:
         pane = self.grid.panes[name]
         pane.append(texts)
         metrics = run_metrics(trace.start_ns, trace.stamps.view().tolist())
-        pane.set_status(status_line(metrics.ttft_ms, metrics.itl_p50_ms, metrics.decode_tok_s, metrics.tokens,
-                                    trace.total))
+        pane.set_status(
+            status_line(metrics.ttft_ms, metrics.itl_p50_ms, metrics.decode_tok_s, metrics.tokens, trace.total)
+        )
         pane.set_progress(metrics.tokens, max(1, trace.total))
         self.latency.set_series(name, trace.latency_ms(), trace.texts)
         self.race.set_series(name, trace.seconds())
@@ -236,7 +248,7 @@ class LiveView:
         for token in tokens:
             by_run.setdefault(token.run_id, []).append(token)
         for name, pane in self.grid.panes.items():
-            mine = [r for r in runs if r.backend == name]
+            mine = runs_of(runs, name)
             if not mine:
                 continue
             shown = display_run(mine, by_run)

@@ -3,7 +3,7 @@
 Engines, model and generation settings come from the setup panel (`SetupPanel.config()`, as every
 tab); the concurrency levels and the optional goodput SLOs are here. The Run button's own
 `start_bench` runs a fair `BenchSession` with `config.concurrency` on this tab's job controller: every
-engine's bench runs are level 1, then engines that serve concurrently (remote, vllm) run rounds of
+engine's bench runs are level 1, then engines that serve concurrently (servers) run rounds of
 N requests at once. The table and the curve both come from `session_levels` over the result's
 records: the rows `bench --concurrency` prints and load.csv holds.
 """
@@ -17,16 +17,23 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QTableWidget, QTableWidgetItem, QWidget
 
+from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.report.html import load_notes
 from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_rows, session_levels
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
 from whistle_stop.backends.runs.config import MAX_CONCURRENCY
 from whistle_stop.backends.runs.events import LoadRecorded
-from whistle_stop.backends.worker.events import (BackendEvent, Failed, LoadProgress, LoadRequest, Ready, RunRequest,
-                                                 WorkerLost)
+from whistle_stop.backends.worker.events import (
+    BackendEvent,
+    Failed,
+    LoadProgress,
+    LoadRequest,
+    Ready,
+    RunRequest,
+    WorkerLost,
+)
 
 from .bench_job import BenchPrepared, start_bench
 from .figure_view import FigureGrid
@@ -37,13 +44,23 @@ from .setup_panel import SetupPanel
 from .theme import Theme, engine_colours
 from .widgets import controls_column, read_only_table, stacked, three_panes
 
-WORDING = JobWording("load run", " Run load", "Load run", "cancelling: each engine stops after its current token…",
-                     could_not_run="The load run could not run", cancelled="Load run cancelled")
-INTRO = ("Aggregate tokens/s and latency as requests grow, with the setup's engines and settings in fair mode: "
-         "level 1 from every engine's bench runs, higher levels from server engines.")
+WORDING = JobWording(
+    "load run",
+    " Run load",
+    "Load run",
+    "cancelling: each engine stops after its current token…",
+    could_not_run="The load run could not run",
+    cancelled="Load run cancelled",
+)
+INTRO = (
+    "Aggregate tokens/s and latency as requests grow, with the setup's engines and settings in fair mode: "
+    "level 1 from every engine's bench runs, higher levels from server engines."
+)
 DEFAULT_LEVELS = "1,2,4,8"
-NO_SERVER = ("No selected engine served concurrently: local engines give only the concurrency-1 reference "
-             "(levels above 1 need a server engine: remote or vllm).")
+NO_SERVER = (
+    "No selected engine served concurrently: local engines give only the concurrency-1 reference "
+    f"(levels above 1 need a server engine: {', '.join(registry.serving_concurrently())})."
+)
 
 
 def parse_levels(text: str) -> tuple[tuple[int, ...], str]:
@@ -80,10 +97,9 @@ class LoadTab(QWidget):
     error = Signal(str, str)  # title, message: the window shows it
     finished = Signal(object)  # the BenchResult (cancelled ones too)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: BenchResult | None = None
         self.levels: list[LoadLevel] = []
         self.colours: dict[str, QColor] = {}
@@ -92,31 +108,56 @@ class LoadTab(QWidget):
         self._rounds: dict[str, LoadRequest] = {}  # per engine: its load round in flight
         self._recorded = 0  # runs and rounds recorded, warm-ups included
         self._build()
-        self.job.controller.attach(JobHandlers(
-            events=EventRoutes({(RunRecorded, LoadRecorded): self._recorded_one, Ready: self._loaded,
-                                RunRequest: self._level_one_run, LoadRequest: self._round_sent,
-                                LoadProgress: self._round_progress, (Failed, WorkerLost): self._engine_failed},
-                               after=self._show_progress),
-            ready=self._on_prepared, result=self._on_finished, failed=self.job.show_failure,
-            cancelled=self.job.show_cancelled))
+        self.job.controller.attach(
+            JobHandlers(
+                events=EventRoutes(
+                    {
+                        (RunRecorded, LoadRecorded): self._recorded_one,
+                        Ready: self._loaded,
+                        RunRequest: self._level_one_run,
+                        LoadRequest: self._round_sent,
+                        LoadProgress: self._round_progress,
+                        (Failed, WorkerLost): self._engine_failed,
+                    },
+                    after=self._show_progress,
+                ),
+                ready=self._on_prepared,
+                result=self._on_finished,
+                failed=self.job.show_failure,
+                cancelled=self.job.show_cancelled,
+            )
+        )
         setup.changed.connect(self.refresh)
         self.refresh()
 
     def _build(self) -> None:
         self.concurrency = QLineEdit(DEFAULT_LEVELS)
-        self.concurrency.setToolTip("requests sent at once, separated by commas; level 1 is every engine's "
-                                    "bench runs (always run); levels above 1 need a server engine "
-                                    f"(at most {MAX_CONCURRENCY})")
+        self.concurrency.setToolTip(
+            "requests sent at once, separated by commas; level 1 is every engine's "
+            "bench runs (always run); levels above 1 need a server engine "
+            f"(at most {MAX_CONCURRENCY})"
+        )
         self.slo_ttft = QLineEdit()
         self.slo_itl = QLineEdit()
-        for edit, what in ((self.slo_ttft, "a request's time to first token"),
-                           (self.slo_itl, "a request's mean inter-token latency (TPOT)")):
+        for edit, what in (
+            (self.slo_ttft, "a request's time to first token"),
+            (self.slo_itl, "a request's mean inter-token latency (TPOT)"),
+        ):
             edit.setPlaceholderText("not set")
             edit.setToolTip(f"goodput SLO: {what} at most this many ms; empty: not set")
         for edit in (self.concurrency, self.slo_ttft, self.slo_itl):
             edit.textChanged.connect(self.refresh)
-        self.job = JobControls(self.jobs, JobKind.LOAD, WORDING, INTRO, (self.concurrency, self.slo_ttft, self.slo_itl),
-                               self.refresh, self.message.emit, self.error.emit, "%v / %m runs and rounds")
+        self.job = JobControls(
+            self.jobs,
+            JobKind.LOAD,
+            WORDING,
+            INTRO,
+            (self.concurrency, self.slo_ttft, self.slo_itl),
+            self.refresh,
+            self.message.emit,
+            self.error.emit,
+            "%v / %m runs and rounds",
+        )
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
@@ -124,8 +165,9 @@ class LoadTab(QWidget):
         form.addRow("Levels", self.concurrency)
         form.addRow("SLO TTFT ms", self.slo_ttft)
         form.addRow("SLO ITL ms", self.slo_itl)
-        controls = controls_column(form, self.run_button, self.job.cancel_button,
-                                   status=(self.reason, self.progress, self.status))
+        controls = controls_column(
+            form, self.run_button, self.job.cancel_button, status=(self.reason, self.progress, self.status)
+        )
 
         self.notice = QLabel(NO_SERVER)
         self.notice.setObjectName("notice")
@@ -163,11 +205,16 @@ class LoadTab(QWidget):
         levels, ttft, itl, _ = self.inputs()
         # The setup's config, as Run builds it; fair whatever the setup says (load levels need it),
         # and no harness calibration (this tab does not show it).
-        config = replace(self.setup.config(), mode="fair", concurrency=levels, slo_ttft_ms=ttft, slo_itl_ms=itl,
-                         calibrate_harness=False)
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
+        config = replace(
+            self.setup.config(),
+            mode="fair",
+            concurrency=levels,
+            slo_ttft_ms=ttft,
+            slo_itl_ms=itl,
+            calibrate_harness=False,
+        )
         try:
-            start_bench(self.job.controller, config, specs)
+            start_bench(self.job.controller, config)
         except UsageError as exc:
             self.error.emit("Cannot run the load levels", str(exc))
             return False
@@ -186,8 +233,10 @@ class LoadTab(QWidget):
     # --- events (GUI thread) --------------------------------------------------------------------
     def _on_prepared(self, prepared: BenchPrepared) -> None:
         levels = ", ".join(str(c) for c in self._config.concurrency if c > 1) if self._config else ""
-        self.status.setText(f"{prepared.model.label}: {len(prepared.prompt_ids)}-token prompt; every engine's bench "
-                            f"runs first (level 1)" + (f", then levels {levels} for server engines" if levels else ""))
+        self.status.setText(
+            f"{prepared.model.label}: {len(prepared.prompt_ids)}-token prompt; every engine's bench "
+            f"runs first (level 1)" + (f", then levels {levels} for server engines" if levels else "")
+        )
 
     def _recorded_one(self, _event: RunRecorded | LoadRecorded) -> None:
         self._recorded += 1
@@ -201,15 +250,18 @@ class LoadTab(QWidget):
 
     def _round_sent(self, event: BackendEvent) -> None:
         round_ = self._rounds[event.backend] = event.event
-        self.status.setText(f"{event.backend}: c={round_.concurrency}, round {round_.run_id}: sending "
-                            f"{round_.concurrency} requests…")
+        self.status.setText(
+            f"{event.backend}: c={round_.concurrency}, round {round_.run_id}: sending {round_.concurrency} requests…"
+        )
 
     def _round_progress(self, event: BackendEvent) -> None:
         payload, round_ = event.event, self._rounds.get(event.backend)
         if round_ is not None:  # the live count, from the worker's own tally
-            self.status.setText(f"{event.backend}: c={round_.concurrency}, round {payload.run_id}: {payload.tokens}/"
-                                f"{round_.concurrency * round_.new_tokens} tokens, {payload.streams_done}/"
-                                f"{round_.concurrency} requests done")
+            self.status.setText(
+                f"{event.backend}: c={round_.concurrency}, round {payload.run_id}: {payload.tokens}/"
+                f"{round_.concurrency * round_.new_tokens} tokens, {payload.streams_done}/"
+                f"{round_.concurrency} requests done"
+            )
 
     def _engine_failed(self, event: BackendEvent) -> None:
         self.status.setText(f"{event.backend}: failed")
@@ -258,8 +310,11 @@ class LoadTab(QWidget):
 
     # --- preferences and theme ------------------------------------------------------------------
     def prefs(self) -> dict:
-        return {"levels": self.concurrency.text(), "slo_ttft_ms": self.slo_ttft.text(),
-                "slo_itl_ms": self.slo_itl.text()}
+        return {
+            "levels": self.concurrency.text(),
+            "slo_ttft_ms": self.slo_ttft.text(),
+            "slo_itl_ms": self.slo_itl.text(),
+        }
 
     def set_prefs(self, prefs: object) -> None:
         if not isinstance(prefs, dict):

@@ -12,7 +12,7 @@ from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea, QTabWidget
 
-from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.results.records import runs_of
 
 from . import gc_guard
 from .actions import REPLAY_SPEEDS, build_actions
@@ -35,17 +35,17 @@ from .setup_panel import SetupPanel
 from .streams_grid import StreamsGrid
 from .summary_chart import SummaryView
 from .sweep_tab import SweepTab
-from .theme import Theme, apply_theme as apply_app_theme, current_theme, icon
+from .theme import Theme, current_theme, icon
+from .theme import apply_theme as apply_app_theme
 
 
 class MainWindow(QMainWindow):
     session_loaded = Signal()
 
-    def __init__(self, extra_specs: dict[str, EngineSpec] | None = None, settings: QSettings | None = None) -> None:
+    def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         gc_guard.acquire()  # cycles are collected in this thread only while the window lives (gc_guard.py)
         self._gc_guarded = True
-        self.extra_specs = dict(extra_specs or {})
         self.store = Store(settings if settings is not None else default_settings())
         self.setWindowTitle("whistle-stop")
         self.setWindowIcon(icon("app"))
@@ -55,21 +55,35 @@ class MainWindow(QMainWindow):
         # that run jobs, the layout, then the helpers and actions that act on all of it (the
         # bench's controller among them); signals last.
         self.jobs = JobManager(self)
-        self.setup = SetupPanel(self.jobs, self.extra_specs)
+        self.setup = SetupPanel(self.jobs)
         self.grid = StreamsGrid()
         self.latency, self.race, self.histogram = LatencyChart(), RaceChart(), HistogramChart()
         self.summary = SummaryView()
         self.table = RunsTable()
         self.live = LiveView(self.grid, self.latency, self.race)
-        self.view = SessionView(self.grid, self.live, self.latency, self.race, self.histogram, self.summary,
-                                self.table, self.extra_specs, lambda: self.tabs.currentWidget(), self._update_actions)
+        self.view = SessionView(
+            self.grid,
+            self.live,
+            self.latency,
+            self.race,
+            self.histogram,
+            self.summary,
+            self.table,
+            lambda: self.tabs.currentWidget(),
+            self._update_actions,
+        )
         self.replayer = Replayer(self.live, self)
-        self.jobs.follow(JobKind.REPLAY, lambda: self.replayer.running, self.replayer.stop,
-                         self.replayer.started, self.replayer.finished)
-        self.sweep_tab = SweepTab(self.setup, self.jobs, self.extra_specs)
-        self.quality_tab = QualityTab(self.setup, self.jobs, self.extra_specs)
-        self.profile_tab = ProfileTab(self.setup, self.jobs, self.extra_specs)
-        self.load_tab = LoadTab(self.setup, self.jobs, self.extra_specs)
+        self.jobs.follow(
+            JobKind.REPLAY,
+            lambda: self.replayer.running,
+            self.replayer.stop,
+            self.replayer.started,
+            self.replayer.finished,
+        )
+        self.sweep_tab = SweepTab(self.setup, self.jobs)
+        self.quality_tab = QualityTab(self.setup, self.jobs)
+        self.profile_tab = ProfileTab(self.setup, self.jobs)
+        self.load_tab = LoadTab(self.setup, self.jobs)
         self.view.quality_rows = self._quality_rows
         self.serve_tab = ServeTab(self.setup, self.jobs)
         self._build_layout()
@@ -77,11 +91,11 @@ class MainWindow(QMainWindow):
         self.prepare_bar = QProgressBar()
         self._build_status_bar()
         self.messages = Messages(self.state, self)
-        self.bench = BenchController(self.jobs, self.setup, self.view, self.messages, self.prepare_bar, self.store,
-                                     self.extra_specs)
+        self.bench = BenchController(self.jobs, self.setup, self.view, self.messages, self.prepare_bar, self.store)
         self.files = SessionFiles(self, self.store, self.messages)
-        self.reports = ReportsController(self, self.store, self.messages, lambda: self.view.data, self.sweep_tab,
-                                         self.quality_tab)
+        self.reports = ReportsController(
+            self, self.store, self.messages, lambda: self.view.data, self.sweep_tab, self.quality_tab
+        )
         self.actions = build_actions(self, self)
         self.actions.view_menu.addAction(self.setup_dock.toggleViewAction())
         self.actions.view_menu.addAction(self.charts_dock.toggleViewAction())
@@ -108,10 +122,18 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.setup_dock)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        for widget, title in [(self.latency, "Latency per token"), (self.race, "Race"), (self.summary, "Summary"),
-                              (self.histogram, "ITL histogram"), (self.table, "Runs"), (self.sweep_tab, "Sweep"),
-                              (self.quality_tab, "Quality"), (self.profile_tab, "Profile"), (self.load_tab, "Load"),
-                              (self.serve_tab, "Serve")]:
+        for widget, title in [
+            (self.latency, "Latency per token"),
+            (self.race, "Race"),
+            (self.summary, "Summary"),
+            (self.histogram, "ITL histogram"),
+            (self.table, "Runs"),
+            (self.sweep_tab, "Sweep"),
+            (self.quality_tab, "Quality"),
+            (self.profile_tab, "Profile"),
+            (self.load_tab, "Load"),
+            (self.serve_tab, "Serve"),
+        ]:
             self.tabs.addTab(widget, title)
         self.charts_dock = QDockWidget("Charts and results", self)
         self.charts_dock.setObjectName("chartsDock")
@@ -145,11 +167,23 @@ class MainWindow(QMainWindow):
         self.setStyleSheet(
             f"QLabel#randomBadge {{ background: #b5541c; color: white; border-radius: 9px; padding: 2px 9px; "
             f"font-weight: bold; }}"
-            f"QLabel#notice {{ background: {theme.warn_bg}; color: {theme.warn_fg}; border-radius: 4px; padding: 6px; }}"
+            f"QLabel#notice {{ background: {theme.warn_bg}; color: {theme.warn_fg}; border-radius: 4px; "
+            f"padding: 6px; }}"
             f"QLabel#muted {{ color: {theme.muted}; }}"
-            f"QGroupBox {{ font-weight: bold; }}")
-        for widget in (self.grid, self.latency, self.race, self.histogram, self.summary, self.sweep_tab,
-                       self.quality_tab, self.profile_tab, self.load_tab, self.serve_tab):
+            f"QGroupBox {{ font-weight: bold; }}"
+        )
+        for widget in (
+            self.grid,
+            self.latency,
+            self.race,
+            self.histogram,
+            self.summary,
+            self.sweep_tab,
+            self.quality_tab,
+            self.profile_tab,
+            self.load_tab,
+            self.serve_tab,
+        ):
             widget.apply_theme(theme)
 
     def on_scheme_changed(self) -> None:
@@ -180,9 +214,10 @@ class MainWindow(QMainWindow):
         for name, pane in self.grid.panes.items():
             if name not in lanes:  # failed or cancelled before a measured token: nothing to replay
                 pane.set_tag("no measured run", "warn")
-                pane.set_status(next((r.error for r in data.runs if r.backend == name and r.error), ""))
-        self.messages.say("replaying the measured runs on their recorded time axis…" if started
-                          else "nothing to replay")
+                pane.set_status(next((r.error for r in runs_of(data.runs, name) if r.error), ""))
+        self.messages.say(
+            "replaying the measured runs on their recorded time axis…" if started else "nothing to replay"
+        )
         self._update_actions()
         return started
 
@@ -192,8 +227,14 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self) -> None:
         data = self.view.data
-        self.actions.set_state(self.jobs.busy(), not self.setup.problem(), bool(data.runs) and data.finished,
-                               self.view.replayable, self.jobs.running(JobKind.REPLAY), self.reports.can_report())
+        self.actions.set_state(
+            self.jobs.busy(),
+            not self.setup.problem(),
+            bool(data.runs) and data.finished,
+            self.view.replayable,
+            self.jobs.running(JobKind.REPLAY),
+            self.reports.can_report(),
+        )
 
     # --- files and reports (the menu asks for a folder; tests and scripts pass one) ------------
     def export_csv(self, folder: Path | None = None) -> bool:
@@ -225,8 +266,10 @@ class MainWindow(QMainWindow):
 
     def export_charts(self, folder: Path | None = None) -> list[Path]:
         self.view.refresh_if_stale()
-        return self.files.export_charts({"latency": self.latency, "race": self.race, "summary": self.summary.bars,
-                                         "histogram": self.histogram}, folder)
+        return self.files.export_charts(
+            {"latency": self.latency, "race": self.race, "summary": self.summary.bars, "histogram": self.histogram},
+            folder,
+        )
 
     def copy_markdown(self) -> str:
         return self.files.copy_markdown(self.view.data, self._quality_rows(self.view.data))
@@ -271,9 +314,16 @@ class MainWindow(QMainWindow):
         self.replayer.stop()
         self.setup.probe.close()
         self.store.save_params(self.setup.params())
-        self.store.save_prefs({"replay_speed": self.actions.replay_speed.currentText(), "tab": self.tabs.currentIndex(),
-                               "sweep": self.sweep_tab.prefs(), "quality": self.quality_tab.prefs(),
-                               "load": self.load_tab.prefs(), "serve": self.serve_tab.prefs()})
+        self.store.save_prefs(
+            {
+                "replay_speed": self.actions.replay_speed.currentText(),
+                "tab": self.tabs.currentIndex(),
+                "sweep": self.sweep_tab.prefs(),
+                "quality": self.quality_tab.prefs(),
+                "load": self.load_tab.prefs(),
+                "serve": self.serve_tab.prefs(),
+            }
+        )
         self.store.save_geometry(self.saveGeometry(), self.saveState())
         self.store.sync()
         super().closeEvent(event)

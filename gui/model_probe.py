@@ -12,14 +12,18 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.sources.model_files import (DEFAULT_HUB_MODEL, RANDOM_PREFIX, ModelFiles, cached_model,
-                                                         resolve_model)
+from whistle_stop.backends.sources.model_files import (
+    DEFAULT_HUB_MODEL,
+    RANDOM_PREFIX,
+    ModelFiles,
+    cached_model,
+    resolve_model,
+)
 from whistle_stop.backends.storage.paths import CONFIGS_DIR
 
 from .job_context import RESOLVE_LOCK
 
 HUB_MODELS = ["gpt2", "distilgpt2", "gpt2-medium"]
-
 
 
 @dataclass(frozen=True)
@@ -47,22 +51,26 @@ def predict(spec: str) -> ModelInfo:
     """The answer that needs no model files."""
     spec = spec.strip() or "auto"
     if spec.startswith(RANDOM_PREFIX):
-        config = _bundled_config(spec[len(RANDOM_PREFIX):])
+        config = _bundled_config(spec[len(RANDOM_PREFIX) :])
         if config is None:
             return ModelInfo(spec, None, True, error=f"unknown random config {spec!r}")
         return ModelInfo(spec, int(config.get("n_positions", 1024)), True, _shape(config) + " · made locally")
     if spec == "auto" or spec in HUB_MODELS:
         name = DEFAULT_HUB_MODEL if spec == "auto" else spec
         config = _bundled_config(name) or {}
-        detail = (f"{name} from the cache or the hub; random:gpt2 if neither can be had" if spec == "auto"
-                  else f"{_shape(config)} · downloaded once if not cached")
+        detail = (
+            f"{name} from the cache or the hub; random:gpt2 if neither can be had"
+            if spec == "auto"
+            else f"{_shape(config)} · downloaded once if not cached"
+        )
         return ModelInfo(spec, int(config.get("n_positions", 1024)), None if spec == "auto" else False, detail)
     return ModelInfo(spec, None, None, "checking the folder…", pending=True)
 
 
 def from_files(model: ModelFiles) -> ModelInfo:
-    return ModelInfo(model.spec, model.context, model.is_random, f"{model.label} · {_shape(model.config)}", model.notice,
-                     files=model)
+    return ModelInfo(
+        model.spec, model.context, model.is_random, f"{model.label} · {_shape(model.config)}", model.notice, files=model
+    )
 
 
 class ModelProbe(QObject):

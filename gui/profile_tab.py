@@ -14,13 +14,21 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QLineEdit, QPushButton,
-                               QSplitter, QTableWidget, QTableWidgetItem, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QWidget,
+)
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.profile.files import write_profile
 from whistle_stop.backends.profile.table import HEADERS, NOTE, profile_row
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
@@ -37,8 +45,10 @@ from .theme import Theme
 from .widgets import controls_column, read_only_table, results_root, stacked, three_panes
 
 WORDING = JobWording("profile", " Run profile", "Profile", "cancelling…", could_not_run="The profile could not run")
-INTRO = ("Each engine alone: warm-up, the measured runs (ms/token, as bench), then one run under its own profiler "
-         "(torch.profiler, ORT profiling, timers...).")
+INTRO = (
+    "Each engine alone: warm-up, the measured runs (ms/token, as bench), then one run under its own profiler "
+    "(torch.profiler, ORT profiling, timers...)."
+)
 OPS_HEADERS = ["phase", "operation", "category", "ms / step", "calls / step", "share"]
 
 
@@ -47,18 +57,27 @@ class ProfileTab(QWidget):
     error = Signal(str, str)
     finished = Signal(object)  # ProfileResult
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: ProfileResult | None = None
         self.folder: Path | None = None
         self._engines = 0
         self._build()
-        self.job.controller.attach(JobHandlers(
-            events=EventRoutes({ProfileStarted: self._engine_started, ProfileEngineDone: self._engine_done,
-                                Progress: self._engine_progress}),
-            result=self._on_finished, failed=self.job.show_failure, cancelled=self.job.show_cancelled))
+        self.job.controller.attach(
+            JobHandlers(
+                events=EventRoutes(
+                    {
+                        ProfileStarted: self._engine_started,
+                        ProfileEngineDone: self._engine_done,
+                        Progress: self._engine_progress,
+                    }
+                ),
+                result=self._on_finished,
+                failed=self.job.show_failure,
+                cancelled=self.job.show_cancelled,
+            )
+        )
         setup.changed.connect(self.refresh)
         self.refresh()
 
@@ -66,8 +85,9 @@ class ProfileTab(QWidget):
         self.out = QLineEdit()
         self.out.setPlaceholderText(str(results_root() / "profile-<time>"))
         self.out.setToolTip("folder for breakdown.csv, top_ops.csv, profile.json, the traces and charts")
-        self.job = JobControls(self.jobs, JobKind.PROFILE, WORDING, INTRO, (self.out,), self.refresh,
-                               self.message.emit, self.error.emit)
+        self.job = JobControls(
+            self.jobs, JobKind.PROFILE, WORDING, INTRO, (self.out,), self.refresh, self.message.emit, self.error.emit
+        )
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
@@ -81,8 +101,13 @@ class ProfileTab(QWidget):
         form = QFormLayout()
         form.addRow("Folder", self.out)
         form.addRow("Step", self.phase)
-        controls = controls_column(form, self.run_button, self.job.cancel_button, options=(self.open_folder,),
-                                   status=(self.reason, self.progress, self.status))
+        controls = controls_column(
+            form,
+            self.run_button,
+            self.job.cancel_button,
+            options=(self.open_folder,),
+            status=(self.reason, self.progress, self.status),
+        )
         self.table = QTableWidget(0, len(HEADERS))
         read_only_table(self.table, HEADERS, select_rows=True)
         self.table.itemSelectionChanged.connect(self._show_ops)
@@ -114,10 +139,9 @@ class ProfileTab(QWidget):
         if self.job.refuse(self.problem()):
             return False
         config = replace(self.setup.config(), mode="fair", calibrate_harness=False)
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         folder = self.target_folder()
         try:
-            session = ProfileSession(config, folder, on_event=self.job.controller.sink(), specs=specs)
+            session = ProfileSession(config, folder, on_event=self.job.controller.sink())
         except UsageError as exc:
             self.error.emit("Cannot profile", str(exc))
             return False
@@ -134,8 +158,16 @@ class ProfileTab(QWidget):
             context.ready(None)
             result = session.run(model, ids)
             write_results(folder, result.bench.runs, result.bench.tokens, result.bench.environment)
-            write_profile(folder, result.profiles, {**config.as_dict(), "prompt_tokens": len(ids),
-                                                    "model": model.label, "threads_resolved": session.threads})
+            write_profile(
+                folder,
+                result.profiles,
+                {
+                    **config.as_dict(),
+                    "prompt_tokens": len(ids),
+                    "model": model.label,
+                    "threads_resolved": session.threads,
+                },
+            )
             return result
 
         self.job.controller.start(work, session.cancel)
@@ -145,8 +177,10 @@ class ProfileTab(QWidget):
     def _engine_started(self, event: ProfileStarted) -> None:
         self.progress.setRange(0, event.total)
         self.progress.setValue(event.index - 1)
-        self.status.setText(f"profiling {event.engine} ({event.index}/{event.total}): load, warm-up, "
-                            "measured runs, then the profiled run")
+        self.status.setText(
+            f"profiling {event.engine} ({event.index}/{event.total}): load, warm-up, "
+            "measured runs, then the profiled run"
+        )
 
     def _engine_done(self, event: ProfileEngineDone) -> None:
         self._add_row(event.profile)
@@ -195,8 +229,14 @@ class ProfileTab(QWidget):
         profile = self.result.profiles[min(rows)]
         self.ops.setRowCount(len(profile.top_ops))
         for r, op in enumerate(profile.top_ops):
-            cells = [op.phase, op.name, op.category, f"{op.ms_per_step:.3f}", f"{op.calls_per_step:.1f}",
-                     f"{100 * op.share:.1f}%"]
+            cells = [
+                op.phase,
+                op.name,
+                op.category,
+                f"{op.ms_per_step:.3f}",
+                f"{op.calls_per_step:.1f}",
+                f"{100 * op.share:.1f}%",
+            ]
             for c, cell in enumerate(cells):
                 self.ops.setItem(r, c, QTableWidgetItem(cell))
 

@@ -12,17 +12,22 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QPushButton,
-                               QSplitter, QWidget)
+from PySide6.QtWidgets import QFileDialog, QFormLayout, QLabel, QLineEdit, QPushButton, QSplitter, QWidget
 
-from whistle_stop.backends.report import figures
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
-from whistle_stop.backends.sources.model_files import ModelFiles
-from whistle_stop.backends.runs.quality import (DEFAULT_STRIDE, DEFAULT_TEXT, QualityResult, QualitySession, QualitySettings,
-                              quality_rows_as_dicts, write_quality)
-from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.report import figures
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
+from whistle_stop.backends.runs.quality import (
+    DEFAULT_STRIDE,
+    DEFAULT_TEXT,
+    QualityResult,
+    QualitySession,
+    QualitySettings,
+    quality_rows_as_dicts,
+    write_quality,
+)
+from whistle_stop.backends.sources.model_files import ModelFiles
+from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
 
 from .figure_view import FigureGrid
 from .job_context import JobContext
@@ -34,10 +39,18 @@ from .setup_panel import SetupPanel
 from .theme import Theme, current_theme, engine_colours
 from .widgets import controls_column, path_row, spin, stacked, three_panes
 
-WORDING = JobWording("quality evaluation", " Run quality", "Quality evaluation", "cancelling…",
-                     could_not_run="The quality evaluation could not run", cancelled="Quality evaluation cancelled")
-INTRO = ("Perplexity through each engine's own forward pass, beside the tokens/s of a short fair bench with the "
-         "setup's settings (agreement needs greedy decoding).")
+WORDING = JobWording(
+    "quality evaluation",
+    " Run quality",
+    "Quality evaluation",
+    "cancelling…",
+    could_not_run="The quality evaluation could not run",
+    cancelled="Quality evaluation cancelled",
+)
+INTRO = (
+    "Perplexity through each engine's own forward pass, beside the tokens/s of a short fair bench with the "
+    "setup's settings (agreement needs greedy decoding)."
+)
 RANDOM_BANNER = "Random weights - timing only: perplexity is meaningless here (the tokens/s are real)."
 
 
@@ -52,10 +65,9 @@ class QualityTab(QWidget):
     error = Signal(str, str)
     finished = Signal(object)  # (BenchResult, QualityResult)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: BenchResult | None = None
         self.quality: QualityResult | None = None
         self.model: ModelFiles | None = None
@@ -64,12 +76,23 @@ class QualityTab(QWidget):
         self._runs_done = 0
         self._windows_done: dict[str, int] = {}
         self._build()
-        self.job.controller.attach(JobHandlers(
-            events=EventRoutes({RunRecorded: self._run_recorded, ScoreProgress: self._scoring,
-                                Progress: self._engine_progress, (Failed, WorkerLost): self._engine_failed},
-                               after=self._show_progress),
-            ready=self._on_prepared, result=self._on_finished, failed=self.job.show_failure,
-            cancelled=self.job.show_cancelled))
+        self.job.controller.attach(
+            JobHandlers(
+                events=EventRoutes(
+                    {
+                        RunRecorded: self._run_recorded,
+                        ScoreProgress: self._scoring,
+                        Progress: self._engine_progress,
+                        (Failed, WorkerLost): self._engine_failed,
+                    },
+                    after=self._show_progress,
+                ),
+                ready=self._on_prepared,
+                result=self._on_finished,
+                failed=self.job.show_failure,
+                cancelled=self.job.show_cancelled,
+            )
+        )
         setup.changed.connect(self.refresh)
         self.refresh()
 
@@ -84,9 +107,16 @@ class QualityTab(QWidget):
         self.stride = spin(1, 4096, DEFAULT_STRIDE, "tokens between window starts (HF's strided perplexity)")
         for box in (self.max_length, self.stride):
             box.valueChanged.connect(self.refresh)
-        self.job = JobControls(self.jobs, JobKind.QUALITY, WORDING, INTRO,
-                               (self.text_path, self.max_length, self.stride), self.refresh, self.message.emit,
-                               self.error.emit)
+        self.job = JobControls(
+            self.jobs,
+            JobKind.QUALITY,
+            WORDING,
+            INTRO,
+            (self.text_path, self.max_length, self.stride),
+            self.refresh,
+            self.message.emit,
+            self.error.emit,
+        )
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
@@ -94,7 +124,9 @@ class QualityTab(QWidget):
         form.addRow("Text", path_row(self.text_path, browse))
         form.addRow("Max length", self.max_length)
         form.addRow("Stride", self.stride)
-        controls = controls_column(form, self.run_button, self.job.cancel_button, status=(self.reason, self.progress, self.status))
+        controls = controls_column(
+            form, self.run_button, self.job.cancel_button, status=(self.reason, self.progress, self.status)
+        )
 
         self.banner = QLabel(RANDOM_BANNER)
         self.banner.setObjectName("notice")
@@ -114,8 +146,11 @@ class QualityTab(QWidget):
     # --- inputs -------------------------------------------------------------------------------
     def settings(self) -> QualitySettings:
         text = self.text_path.text().strip()
-        return QualitySettings(text_path=Path(text).expanduser() if text else None,
-                               max_length=self.max_length.value() or None, stride=self.stride.value())
+        return QualitySettings(
+            text_path=Path(text).expanduser() if text else None,
+            max_length=self.max_length.value() or None,
+            stride=self.stride.value(),
+        )
 
     def problem(self) -> str:
         blocked = self.job.blocker()
@@ -146,9 +181,8 @@ class QualityTab(QWidget):
         if self.job.refuse(self.problem()):
             return False
         config = replace(self.setup.config(), mode="fair")  # tokens/s beside perplexity: uncontended
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         try:
-            session = QualitySession(config, self.settings(), on_event=self.job.controller.sink(), specs=specs)
+            session = QualitySession(config, self.settings(), on_event=self.job.controller.sink())
         except UsageError as exc:
             self.error.emit("Cannot run the quality evaluation", str(exc))
             return False
@@ -177,8 +211,10 @@ class QualityTab(QWidget):
         self.model = prepared.model
         info = prepared.text_info
         self._totals = (self._totals[0], info["windows"] * len(self.colours))
-        self.status.setText(f"{prepared.model.label}: {info['text_tokens']} text tokens, {info['windows']} "
-                            f"window(s) of {info['max_length']} (stride {info['stride']}); bench first")
+        self.status.setText(
+            f"{prepared.model.label}: {info['text_tokens']} text tokens, {info['windows']} "
+            f"window(s) of {info['max_length']} (stride {info['stride']}); bench first"
+        )
         self.refresh()
         self._show_progress()
 
@@ -209,8 +245,11 @@ class QualityTab(QWidget):
         self.progress.setValue(1)
         self.show_results()
         failed = [r.backend for r in self.quality.rows if r.status != "ok"]
-        text = ("Quality evaluation cancelled" if self.result.cancelled else "Quality evaluation finished"
-                + (f"; failed: {', '.join(failed)}" if failed else ""))
+        text = (
+            "Quality evaluation cancelled"
+            if self.result.cancelled
+            else "Quality evaluation finished" + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
         self.status.setText(f"{text} · {self.quality.info.get('scored_tokens', '?')} tokens scored")
         self.message.emit(text)
         self.finished.emit(value)
@@ -248,8 +287,9 @@ class QualityTab(QWidget):
         return folder
 
     def _choose_text(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Text to compute perplexity on", self.text_path.text(),
-                                              "Text files (*.txt *.md);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Text to compute perplexity on", self.text_path.text(), "Text files (*.txt *.md);;All files (*)"
+        )
         if path:
             self.text_path.setText(path)
 

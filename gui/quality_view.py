@@ -7,10 +7,18 @@ import math
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends.runs.quality import Divergence, QualityRow
+
 from .widgets import read_only_table
 
 COLUMNS = ["engine", "dtype", "perplexity", "Δ vs reference", "tokens/s", "agreement", "first divergence", "status"]
@@ -27,11 +35,22 @@ def row_cells(row: QualityRow) -> list[str]:
         delta = f"{row.ppl_diff:+.3f} ({row.ppl_diff_pct:+.2f}%)"
     else:
         delta = "-"
-    agreement = (f"{row.agree_tokens}/{row.compared_tokens} ({100 * row.agree_share:.0f}%)"
-                 if row.agree_share is not None else "-")
+    agreement = (
+        f"{row.agree_tokens}/{row.compared_tokens} ({100 * row.agree_share:.0f}%)"
+        if row.agree_share is not None
+        else "-"
+    )
     status = row.status if row.status == "ok" else f"{row.status}: {row.error}"[:90]
-    return [row.backend, row.dtype, _num(row.perplexity, 3), delta, _num(row.decode_tok_s, 1), agreement,
-            "-" if row.first_divergence is None else str(row.first_divergence), status]
+    return [
+        row.backend,
+        row.dtype,
+        _num(row.perplexity, 3),
+        delta,
+        _num(row.decode_tok_s, 1),
+        agreement,
+        "-" if row.first_divergence is None else str(row.first_divergence),
+        status,
+    ]
 
 
 class QualityTable(QTableWidget):
@@ -49,8 +68,10 @@ class QualityTable(QTableWidget):
             for c, text in enumerate(row_cells(row)):
                 item = QTableWidgetItem(text)
                 left = COLUMNS[c] in ("engine", "dtype", "status")
-                item.setTextAlignment((Qt.AlignmentFlag.AlignLeft if left else Qt.AlignmentFlag.AlignRight)
-                                      | Qt.AlignmentFlag.AlignVCenter)
+                item.setTextAlignment(
+                    (Qt.AlignmentFlag.AlignLeft if left else Qt.AlignmentFlag.AlignRight)
+                    | Qt.AlignmentFlag.AlignVCenter
+                )
                 if c == 0 and row.backend in colours:
                     item.setForeground(colours[row.backend])
                 elif row.status != "ok":
@@ -89,21 +110,28 @@ class TopLogitsView(QWidget):
             return
         if divergence is None:
             if row.agree_share is None:
-                self.title.setText(f"{row.backend}: no greedy token streams to compare (agreement is measured "
-                                   "for greedy decoding only).")
+                self.title.setText(
+                    f"{row.backend}: no greedy token streams to compare (agreement is measured "
+                    "for greedy decoding only)."
+                )
             else:
-                self.title.setText(f"{row.backend} generated the same {row.agree_tokens} tokens as {row.reference}: "
-                                   "no divergence.")
+                self.title.setText(
+                    f"{row.backend} generated the same {row.agree_tokens} tokens as {row.reference}: no divergence."
+                )
             return
         d = divergence
-        self.title.setText(f"{d.backend} diverges from {d.reference} at generated token {d.position}: "
-                           f"{d.reference_token['text']!r} ({d.reference}) vs {d.token['text']!r} ({d.backend}). "
-                           "Top-5 logits on the common prefix:" + (f"  ({d.error})" if d.error else ""))
+        self.title.setText(
+            f"{d.backend} diverges from {d.reference} at generated token {d.position}: "
+            f"{d.reference_token['text']!r} ({d.reference}) vs {d.token['text']!r} ({d.backend}). "
+            "Top-5 logits on the common prefix:" + (f"  ({d.error})" if d.error else "")
+        )
         self.table.setHorizontalHeaderLabels([d.reference, d.backend])
         rows = max(len(d.reference_top), len(d.top))
         self.table.setRowCount(rows)
         for column, top in enumerate((d.reference_top, d.top)):
             for index, entry in enumerate(top):
-                item = QTableWidgetItem(f"{entry['text']!r}   {entry['logit']:.3f}  (p {math.exp(entry['logprob']):.3f})")
+                item = QTableWidgetItem(
+                    f"{entry['text']!r}   {entry['logit']:.3f}  (p {math.exp(entry['logprob']):.3f})"
+                )
                 item.setToolTip(f"token id {entry['token_id']}, log-prob {entry['logprob']:.4f}")
                 self.table.setItem(index, column, item)

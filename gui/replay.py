@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
 
 from .event_queue import TICK_MS
 from .live import LiveView, display_run
@@ -53,7 +53,7 @@ class Replayer(QObject):
             by_run.setdefault(token.run_id, []).append(token)
         out = {}
         for name in dict.fromkeys(r.backend for r in runs):
-            record = display_run([r for r in runs if r.backend == name], by_run)
+            record = display_run(runs_of(runs, name), by_run)
             if by_run.get(record.run_id) and not record.is_warmup:
                 out[name] = (record, sorted(by_run[record.run_id], key=lambda t: t.token_index))
         return out
@@ -68,8 +68,15 @@ class Replayer(QObject):
         for name, (record, run_tokens) in lanes.items():
             if name not in self.live.grid.panes:
                 continue
-            self._lanes.append(_Lane(name, record, np.array([t.t_ms for t in run_tokens]),
-                                     [t.token_id for t in run_tokens], [t.text for t in run_tokens]))
+            self._lanes.append(
+                _Lane(
+                    name,
+                    record,
+                    np.array([t.t_ms for t in run_tokens]),
+                    [t.token_id for t in run_tokens],
+                    [t.text for t in run_tokens],
+                )
+            )
             label = f"replay · run {record.repeat}" + (f" at {speed:g}×" if speed != 1 else "")
             self.live.start_trace(name, record.run_id, 0, label, total=record.new_tokens)
         self._clock.start()
@@ -89,8 +96,8 @@ class Replayer(QObject):
         for lane in self._lanes:
             upto = int(np.searchsorted(lane.t_ms, now_ms, side="right"))
             if upto > lane.shown:
-                stamps = (lane.t_ms[lane.shown:upto] * 1e6).astype(np.int64).tolist()  # ns since the request
-                self.live.feed(lane.name, lane.ids[lane.shown:upto], stamps, lane.texts[lane.shown:upto])
+                stamps = (lane.t_ms[lane.shown : upto] * 1e6).astype(np.int64).tolist()  # ns since the request
+                self.live.feed(lane.name, lane.ids[lane.shown : upto], stamps, lane.texts[lane.shown : upto])
                 lane.shown = upto
             done = done and lane.shown >= lane.t_ms.size
         self.live.flush()

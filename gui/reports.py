@@ -9,17 +9,27 @@ into the report folder's `data/` with the same writers `bench` and `quality` use
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QLabel, QListWidget, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.report.html import build_report
+from whistle_stop.backends.results.export import write_results
 
 from .messages import Messages
 from .session_data import SessionData
@@ -89,8 +99,15 @@ class ReportsController:
     """The two report actions. `bench` gives the session on screen when asked (the window
     replaces it with every run); the Sweep and Quality tabs give their own results."""
 
-    def __init__(self, parent: QWidget, store: Store, messages: Messages, bench: Callable[[], SessionData],
-                 sweep: SweepResults, quality: QualityResults) -> None:
+    def __init__(
+        self,
+        parent: QWidget,
+        store: Store,
+        messages: Messages,
+        bench: Callable[[], SessionData],
+        sweep: SweepResults,
+        quality: QualityResults,
+    ) -> None:
         self.parent, self.store, self.messages = parent, store, messages
         self.bench, self.sweep, self.quality = bench, sweep, quality
 
@@ -119,8 +136,9 @@ class ReportsController:
         for from the menu (a folder passed in, as tests and scripts do, is not opened)."""
         interactive = folder is None
         if interactive:  # a new folder inside the chosen one: report.html, its PNGs and data/
-            chosen = QFileDialog.getExistingDirectory(self.parent, "Where to put the report (a new folder is made "
-                                                      "inside)", self.store.last_folder())
+            chosen = QFileDialog.getExistingDirectory(
+                self.parent, "Where to put the report (a new folder is made inside)", self.store.last_folder()
+            )
             folder = Path(chosen) / report_dir("report").name if chosen else None
         if folder is None:
             return None

@@ -53,16 +53,20 @@ class RunsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return f"yes {NATIVE_MARK}" if native and _sampled(record) else format_cell(value)
         if role == Qt.ItemDataRole.ToolTipRole and native:
-            return (f"{NATIVE_MARK} sampled in the engine's own code, not the shared sampler: this run's timings are "
-                    "not comparable with the other engines'" if _sampled(record)
-                    else "the engine samples in its own code, but this greedy run is comparable")
+            return (
+                f"{NATIVE_MARK} sampled in the engine's own code, not the shared sampler: this run's timings are "
+                "not comparable with the other engines'"
+                if _sampled(record)
+                else "the engine samples in its own code, but this greedy run is comparable"
+            )
         if role == SORT_ROLE:
             return value
         if role == Qt.ItemDataRole.ToolTipRole and column in ("error", "notes") and value:
             return str(value)
         if role == Qt.ItemDataRole.ForegroundRole and record.status not in ("ok", "cancelled"):
             return self.error_colour
-        if role == Qt.ItemDataRole.TextAlignmentRole and isinstance(value, (int, float)) and not isinstance(value, bool):
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if role == Qt.ItemDataRole.TextAlignmentRole and numeric:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 

@@ -73,10 +73,29 @@ class ServerListening:
 def serve_argv(settings: ServeSettings) -> list[str]:
     from whistle_stop.backends.cli.engine_flags import flags_of
 
-    return [sys.executable, "-m", "whistle_stop.backends.cli.launcher", "serve", "--backend", settings.engine,
-            "--model", settings.model, "--host", HOST, "--port", str(settings.port), "--workers",
-            str(settings.workers), "--queue", str(settings.queue), "--threads", str(settings.threads),
-            "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S), *flags_of(settings.settings)]
+    return [
+        sys.executable,
+        "-m",
+        "whistle_stop.backends.cli.launcher",
+        "serve",
+        "--backend",
+        settings.engine,
+        "--model",
+        settings.model,
+        "--host",
+        HOST,
+        "--port",
+        str(settings.port),
+        "--workers",
+        str(settings.workers),
+        "--queue",
+        str(settings.queue),
+        "--threads",
+        str(settings.threads),
+        "--shutdown-timeout",
+        str(SHUTDOWN_TIMEOUT_S),
+        *flags_of(settings.settings),
+    ]
 
 
 def start_serve(controller: JobController, settings: ServeSettings) -> None:
@@ -86,11 +105,18 @@ def start_serve(controller: JobController, settings: ServeSettings) -> None:
 
 
 def _serve(context: JobContext, settings: ServeSettings) -> int:
-    guard = subprocess.Popen([sys.executable, str(GUARD), "--", *serve_argv(settings)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    guard = subprocess.Popen(
+        [sys.executable, str(GUARD), "--", *serve_argv(settings)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     errors: list[str] = []
-    readers = [threading.Thread(target=_read, args=(guard.stdout, context, None), daemon=True),
-               threading.Thread(target=_read, args=(guard.stderr, context, errors), daemon=True)]
+    readers = [
+        threading.Thread(target=_read, args=(guard.stdout, context, None), daemon=True),
+        threading.Thread(target=_read, args=(guard.stderr, context, errors), daemon=True),
+    ]
     try:
         guard.stdout.readline()  # the server's pid, said first by the guard
         for reader in readers:
@@ -160,9 +186,16 @@ def _sample(port: int) -> ServerSample:
     def p50_ms(histogram) -> float | None:
         return histogram.quantile(0.5) * 1e3 if histogram is not None and histogram.count else None
 
-    return ServerSample(state.get("status", "unknown"), state.get("reason", ""), count(REQUESTS_METRIC),
-                        count(server_metrics.RUNNING_METRIC), count(server_metrics.WAITING_METRIC),
-                        count(server_metrics.GENERATION_TOKENS_METRIC), p50_ms(ttft), p50_ms(itl))
+    return ServerSample(
+        state.get("status", "unknown"),
+        state.get("reason", ""),
+        count(REQUESTS_METRIC),
+        count(server_metrics.RUNNING_METRIC),
+        count(server_metrics.WAITING_METRIC),
+        count(server_metrics.GENERATION_TOKENS_METRIC),
+        p50_ms(ttft),
+        p50_ms(itl),
+    )
 
 
 def _get(port: int, path: str) -> str | None:
@@ -176,5 +209,3 @@ def _get(port: int, path: str) -> str | None:
             conn.close()
     except (OSError, http.client.HTTPException):
         return None
-
-

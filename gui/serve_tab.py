@@ -9,8 +9,7 @@ engine); its Stop button or closing the window stops it, workers and all.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QPlainTextEdit, QTableWidget, QTableWidgetItem,
-                               QWidget)
+from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QPlainTextEdit, QTableWidget, QTableWidgetItem, QWidget
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
@@ -23,10 +22,11 @@ from .setup_panel import SetupPanel
 from .theme import Theme
 from .widgets import controls_column, read_only_table, spin, stacked, three_panes
 
-WORDING = JobWording("server", " Start server", "Server", "stopping the server…",
-                     could_not_run="The server stopped")
-INTRO = ("Serve one engine behind an OpenAI-compatible API (/v1/completions, /v1/models, /health, /metrics) on "
-         "127.0.0.1, with the setup's model; `whistle-stop serve` does the same from a terminal.")
+WORDING = JobWording("server", " Start server", "Server", "stopping the server…", could_not_run="The server stopped")
+INTRO = (
+    "Serve one engine behind an OpenAI-compatible API (/v1/completions, /v1/models, /health, /metrics) on "
+    "127.0.0.1, with the setup's model; `whistle-stop serve` does the same from a terminal."
+)
 LOG_HEADERS = ["time", "status", "tokens", "TTFT ms", "total ms", "finish"]
 MAX_LOG_ROWS = 500
 MAX_OUTPUT_LINES = 200
@@ -41,10 +41,16 @@ class ServeTab(QWidget):
         self.setup, self.jobs = setup, jobs
         self.url = ""
         self._build()
-        self.job.controller.attach(JobHandlers(
-            events=EventRoutes({ServerListening: self._listening, ServerLine: self._line,
-                                ServerSample: self._sample}),
-            result=self._stopped, failed=self._failed, cancelled=lambda: self._stopped(None)))
+        self.job.controller.attach(
+            JobHandlers(
+                events=EventRoutes(
+                    {ServerListening: self._listening, ServerLine: self._line, ServerSample: self._sample}
+                ),
+                result=self._stopped,
+                failed=self._failed,
+                cancelled=lambda: self._stopped(None),
+            )
+        )
         setup.changed.connect(self.refresh)
         self.refresh()
 
@@ -65,9 +71,16 @@ class ServeTab(QWidget):
         for widget in (self.engine, self.port, self.workers, self.queue):
             signal = widget.currentTextChanged if isinstance(widget, QComboBox) else widget.valueChanged
             signal.connect(lambda *_: self.refresh())
-        self.job = JobControls(self.jobs, JobKind.SERVE, WORDING, INTRO, (self.engine, self.port, self.workers,
-                                                                          self.queue), self.refresh,
-                               self.message.emit, self.error.emit)
+        self.job = JobControls(
+            self.jobs,
+            JobKind.SERVE,
+            WORDING,
+            INTRO,
+            (self.engine, self.port, self.workers, self.queue),
+            self.refresh,
+            self.message.emit,
+            self.error.emit,
+        )
         self.start_button, self.stop_button = self.job.run_button, self.job.cancel_button
         self.stop_button.setText(" Stop server")
         self.start_button.clicked.connect(self.start)
@@ -79,15 +92,20 @@ class ServeTab(QWidget):
         form.addRow("Workers", self.workers)
         form.addRow("Queue", self.queue)
         form.addRow("URL", self.address)
-        controls = controls_column(form, self.start_button, self.stop_button,
-                                   status=(self.job.reason, self.job.status))
+        controls = controls_column(form, self.start_button, self.stop_button, status=(self.job.reason, self.job.status))
 
         self.log = read_only_table(QTableWidget(0, len(LOG_HEADERS)), LOG_HEADERS)
         self.figures: dict[str, QLabel] = {}
         figures = QFormLayout()
-        for key, label in (("health", "State"), ("requests", "Requests"), ("running", "Running"),
-                           ("waiting", "Queue depth"), ("tokens", "Tokens"), ("ttft", "TTFT p50 ms"),
-                           ("itl", "ITL p50 ms")):
+        for key, label in (
+            ("health", "State"),
+            ("requests", "Requests"),
+            ("running", "Running"),
+            ("waiting", "Queue depth"),
+            ("tokens", "Tokens"),
+            ("ttft", "TTFT p50 ms"),
+            ("itl", "ITL p50 ms"),
+        ):
             self.figures[key] = QLabel("-")
             figures.addRow(label, self.figures[key])
         holder = QWidget()
@@ -96,15 +114,26 @@ class ServeTab(QWidget):
         self.output.setReadOnly(True)
         self.output.setMaximumBlockCount(MAX_OUTPUT_LINES)
         self.output.setPlaceholderText("the server's own messages")
-        three_panes(self, (controls, self.log, stacked(holder, self.output, stretch=self.output)), stretch=1,
-                    sizes=(280, 620, 420))
+        three_panes(
+            self,
+            (controls, self.log, stacked(holder, self.output, stretch=self.output)),
+            stretch=1,
+            sizes=(280, 620, 420),
+        )
 
     # --- starting -------------------------------------------------------------------------------
     def settings(self) -> ServeSettings:
         name = self.engine.currentText()
         form = self.setup.option_forms.get(name)
-        return ServeSettings(name, self.setup.model_spec(), self.port.value(), self.workers.value(),
-                             self.queue.value(), self.setup.threads.value(), form.settings() if form else None)
+        return ServeSettings(
+            name,
+            self.setup.model_spec(),
+            self.port.value(),
+            self.workers.value(),
+            self.queue.value(),
+            self.setup.threads.value(),
+            form.settings() if form else None,
+        )
 
     def problem(self) -> str:
         """Why Start cannot start now, or ""."""
@@ -162,9 +191,14 @@ class ServeTab(QWidget):
             self.log.removeRow(0)
         row = self.log.rowCount()
         self.log.insertRow(row)
-        cells = [entry.time.split("T")[-1], str(entry.status), str(entry.tokens),
-                 "-" if entry.ttft_ms is None else f"{entry.ttft_ms:.1f}", f"{entry.total_ms:.1f}",
-                 entry.finish or entry.error]
+        cells = [
+            entry.time.split("T")[-1],
+            str(entry.status),
+            str(entry.tokens),
+            "-" if entry.ttft_ms is None else f"{entry.ttft_ms:.1f}",
+            f"{entry.total_ms:.1f}",
+            entry.finish or entry.error,
+        ]
         for column, text in enumerate(cells):
             self.log.setItem(row, column, QTableWidgetItem(text))
         self.log.scrollToBottom()
@@ -174,9 +208,15 @@ class ServeTab(QWidget):
             return "-" if value is None else f"{value:.2f}"
 
         state = sample.health + (f": {sample.reason}" if sample.reason and sample.health != "ok" else "")
-        values = {"health": state, "requests": str(sample.requests), "running": str(sample.running),
-                  "waiting": str(sample.waiting), "tokens": str(sample.tokens), "ttft": ms(sample.ttft_p50_ms),
-                  "itl": ms(sample.itl_p50_ms)}
+        values = {
+            "health": state,
+            "requests": str(sample.requests),
+            "running": str(sample.running),
+            "waiting": str(sample.waiting),
+            "tokens": str(sample.tokens),
+            "ttft": ms(sample.ttft_p50_ms),
+            "itl": ms(sample.itl_p50_ms),
+        }
         for key, text in values.items():
             self.figures[key].setText(text)
 
@@ -196,8 +236,12 @@ class ServeTab(QWidget):
 
     # --- preferences and theme ------------------------------------------------------------------
     def prefs(self) -> dict:
-        return {"engine": self.engine.currentText(), "port": self.port.value(), "workers": self.workers.value(),
-                "queue": self.queue.value()}
+        return {
+            "engine": self.engine.currentText(),
+            "port": self.port.value(),
+            "workers": self.workers.value(),
+            "queue": self.queue.value(),
+        }
 
     def set_prefs(self, prefs: object) -> None:
         if not isinstance(prefs, dict):

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from whistle_stop.backends.sources.model_files import RANDOM_LABEL
-from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
-from whistle_stop.backends.runs.bench import BenchResult
 from whistle_stop.backends.results.summary import BackendSummary, markdown_table, measured_gaps, summarize_backends
 from whistle_stop.backends.results.verdict import Verdict, verdict
+from whistle_stop.backends.runs.bench import BenchResult
+from whistle_stop.backends.sources.model_files import RANDOM_LABEL
+from whistle_stop.backends.sources.prompts import prompt_of_length
 
 
 @dataclass
@@ -34,14 +34,26 @@ class SessionData:
     cancelled: bool = False
 
     @classmethod
-    def from_result(cls, result: BenchResult, prompt: str) -> "SessionData":
+    def from_result(cls, result: BenchResult, prompt: str) -> SessionData:
         config = result.config
-        return cls(list(result.runs), list(result.tokens), dict(result.environment), list(config.backends),
-                   result.environment.get("reference") or "", config.sampling.is_greedy, config.mode, prompt,
-                   result.model.label, result.model.is_random, result.model.notice, True, result.cancelled)
+        return cls(
+            list(result.runs),
+            list(result.tokens),
+            dict(result.environment),
+            list(config.backends),
+            result.environment.get("reference") or "",
+            config.sampling.is_greedy,
+            config.mode,
+            prompt,
+            result.model.label,
+            result.model.is_random,
+            result.model.notice,
+            True,
+            result.cancelled,
+        )
 
     @classmethod
-    def from_folder(cls, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict) -> "SessionData":
+    def from_folder(cls, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict) -> SessionData:
         """A saved session: the settings and model come from environment.json when it has them."""
         settings = environment.get("settings") or {}
         model = environment.get("model") or {}
@@ -55,9 +67,21 @@ class SessionData:
         reference = environment.get("reference") or next((r.reference for r in runs if r.reference), "")
         greedy = all(r.decoding == "greedy" for r in runs) if runs else True
         mode = "race" if any(r.concurrent for r in runs) else "fair"
-        return cls(runs, tokens, environment, backends, reference, greedy, mode, prompt,
-                   f"{model_id} ({RANDOM_LABEL})" if is_random else model_id, is_random, "", True,
-                   bool(environment.get("cancelled")))
+        return cls(
+            runs,
+            tokens,
+            environment,
+            backends,
+            reference,
+            greedy,
+            mode,
+            prompt,
+            f"{model_id} ({RANDOM_LABEL})" if is_random else model_id,
+            is_random,
+            "",
+            True,
+            bool(environment.get("cancelled")),
+        )
 
     @property
     def concurrent(self) -> bool:
@@ -88,8 +112,12 @@ class SessionData:
         first = self.runs[0] if self.runs else None
         parts = [self.model_label]
         if first is not None:
-            parts += [f"{first.prompt_tokens}-token prompt", f"{first.new_tokens} new tokens", first.decoding,
-                      f"{first.threads} threads"]
+            parts += [
+                f"{first.prompt_tokens}-token prompt",
+                f"{first.new_tokens} new tokens",
+                first.decoding,
+                f"{first.threads} threads",
+            ]
         parts.append(f"{self.mode} mode")
         return "  ·  ".join(p for p in parts if p)
 

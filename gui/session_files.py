@@ -45,8 +45,11 @@ class SessionFiles:
         try:
             paths = write_results(Path(folder), data.runs, data.tokens, data.environment)
         except OSError as exc:
-            self.messages.report("Export failed", f"Could not write to {folder}: {exc.strerror or exc}. "
-                                 "The results are still here: choose another folder.")
+            self.messages.report(
+                "Export failed",
+                f"Could not write to {folder}: {exc.strerror or exc}. "
+                "The results are still here: choose another folder.",
+            )
             return False
         self.store.set_last_folder(Path(folder))
         self.messages.say("Wrote " + ", ".join(p.name for p in paths) + f" to {folder}")

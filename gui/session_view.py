@@ -8,12 +8,11 @@ of a stream), or when a finished session is shown or exported.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtWidgets import QWidget
 
 from whistle_stop.backends import registry
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 
 from .charts import HistogramChart, LatencyChart, RaceChart
@@ -27,12 +26,20 @@ from .theme import engine_colours
 
 
 class SessionView:
-    def __init__(self, grid: StreamsGrid, live: LiveView, latency: LatencyChart, race: RaceChart,
-                 histogram: HistogramChart, summary: SummaryView, table: RunsTable, extra_specs: dict[str, EngineSpec],
-                 shown_tab: Callable[[], QWidget | None], on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        grid: StreamsGrid,
+        live: LiveView,
+        latency: LatencyChart,
+        race: RaceChart,
+        histogram: HistogramChart,
+        summary: SummaryView,
+        table: RunsTable,
+        shown_tab: Callable[[], QWidget | None],
+        on_change: Callable[[], None],
+    ) -> None:
         self.grid, self.live, self.table, self.summary = grid, live, table, summary
         self.latency, self.race, self.histogram = latency, race, histogram
-        self.extra_specs = extra_specs
         self._shown_tab = shown_tab  # the bottom dock's current tab
         self._on_change = on_change  # what can be done with the session changed (the window's actions)
         self.data = SessionData()
@@ -45,7 +52,7 @@ class SessionView:
     def show_engines(self, names: list[str]) -> None:
         """A pane and a curve per engine, each in its colour."""
         colours = engine_colours(names)
-        described = [(n, colours[n], (self.extra_specs.get(n) or registry.get(n)).description) for n in names]
+        described = [(n, colours[n], registry.get(n).description) for n in names]
         self.grid.set_engines(described)
         for chart in (self.latency, self.race, self.histogram):
             chart.set_engines(colours)
@@ -81,8 +88,7 @@ class SessionView:
         self.set_live(None)
         self.live.show_records(data.runs, data.tokens)
         self.refresh_results()
-        self.replayable = (data.finished and data.mode == "fair"
-                           and bool(Replayer.lanes_for(data.runs, data.tokens)))
+        self.replayable = data.finished and data.mode == "fair" and bool(Replayer.lanes_for(data.runs, data.tokens))
         self._on_change()
 
     # --- the summary and the histogram -------------------------------------------------------------
@@ -96,7 +102,12 @@ class SessionView:
 
     def refresh_results(self) -> None:
         self._results_dirty = False
-        self.summary.set_summaries(self.data.summaries(), self.colours, self.data.reference or None,
-                                   self.data.concurrent, self.data.environment.get("harness"))
+        self.summary.set_summaries(
+            self.data.summaries(),
+            self.colours,
+            self.data.reference or None,
+            self.data.concurrent,
+            self.data.environment.get("harness"),
+        )
         self.summary.verdict.set_verdict(self.data.verdict(self.quality_rows(self.data)) if self.data.runs else None)
         self.histogram.set_data(self.data.measured_itl())

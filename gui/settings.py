@@ -52,8 +52,10 @@ class Store:
 
     def geometry(self) -> tuple[QByteArray | None, QByteArray | None]:
         geometry, state = self.settings.value(_GEOMETRY), self.settings.value(_STATE)
-        return (geometry if isinstance(geometry, QByteArray) else None,
-                state if isinstance(state, QByteArray) else None)
+        return (
+            geometry if isinstance(geometry, QByteArray) else None,
+            state if isinstance(state, QByteArray) else None,
+        )
 
     def save_geometry(self, geometry: QByteArray, state: QByteArray) -> None:
         self.settings.setValue(_GEOMETRY, geometry)

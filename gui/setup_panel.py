@@ -9,21 +9,32 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.engines.options import options_class
+from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.runs.estimate import estimate
+from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.sources.model_files import RANDOM_LABEL, random_config_names
 from whistle_stop.backends.sources.prompts import example_prompts
-from whistle_stop.backends.registry import EngineSpec
-from whistle_stop.backends.sampling import SamplingParams
-from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.sources.tokenizer import encode
 from whistle_stop.backends.worker.threads import default_threads
-
-from whistle_stop.backends.runs.estimate import estimate
 
 from .engine_options_form import EngineOptionsForm
 from .engine_picker import EnginePicker
@@ -43,11 +54,9 @@ class SetupPanel(QWidget):
     changed = Signal()
     run_requested = Signal()
 
-    def __init__(self, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.jobs = jobs  # whether an engine job runs is read there: the panel is locked meanwhile
-        self.extra_specs = dict(extra_specs or {})
         self.model_info = ModelInfo("auto", 1024, None)
         self._prompt_tokens = 0
         self._folders: list[str] = []
@@ -115,24 +124,32 @@ class SetupPanel(QWidget):
     def _engines_group(self) -> QGroupBox:
         box = QGroupBox("Engines")
         form = QVBoxLayout(box)
-        self.picker = EnginePicker(self._specs(), set(self.extra_specs))
+        self.picker = EnginePicker(self._specs())
         self.engines = self.picker.list
         self.picker.changed.connect(self._changed)
         self.estimate_label = QLabel()
         self.estimate_label.setObjectName("muted")
         self.estimate_label.setWordWrap(True)
-        self.estimate_label.setToolTip("before Run: the runs, the one-time builds still to make (cached artefacts "
-                                       "missing) and a rough time from what each engine last measured here")
+        self.estimate_label.setToolTip(
+            "before Run: the runs, the one-time builds still to make (cached artefacts "
+            "missing) and a rough time from what each engine last measured here"
+        )
         usable = default_threads()
-        self.threads = spin(0, max(1, os.cpu_count() or 1) * 2, 0,
-                            "threads per engine; 0 = the usable physical cores, capped by the cgroup's CPU quota",
-                            special=f"usable cores ({usable})")
+        self.threads = spin(
+            0,
+            max(1, os.cpu_count() or 1) * 2,
+            0,
+            "threads per engine; 0 = the usable physical cores, capped by the cgroup's CPU quota",
+            special=f"usable cores ({usable})",
+        )
         self.threads.valueChanged.connect(self._changed)
         row = QFormLayout()
         row.addRow("Threads", self.threads)
         self.cold = QCheckBox("Start cold")
-        self.cold.setToolTip("evict the weights and each engine's cached artefact files from the page cache "
-                             "before the engine starts (Linux): its load then reads the disk")
+        self.cold.setToolTip(
+            "evict the weights and each engine's cached artefact files from the page cache "
+            "before the engine starts (Linux): its load then reads the disk"
+        )
         self.cold.toggled.connect(self._changed)
         row.addRow("", self.cold)
         form.addWidget(self.picker)
@@ -141,7 +158,7 @@ class SetupPanel(QWidget):
         return box
 
     def _specs(self) -> list[EngineSpec]:
-        return list(registry.ENGINES.values()) + list(self.extra_specs.values())
+        return list(registry.ENGINES.values())
 
     def _prompt_group(self) -> QGroupBox:
         box = QGroupBox("Prompt")
@@ -176,9 +193,16 @@ class SetupPanel(QWidget):
         self.seed = spin(0, 2**31 - 1, 0, "sampler seed")
         self.repeats = spin(1, 50, 3, "measured runs per engine")
         self.warmup = spin(0, 10, 1, "warm-up runs per engine, recorded but not summarised")
-        for label, widget in [("Max new tokens", self.new_tokens), ("Decoding", self.decoding),
-                              ("Temperature", self.temperature), ("Top-k", self.top_k), ("Top-p", self.top_p),
-                              ("Seed", self.seed), ("Repeats", self.repeats), ("Warm-up runs", self.warmup)]:
+        for label, widget in [
+            ("Max new tokens", self.new_tokens),
+            ("Decoding", self.decoding),
+            ("Temperature", self.temperature),
+            ("Top-k", self.top_k),
+            ("Top-p", self.top_p),
+            ("Seed", self.seed),
+            ("Repeats", self.repeats),
+            ("Warm-up runs", self.warmup),
+        ]:
             form.addRow(label, widget)
         for number in (self.new_tokens, self.top_k, self.seed, self.repeats, self.warmup):
             number.valueChanged.connect(self._changed)
@@ -220,17 +244,31 @@ class SetupPanel(QWidget):
         return "race" if self.race.isChecked() else "fair"
 
     def sampling(self) -> SamplingParams:
-        return SamplingParams(self.decoding.currentText(), self.temperature.value(), self.top_k.value(),
-                              self.top_p.value(), self.seed.value())
+        return SamplingParams(
+            self.decoding.currentText(),
+            self.temperature.value(),
+            self.top_k.value(),
+            self.top_p.value(),
+            self.seed.value(),
+        )
 
     def config(self) -> BenchConfig:
         engines = tuple(self.selected_engines())
         options = {name: form.settings() for name, form in self.option_forms.items() if name in engines}
-        return BenchConfig(model=self.model_spec(), backends=engines, prompt=self.prompt.toPlainText(),
-                           new_tokens=self.new_tokens.value(), sampling=self.sampling(), repeats=self.repeats.value(),
-                           warmup=self.warmup.value(), threads=self.threads.value(), mode=self.mode(),
-                           engine_options=options, cold=self.cold.isChecked(),
-                           calibrate_harness=True)  # as bench does: the null engine after the engines
+        return BenchConfig(
+            model=self.model_spec(),
+            backends=engines,
+            prompt=self.prompt.toPlainText(),
+            new_tokens=self.new_tokens.value(),
+            sampling=self.sampling(),
+            repeats=self.repeats.value(),
+            warmup=self.warmup.value(),
+            threads=self.threads.value(),
+            mode=self.mode(),
+            engine_options=options,
+            cold=self.cold.isChecked(),
+            calibrate_harness=True,
+        )  # as bench does: the null engine after the engines
 
     def settings_problem(self) -> str:
         """What is wrong with the model, engines or engine settings (shared by Run, Sweep, Quality)."""
@@ -256,8 +294,10 @@ class SetupPanel(QWidget):
             return "the prompt is empty"
         context, total = self.model_info.context, self._prompt_tokens + self.new_tokens.value()
         if context is not None and total > context:
-            return (f"prompt ({self._prompt_tokens} tokens) + new tokens ({self.new_tokens.value()}) exceed the "
-                    f"model's context of {context} tokens")
+            return (
+                f"prompt ({self._prompt_tokens} tokens) + new tokens ({self.new_tokens.value()}) exceed the "
+                f"model's context of {context} tokens"
+            )
         return ""
 
     # --- writing ----------------------------------------------------------------------------
@@ -286,24 +326,53 @@ class SetupPanel(QWidget):
 
     def _on_jobs_changed(self) -> None:
         running = self.jobs.busy()
-        for widget in (self.model_combo, self.picker, self.threads, self.cold, self.prompt, self.examples, self.new_tokens,
-                       self.decoding, self.top_k, self.top_p, self.temperature, self.seed, self.repeats,
-                       self.warmup, self.fair, self.race, *self.option_forms.values()):
+        for widget in (
+            self.model_combo,
+            self.picker,
+            self.threads,
+            self.cold,
+            self.prompt,
+            self.examples,
+            self.new_tokens,
+            self.decoding,
+            self.top_k,
+            self.top_p,
+            self.temperature,
+            self.seed,
+            self.repeats,
+            self.warmup,
+            self.fair,
+            self.race,
+            *self.option_forms.values(),
+        ):
             widget.setEnabled(not running)
         if not running:
             self._on_decoding(self.decoding.currentText())
         self._changed()
 
     def params(self) -> dict:
-        return {"model": self.model_spec(), "folders": self._folders, "engines": self.selected_engines(),
-                "threads": self.threads.value(), "prompt": self.prompt.toPlainText(),
-                "new_tokens": self.new_tokens.value(), "decoding": self.decoding.currentText(),
-                "temperature": self.temperature.value(), "top_k": self.top_k.value(), "top_p": self.top_p.value(),
-                "seed": self.seed.value(), "repeats": self.repeats.value(), "warmup": self.warmup.value(),
-                "mode": self.mode(), "cold": self.cold.isChecked(), **{name: form.params() for name, form in self.option_forms.items()}}
+        return {
+            "model": self.model_spec(),
+            "folders": self._folders,
+            "engines": self.selected_engines(),
+            "threads": self.threads.value(),
+            "prompt": self.prompt.toPlainText(),
+            "new_tokens": self.new_tokens.value(),
+            "decoding": self.decoding.currentText(),
+            "temperature": self.temperature.value(),
+            "top_k": self.top_k.value(),
+            "top_p": self.top_p.value(),
+            "seed": self.seed.value(),
+            "repeats": self.repeats.value(),
+            "warmup": self.warmup.value(),
+            "mode": self.mode(),
+            "cold": self.cold.isChecked(),
+            **{name: form.params() for name, form in self.option_forms.items()},
+        }
 
     def set_params(self, params: dict) -> None:
         """Restore saved parameters; anything missing or of the wrong type keeps its default."""
+
         def get(key, kind):  # JSON gives bools for ints too: refuse them
             value = params.get(key)
             return value if isinstance(value, kind) and not isinstance(value, bool) else None
@@ -316,8 +385,14 @@ class SetupPanel(QWidget):
             self.model_combo.setCurrentText(model)
         if isinstance(params.get("engines"), list):
             self.set_engines([n for n in params["engines"] if isinstance(n, str)])
-        for key, box in [("threads", self.threads), ("new_tokens", self.new_tokens), ("top_k", self.top_k),
-                         ("seed", self.seed), ("repeats", self.repeats), ("warmup", self.warmup)]:
+        for key, box in [
+            ("threads", self.threads),
+            ("new_tokens", self.new_tokens),
+            ("top_k", self.top_k),
+            ("seed", self.seed),
+            ("repeats", self.repeats),
+            ("warmup", self.warmup),
+        ]:
             if get(key, int) is not None:
                 box.setValue(params[key])  # the box clamps to its range
         for key, box in [("temperature", self.temperature), ("top_p", self.top_p)]:
@@ -355,8 +430,7 @@ class SetupPanel(QWidget):
             self.estimate_label.setText("")
             return
         config = self.config()
-        result = estimate(config, self.model_info.files, {n: self.extra_specs[n] for n in config.backends
-                                                            if n in self.extra_specs})
+        result = estimate(config, self.model_info.files)
         self.estimate_label.setText("\n".join(result.lines()))
 
     def _on_source(self, text: str) -> None:
@@ -398,7 +472,9 @@ class SetupPanel(QWidget):
         total = self._prompt_tokens + self.new_tokens.value()
         context = self.model_info.context
         limit = f"{context}" if context is not None else "?"
-        self.counter.setText(f"{total} / {limit} tokens  (prompt {self._prompt_tokens} + {self.new_tokens.value()} new)")
+        self.counter.setText(
+            f"{total} / {limit} tokens  (prompt {self._prompt_tokens} + {self.new_tokens.value()} new)"
+        )
         over = context is not None and total > context
         theme = current_theme()
         self.counter.setStyleSheet(f"color: {theme.error}; font-weight: bold;" if over else f"color: {theme.muted};")

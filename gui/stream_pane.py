@@ -98,7 +98,8 @@ class StreamPane(QFrame):
         self.setStyleSheet(
             f"#streamPane {{ border: 1px solid {theme.border}; border-top: 3px solid {colour}; "
             f"border-radius: 6px; background: {theme.pane_bg}; }}"
-            f"#paneStatus {{ color: {theme.muted}; }}")
+            f"#paneStatus {{ color: {theme.muted}; }}"
+        )
         self.progress.track = QColor(theme.border)
         self.progress.update()
         self.text.setStyleSheet(f"background: {theme.pane_bg}; color: {theme.text};")
@@ -136,7 +137,7 @@ class StreamPane(QFrame):
             bar.setValue(bar.maximum())
 
     def generated_text(self) -> str:
-        return self.text.toPlainText()[self._prompt_end:]
+        return self.text.toPlainText()[self._prompt_end :]
 
     @property
     def token_count(self) -> int:

@@ -40,8 +40,9 @@ class StreamsGrid(QWidget):
         self.banner.setObjectName("banner")
         self.banner.setWordWrap(True)
         self.banner.setVisible(False)
-        self.placeholder = QLabel("Choose engines on the left and press Run (Ctrl+Return).\n"
-                                  "Each engine streams its text here, side by side.")
+        self.placeholder = QLabel(
+            "Choose engines on the left and press Run (Ctrl+Return).\nEach engine streams its text here, side by side."
+        )
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setObjectName("muted")
         self._grid_host = QWidget()
@@ -56,8 +57,9 @@ class StreamsGrid(QWidget):
         self.apply_theme(current_theme())
 
     def apply_theme(self, theme: Theme) -> None:
-        self.banner.setStyleSheet(f"background: {theme.warn_bg}; color: {theme.warn_fg}; border-radius: 4px; "
-                                  "padding: 5px 8px;")
+        self.banner.setStyleSheet(
+            f"background: {theme.warn_bg}; color: {theme.warn_fg}; border-radius: 4px; padding: 5px 8px;"
+        )
         self.info.setStyleSheet(f"color: {theme.muted};")
         for pane in self.panes.values():
             pane.apply_theme(theme)
@@ -67,8 +69,9 @@ class StreamsGrid(QWidget):
         for pane in self.panes.values():
             self._grid.removeWidget(pane)
             pane.deleteLater()
-        self.panes = {name: StreamPane(name, colour, description, self._grid_host)
-                      for name, colour, description in engines}
+        self.panes = {
+            name: StreamPane(name, colour, description, self._grid_host) for name, colour, description in engines
+        }
         self._columns = 0
         self.placeholder.setVisible(not self.panes)
         self._grid_host.setVisible(bool(self.panes))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -16,11 +16,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
 
-from whistle_stop.backends.results.stats import Summary
-from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, BackendSummary, harness_note, interval_note,
-                                                   sampling_notes, summary_rows)
-from whistle_stop.backends.results.verdict import Verdict
 from whistle_stop.backends.report.verdict_html import verdict_html
+from whistle_stop.backends.results.stats import Summary
+from whistle_stop.backends.results.summary import (
+    SUMMARY_HEADERS,
+    BackendSummary,
+    harness_note,
+    interval_note,
+    sampling_notes,
+    summary_rows,
+)
+from whistle_stop.backends.results.verdict import Verdict
 
 from .theme import Theme, current_theme
 from .widgets import read_only_table
@@ -47,14 +53,18 @@ def _spread(value: Summary | float | None) -> tuple[float, float, float]:
     return number, number, number
 
 
-_BARS_NOTE = ("Bars: median of the measured runs (warm-ups excluded); whiskers: the table's interval of the "
-              "median across repeats (order statistics), at the confidence level the table's note gives.")
+_BARS_NOTE = (
+    "Bars: median of the measured runs (warm-ups excluded); whiskers: the table's interval of the "
+    "median across repeats (order statistics), at the confidence level the table's note gives."
+)
 
 
 def legend_html(names: list[str], colours: dict[str, QColor]) -> str:
     """The engines in their colours, one line above the bars: names under narrow bars would overlap."""
-    return "&nbsp;&nbsp; ".join(f"<span style='color:{colours[n].name() if n in colours else '#888'}'>&#9632;</span>"
-                                f"&nbsp;{html.escape(n)}" for n in names)
+    return "&nbsp;&nbsp; ".join(
+        f"<span style='color:{colours[n].name() if n in colours else '#888'}'>&#9632;</span>&nbsp;{html.escape(n)}"
+        for n in names
+    )
 
 
 class SummaryBars(pg.GraphicsLayoutWidget):
@@ -92,13 +102,21 @@ class SummaryBars(pg.GraphicsLayoutWidget):
             plot.addItem(pg.BarGraphItem(x=x, height=shown, width=0.6, brushes=brushes, pen=pg.mkPen(None)))
             spread = ~np.isnan(low) & (high > low)
             if spread.any():
-                plot.addItem(pg.ErrorBarItem(x=x[spread], y=mid[spread], top=(high - mid)[spread],
-                                             bottom=(mid - low)[spread], beam=0.18,
-                                             pen=pg.mkPen(self.theme.plot_fg, width=1.2)))
+                plot.addItem(
+                    pg.ErrorBarItem(
+                        x=x[spread],
+                        y=mid[spread],
+                        top=(high - mid)[spread],
+                        bottom=(mid - low)[spread],
+                        beam=0.18,
+                        pen=pg.mkPen(self.theme.plot_fg, width=1.2),
+                    )
+                )
             top = np.nanmax(np.where(np.isnan(high), shown, high)) if shown.size else 1.0
             for xi, value, whisker in zip(x, mid, high):
-                label = pg.TextItem("-" if math.isnan(value) else f"{value:.{digits}f}", color=self.theme.plot_fg,
-                                    anchor=(0.5, 1.0))
+                label = pg.TextItem(
+                    "-" if math.isnan(value) else f"{value:.{digits}f}", color=self.theme.plot_fg, anchor=(0.5, 1.0)
+                )
                 label.setPos(xi, 0 if math.isnan(value) else max(value, 0 if math.isnan(whisker) else whisker))
                 plot.addItem(label)  # above the whisker, so the two never overlap
             plot.setYRange(0, max(top * 1.22, 1e-9), padding=0)
@@ -119,16 +137,20 @@ class VerdictPanel(QTextBrowser):
         self.setMinimumWidth(320)
         self.verdict: Verdict | None = None
         self.apply_theme(current_theme())
-        self.setPlaceholderText("The verdict appears here once a run has finished: which engine to use, what its "
-                                "speed costs, and what limits what the numbers say.")
+        self.setPlaceholderText(
+            "The verdict appears here once a run has finished: which engine to use, what its "
+            "speed costs, and what limits what the numbers say."
+        )
 
     def set_verdict(self, result: Verdict | None) -> None:
         self.verdict = result
         self.setHtml("" if result is None else verdict_html(result))
 
     def apply_theme(self, theme: Theme) -> None:
-        self.document().setDefaultStyleSheet(f".warn-list {{ color: {theme.error}; }} .caveats {{ font-weight: bold; }} "
-                                             "ul { margin-left: 0px; -qt-list-indent: 1; }")
+        self.document().setDefaultStyleSheet(
+            f".warn-list {{ color: {theme.error}; }} .caveats {{ font-weight: bold; }} "
+            "ul { margin-left: 0px; -qt-list-indent: 1; }"
+        )
         if self.verdict is not None:
             self.set_verdict(self.verdict)
 
@@ -168,8 +190,14 @@ class SummaryView(QWidget):
         layout.addWidget(beside, 1)
         layout.addWidget(self.note)
 
-    def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor], reference: str | None,
-                      contended: bool, harness: dict | None = None) -> None:
+    def set_summaries(
+        self,
+        summaries: list[BackendSummary],
+        colours: dict[str, QColor],
+        reference: str | None,
+        contended: bool,
+        harness: dict | None = None,
+    ) -> None:
         """`harness`: environment.json's "harness" (the null engine's cost per token), shown as bench prints it."""
         self.bars.set_summaries(summaries, colours)
         self.legend.setText(legend_html([s.backend for s in summaries], colours))
@@ -184,8 +212,10 @@ class SummaryView(QWidget):
                 if c == 0 and not summaries[r].comparable:
                     item.setToolTip("\n".join(sampling_notes([summaries[r]])))
                 left = SUMMARY_HEADERS[c] in ("backend", "weights", "dtype", "agree", "status")
-                item.setTextAlignment((Qt.AlignmentFlag.AlignLeft if left else Qt.AlignmentFlag.AlignRight)
-                                      | Qt.AlignmentFlag.AlignVCenter)
+                item.setTextAlignment(
+                    (Qt.AlignmentFlag.AlignLeft if left else Qt.AlignmentFlag.AlignRight)
+                    | Qt.AlignmentFlag.AlignVCenter
+                )
                 self.table.setItem(r, c, item)
         note = _BARS_NOTE + "  Table: " + interval_note(summaries) + "."
         for line in sampling_notes(summaries):

@@ -20,8 +20,14 @@ from .theme import Theme, current_theme
 MAX_LENGTH = 100_000  # far beyond any GPT-2 context: a typo, not a setting
 
 # state -> (text, colour role); the roles are coloured from the theme
-STATES = {"to run": ("to run", ""), "skipped": ("skipped", "muted"), "earlier": ("done earlier", "ok"),
-          "running": ("running…", "warn"), "done": ("done", "ok"), "stopped": ("not finished", "warn")}
+STATES = {
+    "to run": ("to run", ""),
+    "skipped": ("skipped", "muted"),
+    "earlier": ("done earlier", "ok"),
+    "running": ("running…", "warn"),
+    "done": ("done", "ok"),
+    "stopped": ("not finished", "warn"),
+}
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,25 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QLineEdit,
-                               QPlainTextEdit, QPushButton, QSplitter, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QWidget,
+)
 
-from whistle_stop.backends.report import figures
-from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
+from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import RUNS_CSV
-from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
+from whistle_stop.backends.storage.atomic import check_writable_dir
+from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
 
 from .figure_view import FigureGrid
 from .job_context import JobContext
@@ -34,8 +42,9 @@ from .sweep_grid import CellGrid, SweepPlanned, folder_sweep, parse_lengths
 from .theme import Theme, engine_colours
 from .widgets import controls_column, path_row, results_root, three_panes
 
-WORDING = JobWording("sweep", " Run sweep", "Sweep",
-                     "cancelling: the current run stops after its token; finished cells are kept")
+WORDING = JobWording(
+    "sweep", " Run sweep", "Sweep", "cancelling: the current run stops after its token; finished cells are kept"
+)
 PROMPT_SOURCES = ["bundled text, cut to each length", "the setup prompt, repeated to each length"]
 
 
@@ -44,10 +53,9 @@ class SweepTab(QWidget):
     error = Signal(str, str)  # title, message: the window shows it
     finished = Signal(object)  # the BenchResult (cancelled ones too)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, extra_specs: dict[str, EngineSpec] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs, self.extra_specs = setup, jobs, dict(extra_specs or {})
+        self.setup, self.jobs = setup, jobs
         self.result: BenchResult | None = None
         self.runs: list = []
         self.tokens: list = []
@@ -58,12 +66,25 @@ class SweepTab(QWidget):
         self._preview_key: tuple = ()
         self._cells_done = False  # in the batch being read: the plots are redrawn after it
         self._build()
-        self.job.controller.attach(JobHandlers(
-            events=EventRoutes({CellStarted: self._cell_started, CellDone: self._cell_done, SweepNote: self._note,
-                                RunRecorded: self._run_recorded, Ready: self._engine_loaded,
-                                (Failed, WorkerLost): self._engine_failed},
-                               after=self._redraw_if_cells_done),
-            ready=self._on_planned, result=self._on_finished, failed=self._on_failed, cancelled=self._on_cancelled))
+        self.job.controller.attach(
+            JobHandlers(
+                events=EventRoutes(
+                    {
+                        CellStarted: self._cell_started,
+                        CellDone: self._cell_done,
+                        SweepNote: self._note,
+                        RunRecorded: self._run_recorded,
+                        Ready: self._engine_loaded,
+                        (Failed, WorkerLost): self._engine_failed,
+                    },
+                    after=self._redraw_if_cells_done,
+                ),
+                ready=self._on_planned,
+                result=self._on_finished,
+                failed=self._on_failed,
+                cancelled=self._on_cancelled,
+            )
+        )
         setup.changed.connect(self.refresh)
         self.refresh()
 
@@ -87,9 +108,17 @@ class SweepTab(QWidget):
         self.restart.toggled.connect(self.refresh)
         self.measure = QCheckBox("Measure memory bandwidth (limit lines; once per machine)")
         self.measure.setChecked(True)
-        self.job = JobControls(self.jobs, JobKind.SWEEP, WORDING, "",
-                               (self.prompt_lengths, self.new_lengths, self.prompt_source, self.folder, self.restart,
-                                self.measure), self.refresh, self.message.emit, self.error.emit, "%v / %m cells")
+        self.job = JobControls(
+            self.jobs,
+            JobKind.SWEEP,
+            WORDING,
+            "",
+            (self.prompt_lengths, self.new_lengths, self.prompt_source, self.folder, self.restart, self.measure),
+            self.refresh,
+            self.message.emit,
+            self.error.emit,
+            "%v / %m cells",
+        )
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.current = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
@@ -99,8 +128,13 @@ class SweepTab(QWidget):
         form.addRow("New tokens", self.new_lengths)
         form.addRow("Prompt text", self.prompt_source)
         form.addRow("Output folder", path_row(self.folder, browse))
-        controls = controls_column(form, self.run_button, self.job.cancel_button, (self.restart, self.measure),
-                                   (self.reason, self.progress, self.current))
+        controls = controls_column(
+            form,
+            self.run_button,
+            self.job.cancel_button,
+            (self.restart, self.measure),
+            (self.reason, self.progress, self.current),
+        )
 
         self.grid = CellGrid()
         self.log = QPlainTextEdit()
@@ -139,8 +173,13 @@ class SweepTab(QWidget):
     def refresh(self, replan: bool = False) -> None:
         """Say what is wrong; re-plan the preview when an input changed (a finished sweep's
         states stay on screen until then)."""
-        key = (self.prompt_lengths.text(), self.new_lengths.text(), self.setup.model_info.context,
-               self.folder.text(), self.restart.isChecked())
+        key = (
+            self.prompt_lengths.text(),
+            self.new_lengths.text(),
+            self.setup.model_info.context,
+            self.folder.text(),
+            self.restart.isChecked(),
+        )
         if not self.job.controller.running and (replan or key != self._preview_key):
             self._preview_key = key
             self._preview()
@@ -165,14 +204,20 @@ class SweepTab(QWidget):
             return False
         prompts, news, _ = self.lengths()
         setup_prompt = self.setup.prompt.toPlainText() if self.prompt_source.currentIndex() == 1 else None
-        config = replace(self.setup.config(), mode="fair", prompt=setup_prompt, prompt_tokens=prompts[0],
-                         new_tokens=news[0])
+        config = replace(
+            self.setup.config(), mode="fair", prompt=setup_prompt, prompt_tokens=prompts[0], new_tokens=news[0]
+        )
         folder = Path(self.folder.text().strip()).expanduser()
-        specs = {n: self.extra_specs[n] for n in config.backends if n in self.extra_specs}
         try:
             check_writable_dir(folder)
-            session = SweepSession(config, SweepGrid(prompts, news), folder, restart=self.restart.isChecked(),
-                                   on_event=self.job.controller.sink(), specs=specs, measure_bandwidth=self.measure.isChecked())
+            session = SweepSession(
+                config,
+                SweepGrid(prompts, news),
+                folder,
+                restart=self.restart.isChecked(),
+                on_event=self.job.controller.sink(),
+                measure_bandwidth=self.measure.isChecked(),
+            )
         except (UsageError, OSError) as exc:
             why = str(exc) if isinstance(exc, UsageError) else f"cannot write to {folder}: {exc.strerror or exc}"
             self.error.emit("Cannot run the sweep", why)
@@ -241,8 +286,10 @@ class SweepTab(QWidget):
         if plan.model.notice:
             self._log(plan.model.notice)
         if plan.completed:
-            self._log(f"resuming: {len(plan.completed)} cell(s) already complete in {self.last_folder}, "
-                      f"{len(plan.cells)} to run")
+            self._log(
+                f"resuming: {len(plan.completed)} cell(s) already complete in {self.last_folder}, "
+                f"{len(plan.cells)} to run"
+            )
         self._log(f"{plan.model.label}: {len(plan.cells)} cell(s) to run")
         self.runs, self.tokens = list(plan.previous_runs), list(plan.previous_tokens)
         self.progress.setRange(0, max(1, len(plan.cells)))
@@ -258,10 +305,13 @@ class SweepTab(QWidget):
         total = done + self.grid.count("to run", "stopped")
         failed = sorted({r.backend for r in result.runs if r.status not in ("ok", "cancelled")})
         if result.cancelled:
-            text = f"Sweep cancelled: {done} of {total} cells are saved in {self.last_folder}; Run sweep again to resume"
+            text = (
+                f"Sweep cancelled: {done} of {total} cells are saved in {self.last_folder}; Run sweep again to resume"
+            )
         else:
-            text = f"Sweep finished: {done} cells in {self.last_folder}" + (f"; failed: {', '.join(failed)}"
-                                                                             if failed else "")
+            text = f"Sweep finished: {done} cells in {self.last_folder}" + (
+                f"; failed: {', '.join(failed)}" if failed else ""
+            )
         self.current.setText(text)
         self._log(text)
         self.message.emit(text)
@@ -271,9 +321,11 @@ class SweepTab(QWidget):
         self._stop_running_cells()
         self.progress.setRange(0, 1)
         # The engine room's advice names CLI flags: say it with this tab's words.
-        for cli, gui in (("use --restart to discard", 'tick "Start over" to discard'),
-                         ("choose another --out", "choose another output folder"),
-                         ("run the same command to resume it", "use the same settings to resume it")):
+        for cli, gui in (
+            ("use --restart to discard", 'tick "Start over" to discard'),
+            ("choose another --out", "choose another output folder"),
+            ("run the same command to resume it", "use the same settings to resume it"),
+        ):
             message = message.replace(cli, gui)
         self.current.setText(message.splitlines()[0])
         self.error.emit("The sweep could not run", message)
@@ -298,9 +350,14 @@ class SweepTab(QWidget):
         if bandwidth is None and self._plan is not None:
             bandwidth = self._plan.previous_bandwidth
         gb_s = (bandwidth or {}).get("gb_s")
-        self.figures.show_figures([figures.ttft_vs_prompt(self.runs, gb_s, environment),
-                                   figures.decode_vs_output(self.runs, gb_s, environment),
-                                   figures.itl_vs_position(self.runs, self.tokens, gb_s, environment)], self._colours)
+        self.figures.show_figures(
+            [
+                figures.ttft_vs_prompt(self.runs, gb_s, environment),
+                figures.decode_vs_output(self.runs, gb_s, environment),
+                figures.itl_vs_position(self.runs, self.tokens, gb_s, environment),
+            ],
+            self._colours,
+        )
 
     def results_folder(self) -> Path | None:
         """The folder of the last sweep, if it holds records (for reports)."""
@@ -311,22 +368,30 @@ class SweepTab(QWidget):
         self.log.appendPlainText(text)
 
     def _choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Sweep output folder (an existing sweep there is resumed)",
-                                                  self.folder.text())
+        folder = QFileDialog.getExistingDirectory(
+            self, "Sweep output folder (an existing sweep there is resumed)", self.folder.text()
+        )
         if folder:
             self.folder.setText(folder)
 
     # --- preferences and theme ---------------------------------------------------------------
     def prefs(self) -> dict:
-        return {"prompt_lengths": self.prompt_lengths.text(), "new_lengths": self.new_lengths.text(),
-                "prompt_source": self.prompt_source.currentIndex(), "folder": self.folder.text(),
-                "measure": self.measure.isChecked()}
+        return {
+            "prompt_lengths": self.prompt_lengths.text(),
+            "new_lengths": self.new_lengths.text(),
+            "prompt_source": self.prompt_source.currentIndex(),
+            "folder": self.folder.text(),
+            "measure": self.measure.isChecked(),
+        }
 
     def set_prefs(self, prefs: object) -> None:
         if not isinstance(prefs, dict):
             return
-        for key, edit in (("prompt_lengths", self.prompt_lengths), ("new_lengths", self.new_lengths),
-                          ("folder", self.folder)):
+        for key, edit in (
+            ("prompt_lengths", self.prompt_lengths),
+            ("new_lengths", self.new_lengths),
+            ("folder", self.folder),
+        ):
             if isinstance(prefs.get(key), str) and prefs[key].strip():
                 edit.setText(prefs[key])
         if prefs.get("prompt_source") in (0, 1):

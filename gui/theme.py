@@ -32,10 +32,34 @@ class Theme:
     ok: str
 
 
-LIGHT = Theme(False, "#ffffff", "#303030", "#202124", "#8a8f98", "#ffffff", "#d5d8dc", "#fff4d6", "#6b4e00",
-              "#c62828", "#ffcdd2", "#2e7d32")
-DARK = Theme(True, "#1e1f22", "#c8c8c8", "#e6e6e6", "#80868f", "#232428", "#3a3c41", "#4a3b12", "#ffe2a0",
-             "#ff6b6b", "#7a2e2e", "#7bd88f")
+LIGHT = Theme(
+    False,
+    "#ffffff",
+    "#303030",
+    "#202124",
+    "#8a8f98",
+    "#ffffff",
+    "#d5d8dc",
+    "#fff4d6",
+    "#6b4e00",
+    "#c62828",
+    "#ffcdd2",
+    "#2e7d32",
+)
+DARK = Theme(
+    True,
+    "#1e1f22",
+    "#c8c8c8",
+    "#e6e6e6",
+    "#80868f",
+    "#232428",
+    "#3a3c41",
+    "#4a3b12",
+    "#ffe2a0",
+    "#ff6b6b",
+    "#7a2e2e",
+    "#7bd88f",
+)
 
 
 def system_is_dark(app: QGuiApplication) -> bool:
@@ -72,13 +96,20 @@ def _palette(theme: Theme) -> QPalette:
         palette.setColor(QPalette.ColorRole.Highlight, QColor("#3d7bd9"))
         return palette
     colours = {
-        QPalette.ColorRole.Window: "#2b2d30", QPalette.ColorRole.WindowText: "#e6e6e6",
-        QPalette.ColorRole.Base: "#1e1f22", QPalette.ColorRole.AlternateBase: "#26282b",
-        QPalette.ColorRole.ToolTipBase: "#3c3f44", QPalette.ColorRole.ToolTipText: "#f0f0f0",
-        QPalette.ColorRole.Text: "#e6e6e6", QPalette.ColorRole.Button: "#35373b",
-        QPalette.ColorRole.ButtonText: "#e6e6e6", QPalette.ColorRole.BrightText: "#ff6b6b",
-        QPalette.ColorRole.Highlight: "#3d7bd9", QPalette.ColorRole.HighlightedText: "#ffffff",
-        QPalette.ColorRole.Link: "#6ea8fe", QPalette.ColorRole.PlaceholderText: "#80868f",
+        QPalette.ColorRole.Window: "#2b2d30",
+        QPalette.ColorRole.WindowText: "#e6e6e6",
+        QPalette.ColorRole.Base: "#1e1f22",
+        QPalette.ColorRole.AlternateBase: "#26282b",
+        QPalette.ColorRole.ToolTipBase: "#3c3f44",
+        QPalette.ColorRole.ToolTipText: "#f0f0f0",
+        QPalette.ColorRole.Text: "#e6e6e6",
+        QPalette.ColorRole.Button: "#35373b",
+        QPalette.ColorRole.ButtonText: "#e6e6e6",
+        QPalette.ColorRole.BrightText: "#ff6b6b",
+        QPalette.ColorRole.Highlight: "#3d7bd9",
+        QPalette.ColorRole.HighlightedText: "#ffffff",
+        QPalette.ColorRole.Link: "#6ea8fe",
+        QPalette.ColorRole.PlaceholderText: "#80868f",
     }
     for role, colour in colours.items():
         palette.setColor(role, QColor(colour))

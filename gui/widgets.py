@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from typing import Sequence
-
 from PySide6.QtCore import QStandardPaths, Qt
-from PySide6.QtWidgets import (QAbstractItemView, QDoubleSpinBox, QFormLayout, QHBoxLayout, QHeaderView,
-                               QLineEdit, QPushButton, QSpinBox, QSplitter, QTableWidget, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 def spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinBox:
@@ -52,8 +62,13 @@ def path_row(edit: QLineEdit, button: QPushButton) -> QWidget:
     return row
 
 
-def controls_column(form: QFormLayout, run: QPushButton, cancel: QPushButton, options: Sequence[QWidget] = (),
-                    status: Sequence[QWidget] = ()) -> QWidget:
+def controls_column(
+    form: QFormLayout,
+    run: QPushButton,
+    cancel: QPushButton,
+    options: Sequence[QWidget] = (),
+    status: Sequence[QWidget] = (),
+) -> QWidget:
     """The left column of a task tab: its form, options, Run/Cancel, then reason/progress/status."""
     buttons = QHBoxLayout()
     buttons.addWidget(run)
@@ -94,9 +109,13 @@ def three_panes(owner: QWidget, panes: Sequence[QWidget], stretch: int, sizes: S
     return splitter
 
 
-def read_only_table(table: QTableWidget, headers: Sequence[str] = (),
-                    resize: QHeaderView.ResizeMode = QHeaderView.ResizeMode.ResizeToContents,
-                    row_height: int = 0, select_rows: bool = False) -> QTableWidget:
+def read_only_table(
+    table: QTableWidget,
+    headers: Sequence[str] = (),
+    resize: QHeaderView.ResizeMode = QHeaderView.ResizeMode.ResizeToContents,
+    row_height: int = 0,
+    select_rows: bool = False,
+) -> QTableWidget:
     """A results table as every tab shows one: not editable, no row numbers, columns sized by
     `resize`; optionally a fixed row height and whole-row selection."""
     if headers:
@@ -109,4 +128,3 @@ def read_only_table(table: QTableWidget, headers: Sequence[str] = (),
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     table.horizontalHeader().setSectionResizeMode(resize)
     return table
-

@@ -52,8 +52,12 @@ def spawn_once(name: str, model, prompt_ids: tuple[int, ...], threads: int) -> S
     from whistle_stop.backends.worker.process import Worker
 
     started: list[int] = []
-    worker = Worker(registry.get(name), model, EngineOptions(threads=threads),
-                    on_event=lambda event: started.append(event.t_ns) if isinstance(event, Started) else None)
+    worker = Worker(
+        registry.get(name),
+        model,
+        EngineOptions(threads=threads),
+        on_event=lambda event: started.append(event.t_ns) if isinstance(event, Started) else None,
+    )
     try:
         ready = worker.start()
         ttfts = []
@@ -93,19 +97,25 @@ def main(argv: list[str] | None = None) -> int:
     prompt_ids = tuple(build_prompt_ids(None, args.prompt_tokens))
     threads = args.threads or resolve_threads().threads
     state = bytecode.check()
-    print(f"model {model.label} · {len(prompt_ids)}-token prompt · {threads} threads · {args.spawns} spawns each · "
-          f"engine room bytecode: {state.modules - state.uncompiled}/{state.modules} current"
-          f"{'' if state.writes_bytecode else ' (PYTHONDONTWRITEBYTECODE)'}")
+    print(
+        f"model {model.label} · {len(prompt_ids)}-token prompt · {threads} threads · {args.spawns} spawns each · "
+        f"engine room bytecode: {state.modules - state.uncompiled}/{state.modules} current"
+        f"{'' if state.writes_bytecode else ' (PYTHONDONTWRITEBYTECODE)'}"
+    )
     results: dict[str, list[Stages]] = {name: [] for name in names}
     for _ in range(args.spawns):
         for name in names:
             results[name].append(spawn_once(name, model, prompt_ids, threads))
-    print(f"{'engine':<10} {'spawn -> Started':>22} {'Started -> Ready':>22} {'first TTFT':>22} "
-          f"{'cold start':>22} {'warm TTFT':>22}")
+    print(
+        f"{'engine':<10} {'spawn -> Started':>22} {'Started -> Ready':>22} {'first TTFT':>22} "
+        f"{'cold start':>22} {'warm TTFT':>22}"
+    )
     for name, stages in results.items():
-        print(f"{name:<10} {describe([s.spawn for s in stages]):>22} {describe([s.ready for s in stages]):>22} "
-              f"{describe([s.ttft for s in stages]):>22} {describe([s.total for s in stages]):>22} "
-              f"{describe([s.warm_ttft for s in stages]):>22}")
+        print(
+            f"{name:<10} {describe([s.spawn for s in stages]):>22} {describe([s.ready for s in stages]):>22} "
+            f"{describe([s.ttft for s in stages]):>22} {describe([s.total for s in stages]):>22} "
+            f"{describe([s.warm_ttft for s in stages]):>22}"
+        )
     return 0
 
 

@@ -40,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", help="comma-separated; default: four available engines")
     parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--interval-ms", type=float, default=10.0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="threads per engine (default 1: four engines at every usable core each would "
-                             "oversubscribe a small machine; this measures the window, not the engines)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads per engine (default 1: four engines at every usable core each would "
+        "oversubscribe a small machine; this measures the window, not the engines)",
+    )
     parser.add_argument("--show", action="store_true", help="show the window on screen (needs a display)")
     args = parser.parse_args(argv)
     if not args.show and "QT_QPA_PLATFORM" not in os.environ:
@@ -104,16 +108,24 @@ def main(argv: list[str] | None = None) -> int:
         counts = {n: p.token_count for n, p in window.grid.panes.items()}
         window.close()
 
-    print(f"engines: {', '.join(engines)} (race mode, random:tiny, {args.tokens} new tokens each, "
-          f"{args.threads or 'all'} thread(s) each); "
-          f"run took {took:.1f} s")
-    print("tokens streamed: " + ", ".join(f"{n} {c}" for n, c in counts.items())
-          + "; statuses: " + ", ".join(f"{r.backend} {r.status}" for r in result.runs))
+    print(
+        f"engines: {', '.join(engines)} (race mode, random:tiny, {args.tokens} new tokens each, "
+        f"{args.threads or 'all'} thread(s) each); "
+        f"run took {took:.1f} s"
+    )
+    print(
+        "tokens streamed: "
+        + ", ".join(f"{n} {c}" for n, c in counts.items())
+        + "; statuses: "
+        + ", ".join(f"{r.backend} {r.status}" for r in result.runs)
+    )
     for label, values in (("while streaming", lateness), ("whole run", whole)):
         if values:
             p50, p99, worst = percentiles(values)
-            print(f"event-loop lateness {label} ({len(values)} ticks of a {args.interval_ms:g} ms timer): "
-                  f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {worst:.1f} ms")
+            print(
+                f"event-loop lateness {label} ({len(values)} ticks of a {args.interval_ms:g} ms timer): "
+                f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {worst:.1f} ms"
+            )
     if not lateness:
         print("no tokens streamed: nothing measured", file=sys.stderr)
         return 2

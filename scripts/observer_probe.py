@@ -41,13 +41,24 @@ class Comparison:
 
 
 def median_ms_per_token(runs, engine: str) -> float | None:
-    values = [r.tpot_ms for r in runs if r.backend == engine and not r.is_warmup and r.status == "ok"
-              and r.tpot_ms is not None]
+    values = [
+        r.tpot_ms
+        for r in runs
+        if r.backend == engine and not r.is_warmup and r.status == "ok" and r.tpot_ms is not None
+    ]
     return statistics.median(values) if values else None
 
 
-def probe(model: str, engines: list[str], tokens: int, repeats: int, warmup: int, threads: int = 0,
-          prompt: str = "The lighthouse keeper", rounds: int = 1) -> list[list[Comparison]]:
+def probe(
+    model: str,
+    engines: list[str],
+    tokens: int,
+    repeats: int,
+    warmup: int,
+    threads: int = 0,
+    prompt: str = "The lighthouse keeper",
+    rounds: int = 1,
+) -> list[list[Comparison]]:
     """One list of comparisons per round (a QApplication must exist)."""
     from whistle_stop.backends.runs.bench import BenchSession
 
@@ -70,6 +81,7 @@ def probe(model: str, engines: list[str], tokens: int, repeats: int, warmup: int
         if problem:
             raise RuntimeError(f"the window refuses these settings: {problem}")
         config = setup.config()
+
         def in_window():
             loop, outcome = run_end_loop(window.bench.job)
             if not window.start_run():
@@ -89,9 +101,20 @@ def probe(model: str, engines: list[str], tokens: int, repeats: int, warmup: int
                     began = _own_cpu_s()
                     results[phase] = phases[phase]()
                     cpu[phase] = _own_cpu_s() - began
-                headless, shown, bench_cpu, window_cpu = results["bench"], results["window"], cpu["bench"], cpu["window"]
-                out.append([Comparison(e, median_ms_per_token(headless.runs, e), median_ms_per_token(shown.runs, e),
-                                       bench_cpu, window_cpu) for e in config.backends])
+                headless, shown = results["bench"], results["window"]
+                bench_cpu, window_cpu = cpu["bench"], cpu["window"]
+                out.append(
+                    [
+                        Comparison(
+                            e,
+                            median_ms_per_token(headless.runs, e),
+                            median_ms_per_token(shown.runs, e),
+                            bench_cpu,
+                            window_cpu,
+                        )
+                        for e in config.backends
+                    ]
+                )
         finally:
             window.close()
     return out
@@ -129,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    print(f"model {args.model}, fair mode, {args.tokens} new tokens, {args.repeats} repeat(s), "
-          f"{args.warmup} warm-up(s), threads {args.threads or 'default'}; median TPOT (ms/token)")
+    print(
+        f"model {args.model}, fair mode, {args.tokens} new tokens, {args.repeats} repeat(s), "
+        f"{args.warmup} warm-up(s), threads {args.threads or 'default'}; median TPOT (ms/token)"
+    )
     print(f"{'round':>5}  {'engine':<14} {'bench':>9} {'window':>9} {'ratio':>7}")
     ratios: dict[str, list[float]] = {}
     for index, comparisons in enumerate(rounds, start=1):
@@ -140,14 +165,19 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.setdefault(c.engine, []).append(c.ratio)
     for index, comparisons in enumerate(rounds, start=1):
         if comparisons:
-            print(f"round {index}: this process's own CPU: {comparisons[0].bench_parent_cpu_s:.2f} s during bench, "
-                  f"{comparisons[0].window_parent_cpu_s:.2f} s during the window's run")
+            print(
+                f"round {index}: this process's own CPU: {comparisons[0].bench_parent_cpu_s:.2f} s during bench, "
+                f"{comparisons[0].window_parent_cpu_s:.2f} s during the window's run"
+            )
     # One round's ratio carries the process-to-process noise of both runs (here often +-10%), so the
     # verdict uses the geometric mean over rounds; every round's ratio is printed beside it.
     for engine, values in ratios.items():
         overall = math.exp(sum(math.log(v) for v in values) / len(values))
-        print(f"{engine}: ratio per round {', '.join(f'{v:.3f}' for v in values)}; geometric mean {overall:.3f} "
-              f"over {len(values)} round(s); target <= {TARGET_RATIO}: {'met' if overall <= TARGET_RATIO else 'NOT met'}")
+        print(
+            f"{engine}: ratio per round {', '.join(f'{v:.3f}' for v in values)}; geometric mean {overall:.3f} "
+            f"over {len(values)} round(s); "
+            f"target <= {TARGET_RATIO}: {'met' if overall <= TARGET_RATIO else 'NOT met'}"
+        )
     del app
     return 0 if ratios else 2
 

@@ -51,6 +51,7 @@ def floor_pass(buffer: np.ndarray) -> Callable[[np.ndarray], float]:
         np.subtract(logits, logits.max() - np.float32(64), out=buffer)  # as the sampler does: no subnormals
         np.exp(buffer, out=buffer)
         return float(buffer.sum())
+
     return run
 
 

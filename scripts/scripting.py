@@ -22,7 +22,7 @@ def offscreen_without_display() -> None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-def open_window(settings_dir: Path, size: str = "1600x1000") -> "MainWindow":
+def open_window(settings_dir: Path, size: str = "1600x1000") -> MainWindow:
     """A shown MainWindow of `size` ("WxH") whose preferences live in `settings_dir`, not the user's."""
     from whistle_stop.gui.main_window import MainWindow
     from whistle_stop.gui.settings import settings_in
@@ -34,7 +34,7 @@ def open_window(settings_dir: Path, size: str = "1600x1000") -> "MainWindow":
     return window
 
 
-def run_end_loop(controller: "JobController") -> tuple["QEventLoop", dict]:
+def run_end_loop(controller: JobController) -> tuple[QEventLoop, dict]:
     """(loop, outcome): `loop.exec()` returns when the controller's job ends; outcome then holds
     'result' or 'error' (a cancel is one too: the scripts never cancel)."""
     from PySide6.QtCore import QEventLoop
@@ -47,7 +47,7 @@ def run_end_loop(controller: "JobController") -> tuple["QEventLoop", dict]:
     return loop, outcome
 
 
-def settle_and_grab(widget: "QWidget", out: Path, settle_ms: int) -> None:
+def settle_and_grab(widget: QWidget, out: Path, settle_ms: int) -> None:
     """Let the last layout and paint settle, then save `widget` as a PNG."""
     from PySide6.QtCore import QEventLoop, QTimer
 
@@ -59,7 +59,7 @@ def settle_and_grab(widget: "QWidget", out: Path, settle_ms: int) -> None:
     print(f"wrote {out} ({widget.width()}x{widget.height()})")
 
 
-def close_window(window: "QWidget", app: "QApplication") -> None:
+def close_window(window: QWidget, app: QApplication) -> None:
     window.close()
     window.deleteLater()
     app.processEvents()

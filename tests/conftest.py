@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -32,6 +33,15 @@ def isolated_cache(tmp_path_factory):
         os.environ["WHISTLE_STOP_CACHE"] = previous
 
 
+@pytest.fixture
+def use_engines():
+    """`use_engines(*specs)`: test engines in the registry (`registry.use`) until the test ends."""
+    from whistle_stop.backends import registry
+
+    with contextlib.ExitStack() as stack:
+        yield lambda *specs: stack.enter_context(registry.use(specs))
+
+
 @pytest.fixture(scope="session")
 def tiny_model(isolated_cache):
     from whistle_stop.backends.sources.model_files import resolve_model
@@ -59,9 +69,14 @@ def hf_reference(tiny_model):
     class Reference:
         def greedy(self, ids, new_tokens):
             with torch.inference_mode():
-                out = model.generate(torch.tensor([list(ids)]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                     do_sample=False, pad_token_id=50256)
-            return out[0, len(ids):].tolist()
+                out = model.generate(
+                    torch.tensor([list(ids)]),
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    do_sample=False,
+                    pad_token_id=50256,
+                )
+            return out[0, len(ids) :].tolist()
 
         def logits(self, ids):
             """[T, vocab] float32 numpy logits of every position."""

@@ -18,7 +18,8 @@ import multiprocessing as mp
 import pickle
 import threading
 import traceback
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.registry import EngineSpec, get
@@ -66,12 +67,13 @@ def _serve_engine(conn, spec: EngineSpec, model, options: EngineOptions) -> None
     engine = state["engine"]
     while (request := conn.recv()) is not None:
         kind, name, args, kwargs = request
+        # each lambda below runs inside _answer, at once: the loop's variables are this request's
         if kind == "get":
-            _answer(conn, lambda: _Method if callable(getattr(engine, name)) else getattr(engine, name))
+            _answer(conn, lambda: _Method if callable(getattr(engine, name)) else getattr(engine, name))  # noqa: B023
         elif kind == "call":
-            _answer(conn, lambda: getattr(engine, name)(*args, **kwargs))
+            _answer(conn, lambda: getattr(engine, name)(*args, **kwargs))  # noqa: B023
         else:  # "apply": a module-level function of the test, given the engine
-            _answer(conn, lambda: name(engine, *args, **kwargs))
+            _answer(conn, lambda: name(engine, *args, **kwargs))  # noqa: B023
     engine.close()
 
 
@@ -136,12 +138,19 @@ class _Child:
 class EngineProcess:
     """One engine created and loaded in a spawned child; attribute access and calls go over a pipe."""
 
-    def __init__(self, engine: str | EngineSpec, model, threads: int = 1, timeout_s: float = CALL_TIMEOUT_S,
-                 options: EngineOptions | None = None) -> None:
+    def __init__(
+        self,
+        engine: str | EngineSpec,
+        model,
+        threads: int = 1,
+        timeout_s: float = CALL_TIMEOUT_S,
+        options: EngineOptions | None = None,
+    ) -> None:
         spec = get(engine) if isinstance(engine, str) else engine
         self.name = spec.name
-        self._child = _Child(f"engine {spec.name!r}", _serve_engine, (spec, model, options or EngineOptions(threads=threads)),
-                             timeout_s)
+        self._child = _Child(
+            f"engine {spec.name!r}", _serve_engine, (spec, model, options or EngineOptions(threads=threads)), timeout_s
+        )
         try:
             self.info = self._child.receive("load")
         except BaseException:

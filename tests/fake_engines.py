@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from whistle_stop.backends.engine import Engine, EngineInfo, EngineOptions
+from whistle_stop.backends.engine import Capabilities, Engine, EngineInfo, EngineOptions
 from whistle_stop.backends.registry import EngineSpec
 
 VOCAB = 50257
@@ -21,11 +21,22 @@ VOCAB = 50257
 class ScriptedEngine(Engine):
     """Emits tokens 100, 101, ... with `prefill_s` before the first and `decode_s` between the rest."""
 
-    def __init__(self, options: EngineOptions, prefill_s: float = 0.0, decode_s: float = 0.0,
-                 crash_at: int | None = None, hang_at: int | None = None, fail_at: int | None = None,
-                 fail_load: bool = False, load_s: float = 0.0, device: str = "cpu",
-                 segfault_at: int | None = None, build_s: float = 0.0) -> None:
-        super().__init__(options)
+    def __init__(
+        self,
+        name: str,
+        options: EngineOptions,
+        prefill_s: float = 0.0,
+        decode_s: float = 0.0,
+        crash_at: int | None = None,
+        hang_at: int | None = None,
+        fail_at: int | None = None,
+        fail_load: bool = False,
+        load_s: float = 0.0,
+        device: str = "cpu",
+        segfault_at: int | None = None,
+        build_s: float = 0.0,
+    ) -> None:
+        super().__init__(name, options)
         self.device = device  # what its Ready says (a "cuda" one: whose memory the profile probes)
         self.prefill_s, self.decode_s = prefill_s, decode_s
         self.crash_at, self.hang_at, self.fail_at = crash_at, hang_at, fail_at
@@ -43,8 +54,14 @@ class ScriptedEngine(Engine):
         if self.build_s:
             progress("pretending to export something", None)
             time.sleep(self.build_s)
-        return EngineInfo(device=self.device, dtype="fp32", weight_bytes_per_token=1_000_000, notes="scripted",
-                          build_s=self.build_s, artifact_cache="miss" if self.build_s else "none")
+        return EngineInfo(
+            device=self.device,
+            dtype="fp32",
+            weight_bytes_per_token=1_000_000,
+            notes="scripted",
+            build_s=self.build_s,
+            artifact_cache="miss" if self.build_s else "none",
+        )
 
     def _logits(self) -> np.ndarray:
         logits = np.zeros(VOCAB, np.float32)
@@ -85,12 +102,15 @@ def busy_wait(seconds: float) -> None:
 
 
 def spec(name: str, **kwargs) -> EngineSpec:
-    return EngineSpec(name, "tests.fake_engines:ScriptedEngine", "scripted test engine", (), "", "fp32", kwargs)
+    return EngineSpec(
+        name=name, target="tests.fake_engines:ScriptedEngine", description="scripted test engine", engine_args=kwargs
+    )
 
 
 # --- A profiled engine with known costs per phase (tests/test_profile.py) -----------------------
 # Module-level functions named like the numpy runtime's, so the numpy family's categories apply:
 # `linear` is a matmul, `attention` attention; the busy wait between them is "Python".
+
 
 def linear(seconds: float) -> None:
     busy_wait(seconds)
@@ -124,26 +144,35 @@ class PhasedEngine(ScriptedEngine):
 
     def profiler(self):
         import tests.fake_engines as module
+        from whistle_stop.backends.profile.categories import OpFamily
         from whistle_stop.backends.profile.timers import FunctionTimers
 
-        return FunctionTimers(module, ["linear", "attention"], "numpy")
+        return FunctionTimers(module, ["linear", "attention"], OpFamily.NUMPY_FUNCTIONS)
 
 
 def phased_spec(name: str = "phased") -> EngineSpec:
-    return EngineSpec(name, "tests.fake_engines:PhasedEngine", "scripted engine with known costs per phase", (), "",
-                      "fp32", {})
+    return EngineSpec(
+        name=name, target="tests.fake_engines:PhasedEngine", description="scripted engine with known costs per phase"
+    )
 
 
 # --- An engine that generates in its own loop (tests/test_profile.py) ---------------------------
 
+
 class OwnLoopEngine(ScriptedEngine):
     """ScriptedEngine's tokens from its own `stream`, as ctranslate2, the GenAI runtimes or a server
     generate: the worker relays them and cannot time its prefill and decode calls apart."""
+
+    capabilities = Capabilities(own_loop=True)
 
     def stream(self, token_ids, new_tokens, sampler, cancel=None):
         yield from super().stream(token_ids, new_tokens, sampler, cancel)
 
 
 def own_loop_spec(name: str = "own-loop", **kwargs) -> EngineSpec:
-    return EngineSpec(name, "tests.fake_engines:OwnLoopEngine", "scripted engine with its own loop", (), "", "fp32",
-                      kwargs)
+    return EngineSpec(
+        name=name,
+        target="tests.fake_engines:OwnLoopEngine",
+        description="scripted engine with its own loop",
+        engine_args=kwargs,
+    )

@@ -9,8 +9,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from whistle_stop.backends.engines.server.lifecycle import ManagedServer, ServerCommand, free_port
 from tests.pythons import make_venv, python_of
+from whistle_stop.backends.engines.server.lifecycle import ManagedServer, ServerCommand, free_port
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 
@@ -24,8 +24,12 @@ def fake_vllm_server(**env: str):
     python = python_of(Path(_SERVER_ENV.name) / "env")
     if not python.exists():
         fake_vllm_environment(Path(_SERVER_ENV.name) / "env")
-    command = ServerCommand([str(python), "-m", "vllm.entrypoints.openai.api_server", "--port", str(port)],
-                            port, env, name="fake vLLM server")
+    command = ServerCommand(
+        [str(python), "-m", "vllm.entrypoints.openai.api_server", "--port", str(port)],
+        port,
+        env,
+        name="fake vLLM server",
+    )
     server = ManagedServer(command)
     server.start(60)
     try:
@@ -59,6 +63,7 @@ def alive(pid: int) -> bool:
 
 def environ(**values: str):
     """Set environment variables for the duration of a with-block (spawned workers inherit them)."""
+
     @contextmanager
     def scope():
         saved = {k: os.environ.get(k) for k in values}
@@ -71,4 +76,5 @@ def environ(**values: str):
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
     return scope()

@@ -21,8 +21,9 @@ def python_of(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
 
 
-def make_venv(venv: Path, folders: tuple[Path, ...] = (), with_this_environment: bool = False,
-              sitecustomize: str = "") -> Path:
+def make_venv(
+    venv: Path, folders: tuple[Path, ...] = (), with_this_environment: bool = False, sitecustomize: str = ""
+) -> Path:
     """A venv (no pip) whose site-packages also holds `folders`; with `with_this_environment`, the
     packages of the Python running the tests (whistle_stop included, as installed); `sitecustomize`
     runs at every start of its interpreter. Returns its python."""

@@ -43,13 +43,30 @@ class Served:
 
 
 @contextmanager
-def served(engine: str | EngineSpec, model, workers: int = 1, queue: int = 32, api_key: str = "",
-           shutdown_timeout_s: float = 5.0, timeouts: Timeouts = Timeouts(), wait: bool = True):
+def served(
+    engine: str | EngineSpec,
+    model,
+    workers: int = 1,
+    queue: int = 32,
+    api_key: str = "",
+    shutdown_timeout_s: float = 5.0,
+    timeouts: Timeouts = Timeouts(),
+    wait: bool = True,
+):
     """A server in this process on a free port; stopped (workers closed) at the end."""
     spec = registry.get(engine) if isinstance(engine, str) else engine
     lines: list[str] = []
-    service = Service(spec, model, EngineOptions(threads=1), workers=workers, queue=queue, api_key=api_key,
-                      timeouts=timeouts, log=lines.append, say=lines.append)
+    service = Service(
+        spec,
+        model,
+        EngineOptions(threads=1),
+        workers=workers,
+        queue=queue,
+        api_key=api_key,
+        timeouts=timeouts,
+        log=lines.append,
+        say=lines.append,
+    )
     server = ServeServer(service, HOST, 0, shutdown_timeout_s)
     thread = threading.Thread(target=server.run, name="test-serve", daemon=True)
     thread.start()
@@ -77,8 +94,15 @@ def wait_healthy(port: int, timeout_s: float = 60.0) -> dict:
     raise AssertionError(f"the server on port {port} did not become healthy: {body}")
 
 
-def request(port: int, method: str, path: str, body: object = None, headers: dict | None = None,
-            raw: bytes | None = None, timeout_s: float = 60.0) -> tuple[int, dict, object]:
+def request(
+    port: int,
+    method: str,
+    path: str,
+    body: object = None,
+    headers: dict | None = None,
+    raw: bytes | None = None,
+    timeout_s: float = 60.0,
+) -> tuple[int, dict, object]:
     """(status, headers, JSON body or text) of one request."""
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
     try:
@@ -103,8 +127,12 @@ def stream_events(port: int, body: dict, headers: dict | None = None) -> tuple[i
     """(status, events): each `data:` payload parsed ("[DONE]" kept as a string)."""
     conn = http.client.HTTPConnection(HOST, port, timeout=60)
     try:
-        conn.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}).encode(),
-                     headers={"Content-Type": "application/json", **(headers or {})})
+        conn.request(
+            "POST",
+            "/v1/completions",
+            body=json.dumps({**body, "stream": True}).encode(),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
         response = conn.getresponse()
         if response.status != 200:
             return response.status, [json.loads(response.read())]

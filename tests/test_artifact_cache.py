@@ -29,7 +29,9 @@ def test_rebuilt_when_corrupt_or_built_with_other_settings(isolated_cache):
     folder = artifact_cache.ensure("test", "k2", "v", _write, meta={"format": "t1"}).folder
     (folder / "sub" / "file.bin").write_text("dat")  # shorter
     messages: list[str] = []
-    again = artifact_cache.ensure("test", "k2", "v", _write, lambda m, f=None: messages.append(m), meta={"format": "t1"})
+    again = artifact_cache.ensure(
+        "test", "k2", "v", _write, lambda m, f=None: messages.append(m), meta={"format": "t1"}
+    )
     assert again.built and any("rebuilding cached test/v: sub/file.bin has 3 bytes" in m for m in messages)
     assert artifact_cache.check(folder, {"format": "t2"}).startswith("built with other settings")
     assert artifact_cache.ensure("test", "k2", "v", _write, meta={"format": "t2"}).built
@@ -56,8 +58,10 @@ def test_concurrent_builders_build_once(isolated_cache):
         _write(out)
 
     results = []
-    threads = [threading.Thread(target=lambda: results.append(artifact_cache.ensure("test", "k4", "v", slow)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(artifact_cache.ensure("test", "k4", "v", slow)))
+        for _ in range(3)
+    ]
     for thread in threads:
         thread.start()
     all_started.set()
@@ -84,8 +88,24 @@ def test_engine_folders_without_importing_the_engine(tiny_model):
     from whistle_stop.backends import registry
 
     assert artifact_cache.engine_folders(registry.get("numpy"), tiny_model) == []
-    for name, variant in [("onnx", "fp32"), ("onnx-int8", "int8"), ("llamacpp-q4_0", "q4_0"),
-                          ("ctranslate2-int8", "int8"), ("openvino", "fp32")]:
+    for name, variant in [
+        ("onnx", "fp32"),
+        ("onnx-int8", "int8"),
+        ("llamacpp-q4_0", "q4_0"),
+        ("ctranslate2-int8", "int8"),
+        ("openvino", "fp32"),
+    ]:
         folders = artifact_cache.engine_folders(registry.get(name), tiny_model)
         assert len(folders) == 1 and folders[0].name == variant, (name, folders)
 
+
+def test_sha256_of_a_file_matches_hashlib_and_needs_no_python_3_11(tmp_path):
+    import hashlib
+
+    from whistle_stop.backends.storage.digest import CHUNK, sha256_of
+
+    data = bytes(range(256)) * (CHUNK // 256 * 2 + 3)  # over two chunks, and a part
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    with path.open("rb") as handle:
+        assert sha256_of(handle) == hashlib.sha256(data).hexdigest()

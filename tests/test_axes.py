@@ -13,10 +13,10 @@ def test_log_axis_is_labelled_plainly_at_1_2_5(qapp):
 
     axis = LogAxis(orientation="left")
     axis.setLogMode(False, True)
-    (_, values), = axis.tickValues(math.log10(1.3), math.log10(60), 400)
+    ((_, values),) = axis.tickValues(math.log10(1.3), math.log10(60), 400)
     assert axis.tickStrings(values, 1.0, 1.0) == ["2", "5", "10", "20", "50"]
     assert "·" not in "".join(axis.tickStrings([math.log10(0.5), 1.0], 1.0, 1.0))
-    (_, sparse), = axis.tickValues(0.0, 6.0, 100)  # six decades on a short axis: decades only
+    ((_, sparse),) = axis.tickValues(0.0, 6.0, 100)  # six decades on a short axis: decades only
     assert axis.tickStrings(sparse, 1.0, 1.0) == ["1", "10", "100", "1000", "10000", "100000", "1000000"]
 
 
@@ -25,7 +25,7 @@ def test_count_axis_has_no_fractional_ticks(qapp):
 
     axis = CountAxis(orientation="bottom")
     for low, high in ((0.0, 1.0), (0.0, 3.0), (0.0, 1000.0)):
-        for spacing, offset in axis.tickSpacing(low, high, 600):
+        for spacing, _offset in axis.tickSpacing(low, high, 600):
             assert spacing >= 1 and float(spacing).is_integer()
 
 

@@ -13,8 +13,35 @@ from whistle_stop.backends.worker.events import Token
 
 
 def _record(prompt_tokens: int) -> RunRecord:
-    return RunRecord("r", "e", "m", "w", "cpu", "fp32", 1, prompt_tokens, 5, "greedy", 1.0, 0, 1.0, 0, 1, False,
-                     None, None, None, None, None, None, None, None, None, None, RunStatus.OK)
+    return RunRecord(
+        "r",
+        "e",
+        "m",
+        "w",
+        "cpu",
+        "fp32",
+        1,
+        prompt_tokens,
+        5,
+        "greedy",
+        1.0,
+        0,
+        1.0,
+        0,
+        1,
+        False,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        RunStatus.OK,
+    )
 
 
 def test_bandwidth_counts_weights_and_the_mean_kv_cache(monkeypatch):
@@ -44,8 +71,9 @@ def test_weights_that_fit_in_the_last_level_cache_are_flagged(monkeypatch):
 
 
 def test_cpu_caches_read_from_sysfs(tmp_path):
-    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
-                                                 (3, "Unified", "32768K")]):
+    for index, (level, kind, size) in enumerate(
+        [(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32768K")]
+    ):
         folder = tmp_path / f"index{index}"
         folder.mkdir()
         (folder / "level").write_text(f"{level}\n")
@@ -103,16 +131,23 @@ def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
 
     runs = [_record(prompt_tokens=4)]
     runs[0].decode_tok_s, runs[0].bandwidth_gb_s, runs[0].new_tokens = 100.0, 0.1, 3
-    environment = {"bandwidth": {"gb_s": 10.0, "label": "sgemv over a 1074 MB fp32 matrix, 2 threads: 10.0 GB/s",
-                                 "llc_bytes": 32 << 20},
-                   "engines": {"e": {"dtype": "fp32", "weight_bytes_per_token": 1_000_000}}}
+    environment = {
+        "bandwidth": {
+            "gb_s": 10.0,
+            "label": "sgemv over a 1074 MB fp32 matrix, 2 threads: 10.0 GB/s",
+            "llc_bytes": 32 << 20,
+        },
+        "engines": {"e": {"dtype": "fp32", "weight_bytes_per_token": 1_000_000}},
+    }
     figure = figures.decode_vs_output(runs, 10.0, environment)
     assert "sgemv over a 1074 MB" in figure.limits[0].label
     assert "limit: sgemv" in figure.note and "weights of e fit in the last-level cache" in figure.note
     # weights a few times the cache but a quarter of the probe's bytes or less: said to be able to beat it
     environment["bandwidth"]["bytes"] = 1 << 30
-    environment["engines"] = {"e": {"dtype": "int4", "weight_bytes_per_token": 85_000_000},
-                              "big": {"dtype": "fp32", "weight_bytes_per_token": 500_000_000}}
+    environment["engines"] = {
+        "e": {"dtype": "int4", "weight_bytes_per_token": 85_000_000},
+        "big": {"dtype": "fp32", "weight_bytes_per_token": 500_000_000},
+    }
     note = figures.decode_vs_output(runs, 10.0, environment).note
     assert "e reads under a quarter of the probe's 1074 MB per token" in note and "so it can beat this limit" in note
     assert "big" not in note and "last-level" not in note
@@ -151,7 +186,8 @@ def test_gpu_probe_reads_the_gpus_memory():
 
     result = bw.fresh_bandwidth(1, 64 << 20, device="cuda")
     assert result.device == "cuda" and result.device_name and result.bytes == 64 << 20
-    assert set(result.readers) == {"cuBLAS gemv", "sum"} and result.gb_s == pytest.approx(max(result.readers.values()), abs=0.01)
+    assert set(result.readers) == {"cuBLAS gemv", "sum"}
+    assert result.gb_s == pytest.approx(max(result.readers.values()), abs=0.01)
     assert result.gb_s > 100 and result.compute_gflops > 1000  # any CUDA GPU's memory and cores beat these
     assert "on " + result.device_name in result.label and result.probe_pid != os.getpid()
     assert measure_gpu_bandwidth(8 << 20, passes=2).passes == 2

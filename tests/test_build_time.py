@@ -3,20 +3,21 @@ with the artefacts cached): both appear in runs.csv, the summary table and the v
 
 import csv
 
+from tests import fake_engines
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.results.summary import SUMMARY_HEADERS, summarize_backends, summary_rows
 from whistle_stop.backends.results.verdict import verdict
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
-from tests import fake_engines
 
 BUILD_S = 1.5
 
 
-def test_cold_start_excludes_the_build_and_build_s_shows_it(tiny_model, tmp_path):
-    specs = {"builds": fake_engines.spec("builds", build_s=BUILD_S), "plain": fake_engines.spec("plain")}
-    config = BenchConfig(model="random:tiny", backends=("builds", "plain"), threads=1, repeats=2, warmup=0,
-                         new_tokens=3)
-    result = BenchSession(config, specs=specs).run()
+def test_cold_start_excludes_the_build_and_build_s_shows_it(tiny_model, tmp_path, use_engines):
+    use_engines(fake_engines.spec("builds", build_s=BUILD_S), fake_engines.spec("plain"))
+    config = BenchConfig(
+        model="random:tiny", backends=("builds", "plain"), threads=1, repeats=2, warmup=0, new_tokens=3
+    )
+    result = BenchSession(config).run()
     first = {r.backend: r for r in result.runs if r.cold_start_s is not None}
     built, plain = first["builds"], first["plain"]
     assert built.build_s is not None and BUILD_S <= built.build_s < BUILD_S + 0.5

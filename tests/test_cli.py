@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import fake_engines
 from whistle_stop.backends import registry
 from whistle_stop.backends.cli.main import main
-from tests import fake_engines
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,24 +19,27 @@ def _bench(capsys, *args):
     return code, capsys.readouterr()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--prompt", "   "], "prompt is empty"),
-    (["--prompt-tokens", "1000", "--new-tokens", "100"], "exceed the model's context of 1024"),
-    (["--new-tokens", "0"], "--new-tokens must be >= 1"),
-    (["--temperature", "-1", "--decoding", "sample"], "temperature must be >= 0"),
-    (["--top-p", "0"], "top-p must be in (0, 1]"),
-    (["--top-p", "1.5"], "top-p must be in (0, 1]"),
-    (["--top-k", "-3"], "top-k must be >= 0"),
-    (["--backends", "hf,warp-drive"], "unknown backend 'warp-drive'; known backends: hf, hf-bf16"),
-    (["--model", "random:huge"], "unknown model 'random:huge'"),
-    (["--model", "./missing-folder"], "does not exist"),
-    (["--repeats", "0"], "--repeats must be >= 1"),
-    (["--threads", "-2"], "--threads must be >= 0"),
-    (["--new-tokens", "ten"], "invalid int value"),
-    (["--concurrency", "0,2"], "--concurrency levels must be 1 to 256"),
-    (["--concurrency", "two"], "expected comma-separated whole numbers"),
-    (["--slo-ttft-ms", "-5", "--concurrency", "2"], "--slo-ttft-ms must be > 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--prompt", "   "], "prompt is empty"),
+        (["--prompt-tokens", "1000", "--new-tokens", "100"], "exceed the model's context of 1024"),
+        (["--new-tokens", "0"], "--new-tokens must be >= 1"),
+        (["--temperature", "-1", "--decoding", "sample"], "temperature must be >= 0"),
+        (["--top-p", "0"], "top-p must be in (0, 1]"),
+        (["--top-p", "1.5"], "top-p must be in (0, 1]"),
+        (["--top-k", "-3"], "top-k must be >= 0"),
+        (["--backends", "hf,warp-drive"], "unknown backend 'warp-drive'; known backends: hf, hf-bf16"),
+        (["--model", "random:huge"], "unknown model 'random:huge'"),
+        (["--model", "./missing-folder"], "does not exist"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--threads", "-2"], "--threads must be >= 0"),
+        (["--new-tokens", "ten"], "invalid int value"),
+        (["--concurrency", "0,2"], "--concurrency levels must be 1 to 256"),
+        (["--concurrency", "two"], "expected comma-separated whole numbers"),
+        (["--slo-ttft-ms", "-5", "--concurrency", "2"], "--slo-ttft-ms must be > 0"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
     code, out = _bench(capsys, "--out", str(tmp_path), *args)
     assert code == 2
@@ -84,9 +87,29 @@ def test_backends_lists_every_engine_with_reasons(capsys):
 def test_bench_end_to_end_through_main_py(tmp_path):
     out_dir = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "main.py", "bench", "--model", "random:tiny", "--backends", "hf,hf-int8",
-         "--prompt-tokens", "20", "--new-tokens", "12", "--repeats", "2", "--warmup", "1", "--out", str(out_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "main.py",
+            "bench",
+            "--model",
+            "random:tiny",
+            "--backends",
+            "hf,hf-int8",
+            "--prompt-tokens",
+            "20",
+            "--new-tokens",
+            "12",
+            "--repeats",
+            "2",
+            "--warmup",
+            "1",
+            "--out",
+            str(out_dir),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert "random weights - timing only" in proc.stdout
@@ -105,21 +128,39 @@ def test_bench_concurrency_prints_the_load_table(capsys, tmp_path, tiny_model):
     from tests.fake_servers import fake_vllm_server
 
     with fake_vllm_server(FAKE_VLLM_STEP_MS="5", FAKE_VLLM_PER_SEQ_MS="1") as server:
-        code, out = _bench(capsys, "--backends", "numpy,remote", "--remote-url", server.base_url + "/v1",
-                           "--concurrency", "1,2", "--new-tokens", "6", "--prompt-tokens", "8",
-                           "--slo-ttft-ms", "5000", "--out", str(tmp_path))
+        code, out = _bench(
+            capsys,
+            "--backends",
+            "numpy,remote",
+            "--remote-url",
+            server.base_url + "/v1",
+            "--concurrency",
+            "1,2",
+            "--new-tokens",
+            "6",
+            "--prompt-tokens",
+            "8",
+            "--slo-ttft-ms",
+            "5000",
+            "--out",
+            str(tmp_path),
+        )
     assert code == 0, out.err
     assert "load: 8-token prompts, 6 new tokens, levels 1, 2" in out.out
     assert "goodput req/s" in out.out and "TTFT <= 5000 ms" in out.out
     rows = list(csv.DictReader((tmp_path / "load.csv").open()))
     assert {(r["backend"], r["concurrency"], r["kind"]) for r in rows} == {
-        ("numpy", "1", "batch 1"), ("remote", "1", "server"), ("remote", "2", "server")}
+        ("numpy", "1", "batch 1"),
+        ("remote", "1", "server"),
+        ("remote", "2", "server"),
+    }
 
 
 @pytest.mark.parametrize("command", ["quality", "sweep"])
 def test_a_chart_that_cannot_render_is_one_line_and_the_numbers_stay(capsys, tmp_path, monkeypatch, command):
     """Without pyqtgraph or Qt (a headless GPU server, say) the charts are said not written; the
     results are already on disk and the command exits 0."""
+
     def no_charts(*_args, **_kwargs):
         raise ModuleNotFoundError("No module named 'pyqtgraph'")
 
@@ -130,10 +171,29 @@ def test_a_chart_that_cannot_render_is_one_line_and_the_numbers_stay(capsys, tmp
     monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth", lambda *a, **k: fixed)
     monkeypatch.setattr("whistle_stop.backends.runs.sweep.cached_bandwidth", lambda *a, **k: fixed)
     out = tmp_path / command
-    extra = (["--new-tokens", "3", "--max-length", "32", "--stride", "32"] if command == "quality"
-             else ["--prompt-tokens", "4", "--new-tokens", "3"])
-    code = main([command, "--model", "random:tiny", "--backends", "null", "--repeats", "1",
-                 "--warmup", "0", "--threads", "1", "--out", str(out), *extra])
+    extra = (
+        ["--new-tokens", "3", "--max-length", "32", "--stride", "32"]
+        if command == "quality"
+        else ["--prompt-tokens", "4", "--new-tokens", "3"]
+    )
+    code = main(
+        [
+            command,
+            "--model",
+            "random:tiny",
+            "--backends",
+            "null",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert "charts not written: No module named 'pyqtgraph'" in " ".join(err.split())
@@ -147,14 +207,18 @@ def test_bench_summary_gives_the_interval_its_true_level():
 
     from rich.console import Console
 
+    from tests.test_stats import _run
     from whistle_stop.backends.cli.bench_command import print_summary
     from whistle_stop.backends.runs.bench import BenchConfig
     from whistle_stop.backends.runs.result import BenchResult
-    from tests.test_stats import _run
 
     config = BenchConfig(model="random:tiny", backends=("a",), new_tokens=4)
-    result = BenchResult(config, SimpleNamespace(label="random:tiny", is_random=True), [1, 2, 3, 4],
-                         [_run("a", r, 2.0 + r) for r in range(6)])
+    result = BenchResult(
+        config,
+        SimpleNamespace(label="random:tiny", is_random=True),
+        [1, 2, 3, 4],
+        [_run("a", r, 2.0 + r) for r in range(6)],
+    )
     console = Console(file=StringIO(), width=400)
     print_summary(result, console)
     printed = " ".join(console.file.getvalue().split())
@@ -197,17 +261,29 @@ def _interrupt_at_measured_run(monkeypatch, which: int) -> None:
     monkeypatch.setattr(Orchestrator, "cancel", cancelling)
 
 
-@pytest.mark.parametrize("command, extra, which, kept", [
-    ("bench", ["--repeats", "3"], 2, "2 of 3 planned runs kept"),
-    # Two cells of two runs: the first cell is complete, the second is run again on resume.
-    ("sweep", ["--repeats", "2", "--prompt-tokens", "4", "--new-tokens", "3,5"], 3,
-     "2 of 4 planned runs kept (1 of 2 cells complete)"),
-    ("quality", ["--repeats", "2", "--new-tokens", "3", "--max-length", "32", "--stride", "32"], 1,
-     "1 of 2 planned runs kept, perplexity of 0 of 1 engines"),
-    ("profile", ["--repeats", "2", "--new-tokens", "3"], 1, "1 of 2 planned runs kept, 0 of 1 engines profiled"),
-])
-def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(capsys, tmp_path, monkeypatch, command, extra,
-                                                                    which, kept):
+@pytest.mark.parametrize(
+    "command, extra, which, kept",
+    [
+        ("bench", ["--repeats", "3"], 2, "2 of 3 planned runs kept"),
+        # Two cells of two runs: the first cell is complete, the second is run again on resume.
+        (
+            "sweep",
+            ["--repeats", "2", "--prompt-tokens", "4", "--new-tokens", "3,5"],
+            3,
+            "2 of 4 planned runs kept (1 of 2 cells complete)",
+        ),
+        (
+            "quality",
+            ["--repeats", "2", "--new-tokens", "3", "--max-length", "32", "--stride", "32"],
+            1,
+            "1 of 2 planned runs kept, perplexity of 0 of 1 engines",
+        ),
+        ("profile", ["--repeats", "2", "--new-tokens", "3"], 1, "1 of 2 planned runs kept, 0 of 1 engines profiled"),
+    ],
+)
+def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(
+    capsys, tmp_path, monkeypatch, command, extra, which, kept
+):
     """`bench && report` must tell a cancelled run from a complete one: exit 130 (SIGINT's), and
     the line says what of the plan was kept and where."""
     from whistle_stop.backends.results.bandwidth import Bandwidth
@@ -219,8 +295,22 @@ def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(capsys, tmp_
     monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda *a, **k: fixed)
     _interrupt_at_measured_run(monkeypatch, which)
     out = tmp_path / command
-    code = main([command, "--model", "random:tiny", "--backends", "null", "--warmup", "0", "--threads", "1",
-                 "--out", str(out), *extra])
+    code = main(
+        [
+            command,
+            "--model",
+            "random:tiny",
+            "--backends",
+            "null",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     err = " ".join(capsys.readouterr().err.split())
     assert code == 130, err
     assert f"cancelled: {kept}; partial results written to {out}" in err

@@ -8,20 +8,24 @@ from pathlib import Path
 
 import pytest
 
+from tests import fake_engines
+from tests.conftest import CRASH_PRONE, load_engine_in_worker
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.sweep import SweepGrid, SweepSession
 from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.storage import artifact_cache, page_cache
-from tests import fake_engines
-from tests.conftest import CRASH_PRONE, load_engine_in_worker
 
 # (engine, the modules it needs): onnx always runs, the peers when installed.
-ARTEFACT_ENGINES = [("onnx", ("onnxruntime", "onnx", "torch")), ("llamacpp", ("llama_cpp", "gguf")),
-                    ("ctranslate2", ("ctranslate2", "transformers", "torch")), ("openvino", ("openvino",)),
-                    ("ortgenai", ("onnxruntime_genai", "onnxruntime", "onnx", "torch")),
-                    ("openvino-genai", ("openvino_genai", "openvino_tokenizers", "openvino"))]
+ARTEFACT_ENGINES = [
+    ("onnx", ("onnxruntime", "onnx", "torch")),
+    ("llamacpp", ("llama_cpp", "gguf")),
+    ("ctranslate2", ("ctranslate2", "transformers", "torch")),
+    ("openvino", ("openvino",)),
+    ("ortgenai", ("onnxruntime_genai", "onnxruntime", "onnx", "torch")),
+    ("openvino-genai", ("openvino_genai", "openvino_tokenizers", "openvino")),
+]
 
 
 def _quiet(*_args, **_kwargs) -> None:
@@ -127,7 +131,8 @@ def test_unsupported_eviction_is_said(monkeypatch, tmp_path):
 def test_records_carry_the_page_cache_state_and_cold_note(tiny_model):
     specs = {"a": fake_engines.spec("a")}
     config = BenchConfig(model="random:tiny", backends=("a",), threads=1, repeats=1, warmup=0, cold=True)
-    result = SweepSession(config, SweepGrid((4,), (3,)), specs=specs, measure_bandwidth=False).run()
+    with registry.use(specs.values()):
+        result = SweepSession(config, SweepGrid((4,), (3,)), measure_bandwidth=False).run()
     assert result.runs and all(r.status is RunStatus.OK for r in result.runs)
     for record in result.runs:
         assert "--cold" in record.notes
@@ -151,12 +156,23 @@ def test_a_worker_imports_only_what_serving_needs_before_ready():
     import subprocess
     import sys
 
-    heavy = ["psutil", "platformdirs", "_hashlib", "tempfile", "shutil", "whistle_stop.backends.profile.capture",
-             "whistle_stop.backends.worker.load_runner", "whistle_stop.backends.worker.scoring", "torch"]
+    heavy = [
+        "psutil",
+        "platformdirs",
+        "_hashlib",
+        "tempfile",
+        "shutil",
+        "whistle_stop.backends.profile.capture",
+        "whistle_stop.backends.worker.load_runner",
+        "whistle_stop.backends.worker.scoring",
+        "torch",
+    ]
     # What numpy itself imports is not the app's (numpy 2.5 imports tempfile and shutil, 2.4 does not)
-    code = ("import sys, numpy; before = set(sys.modules); "
-            "import whistle_stop.backends.worker.child, whistle_stop.backends.engines.numpy_runtime.engine; "
-            f"print([m for m in {heavy!r} if m in sys.modules and m not in before])")
+    code = (
+        "import sys, numpy; before = set(sys.modules); "
+        "import whistle_stop.backends.worker.child, whistle_stop.backends.engines.numpy_runtime.engine; "
+        f"print([m for m in {heavy!r} if m in sys.modules and m not in before])"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
 

@@ -11,6 +11,7 @@ from whistle_stop.backends.report import colours
 
 def _lab(hex_colour):
     """CIE L*a*b* (D65) of an sRGB colour, for a perceptual distance."""
+
     def linear(c):
         c /= 255
         return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4

@@ -19,8 +19,9 @@ from whistle_stop.backends.sources.model_files import resolve_model
 class FakeHub:
     """Not cached; a 'download' of 100 chunks that sets `cancel` after `cancel_at` of them."""
 
-    def __init__(self, cancel: threading.Event | None, cancel_at: int | None = 10, wrap: bool = False,
-                 disable: bool = False) -> None:
+    def __init__(
+        self, cancel: threading.Event | None, cancel_at: int | None = 10, wrap: bool = False, disable: bool = False
+    ) -> None:
         self.cancel, self.cancel_at, self.wrap, self.disable = cancel, cancel_at, wrap, disable
         self.chunks = 0
         self.network_calls = 0
@@ -104,8 +105,9 @@ def test_auto_does_not_fall_back_to_random_weights_when_cancelled(fake_hub, monk
 
 def test_auto_still_falls_back_when_the_hub_fails(fake_hub, monkeypatch):
     """Without a cancel, a failing download is 'unreachable' as before: random:gpt2 with a notice."""
-    monkeypatch.setattr(models, "_random",
-                        lambda spec, asked: models.ModelFiles(asked, spec, models.Path("."), "random", "x", {}))
+    monkeypatch.setattr(
+        models, "_random", lambda spec, asked: models.ModelFiles(asked, spec, models.Path("."), "random", "x", {})
+    )
 
     def unreachable(repo_id, local_files_only=False, **kwargs):
         if local_files_only:

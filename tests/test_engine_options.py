@@ -3,9 +3,8 @@ of records (the GUI form's round trip is in test_engine_options_form.py)."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -38,13 +37,18 @@ class ToySettings(EngineSettings):
     password: str | None = option(None, label="Password", secret=True)
     token_s: float | None = option(None)
 
-    def with_token_timeout(self, token_s: float) -> "ToySettings":
+    def with_token_timeout(self, token_s: float) -> ToySettings:
         return replace(self, token_s=token_s)
 
 
 @pytest.fixture
 def toy_engine(monkeypatch):
-    spec = EngineSpec("toy", "tests.fake_engines:ScriptedEngine", "toy", options="tests.test_engine_options:ToySettings")
+    spec = EngineSpec(
+        name="toy",
+        target="tests.fake_engines:ScriptedEngine",
+        description="toy",
+        options="tests.test_engine_options:ToySettings",
+    )
     monkeypatch.setitem(registry.ENGINES, "toy", spec)
 
 
@@ -76,7 +80,9 @@ def test_remote_flags_keep_their_names_defaults_and_message():
     assert settings == RemoteOptions(url="http://h:1/v1", model="", api_key_env="OPENAI_API_KEY", timeout_s=108.0)
     # what environment.json and sweep fingerprints said before the settings were typed
     assert settings.record() == {"url": "http://h:1/v1", "model": "", "api_key_env": "<redacted>", "timeout_s": 108.0}
-    named = _config("--backends", "remote", "--remote-url", "http://u/v1", "--remote-model", "m", "--remote-api-key-env", "K")
+    named = _config(
+        "--backends", "remote", "--remote-url", "http://u/v1", "--remote-model", "m", "--remote-api-key-env", "K"
+    )
     assert (named.engine_options["remote"].model, named.engine_options["remote"].api_key_env) == ("m", "K")
     # settings an engine cannot run with are one line before anything starts, as the window checks them
     with pytest.raises(UsageError, match=r"^remote: the remote URL must start with http:// or https://"):
@@ -84,21 +90,26 @@ def test_remote_flags_keep_their_names_defaults_and_message():
 
 
 def test_secrets_stay_out_of_records_and_repr():
-    config = BenchConfig(backends=("remote",), engine_options={"remote": RemoteOptions(url="http://h/v1", api_key=SECRET)})
+    config = BenchConfig(
+        backends=("remote",), engine_options={"remote": RemoteOptions(url="http://h/v1", api_key=SECRET)}
+    )
     data = config.as_dict()
     assert data["engine_options"] == {"remote": {"url": "http://h/v1", "model": "", "api_key": "<redacted>"}}
     assert SECRET not in json.dumps(data) and SECRET not in repr(config)
     assert config.engine_options["remote"].api_key == SECRET  # the engine still gets it
 
 
-@pytest.mark.parametrize("settings, problem", [
-    (RemoteOptions(), "needs its server's URL"),
-    (RemoteOptions(url="ftp://h/v1"), "must start with http:// or https://"),
-    (RemoteOptions(url="http://h:99999/v1"), "port is not a number"),
-    (RemoteOptions(url="http://h/v1", api_key="k", api_key_env="K"), "not both"),
-    (RemoteOptions(url="http://h/v1", api_key_env="NOT A NAME"), "not an environment variable name"),
-    (RemoteOptions(url="http://h/v1", api_key_env="K"), ""),
-])
+@pytest.mark.parametrize(
+    "settings, problem",
+    [
+        (RemoteOptions(), "needs its server's URL"),
+        (RemoteOptions(url="ftp://h/v1"), "must start with http:// or https://"),
+        (RemoteOptions(url="http://h:99999/v1"), "port is not a number"),
+        (RemoteOptions(url="http://h/v1", api_key="k", api_key_env="K"), "not both"),
+        (RemoteOptions(url="http://h/v1", api_key_env="NOT A NAME"), "not an environment variable name"),
+        (RemoteOptions(url="http://h/v1", api_key_env="K"), ""),
+    ],
+)
 def test_remote_problem(settings, problem):
     assert problem in settings.problem() and bool(problem) == bool(settings.problem())
 
@@ -109,8 +120,10 @@ def test_every_command_has_an_entry_in_the_dispatch_table():
 
 
 def test_parsing_imports_no_engine():
-    code = ("import sys; from whistle_stop.backends.cli.parser import build_parser; build_parser(); "
-            "print([m for m in sys.modules if m.startswith('whistle_stop.backends.engines.') and 'options' not in m])")
+    code = (
+        "import sys; from whistle_stop.backends.cli.parser import build_parser; build_parser(); "
+        "print([m for m in sys.modules if m.startswith('whistle_stop.backends.engines.') and 'options' not in m])"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

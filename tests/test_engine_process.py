@@ -7,6 +7,7 @@ import pytest
 
 from tests import fake_engines
 from tests.engine_process import ChildCrashed, EngineProcess, in_child
+from whistle_stop.backends import registry
 
 
 def _segfault() -> None:
@@ -20,7 +21,8 @@ def test_a_segfaulting_engine_fails_one_test_naming_the_engine_and_its_signal(ti
     with EngineProcess(spec, tiny_model) as engine:
         assert engine.prefill(prompt_ids)[100] == 1.0  # calls go through the pipe
         engine.decode(100)
-        with pytest.raises(ChildCrashed, match=r"engine 'crashy-native' was killed by SIGSEGV \(exit code -11\) during decode"):
+        killed = r"engine 'crashy-native' was killed by SIGSEGV \(exit code -11\) during decode"
+        with pytest.raises(ChildCrashed, match=killed):
             engine.decode(101)
 
 
@@ -39,7 +41,9 @@ def test_the_apps_worker_names_the_signal(tiny_model):
     from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 
     specs = {"crashy-native": fake_engines.spec("crashy-native", segfault_at=1)}
-    config = BenchConfig(model="random:tiny", backends=tuple(specs), prompt_tokens=8, new_tokens=4, repeats=1,
-                         warmup=0, threads=1)
-    (run,) = BenchSession(config, specs=specs).run().runs
+    config = BenchConfig(
+        model="random:tiny", backends=tuple(specs), prompt_tokens=8, new_tokens=4, repeats=1, warmup=0, threads=1
+    )
+    with registry.use(specs.values()):
+        (run,) = BenchSession(config).run().runs
     assert run.status == "crashed" and "killed by SIGSEGV (exit code -11)" in run.error

@@ -4,11 +4,11 @@ import dataclasses
 
 import pytest
 
+from tests.test_verdict import _run
 from whistle_stop.backends import registry
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.estimate import estimate
 from whistle_stop.backends.storage import artifact_cache, engine_history
-from tests.test_verdict import _run
 
 KIND = "estimate-test"
 
@@ -47,8 +47,10 @@ def test_estimate_names_missing_builds_with_their_last_duration(tiny_model, buil
     assert before.runs == 8 and [b.engine for b in before.builds] == ["est-builder"]
     assert before.seconds is None and "time: unknown" in before.lines()[-1]
     assert "one-time builds first: never timed here: est-builder" in before.lines()[1]
-    engine_history.remember([_run("est-builder", r, 10.0, build_s=5.0, cold=1.0 if r == 1 else None) for r in (1, 2)],
-                            tiny_model.weights_hash)
+    engine_history.remember(
+        [_run("est-builder", r, 10.0, build_s=5.0, cold=1.0 if r == 1 else None) for r in (1, 2)],
+        tiny_model.weights_hash,
+    )
     timed = estimate(config, tiny_model)
     # cold start 1 s + build 5 s + 4 runs x (TTFT 10 ms + 10 x 10 ms) = 6.44 s; plain never ran here
     assert timed.seconds == pytest.approx(6.44) and timed.untimed == ("est-plain",)
@@ -59,7 +61,9 @@ def test_estimate_names_missing_builds_with_their_last_duration(tiny_model, buil
 
 
 def test_without_the_model_builds_are_unknown(building):
-    assert "not known until the model is here" in " ".join(estimate(BenchConfig(backends=("est-builder",)), None).lines())
+    assert "not known until the model is here" in " ".join(
+        estimate(BenchConfig(backends=("est-builder",)), None).lines()
+    )
 
 
 def test_cached_model_finds_files_already_here_and_never_makes_them(tiny_model):

@@ -3,21 +3,63 @@ import json
 
 import pytest
 
-from whistle_stop.backends.storage.atomic import atomic_write
+from tests import fake_engines
+from whistle_stop.backends import registry
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
-from tests import fake_engines
+from whistle_stop.backends.storage.atomic import atomic_write
 
-RUN_COLUMNS_REQUIRED = ("run_id, backend, model, weights, device, dtype, threads, prompt_tokens, new_tokens, decoding, "
-                        "temperature, top_k, top_p, seed, repeat, is_warmup, import_s, load_s, ttft_ms, tpot_ms, "
-                        "itl_p50_ms, itl_p90_ms, itl_p99_ms, decode_tok_s, e2e_s, peak_rss_mb, status, error").split(", ")
-TOKEN_COLUMNS_REQUIRED = "run_id, backend, repeat, is_warmup, token_index, token_id, text, t_ms, itl_ms, phase".split(", ")
+RUN_COLUMNS_REQUIRED = [
+    "run_id",
+    "backend",
+    "model",
+    "weights",
+    "device",
+    "dtype",
+    "threads",
+    "prompt_tokens",
+    "new_tokens",
+    "decoding",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "repeat",
+    "is_warmup",
+    "import_s",
+    "load_s",
+    "ttft_ms",
+    "tpot_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+    "decode_tok_s",
+    "e2e_s",
+    "peak_rss_mb",
+    "status",
+    "error",
+]
+TOKEN_COLUMNS_REQUIRED = [
+    "run_id",
+    "backend",
+    "repeat",
+    "is_warmup",
+    "token_index",
+    "token_id",
+    "text",
+    "t_ms",
+    "itl_ms",
+    "phase",
+]
 
 
 @pytest.fixture(scope="module")
 def result(tiny_model):
-    config = BenchConfig(model="random:tiny", backends=("a",), prompt_tokens=4, new_tokens=4, repeats=2, warmup=1, threads=1)
-    return BenchSession(config, specs={"a": fake_engines.spec("a", decode_s=0.002)}).run()
+    config = BenchConfig(
+        model="random:tiny", backends=("a",), prompt_tokens=4, new_tokens=4, repeats=2, warmup=1, threads=1
+    )
+    with registry.use([fake_engines.spec("a", decode_s=0.002)]):
+        return BenchSession(config).run()
 
 
 def test_schema_of_the_three_files(result, tmp_path):
@@ -42,8 +84,15 @@ def test_schema_of_the_three_files(result, tmp_path):
     # The median with its own interval: two runs give min..max at 50% confidence.
     assert float(tpot["median_ci_low"]) <= float(tpot["median"]) <= float(tpot["median_ci_high"])
     assert float(tpot["median_ci_level"]) == 0.5
-    assert set(summary) == {"ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s", "cpu_s_per_token",
-                            "itl_ms_pooled"}
+    assert set(summary) == {
+        "ttft_ms",
+        "itl_p50_ms",
+        "tpot_ms",
+        "decode_tok_s",
+        "bandwidth_gb_s",
+        "cpu_s_per_token",
+        "itl_ms_pooled",
+    }
     assert summary["itl_ms_pooled"]["n"] == "6"  # 3 gaps in each of the 2 measured runs
     assert not list(tmp_path.glob(".*.tmp"))
     for name in ("runs.csv", "tokens.csv", "environment.json"):  # ordinary files, not mkstemp's 0600
@@ -53,10 +102,9 @@ def test_schema_of_the_three_files(result, tmp_path):
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "runs.csv"
     target.write_text("old contents")
-    with pytest.raises(RuntimeError):
-        with atomic_write(target) as f:
-            f.write("half of the new")
-            raise RuntimeError("disk full, say")
+    with pytest.raises(RuntimeError), atomic_write(target) as f:
+        f.write("half of the new")
+        raise RuntimeError("disk full, say")
     assert target.read_text() == "old contents"
     assert list(tmp_path.iterdir()) == [target]
 

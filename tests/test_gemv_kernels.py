@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from whistle_stop.backends.kernels import native
-
-from whistle_stop.backends.sources.prompts import prompt_of_length
 from tests.conftest import load_engine_in_worker
+from whistle_stop.backends.kernels import native
+from whistle_stop.backends.sources.prompts import prompt_of_length
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 
@@ -43,8 +42,10 @@ def _kernel_product(_engine, dtype, rows, n, k, bias):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows, n, k, bias", [(1, 2304, 768, True), (1, 37, 13, False), (3, 50, 200, True),
-                                              (1, 1, 1, False), (1, 7, 64, True)])
+@pytest.mark.parametrize(
+    "rows, n, k, bias",
+    [(1, 2304, 768, True), (1, 37, 13, False), (3, 50, 200, True), (1, 1, 1, False), (1, 7, 64, True)],
+)
 def test_kernel_matches_a_float64_product(dtype, rows, n, k, bias, engines):
     note, shape, y_dtype, y, op = engines("torch-static").apply(_kernel_product, dtype, rows, n, k, bias)
     assert "own kernel" in note
@@ -71,6 +72,7 @@ def test_kernel_is_cached_per_machine(isolated_cache, engines):
 
 class Layout(NamedTuple):
     """What an engine's child says of its model: the dtypes its tests check."""
+
     linears: list[torch.dtype]  # of every GemvLinear's weight
     tied: bool  # lm_head shares the embedding's weight
     others: list[torch.dtype]  # of every parameter that is not bf16
@@ -82,10 +84,13 @@ def _layout(engine) -> Layout:
     from whistle_stop.backends.engines.torch_static.gemv_linear import _KERNELS, GemvLinear
 
     net = engine.model
-    return Layout(linears=[m.weight.dtype for m in net.modules() if isinstance(m, GemvLinear)],
-                  tied=net.lm_head.weight is net.wte.weight,
-                  others=[p.dtype for _, p in net.named_parameters() if p.dtype != torch.bfloat16],
-                  kv=net.h[0].attn.kv_cache.k.dtype, kernels=list(_KERNELS))
+    return Layout(
+        linears=[m.weight.dtype for m in net.modules() if isinstance(m, GemvLinear)],
+        tied=net.lm_head.weight is net.wte.weight,
+        others=[p.dtype for _, p in net.named_parameters() if p.dtype != torch.bfloat16],
+        kv=net.h[0].attn.kv_cache.k.dtype,
+        kernels=list(_KERNELS),
+    )
 
 
 def test_without_a_compiler_bf16_falls_back_to_torch_and_says_so(tiny_model, monkeypatch, prompt_ids, hf_reference):

@@ -8,11 +8,11 @@ import shutil
 import numpy as np
 import pytest
 
+from tests.conftest import CRASH_PRONE, engine_tokens, load_engine_in_process, load_engine_in_worker
 from whistle_stop.backends import registry
 from whistle_stop.backends.gpt2_config import TANH_GELU, GPT2Config
 from whistle_stop.backends.sources.model_files import resolve_model
 from whistle_stop.backends.storage.paths import CONFIGS_DIR
-from tests.conftest import CRASH_PRONE, engine_tokens, load_engine_in_process, load_engine_in_worker
 
 _CORE = ["hf", "torch-static", "onnx", "numpy"]
 _PEERS = ["llamacpp", "ctranslate2", "openvino"]
@@ -32,16 +32,19 @@ def test_weight_bytes_of_gpt2_small():
     assert config.weight_bytes(4, 4) == 4 * (124_439_808 - 1024 * 768)
 
 
-@pytest.mark.parametrize("change,why", [
-    ({"activation_function": "gelu"}, "activation_function=gelu"),
-    ({"activation_function": "relu"}, "activation_function=relu"),
-    ({"scale_attn_weights": False}, "scale_attn_weights=false"),
-    ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=true"),
-    ({"reorder_and_upcast_attn": True}, "reorder_and_upcast_attn=true"),
-    ({"tie_word_embeddings": False}, "tie_word_embeddings=false"),
-    ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
-    ({"n_head": 3}, "not a multiple of n_head"),
-])
+@pytest.mark.parametrize(
+    "change,why",
+    [
+        ({"activation_function": "gelu"}, "activation_function=gelu"),
+        ({"activation_function": "relu"}, "activation_function=relu"),
+        ({"scale_attn_weights": False}, "scale_attn_weights=false"),
+        ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=true"),
+        ({"reorder_and_upcast_attn": True}, "reorder_and_upcast_attn=true"),
+        ({"tie_word_embeddings": False}, "tie_word_embeddings=false"),
+        ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
+        ({"n_head": 3}, "not a multiple of n_head"),
+    ],
+)
 def test_supported_says_why_not(change, why):
     config = GPT2Config.from_dict({**json.loads((CONFIGS_DIR / "tiny.json").read_text()), **change})
     assert why in config.supported()
@@ -99,4 +102,3 @@ def test_kv_bytes_per_position_is_every_layers_key_and_value_row():
     small = GPT2Config(n_layer=12, n_head=12, n_embd=768, vocab_size=50257)
     assert small.kv_bytes_per_position(4) == 12 * 2 * 768 * 4 == 73728
     assert small.kv_bytes_per_position(2) == 36864
-

@@ -15,9 +15,9 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 
+from tests.fake_engines import spec  # noqa: E402
 from whistle_stop.backends.results.export import read_csv  # noqa: E402
 from whistle_stop.backends.results.records import RUN_COLUMNS  # noqa: E402
-from tests.fake_engines import spec  # noqa: E402
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 120_000
@@ -39,11 +39,13 @@ def settings(tmp_path):
 
 
 @pytest.fixture
-def make_window(qtbot, settings):
+def make_window(use_engines, qtbot, settings):
+    """`make_window(specs, show)`: the window, with these test engines in the registry (`use_engines`)."""
     from whistle_stop.gui.main_window import MainWindow
 
-    def make(extra_specs=None, show=True):
-        window = MainWindow(extra_specs=extra_specs, settings=settings)
+    def make(specs=None, show=True):
+        use_engines(*(specs or {}).values())
+        window = MainWindow(settings=settings)
         qtbot.addWidget(window)  # closed (cancelling any run) at teardown
         if show:
             window.show()
@@ -52,8 +54,9 @@ def make_window(qtbot, settings):
     return make
 
 
-def configure(window, engines, new_tokens=20, repeats=1, warmup=0, mode="fair", prompt="Hello world, this is",
-              model="random:tiny"):
+def configure(
+    window, engines, new_tokens=20, repeats=1, warmup=0, mode="fair", prompt="Hello world, this is", model="random:tiny"
+):
     setup = window.setup
     setup.set_model_spec(model)
     setup.set_engines(engines)
@@ -209,8 +212,12 @@ def test_invalid_input_is_refused_with_a_reason(qtbot, make_window, tmp_path):
     configure(window, ["hf"], prompt="Hello")
     assert setup.run_button.isEnabled() and setup.reason.text() == ""
 
-    for box, wrong, clamped in [(setup.new_tokens, -5, 1), (setup.repeats, 0, 1), (setup.top_k, -1, 0),
-                                (setup.warmup, 99, 10)]:
+    for box, wrong, clamped in [
+        (setup.new_tokens, -5, 1),
+        (setup.repeats, 0, 1),
+        (setup.top_k, -1, 0),
+        (setup.warmup, 99, 10),
+    ]:
         box.setValue(wrong)
         assert box.value() == clamped  # out-of-range values cannot be entered
     setup.top_p.setValue(2.0)
@@ -230,9 +237,11 @@ def test_unavailable_engines_are_greyed_with_the_reason(make_window):
     from whistle_stop.backends import registry
 
     window = make_window({"fake": spec("fake")}, show=False)
-    items = {window.setup.engines.item(i).data(Qt.ItemDataRole.UserRole): window.setup.engines.item(i)
-             for i in range(window.setup.engines.count())
-             if window.setup.engines.item(i).data(Qt.ItemDataRole.UserRole)}  # (not the section headers)
+    items = {
+        window.setup.engines.item(i).data(Qt.ItemDataRole.UserRole): window.setup.engines.item(i)
+        for i in range(window.setup.engines.count())
+        if window.setup.engines.item(i).data(Qt.ItemDataRole.UserRole)
+    }  # (not the section headers)
     assert set(registry.names()) | {"fake"} == set(items)
     for name in registry.names():
         ok, why = registry.available(name)
@@ -325,8 +334,8 @@ def test_race_mode_flags_contended_timings(qtbot, make_window):
 
 def test_live_batch_updates_each_curve_once_per_tick(make_window):
     """A batch of many tokens is drawn with one text insert and one setData per engine."""
-    from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
     from whistle_stop.backends.sampling import SamplingParams
+    from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
 
     window = make_window(FAST)  # shown: a hidden chart defers its drawing until its tab is shown
     window.view.show_engines(["fast"])
@@ -336,8 +345,10 @@ def test_live_batch_updates_each_curve_once_per_tick(make_window):
     original_set, original_append = curve.setData, pane.append
     curve.setData = lambda *a, **k: (calls.__setitem__("setData", calls["setData"] + 1), original_set(*a, **k))
     pane.append = lambda texts: (calls.__setitem__("append", calls["append"] + 1), original_append(texts))
-    batch = [BackendEvent("fast", RunRequest("fast/r1", (1, 2), 200, SamplingParams()), RunContext(1, False)),
-             BackendEvent("fast", RunStarted("fast/r1", 1_000_000))]
+    batch = [
+        BackendEvent("fast", RunRequest("fast/r1", (1, 2), 200, SamplingParams()), RunContext(1, False)),
+        BackendEvent("fast", RunStarted("fast/r1", 1_000_000)),
+    ]
     batch += [BackendEvent("fast", Token("fast/r1", i, 300 + i, "x", 2_000_000 + i * 1_000_000)) for i in range(200)]
     window.live.apply(batch)
     assert calls == {"setData": 1, "append": 1}
@@ -481,9 +492,9 @@ def test_observer_probe_compares_bench_and_window_on_tiny(qapp, tiny_model, monk
     not asserted here; what it is made of is)."""
     import statistics
 
+    from scripts.observer_probe import probe
     from whistle_stop.backends import registry
     from whistle_stop.backends.runs.bench import BenchSession
-    from scripts.observer_probe import probe
 
     if not registry.available("numpy")[0]:
         pytest.skip("numpy engine unavailable")
@@ -546,13 +557,21 @@ def test_cycles_are_collected_in_the_gui_thread_only_while_the_window_lives(qtbo
 def test_itl_histogram_counts_the_runs_the_table_counts():
     """The histogram pools the gaps of the runs the table summarises (measured and ok): a failed
     or cancelled run's gaps, and a warm-up's, stay out of both."""
-    from whistle_stop.gui.session_data import SessionData
     from tests.test_stats import _run, _tokens
+    from whistle_stop.gui.session_data import SessionData
 
-    runs = [_run("a", 0, 9.0, warmup=True), _run("a", 1, 2.0), _run("a", 2, 3.0, status="error"),
-            _run("a", 3, 4.0, status="cancelled"), _run("b", 1, 5.0, status="crashed")]
-    tokens = [t for run, gaps in zip(runs, ([90.0], [1.0, 2.0, 3.0], [50.0, 60.0], [70.0], [80.0]))
-              for t in _tokens(run, gaps)]
+    runs = [
+        _run("a", 0, 9.0, warmup=True),
+        _run("a", 1, 2.0),
+        _run("a", 2, 3.0, status="error"),
+        _run("a", 3, 4.0, status="cancelled"),
+        _run("b", 1, 5.0, status="crashed"),
+    ]
+    tokens = [
+        t
+        for run, gaps in zip(runs, ([90.0], [1.0, 2.0, 3.0], [50.0, 60.0], [70.0], [80.0]))
+        for t in _tokens(run, gaps)
+    ]
     data = SessionData(runs, tokens, backends=["a", "b"])
     itl = data.measured_itl()
     assert sorted(itl["a"].tolist()) == [1.0, 2.0, 3.0] and itl["b"].size == 0
@@ -562,9 +581,9 @@ def test_itl_histogram_counts_the_runs_the_table_counts():
 
 def test_window_summary_gives_the_interval_its_true_level(qtbot):
     """Six runs: the whiskers and brackets are min..max at 96.9%, and the note says so."""
+    from tests.test_stats import _run
     from whistle_stop.backends.results.summary import SUMMARY_HEADERS, summarize_backends
     from whistle_stop.gui.summary_chart import SummaryView
-    from tests.test_stats import _run
 
     view = SummaryView()
     qtbot.addWidget(view)

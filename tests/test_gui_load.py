@@ -14,10 +14,10 @@ pytest.importorskip("pytestqt")
 
 import pyqtgraph as pg  # noqa: E402
 
-from whistle_stop.backends.results.load import LOAD_HEADERS, Slo, load_levels, load_rows, requests_from_runs  # noqa: E402
 from tests.fake_engines import spec  # noqa: E402
 from tests.fake_servers import fake_vllm_server  # noqa: E402
 from tests.test_gui import configure, make_window, private_qsettings, settings  # noqa: E402,F401
+from whistle_stop.backends.results.load import LOAD_HEADERS, Slo, load_levels, load_rows, requests_from_runs  # noqa: E402
 
 pytestmark = pytest.mark.gui
 TIMEOUT_MS = 120_000
@@ -59,8 +59,7 @@ def test_levels_against_a_server_fill_the_table_and_the_curve(qtbot, make_window
     rows = _rows(tab)
     assert [row[:3] for row in rows] == [["remote", "1", "server"], ["remote", "2", "server"]]
     # the rows are the records' levels, as bench --concurrency prints them (SLO from the tab's field)
-    levels = load_levels(requests_from_runs(result.runs, result.tokens) + result.load, Slo(ttft_ms=10000.0),
-                         {"remote"})
+    levels = load_levels(requests_from_runs(result.runs, result.tokens) + result.load, Slo(ttft_ms=10000.0), {"remote"})
     assert rows == load_rows(levels) and rows[1][LOAD_HEADERS.index("goodput req/s")] != "-"
     assert _curves(tab) == {"remote": 2}
     labels = sorted(item.toPlainText() for item in tab.chart.plots[0].items if isinstance(item, pg.TextItem))

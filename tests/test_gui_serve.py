@@ -10,9 +10,9 @@ pytest.importorskip("pytestqt")
 
 import psutil  # noqa: E402
 
-from whistle_stop.backends.engines.server.lifecycle import free_port  # noqa: E402
 from tests.serve_helpers import complete  # noqa: E402
 from tests.test_gui import configure, make_window, private_qsettings, settings  # noqa: E402,F401
+from whistle_stop.backends.engines.server.lifecycle import free_port  # noqa: E402
 
 pytestmark = pytest.mark.gui
 TIMEOUT_MS = 60_000
@@ -30,11 +30,14 @@ def _started(qtbot, window, port: int):
 
 
 def _server_processes() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True)
-            if "resource_tracker" not in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE]
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "resource_tracker" not in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+    ]
 
 
-def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_window):
+def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_window):  # noqa: F811 (the fixture)
     window = make_window()
     configure(window, ["null"])
     port = free_port()
@@ -62,7 +65,7 @@ def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_wind
     assert not alive
 
 
-def test_closing_the_window_stops_the_server(qtbot, make_window):
+def test_closing_the_window_stops_the_server(qtbot, make_window):  # noqa: F811 (the fixture)
     window = make_window()
     configure(window, ["null"])
     _started(qtbot, window, free_port())
@@ -73,7 +76,7 @@ def test_closing_the_window_stops_the_server(qtbot, make_window):
     assert not alive
 
 
-def test_a_busy_port_is_said(qtbot, make_window):
+def test_a_busy_port_is_said(qtbot, make_window):  # noqa: F811 (the fixture)
     import socket
 
     window = make_window()

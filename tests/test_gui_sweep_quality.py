@@ -21,15 +21,17 @@ pytest.importorskip("pytestqt")
 import pyqtgraph as pg  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from whistle_stop.backends.results.bandwidth import Bandwidth  # noqa: E402
 from tests.fake_engines import spec  # noqa: E402
 from tests.test_gui import configure, live_children, run  # noqa: E402
+from whistle_stop.backends.results.bandwidth import Bandwidth  # noqa: E402
 
 pytestmark = pytest.mark.gui
 TIMEOUT_MS = 120_000
 SECRET = "sk-gui-test-5f1e0c9a7b3d"
-TEXT = ("The lighthouse keeper climbed the stairs every evening to light the lamp. Ships passed in the night, "
-        "and the keeper wrote their names in a book. ") * 6
+TEXT = (
+    "The lighthouse keeper climbed the stairs every evening to light the lamp. Ships passed in the night, "
+    "and the keeper wrote their names in a book. "
+) * 6
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +45,10 @@ def private_qsettings(tmp_path_factory):
 def fake_bandwidth(monkeypatch):
     """The memory-bandwidth probe (sweep, profile) is a benchmark: a fixed answer instead."""
     for target in ("sweep.probe_bandwidth", "profile.fresh_bandwidth"):
-        monkeypatch.setattr(f"whistle_stop.backends.runs.{target}",
-                            lambda threads, *_, **__: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
+        monkeypatch.setattr(
+            f"whistle_stop.backends.runs.{target}",
+            lambda threads, *_, **__: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
+        )
 
 
 @pytest.fixture
@@ -55,11 +59,13 @@ def settings(tmp_path):
 
 
 @pytest.fixture
-def make_window(qtbot, settings):
+def make_window(use_engines, qtbot, settings):
+    """`make_window(specs)`: the window, with these test engines in the registry (`use_engines`)."""
     from whistle_stop.gui.main_window import MainWindow
 
-    def make(extra_specs=None):
-        window = MainWindow(extra_specs=extra_specs, settings=settings)
+    def make(specs=None):
+        use_engines(*(specs or {}).values())
+        window = MainWindow(settings=settings)
         qtbot.addWidget(window)  # closed (cancelling any job) at teardown
         window.show()
         return window
@@ -141,8 +147,11 @@ def test_cancelled_sweep_resumes_without_repeating_finished_cells(qtbot, make_wi
     configure(window, ["a", "b"], repeats=1, warmup=0)
     tab = _sweep(window, tmp_path, "4, 8", "10, 20")
     started: list[tuple[int, int]] = []
-    tab.job.controller.events.connect(lambda batch: started.extend(
-        (e.prompt_tokens, e.new_tokens) for e in batch if type(e).__name__ == "CellStarted"))
+    tab.job.controller.events.connect(
+        lambda batch: started.extend(
+            (e.prompt_tokens, e.new_tokens) for e in batch if type(e).__name__ == "CellStarted"
+        )
+    )
 
     assert tab.start()
     qtbot.waitUntil(lambda: tab.grid.count("done") >= 1, timeout=TIMEOUT_MS)
@@ -165,10 +174,15 @@ def test_cancelled_sweep_resumes_without_repeating_finished_cells(qtbot, make_wi
     assert f"resuming: {len(finished)} cell(s) already complete" in tab.log.toPlainText()
     rows = _measured_rows(folder)
     assert len(rows) == 4 * 2 and len({r["run_id"] for r in rows}) == 8  # 4 cells x 2 engines, once each
-    assert all(before[run_id] == ttft for run_id, ttft in before.items()
-               if run_id in {r["run_id"] for r in rows})  # kept as they were
-    assert json.loads((folder / "environment.json").read_text())["sweep"]["completed"] == [[4, 10], [4, 20],
-                                                                                           [8, 10], [8, 20]]
+    assert all(
+        before[run_id] == ttft for run_id, ttft in before.items() if run_id in {r["run_id"] for r in rows}
+    )  # kept as they were
+    assert json.loads((folder / "environment.json").read_text())["sweep"]["completed"] == [
+        [4, 10],
+        [4, 20],
+        [8, 10],
+        [8, 20],
+    ]
 
     from whistle_stop.gui.reports import CompareDialog
 

@@ -13,8 +13,8 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from whistle_stop.backends import registry  # noqa: E402
 from tests.test_verdict import _run  # noqa: E402
+from whistle_stop.backends import registry  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -31,12 +31,26 @@ def window(qtbot, tmp_path):
 
 def _records():
     runs = [_run("hf", r, 40.0 + r, weights="random") for r in range(1, 4)]
-    runs += [_run("onnx-int8", r, 6.0 + r / 10, dtype="int8", weights="random", agree=41, build_s=18.6,
-                  cold=1.1 if r == 1 else None) for r in range(1, 4)]
+    runs += [
+        _run(
+            "onnx-int8",
+            r,
+            6.0 + r / 10,
+            dtype="int8",
+            weights="random",
+            agree=41,
+            build_s=18.6,
+            cold=1.1 if r == 1 else None,
+        )
+        for r in range(1, 4)
+    ]
     runs += [_run("native-int8", r, 6.05 + r / 10, dtype="int8", weights="random", agree=41) for r in range(1, 4)]
     runs.append(_run("boom", 0, None, status="crashed", error="worker died"))
-    environment = {"reference": "hf", "model": {"id": "random:tiny", "weights": "random"},
-                   "settings": {"backends": ["hf", "onnx-int8", "native-int8", "boom"]}}
+    environment = {
+        "reference": "hf",
+        "model": {"id": "random:tiny", "weights": "random"},
+        "settings": {"backends": ["hf", "onnx-int8", "native-int8", "boom"]},
+    }
     return runs, environment
 
 
@@ -88,18 +102,26 @@ def test_presets_filter_and_groups_in_the_engine_picker(window, monkeypatch):
     assert "skipped" in picker.preset_note.text() and "skipped nanogpt: not here" in picker.preset_note.toolTip()
     assert picker.headers()[:3] == ["hf", "torch static", "nanogpt"]  # by family, in registry order
     picker.filter.setText("int8")
-    assert set(picker.visible_names()) == {n for n in registry.names() if "int8" in n
-                                          or "int8" in registry.get(n).description.lower()
-                                          or registry.get(n).precision == "int8"}
-    hidden_headers = [picker.list.item(i).text() for i in range(picker.list.count())
-                      if picker.list.item(i).data(Qt.ItemDataRole.UserRole + 1) and picker.list.item(i).isHidden()]
+    assert set(picker.visible_names()) == {
+        n
+        for n in registry.names()
+        if "int8" in n or "int8" in registry.get(n).description.lower() or registry.get(n).precision == "int8"
+    }
+    hidden_headers = [
+        picker.list.item(i).text()
+        for i in range(picker.list.count())
+        if picker.list.item(i).data(Qt.ItemDataRole.UserRole + 1) and picker.list.item(i).isHidden()
+    ]
     assert "numpy runtime" in hidden_headers  # no int8 engine there
     picker.filter.clear()
     picker.grouping.setCurrentIndex(1)
     assert picker.headers()[:4] == ["fp32", "bf16/f16", "int8", "int4"]
     assert set(picker.selected()) == set(choice.engines)  # regrouping keeps the ticks
-    numpy = next(picker.list.item(i) for i in range(picker.list.count())
-                 if picker.list.item(i).data(Qt.ItemDataRole.UserRole) == "numpy")
+    numpy = next(
+        picker.list.item(i)
+        for i in range(picker.list.count())
+        if picker.list.item(i).data(Qt.ItemDataRole.UserRole) == "numpy"
+    )
     numpy.setCheckState(Qt.CheckState.Unchecked)  # by hand: no longer the preset
     assert picker.preset.currentIndex() == 0 and not picker.preset_note.isVisible()
 
@@ -113,4 +135,6 @@ def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_mod
     setup.warmup.setValue(1)
     text = setup.estimate_label.text()
     assert "8 runs: 2 engines x (1 warm-up + 3 repeats)" in text
-    assert "one-time builds first: never timed here: onnx-int8" in text  # the test session's cache has no ONNX export yet
+    assert (
+        "one-time builds first: never timed here: onnx-int8" in text
+    )  # the test session's cache has no ONNX export yet

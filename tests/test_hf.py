@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from tests.conftest import engine_tokens, load_engine_in_process
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.sampling import SamplingParams
-from tests.conftest import load_engine_in_process, engine_tokens
 
 N = 24
 
@@ -93,7 +93,10 @@ def test_hf_uses_transformers_supported_cache_api(tiny_model, prompt_ids, hf_ref
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tokens, _ = greedy_logits(engine, prompt_ids, N)
-    deprecations = [f"{w.category.__name__}: {w.message}" for w in caught
-                    if issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))]
+    deprecations = [
+        f"{w.category.__name__}: {w.message}"
+        for w in caught
+        if issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))
+    ]
     assert deprecations == []
     assert tokens == hf_reference.greedy(prompt_ids, N)

@@ -18,10 +18,18 @@ from whistle_stop.backends.runs.orchestrator import SETTLE_MAX_S, Orchestrator, 
 
 
 def _run(backends, specs=None, mode="fair", **config):
-    cfg = BenchConfig(model="random:tiny", backends=tuple(backends), new_tokens=config.pop("new_tokens", 8),
-                      repeats=config.pop("repeats", 2), warmup=config.pop("warmup", 1), threads=1, mode=mode,
-                      **config)
-    return BenchSession(cfg, specs=specs).run()
+    cfg = BenchConfig(
+        model="random:tiny",
+        backends=tuple(backends),
+        new_tokens=config.pop("new_tokens", 8),
+        repeats=config.pop("repeats", 2),
+        warmup=config.pop("warmup", 1),
+        threads=1,
+        mode=mode,
+        **config,
+    )
+    with registry.use((specs or {}).values()):
+        return BenchSession(cfg).run()
 
 
 class IdleSpinEngine(fake_engines.ScriptedEngine):
@@ -62,15 +70,17 @@ def test_one_engine_or_a_race_has_no_idle_worker(tiny_model):
     assert all(r.idle_cpu_pct is None for r in race.runs)
 
 
-@pytest.mark.skipif(not (registry.available("numpy")[0] and registry.available("null")[0]),
-                    reason="numpy or null engine unavailable")
+@pytest.mark.skipif(
+    not (registry.available("numpy")[0] and registry.available("null")[0]), reason="numpy or null engine unavailable"
+)
 def test_idle_null_and_numpy_workers_use_almost_no_cpu(tiny_model):
     result = _run(["numpy", "null"], new_tokens=40, repeats=2)
     measured = [r for r in result.runs if not r.is_warmup and r.status == "ok"]
     assert len(measured) == 4
     # Generous bound (a shared test machine): the target is < 1% of the run's wall time.
-    assert all(r.idle_cpu_pct is not None and r.idle_cpu_pct < 10 for r in measured), \
-        [(r.run_id, r.idle_cpu_pct) for r in measured]
+    assert all(r.idle_cpu_pct is not None and r.idle_cpu_pct < 10 for r in measured), [
+        (r.run_id, r.idle_cpu_pct) for r in measured
+    ]
 
 
 def test_cpu_seconds_of_gone_processes_is_zero():
@@ -128,7 +138,8 @@ def test_settle_waits_for_a_duty_cycle_and_not_for_a_sleeper():
     """Quiet is judged over a window the CPU clock resolves: a process using ~30% of a core in bursts
     is never quiet (one 20 ms poll often fell between its bursts), one asleep is at once."""
     config = BenchConfig(model="random:tiny", backends=("a",), threads=1)
-    orchestrator = Orchestrator(config, specs={"a": fake_engines.spec("a")})
+    with registry.use([fake_engines.spec("a")]):
+        orchestrator = Orchestrator(config)
     busy, asleep = _started(_DUTY_CYCLE), _started(_ASLEEP)
     try:
         assert orchestrator.settle([busy.pid]) >= SETTLE_MAX_S

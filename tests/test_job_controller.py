@@ -78,12 +78,19 @@ def jobs(qtbot):
 def record(controller) -> list:
     """Every step the controller says, in order."""
     steps: list = []
-    controller.attach(JobHandlers(
-        events=lambda batch: steps.append(("events", list(batch))), started=lambda: steps.append("started"),
-        progress=lambda message, fraction: steps.append(("progress", message, fraction)),
-        ready=lambda value: steps.append(("ready", value)), result=lambda value: steps.append(("result", value)),
-        failed=lambda message: steps.append(("failed", message)), cancelling=lambda: steps.append("cancelling"),
-        cancelled=lambda: steps.append("cancelled"), running=lambda running: steps.append(("running", running))))
+    controller.attach(
+        JobHandlers(
+            events=lambda batch: steps.append(("events", list(batch))),
+            started=lambda: steps.append("started"),
+            progress=lambda message, fraction: steps.append(("progress", message, fraction)),
+            ready=lambda value: steps.append(("ready", value)),
+            result=lambda value: steps.append(("result", value)),
+            failed=lambda message: steps.append(("failed", message)),
+            cancelling=lambda: steps.append("cancelling"),
+            cancelled=lambda: steps.append("cancelled"),
+            running=lambda running: steps.append(("running", running)),
+        )
+    )
     return steps
 
 
@@ -104,7 +111,13 @@ def test_started_progress_ready_events_then_result_in_order(qtbot, jobs):
     assert blocker.args == ["done"]
     events = [e for step in steps if step[0] == "events" for e in step[1]]
     assert [s if isinstance(s, str) else s[0] for s in steps if not (isinstance(s, tuple) and s[0] == "events")] == [
-        "running", "started", "progress", "ready", "running", "result"]
+        "running",
+        "started",
+        "progress",
+        "ready",
+        "running",
+        "result",
+    ]
     assert ("progress", "resolving", 0.5) in steps and ("ready", "prepared") in steps
     assert events[0] == Note("one") and isinstance(events[1].event, Ready)
     assert steps.index(("ready", "prepared")) < next(i for i, s in enumerate(steps) if s[0] == "events")
@@ -187,21 +200,40 @@ def test_events_are_routed_by_type_once_per_batch(qtbot, jobs):
     handler, a subclass takes its base's route, and `after` runs once per batch."""
     controller = jobs.controller(JobKind.SWEEP, "sweep")
     seen: list = []
-    controller.attach(JobHandlers(events=EventRoutes(
-        {Note: lambda e: seen.append(("note", e.text)), Ready: lambda e: seen.append(("ready", e.backend)),
-         (Failed, WorkerLost): lambda e: seen.append(("failed", e.backend))},
-        after=lambda: seen.append("batch"))))
+    controller.attach(
+        JobHandlers(
+            events=EventRoutes(
+                {
+                    Note: lambda e: seen.append(("note", e.text)),
+                    Ready: lambda e: seen.append(("ready", e.backend)),
+                    (Failed, WorkerLost): lambda e: seen.append(("failed", e.backend)),
+                },
+                after=lambda: seen.append("batch"),
+            )
+        )
+    )
     post = controller.sink()
 
     def work(context: JobContext) -> None:
-        for event in (Note("a"), LoudNote("b"), BackendEvent("x", READY),
-                      BackendEvent("y", Failed("boom")), BackendEvent("z", WorkerLost(RunStatus.CRASHED, "SIGSEGV")), 42):
+        for event in (
+            Note("a"),
+            LoudNote("b"),
+            BackendEvent("x", READY),
+            BackendEvent("y", Failed("boom")),
+            BackendEvent("z", WorkerLost(RunStatus.CRASHED, "SIGSEGV")),
+            42,
+        ):
             post(event)
 
     with qtbot.waitSignal(controller.result, timeout=WAIT_MS):
         controller.start(work, lambda: None)
-    assert [s for s in seen if s != "batch"] == [("note", "a"), ("note", "b"), ("ready", "x"), ("failed", "y"),
-                                                   ("failed", "z")]
+    assert [s for s in seen if s != "batch"] == [
+        ("note", "a"),
+        ("note", "b"),
+        ("ready", "x"),
+        ("failed", "y"),
+        ("failed", "z"),
+    ]
     assert seen[-1] == "batch" and seen.count("batch") >= 1
 
 
@@ -221,8 +253,10 @@ def test_the_job_thread_never_needs_qt():
     import subprocess
     import sys
 
-    code = ("import sys, whistle_stop.gui.job_context, whistle_stop.gui.job_handlers; "
-            "print(sorted(m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph'))))")
+    code = (
+        "import sys, whistle_stop.gui.job_context, whistle_stop.gui.job_handlers; "
+        "print(sorted(m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 

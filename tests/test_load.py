@@ -14,14 +14,13 @@ import math
 import pytest
 
 from whistle_stop.backends.engines.remote_options import RemoteOptions
+from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.results.export import LOAD_CSV, LOAD_REQUESTS_CSV, read_csv, write_results
-from whistle_stop.backends.results.load import (LoadRequestRecord, Slo, load_levels, load_rows,
-                                                requests_from_runs)
+from whistle_stop.backends.results.load import LoadRequestRecord, Slo, load_levels, load_rows, requests_from_runs
 from whistle_stop.backends.results.reader import load_requests
 from whistle_stop.backends.runs.bench import BenchSession
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.status import RunStatus
-from whistle_stop.backends.errors import UsageError
 
 from .fake_servers import fake_vllm_server
 
@@ -29,16 +28,26 @@ STEP_MS, PER_SEQ_MS = 30.0, 10.0
 
 
 def _config(url: str, **changes) -> BenchConfig:
-    values = dict(model="random:tiny", backends=("remote",), prompt_tokens=8, new_tokens=12, repeats=2, warmup=1,
-                  concurrency=(1, 2, 4), engine_options={"remote": RemoteOptions(url=url)})
+    values = dict(
+        model="random:tiny",
+        backends=("remote",),
+        prompt_tokens=8,
+        new_tokens=12,
+        repeats=2,
+        warmup=1,
+        concurrency=(1, 2, 4),
+        engine_options={"remote": RemoteOptions(url=url)},
+    )
     values.update(changes)
     return BenchConfig(**values)
 
 
 def _levels(result, slo=Slo()):
     servers = {r.backend for r in result.load}
-    return {lv.concurrency: lv for lv in load_levels(requests_from_runs(result.runs, result.tokens) + result.load,
-                                                     slo, servers)}
+    return {
+        lv.concurrency: lv
+        for lv in load_levels(requests_from_runs(result.runs, result.tokens) + result.load, slo, servers)
+    }
 
 
 def test_load_levels_follow_the_servers_batching(tiny_model, tmp_path):
@@ -87,8 +96,9 @@ def test_one_failing_request_does_not_lose_the_others(tiny_model):
 
 
 def test_local_engines_are_the_concurrency_1_reference(tiny_model):
-    config = BenchConfig(model="random:tiny", backends=("numpy",), prompt_tokens=8, new_tokens=5, repeats=2,
-                         concurrency=(1, 4))
+    config = BenchConfig(
+        model="random:tiny", backends=("numpy",), prompt_tokens=8, new_tokens=5, repeats=2, concurrency=(1, 4)
+    )
     result = BenchSession(config).run()
     assert result.load == []  # numpy serves one sequence at a time
     levels = _levels(result)
@@ -96,13 +106,18 @@ def test_local_engines_are_the_concurrency_1_reference(tiny_model):
 
 
 def _request(ttft: float, tpot: float, status=RunStatus.OK, run_id="r1", round_s=2.0, gaps=(10.0, 20.0, 30.0)):
-    return LoadRequestRecord(run_id, "vllm", "", 8, 4, 2, 1, False, 0, status, 4, ttft, tpot, 1.0, 0.0, round_s,
-                             " ".join(map(str, gaps)))
+    return LoadRequestRecord(
+        run_id, "vllm", "", 8, 4, 2, 1, False, 0, status, 4, ttft, tpot, 1.0, 0.0, round_s, " ".join(map(str, gaps))
+    )
 
 
 def test_goodput_arithmetic():
-    requests = [_request(100, 20), _request(300, 20), _request(100, 60, run_id="r2", round_s=3.0),
-                _request(50, 10, RunStatus.ERROR, run_id="r2", round_s=3.0)]
+    requests = [
+        _request(100, 20),
+        _request(300, 20),
+        _request(100, 60, run_id="r2", round_s=3.0),
+        _request(50, 10, RunStatus.ERROR, run_id="r2", round_s=3.0),
+    ]
     level = load_levels(requests, Slo(ttft_ms=200, itl_ms=50))[0]
     assert level.duration_s == pytest.approx(5.0)  # two rounds: 2 s + 3 s
     assert level.requests == 4 and level.failed == 1
@@ -119,9 +134,15 @@ def test_goodput_arithmetic():
     assert math.isnan(load_levels([_request(1, 1, RunStatus.ERROR)])[0].ttft_p50_ms)
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"concurrency": (0, 2)}, "--concurrency"), ({"concurrency": (2,), "mode": "race"}, "fair mode"),
-    ({"slo_ttft_ms": -1.0}, "--slo-ttft-ms"), ({"slo_itl_ms": 0.0}, "--slo-itl-ms")])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"concurrency": (0, 2)}, "--concurrency"),
+        ({"concurrency": (2,), "mode": "race"}, "fair mode"),
+        ({"slo_ttft_ms": -1.0}, "--slo-ttft-ms"),
+        ({"slo_itl_ms": 0.0}, "--slo-itl-ms"),
+    ],
+)
 def test_bad_load_settings_get_one_line(changes, message):
     with pytest.raises(UsageError, match=message):
         BenchConfig(**{"backends": ("remote",), **changes}).validate()

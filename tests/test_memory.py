@@ -21,8 +21,9 @@ from whistle_stop.backends.worker.process import Worker
 
 BUFFER_MB = 600
 
-pytestmark = pytest.mark.skipif(sys.platform == "darwin",
-                                reason="macOS: the peak is ru_maxrss, whose inheritance the OS decides")
+pytestmark = pytest.mark.skipif(
+    sys.platform == "darwin", reason="macOS: the peak is ru_maxrss, whose inheritance the OS decides"
+)
 
 
 @pytest.fixture
@@ -49,8 +50,9 @@ def test_a_workers_peaks_are_its_own_not_its_parents(tiny_model, big_parent, eng
 
 
 def test_the_records_carry_both_peaks(tiny_model, big_parent):
-    config = BenchConfig(model="random:tiny", backends=("null",), prompt_tokens=8, new_tokens=5, repeats=1, warmup=0,
-                         threads=1)
+    config = BenchConfig(
+        model="random:tiny", backends=("null",), prompt_tokens=8, new_tokens=5, repeats=1, warmup=0, threads=1
+    )
     (run,) = BenchSession(config).run().runs
     assert run.status == "ok"
     assert 0 < run.load_peak_rss_mb < BUFFER_MB / 2
@@ -92,7 +94,9 @@ def test_a_worker_without_children_does_not_import_psutil():
     """psutil takes ~17 ms to import, and every worker measures its peak before Ready."""
     import subprocess
 
-    code = ("import sys; from whistle_stop.backends.worker import usage; "
-            "assert usage.peak_rss_mb() > 0 and usage.cpu_seconds() > 0 and usage.reset_peak_rss(); "
-            "assert 'psutil' not in sys.modules, 'psutil imported'")
+    code = (
+        "import sys; from whistle_stop.backends.worker import usage; "
+        "assert usage.peak_rss_mb() > 0 and usage.cpu_seconds() > 0 and usage.reset_peak_rss(); "
+        "assert 'psutil' not in sys.modules, 'psutil imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

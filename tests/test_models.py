@@ -96,7 +96,9 @@ def test_unknown_models():
 def test_auto_falls_back_to_random_gpt2_with_one_warning(monkeypatch):
     import whistle_stop.backends.sources.model_files as models
 
-    monkeypatch.setattr(models, "_random", lambda spec, asked: models.ModelFiles(asked, spec, models.Path("."), "random", "x", {}))
+    monkeypatch.setattr(
+        models, "_random", lambda spec, asked: models.ModelFiles(asked, spec, models.Path("."), "random", "x", {})
+    )
     model = resolve_model("auto")
     assert model.model_id == "random:gpt2" and model.is_random
     assert "random:gpt2" in model.notice and RANDOM_LABEL in model.notice and "\n" not in model.notice

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import engine_tokens, greedy_logits, load_engine_in_process
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.model_files import resolve_model
 from whistle_stop.backends.sources.prompts import prompt_of_length
-from tests.conftest import greedy_logits, load_engine_in_process, engine_tokens
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # as for torch-static: tiny's logits reach ~8, fp32 differences are ~1e-5
@@ -35,7 +35,7 @@ def test_every_token_recomputes_the_whole_sequence(tiny_model, prompt_ids, hf_re
     seen = lengths_seen(engine)
     tokens, logits = greedy_logits(engine, prompt_ids, 8)
     assert seen == [len(prompt_ids) + step for step in range(9)]  # no cache: 12, 13, ..., 20 positions
-    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
     assert logits.dtype == np.float32 and logits.shape == (9, VOCAB)
     np.testing.assert_allclose(logits, reference, atol=ATOL_FP32, rtol=0)
 
@@ -51,7 +51,7 @@ def test_decoding_past_the_context_crops_to_its_last_positions(tiny_model, hf_re
     assert seen == [context] * 3
     sequence = ids + tokens
     for step in (1, 2):
-        window = sequence[len(ids) + step - context:len(ids) + step]  # the last `context` tokens
+        window = sequence[len(ids) + step - context : len(ids) + step]  # the last `context` tokens
         np.testing.assert_allclose(logits[step], hf_reference.logits(window)[-1], atol=ATOL_FP32, rtol=0)
 
 

@@ -36,7 +36,7 @@ def test_fp32_greedy_equals_transformers_generate(engines, prompt_ids, hf_refere
 def test_logits_of_prefill_and_every_decode_step_match_transformers(name, engines, prompt_ids, hf_reference):
     engine = engines(name, threads=2)
     tokens, logits = greedy_logits(engine, prompt_ids, 12)
-    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
     assert np.abs(logits - reference).max() < TOLERANCE[name]
     # scoring a whole sequence (perplexity) takes the prefill path for every position
     scored = engine.forward_logits(prompt_ids + tokens)
@@ -49,8 +49,9 @@ def _stored_weights(engine) -> tuple[int, list[bool]]:
     return engine.model.matrix_bytes, [isinstance(file_mapping(a), (mmap.mmap, np.memmap)) for a in arrays]
 
 
-@pytest.mark.parametrize("name, dtype", [("native", "fp32"), ("native-bf16", "bf16"), ("native-int8", "int8"),
-                                         ("native-int4", "int4")])
+@pytest.mark.parametrize(
+    "name, dtype", [("native", "fp32"), ("native-bf16", "bf16"), ("native-int8", "int8"), ("native-int4", "int4")]
+)
 def test_info_counts_the_stored_bytes(name, dtype, tiny_model, engines):
     engine = engines(name)
     info = engine.info
@@ -105,8 +106,7 @@ def test_quantisers_round_trip_within_half_a_step():
         np.testing.assert_allclose(restored, (np.clip(steps, -8, 7) * np.repeat(block_scale, 32, axis=1)), rtol=1e-5)
     bits = weights.to_bf16_bits(w)
     widened = (bits.astype(np.uint32) << 16).view(np.float32)
-    np.testing.assert_allclose(widened, w, rtol=2 ** -8)
-
+    np.testing.assert_allclose(widened, w, rtol=2**-8)
 
 
 def _bf16_stored(w: np.ndarray) -> np.ndarray:
@@ -135,18 +135,30 @@ def _step_and_reference(wtype, stored_as, tiny_model, prompt_ids) -> list[tuple[
     def as_stored(leaf: dict) -> dict:  # HF Conv1D [in, out]
         return {"w": np.ascontiguousarray(stored(leaf["w"].T).T), "b": leaf["b"]}
 
-    blocks = [{**block, "attn": {k: as_stored(v) for k, v in block["attn"].items()},
-               "mlp": {k: as_stored(v) for k, v in block["mlp"].items()}} for block in params["blocks"]]
-    reference = GPT2({**params, "wte": stored(params["wte"]), "blocks": blocks}, config.n_head,
-                     np.float32(config.layer_norm_epsilon), config.n_positions)
+    blocks = [
+        {
+            **block,
+            "attn": {k: as_stored(v) for k, v in block["attn"].items()},
+            "mlp": {k: as_stored(v) for k, v in block["mlp"].items()},
+        }
+        for block in params["blocks"]
+    ]
+    reference = GPT2(
+        {**params, "wte": stored(params["wte"]), "blocks": blocks},
+        config.n_head,
+        np.float32(config.layer_norm_epsilon),
+        config.n_positions,
+    )
     model = step.NativeGPT2(params, config, wtype)
     ids = np.array(prompt_ids, np.int32)
-    return ([(model.prefill(ids), reference.prefill(ids))]
-            + [(model.decode(token), reference.decode(token)) for token in (5, 17, 4000)])
+    return [(model.prefill(ids), reference.prefill(ids))] + [
+        (model.decode(token), reference.decode(token)) for token in (5, 17, 4000)
+    ]
 
 
-@pytest.mark.parametrize("wtype, stored_as, limit", [(weights.WeightType.Q4, _q4_stored, 0.5),
-                                                     (weights.WeightType.BF16, _bf16_stored, 1e-3)])
+@pytest.mark.parametrize(
+    "wtype, stored_as, limit", [(weights.WeightType.Q4, _q4_stored, 0.5), (weights.WeightType.BF16, _bf16_stored, 1e-3)]
+)
 def test_step_reads_the_weights_as_they_were_laid_out(wtype, stored_as, limit, tiny_model, prompt_ids):
     """The native step against the numpy runtime on the very weights it stores (by the Python reference)."""
     prefill, *decodes = in_child(_step_and_reference, wtype, stored_as, tiny_model, prompt_ids)
@@ -172,8 +184,16 @@ def test_profile_timers_split_the_step(prompt_ids, engines):
     capture, timers_off = engines("native-int4").apply(_profiled_steps, prompt_ids)
     assert capture.steps == {"prefill": 1, "decode": 3}
     decode = {op.category: op.total_ns for op in capture.ops if op.phase == "decode"}
-    assert set(decode) == {c.value for c in (Category.MATMUL, Category.ATTENTION, Category.KV_CACHE,
-                                             Category.NORM_ACTIVATION, Category.OTHER_KERNELS)}
+    assert set(decode) == {
+        c.value
+        for c in (
+            Category.MATMUL,
+            Category.ATTENTION,
+            Category.KV_CACHE,
+            Category.NORM_ACTIVATION,
+            Category.OTHER_KERNELS,
+        )
+    }
     assert decode[Category.MATMUL.value] > 0
     assert timers_off  # timers off again once the profile is done
 
@@ -192,8 +212,10 @@ def _fast_and_plain(tiny_model, prompt_ids, portable: Path) -> list[list[tuple[n
         params = nest_params(mmap_numpy(tiny_model.safetensors), config.n_layer)
         fast = step.NativeGPT2(params, config, wtype)
         plain = step.NativeGPT2(params, config, wtype, step.bind(ctypes.CDLL(str(portable))))
-        pairs.append([(plain.prefill(prompt_ids), fast.prefill(prompt_ids))]
-                     + [(plain.decode(token), fast.decode(token)) for token in (5, 17, 4000)])
+        pairs.append(
+            [(plain.prefill(prompt_ids), fast.prefill(prompt_ids))]
+            + [(plain.decode(token), fast.decode(token)) for token in (5, 17, 4000)]
+        )
     return pairs
 
 
@@ -217,7 +239,7 @@ def test_integer_types_score_what_they_decode(name, engines, prompt_ids):
     a sequence is scored with are the ones it was decoded with (perplexity and divergence reports)."""
     engine = engines(name, threads=2)
     tokens, logits = greedy_logits(engine, prompt_ids, 8)
-    scored = engine.forward_logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    scored = engine.forward_logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
     np.testing.assert_allclose(scored, logits, rtol=1e-4, atol=1e-4)
 
 

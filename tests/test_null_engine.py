@@ -7,23 +7,25 @@ import json
 import numpy as np
 import pytest
 
+from tests.conftest import live_workers
 from whistle_stop.backends import registry
-from whistle_stop.backends.results.summary import harness_note
 from whistle_stop.backends.cli.main import main
-from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.engine import Capabilities, EngineOptions
 from whistle_stop.backends.engines.null_engine import NullEngine
 from whistle_stop.backends.registry import EngineSpec
+from whistle_stop.backends.results.summary import harness_note
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.runs.calibration import calibrate_harness
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.worker.events import RunRequest
 from whistle_stop.backends.worker.process import Worker
-from tests.conftest import live_workers
 
 
 class StreamingNullEngine(NullEngine):
     """A null engine with its own `stream` (as a server or a native generator has): the child
     can only relay its tokens, so engine_ns is unknown."""
+
+    capabilities = Capabilities(own_loop=True)
 
     def stream(self, token_ids, new_tokens, sampler, cancel=None):
         for _ in range(new_tokens):
@@ -33,9 +35,19 @@ class StreamingNullEngine(NullEngine):
 
 
 def _session(backends, specs=None, new_tokens=30, sampling=None, **config):
-    cfg = BenchConfig(model="random:tiny", backends=tuple(backends), prompt_tokens=8, new_tokens=new_tokens,
-                      repeats=1, warmup=0, threads=1, sampling=sampling or SamplingParams(), **config)
-    return BenchSession(cfg, specs=specs)
+    cfg = BenchConfig(
+        model="random:tiny",
+        backends=tuple(backends),
+        prompt_tokens=8,
+        new_tokens=new_tokens,
+        repeats=1,
+        warmup=0,
+        threads=1,
+        sampling=sampling or SamplingParams(),
+        **config,
+    )
+    with registry.use((specs or {}).values()):  # the session takes its engines' specs now
+        return BenchSession(cfg)
 
 
 def test_null_is_listed_like_any_engine(capsys):
@@ -63,9 +75,12 @@ def test_null_logits_are_spread_and_cost_no_numpy_random():
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np; from whistle_stop.backends.engines.null_engine import fixed_logits; "
-            "l = fixed_logits(50257); top = np.sort(l)[-2:]; "
-            "print('numpy.random' in sys.modules, round(float(l.std()), 1), len(np.unique(l)) > 50000, top[1] > top[0])")
+    code = (
+        "import sys, numpy as np; from whistle_stop.backends.engines.null_engine import fixed_logits; "
+        "l = fixed_logits(50257); top = np.sort(l)[-2:]; "
+        "print('numpy.random' in sys.modules, round(float(l.std()), 1), len(np.unique(l)) > 50000, "
+        "top[1] > top[0])"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.split() == ["False", "3.0", "True", "True"]
 
@@ -95,8 +110,10 @@ def test_driving_prefill_and_decode_gives_the_tokens_of_engine_stream(tiny_model
     sampling = SamplingParams("sample", 0.9, 20, 0.95, 7)
     engine = registry.create("numpy", EngineOptions(threads=1))
     engine.load(tiny_model, lambda *a, **k: None)
-    expected = {"greedy": list(engine.stream(prompt_ids, 8, Sampler(SamplingParams()))),
-                "sample": list(engine.stream(prompt_ids, 8, Sampler(sampling)))}
+    expected = {
+        "greedy": list(engine.stream(prompt_ids, 8, Sampler(SamplingParams()))),
+        "sample": list(engine.stream(prompt_ids, 8, Sampler(sampling))),
+    }
     worker = Worker(registry.get("numpy"), tiny_model, EngineOptions(threads=1))
     try:
         worker.start()
@@ -110,7 +127,9 @@ def test_driving_prefill_and_decode_gives_the_tokens_of_engine_stream(tiny_model
 
 
 def test_an_engine_with_its_own_stream_has_no_engine_time(tiny_model):
-    spec = EngineSpec("streams", "tests.test_null_engine:StreamingNullEngine", "relayed", ("numpy",))
+    spec = EngineSpec(
+        name="streams", target="tests.test_null_engine:StreamingNullEngine", description="relayed", requires=("numpy",)
+    )
     result = _session(["streams"], specs={"streams": spec}, new_tokens=10).run()
     (run,) = result.runs
     assert run.status == "ok" and run.tokens_generated == 10
@@ -125,7 +144,7 @@ def test_calibration_gives_the_null_engines_median_itl(tiny_model, prompt_ids):
     harness = calibrate_harness(tiny_model, prompt_ids, sampling, tokens=50)
     assert "error" not in harness, harness
     assert harness["sampling"] == "greedy" and harness["tokens"] == 50
-    assert harness["null_itl_us_median"] > 0 and 0 <= harness["harness_us_median"]
+    assert harness["null_itl_us_median"] > 0 and harness["harness_us_median"] >= 0
     assert 0 < harness["null_cold_start_s"] < 60
     assert harness["sampled"]["null_itl_us_median"] > 0
     assert harness["sampled"]["sampling"]["top_k"] == 40
@@ -142,12 +161,17 @@ def test_calibration_is_off_unless_asked_and_lands_in_environment(tiny_model):
     json.dumps(environment)  # environment.json must be able to hold it
 
 
-@pytest.mark.parametrize("harness, text", [
-    (None, ""),
-    ({"error": "cancelled"}, "not measured (cancelled)"),
-    ({"null_itl_us_median": 41.7}, "harness cost per token (null engine): 42 us (greedy)"),
-    ({"null_itl_us_median": 41.7, "null_cold_start_s": 0.3412},
-     "harness cost per token (null engine): 42 us (greedy); its cold start 0.34 s"),
-])
+@pytest.mark.parametrize(
+    "harness, text",
+    [
+        (None, ""),
+        ({"error": "cancelled"}, "not measured (cancelled)"),
+        ({"null_itl_us_median": 41.7}, "harness cost per token (null engine): 42 us (greedy)"),
+        (
+            {"null_itl_us_median": 41.7, "null_cold_start_s": 0.3412},
+            "harness cost per token (null engine): 42 us (greedy); its cold start 0.34 s",
+        ),
+    ],
+)
 def test_harness_note(harness, text):
     assert text in harness_note(harness) and (text or harness_note(harness) == "")

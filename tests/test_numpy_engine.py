@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import mmap
-import os
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
-from whistle_stop.backends.engine import EngineOptions
-from whistle_stop.backends.sources.prompts import prompt_of_length
-from whistle_stop.backends.sampling import SamplingParams
 from tests.conftest import engine_tokens
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.sources.prompts import prompt_of_length
 
 # fp32 against fp32 with different summation orders: logits of the tiny model reach ~10, and
 # differences seen are ~5e-6. 1e-4 absolute is 20x that and still far below a token's margin.

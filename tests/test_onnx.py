@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import engine_tokens
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import engine_tokens
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -41,7 +41,7 @@ class Recorder:
 
 
 def load(model, variant: str = "fp32", threads: int = 1) -> tuple[OnnxEngine, Recorder, object]:
-    engine = OnnxEngine(EngineOptions(threads=threads), variant)
+    engine = OnnxEngine("onnx", EngineOptions(threads=threads), variant)
     recorder = Recorder()
     info = engine.load(model, recorder)
     return engine, recorder, info
@@ -73,6 +73,7 @@ def model_files(folder: Path) -> dict[str, int]:
 
 
 # --- parity with transformers -------------------------------------------------------------
+
 
 def test_greedy_equals_hf(tiny_model, prompt_ids, hf_reference):
     tokens = engine_tokens("onnx", tiny_model, prompt_ids, 30)
@@ -139,6 +140,7 @@ def test_info(fp32, tiny_model):
 
 # --- quantised variants ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("variant,matrix_bytes", [("int8", 1), ("int4", 0.5)])
 def test_quantised_runs_and_reports_agreement(variant, matrix_bytes, tiny_model, prompt_ids, hf_reference, fp32):
     engine, _, info = load(tiny_model, variant)
@@ -151,8 +153,10 @@ def test_quantised_runs_and_reports_agreement(variant, matrix_bytes, tiny_model,
         tokens = greedy(engine, prompt_ids, 30)
         reference = hf_reference.greedy(prompt_ids, 30)
         agree = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), len(tokens))
-        print(f"onnx-{variant}: first {agree} of 30 greedy tokens equal to hf fp32; "
-              f"{sum(a == b for a, b in zip(tokens, reference))} equal in place")
+        print(
+            f"onnx-{variant}: first {agree} of 30 greedy tokens equal to hf fp32; "
+            f"{sum(a == b for a, b in zip(tokens, reference))} equal in place"
+        )
         # No exactness, but a working quantisation keeps the logits close to fp32's.
         quantised, exact = engine.forward_logits(prompt_ids), fp32[0].forward_logits(prompt_ids)
         correlation = np.corrcoef(quantised.ravel(), exact.ravel())[0, 1]
@@ -164,6 +168,7 @@ def test_quantised_runs_and_reports_agreement(variant, matrix_bytes, tiny_model,
 
 
 # --- the cache ----------------------------------------------------------------------------
+
 
 def test_cache_reused_without_rebuild(fp32, tiny_model):
     folder = onnx_cache.variant_dir(tiny_model, "fp32")
@@ -179,8 +184,9 @@ def test_build_reports_progress_and_leaves_only_finished_files(tiny_model, fp32)
     artifact_cache.discard(onnx_cache.variant_dir(tiny_model, "int8"))
     fractions: list[float] = []
     recorder = Recorder()
-    artefact = onnx_cache.ensure(tiny_model, "int8",
-                                 lambda m, f=None: (recorder(m, f), f is not None and fractions.append(f)))
+    artefact = onnx_cache.ensure(
+        tiny_model, "int8", lambda m, f=None: (recorder(m, f), f is not None and fractions.append(f))
+    )
     assert artefact.built
     assert any("quantising int8" in m for m in recorder.messages), recorder.messages
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
@@ -270,9 +276,22 @@ def test_abandoned_build_folders_are_removed(tiny_model, fp32):
 def test_builder_exits_when_its_parent_goes(tmp_path, tiny_model):
     """A worker killed mid-export closes the builder's stdin: the builder must stop, not finish."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "whistle_stop.backends.engines.onnx.build", "--variant", "fp32", "--out", str(tmp_path),
-         "--weights", str(tiny_model.safetensors), "--config", str(tiny_model.folder / "config.json")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "whistle_stop.backends.engines.onnx.build",
+            "--variant",
+            "fp32",
+            "--out",
+            str(tmp_path),
+            "--weights",
+            str(tiny_model.safetensors),
+            "--config",
+            str(tiny_model.folder / "config.json"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         cwd=Path(__file__).resolve().parents[1],
     )
     assert "exporting" in child.stdout.readline().decode()  # sent before torch is even imported
@@ -296,11 +315,17 @@ def test_cache_hit_does_not_import_torch(fp32, tiny_model):
         "from whistle_stop.backends.sources.model_files import resolve_model\n"
         "from whistle_stop.backends.engine import EngineOptions\n"
         "from whistle_stop.backends.engines.onnx.engine import OnnxEngine\n"
-        "info = OnnxEngine(EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
+        "info = OnnxEngine('onnx', EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
         "print('cache=hit' in info.notes, 'torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[1], env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+        env=dict(os.environ),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False"]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import engine_tokens, load_engine_in_process
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import load_engine_in_process, engine_tokens
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -48,7 +48,7 @@ def test_present_grows_one_position_per_decode_step(engine, tiny_model, prompt_i
         before = engine.past
         logits = engine.decode(ids[-1])
         # A new array each step (the classic way copies), its first positions the old past's.
-        np.testing.assert_array_equal(engine.past[0][:, :, :len(ids) - 1], before[0])
+        np.testing.assert_array_equal(engine.past[0][:, :, : len(ids) - 1], before[0])
         assert engine.past[0] is not before[0]
     np.testing.assert_allclose(logits, hf_reference.logits(ids)[-1], rtol=LOGIT_TOL, atol=LOGIT_TOL)
 
@@ -83,10 +83,17 @@ def test_cache_hit_does_not_import_torch(engine):
         "from whistle_stop.backends.sources.model_files import resolve_model\n"
         "from whistle_stop.backends.engine import EngineOptions\n"
         "from whistle_stop.backends.engines.onnx.concat_engine import OnnxConcatEngine\n"
-        "info = OnnxConcatEngine(EngineOptions(threads=1)).load(resolve_model('random:tiny'), lambda *a: None)\n"
+        "engine = OnnxConcatEngine('onnx-concat', EngineOptions(threads=1))\n"
+        "info = engine.load(resolve_model('random:tiny'), lambda *a: None)\n"
         "print(info.artifact_cache, 'torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[1], env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+        env=dict(os.environ),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["hit", "False"]

@@ -34,8 +34,15 @@ class _MeanReportingRequest:
 
     @property
     def profiling_info(self) -> list[_Info]:
-        return [_Info(node, self.types[node], "Status.EXECUTED" if node in self.ran else "Status.NOT_RUN",
-                      datetime.timedelta(microseconds=self.totals[node] // self.counts[node])) for node in self.totals]
+        return [
+            _Info(
+                node,
+                self.types[node],
+                "Status.EXECUTED" if node in self.ran else "Status.NOT_RUN",
+                datetime.timedelta(microseconds=self.totals[node] // self.counts[node]),
+            )
+            for node in self.totals
+        ]
 
 
 def test_each_step_gets_its_own_time_not_the_running_mean(tmp_path):
@@ -58,5 +65,5 @@ def test_each_step_gets_its_own_time_not_the_running_mean(tmp_path):
     assert abs(decode - truth) <= 2 * 2 * (len(decode_lm_head) + 1) * 1000
     assert ("decode", "ShapeOf") not in ops
     # read as per-step times, the running means would have charged the decode steps the prefill's share
-    naive = sum((1501 + sum(decode_lm_head[:k + 1])) // (k + 2) + 21 for k in range(len(decode_lm_head))) * 1000
+    naive = sum((1501 + sum(decode_lm_head[: k + 1])) // (k + 2) + 21 for k in range(len(decode_lm_head))) * 1000
     assert naive - truth > 1000 * 1000

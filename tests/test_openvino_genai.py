@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from whistle_stop.backends import registry
-from whistle_stop.backends.engine import EngineInfo
-from whistle_stop.backends.sampling import SamplingParams
-from whistle_stop.backends.results.stats import agreement
 from tests.conftest import engine_tokens, load_engine_in_worker
 from tests.engine_process import EngineProcess, cancelled_stream
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineInfo
+from whistle_stop.backends.results.stats import agreement
+from whistle_stop.backends.sampling import SamplingParams
 
 pytestmark = [pytest.mark.extras]
 _AVAILABLE, _WHY = registry.available("openvino-genai")  # found, not imported: only the children import it
@@ -49,8 +49,11 @@ def _fully_connected_weights(engine) -> list[str]:
     import openvino as ov
 
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(engine.folder / "openvino_model.xml"), "CPU",
-                                  {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0})
+    compiled = core.compile_model(
+        core.read_model(engine.folder / "openvino_model.xml"),
+        "CPU",
+        {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0},
+    )
     runtime = compiled.get_runtime_model()
     fc = [op for op in runtime.get_ops() if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
     return [op.input(1).get_element_type().to_string() for op in fc]

@@ -4,13 +4,14 @@ import math
 
 import numpy as np
 
+from tests import fake_engines
+from whistle_stop.backends import registry
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.orchestrator import fair_order
 from whistle_stop.backends.runs.sweep import SweepGrid, SweepSession
 from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest
 from whistle_stop.backends.worker.scoring import nll_of, top_logits
-from tests import fake_engines
 
 
 def test_fair_order_alternates_direction():
@@ -20,7 +21,9 @@ def test_fair_order_alternates_direction():
 def test_nll_of_is_the_summed_negative_log_softmax():
     logits = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]], np.float32)
     labels = np.array([2, 1])
-    expected = sum(math.log(sum(math.exp(float(v)) for v in row)) - float(row[label]) for row, label in zip(logits, labels))
+    expected = sum(
+        math.log(sum(math.exp(float(v)) for v in row)) - float(row[label]) for row, label in zip(logits, labels)
+    )
     assert math.isclose(nll_of(logits, labels, chunk=1), expected, rel_tol=1e-12)
 
 
@@ -39,6 +42,10 @@ def test_sweep_requests_carry_their_cell(tiny_model):
 
     specs = {"a": fake_engines.spec("a")}
     config = BenchConfig(model="random:tiny", backends=("a",), threads=1, repeats=1, warmup=1)
-    result = SweepSession(config, SweepGrid((4,), (3,)), on_event=on_event, specs=specs, measure_bandwidth=False).run()
-    assert contexts == [("a/p4n3/w1", RunContext(1, True, "p4n3", 4, 3)), ("a/p4n3/r1", RunContext(1, False, "p4n3", 4, 3))]
+    with registry.use(specs.values()):
+        result = SweepSession(config, SweepGrid((4,), (3,)), on_event=on_event, measure_bandwidth=False).run()
+    assert contexts == [
+        ("a/p4n3/w1", RunContext(1, True, "p4n3", 4, 3)),
+        ("a/p4n3/r1", RunContext(1, False, "p4n3", 4, 3)),
+    ]
     assert all(r.status is RunStatus.OK for r in result.runs) and not result.failed

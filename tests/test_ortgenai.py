@@ -9,6 +9,8 @@ import os
 import numpy as np
 import pytest
 
+from tests.conftest import engine_tokens, load_engine_in_worker
+from tests.engine_process import EngineProcess, cancelled_stream
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineInfo
 from whistle_stop.backends.engines import artifact_folders
@@ -16,8 +18,6 @@ from whistle_stop.backends.engines.ortgenai import cache as genai_cache
 from whistle_stop.backends.results.stats import agreement
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.storage import artifact_cache
-from tests.conftest import engine_tokens, load_engine_in_worker
-from tests.engine_process import EngineProcess, cancelled_stream
 
 pytestmark = [pytest.mark.extras]
 _AVAILABLE, _WHY = registry.available("ortgenai")  # onnxruntime_genai, onnx, torch (the export): found, not imported
@@ -84,8 +84,9 @@ def test_quantised_runs_and_reports_agreement(variant, fp32, tiny_model, prompt_
         assert len(tokens) == N and all(0 <= t < 50257 for t in tokens)
         assert info.weight_bytes_per_token < fp32[1].weight_bytes_per_token
         assert f"MatMulNBits {variant[3:]}-bit" in info.notes
-        correlation = np.corrcoef(engine.forward_logits(prompt_ids).ravel(),
-                                  fp32[0].forward_logits(prompt_ids).ravel())[0, 1]
+        correlation = np.corrcoef(
+            engine.forward_logits(prompt_ids).ravel(), fp32[0].forward_logits(prompt_ids).ravel()
+        )[0, 1]
         print(f"ortgenai-{variant}: logit correlation with fp32 {correlation:.4f}")
         assert correlation > 0.9
     finally:

@@ -20,18 +20,33 @@ ROOT = Path(__file__).resolve().parent.parent
 BACKEND = ROOT / "scripts" / "packaging"
 GENERIC = ("backends", "gui")
 # What the app reads at run time; the wheel must carry all of it.
-RESOURCE_FILES = ("tokenizer/vocab.json", "tokenizer/merges.txt", "tokenizer/NOTICE.md", "configs/tiny.json",
-                  "configs/gpt2.json", "prompts/bench.txt", "prompts/examples.json", "eval/eval.txt",
-                  "eval/NOTICE.md", "icons/app.svg")
+RESOURCE_FILES = (
+    "tokenizer/vocab.json",
+    "tokenizer/merges.txt",
+    "tokenizer/NOTICE.md",
+    "configs/tiny.json",
+    "configs/gpt2.json",
+    "prompts/bench.txt",
+    "prompts/examples.json",
+    "eval/eval.txt",
+    "eval/NOTICE.md",
+    "icons/app.svg",
+)
 
 
 def _package_folders() -> set[str]:
     names = {"whistle_stop.resources"}
-    names |= {"whistle_stop." + ".".join(p.relative_to(ROOT).parts)
-              for p in (ROOT / "resources").rglob("*") if p.is_dir() and "__pycache__" not in p.parts}
+    names |= {
+        "whistle_stop." + ".".join(p.relative_to(ROOT).parts)
+        for p in (ROOT / "resources").rglob("*")
+        if p.is_dir() and "__pycache__" not in p.parts
+    }
     for top in GENERIC:
-        names |= {"whistle_stop." + ".".join(init.parent.relative_to(ROOT).parts)
-                  for init in (ROOT / top).rglob("__init__.py") if "__pycache__" not in init.parts}
+        names |= {
+            "whistle_stop." + ".".join(init.parent.relative_to(ROOT).parts)
+            for init in (ROOT / top).rglob("__init__.py")
+            if "__pycache__" not in init.parts
+        }
     return names
 
 
@@ -39,8 +54,14 @@ def _clean_env(tmp_path: Path) -> dict:
     """A user with an empty home: caches and settings can only go to these folders."""
     env = {k: v for k, v in os.environ.items() if k not in ("WHISTLE_STOP_CACHE", "VIRTUAL_ENV")}
     home = tmp_path / "home"
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"),
-               XDG_DATA_HOME=str(home / ".local" / "share"), HF_HUB_OFFLINE="1", QT_QPA_PLATFORM="offscreen")
+    env.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+        HF_HUB_OFFLINE="1",
+        QT_QPA_PLATFORM="offscreen",
+    )
     return env
 
 
@@ -49,8 +70,11 @@ def test_the_build_backend_finds_every_package_folder(monkeypatch):
     monkeypatch.syspath_prepend(str(BACKEND))
     import whistle_stop_build
 
-    assert whistle_stop_build.package_dirs() == {"whistle_stop.backends": "backends", "whistle_stop.gui": "gui",
-                                                 "whistle_stop.resources": "resources"}
+    assert whistle_stop_build.package_dirs() == {
+        "whistle_stop.backends": "backends",
+        "whistle_stop.gui": "gui",
+        "whistle_stop.resources": "resources",
+    }
     assert set(whistle_stop_build.packages()) == _package_folders()
 
 
@@ -71,8 +95,15 @@ def test_no_generic_absolute_imports_or_module_paths():
     import_line = re.compile(r"^\s*(from|import)\s+(backends|gui)\b", re.M)
     module_string = re.compile(r"""(["'`]|-m\s+)(backends|gui)\.(?!(?:py|md|txt|json|csv|toml|html|png)\b)[A-Za-z_]""")
     offenders = []
-    files = [ROOT / "main.py", *[p for top in ("backends", "gui", "tests", "scripts")
-                                 for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts]]
+    files = [
+        ROOT / "main.py",
+        *[
+            p
+            for top in ("backends", "gui", "tests", "scripts")
+            for p in (ROOT / top).rglob("*.py")
+            if "__pycache__" not in p.parts
+        ],
+    ]
     for path in files:
         text = path.read_text(encoding="utf-8")
         for pattern in (import_line, module_string):
@@ -83,11 +114,13 @@ def test_no_generic_absolute_imports_or_module_paths():
 def test_the_installed_package_is_this_checkout_and_loads_no_generic_top_level_module(tmp_path):
     """`make` installs the checkout editable: from any folder, without touching sys.path, `whistle_stop`
     is this checkout's code, and so it is in every Python the app starts (workers, builders)."""
-    code = ("import sys\n"
-            "import whistle_stop.backends.cli.main, whistle_stop.backends.registry, whistle_stop.gui.main_window\n"
-            "from whistle_stop.backends.storage.paths import RESOURCES\n"
-            "print(RESOURCES)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('backends', 'gui', 'resources')))\n")
+    code = (
+        "import sys\n"
+        "import whistle_stop.backends.cli.main, whistle_stop.backends.registry, whistle_stop.gui.main_window\n"
+        "from whistle_stop.backends.storage.paths import RESOURCES\n"
+        "print(RESOURCES)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('backends', 'gui', 'resources')))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     resources, generic = out.stdout.splitlines()[-2:]
@@ -99,11 +132,13 @@ def test_main_py_in_a_python_without_the_app_says_what_to_run(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-    out = subprocess.run([str(python), str(ROOT / "main.py"), "backends"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [str(python), str(ROOT / "main.py"), "backends"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "whistle-stop is not installed in this Python: run `make run` (or `pip install -e .` in this folder)"]
+        "whistle-stop is not installed in this Python: run `make run` (or `pip install -e .` in this folder)"
+    ]
 
 
 def test_resources_are_found_in_a_zipped_install(tmp_path):
@@ -115,16 +150,19 @@ def test_resources_are_found_in_a_zipped_install(tmp_path):
             for path in sorted([ROOT / top, *(ROOT / top).rglob("*")]):
                 if "__pycache__" not in path.parts:
                     zf.write(path, f"whistle_stop/{path.relative_to(ROOT).as_posix()}")
-    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "import whistle_stop.backends\n"
-            "from whistle_stop.backends.storage.paths import RESOURCES, TOKENIZER_DIR\n"
-            "from whistle_stop.backends.sources.tokenizer import encode\n"
-            "print(whistle_stop.backends.__file__)\n"
-            "print(RESOURCES)\n"
-            "print(encode('Hello world'))\n")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import whistle_stop.backends\n"
+        "from whistle_stop.backends.storage.paths import RESOURCES, TOKENIZER_DIR\n"
+        "from whistle_stop.backends.sources.tokenizer import encode\n"
+        "print(whistle_stop.backends.__file__)\n"
+        "print(RESOURCES)\n"
+        "print(encode('Hello world'))\n"
+    )
     env = dict(os.environ, WHISTLE_STOP_CACHE=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", code, str(archive)], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(archive)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     module, resources, ids = out.stdout.splitlines()[-3:]
     assert module.startswith(str(archive))
@@ -232,10 +270,11 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     # sdist from a clean copy of the tree, then the wheel from the sdist (what `python -m build` does)
     src = _copy_tree(tmp_path / "src")
     dist = tmp_path / "dist"
-    build = ("import sys; sys.path.insert(0, 'scripts/packaging'); import whistle_stop_build as b; "
-             "print(b.build_sdist(sys.argv[1]))")
-    out = subprocess.run([sys.executable, "-c", build, str(dist)], cwd=src, capture_output=True, text=True,
-                         timeout=300)
+    build = (
+        "import sys; sys.path.insert(0, 'scripts/packaging'); import whistle_stop_build as b; "
+        "print(b.build_sdist(sys.argv[1]))"
+    )
+    out = subprocess.run([sys.executable, "-c", build, str(dist)], cwd=src, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     sdist = dist / out.stdout.splitlines()[-1]
     with tarfile.open(sdist) as tf:
@@ -244,9 +283,24 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     base = names[0].split("/")[0]
     assert all(f"{base}/resources/{name}" in names for name in RESOURCE_FILES)
     assert f"{base}/scripts/packaging/whistle_stop_build.py" in names  # the wheel is built from the sdist by it
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                          "-q", "-w", str(dist), str(tmp_path / "sdist" / base)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(dist),
+            str(tmp_path / "sdist" / base),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     (wheel,) = dist.glob("whistle_stop-*.whl")
 
@@ -256,9 +310,15 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     top = {name.split("/")[0] for name in names}
     assert top == {"whistle_stop", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     assert all(f"whistle_stop/resources/{name}" in names for name in RESOURCE_FILES)
-    sources = {f"whistle_stop/{p.relative_to(ROOT).as_posix()}" for t in GENERIC for p in (ROOT / t).rglob("*.py")
-               if "__pycache__" not in p.parts}
+    sources = {
+        f"whistle_stop/{p.relative_to(ROOT).as_posix()}"
+        for t in GENERIC
+        for p in (ROOT / t).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert sources <= set(names), sorted(sources - set(names))
+    kernels = {f"whistle_stop/backends/kernels/{p.name}" for p in (ROOT / "backends" / "kernels").glob("*.[ch]")}
+    assert {"whistle_stop/backends/kernels/products.h"} < kernels <= set(names), sorted(kernels - set(names))
     assert not [n for n in names if n.endswith(".pyc") or n.startswith(("whistle_stop/tests", "whistle_stop/scripts"))]
     assert wheel.stat().st_size < 5_000_000
 
@@ -266,13 +326,22 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (Path(purelib) / "_reuse_test_env.pth").write_text("\n".join(sorted(ours)) + "\n")
     env = _clean_env(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index", "-q",
-                          str(wheel)], capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr  # the declared dependencies are all satisfied without a download
     command = venv / "bin" / "whistle-stop"
     assert command.is_file()
@@ -281,8 +350,10 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    probe = ("import importlib.util as u, whistle_stop.backends as b; print(b.__file__); "
-             "print([n for n in ('backends', 'gui', 'resources') if u.find_spec(n)])")
+    probe = (
+        "import importlib.util as u, whistle_stop.backends as b; print(b.__file__); "
+        "print([n for n in ('backends', 'gui', 'resources') if u.find_spec(n)])"
+    )
     out = subprocess.run([str(python), "-c", probe], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     location, generic = out.stdout.splitlines()
@@ -294,10 +365,30 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     out = subprocess.run([str(command), "backends"], **run)
     assert out.returncode == 0, out.stderr
     assert "numpy" in out.stdout and "hf" in out.stdout
-    out = subprocess.run([str(command), "bench", "--model", "random:tiny", "--backends", "numpy", "--repeats", "1",
-                          "--warmup", "0", "--prompt-tokens", "8", "--new-tokens", "4", "--out", "X"], **run)
+    out = subprocess.run(
+        [
+            str(command),
+            "bench",
+            "--model",
+            "random:tiny",
+            "--backends",
+            "numpy",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--prompt-tokens",
+            "8",
+            "--new-tokens",
+            "4",
+            "--out",
+            "X",
+        ],
+        **run,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert {"runs.csv", "tokens.csv", "summary.csv", "environment.json"} <= {p.name for p in (elsewhere / "X").iterdir()}
+    written = {p.name for p in (elsewhere / "X").iterdir()}
+    assert {"runs.csv", "tokens.csv", "summary.csv", "environment.json"} <= written
     assert "status" in (elsewhere / "X" / "runs.csv").read_text()
     # nothing written anywhere but --out and the user's cache folder
     assert [p.name for p in elsewhere.iterdir()] == ["X"]
@@ -312,3 +403,17 @@ def test_wheel_carries_resources_and_installs_a_working_command(tmp_path):
     assert f"Exec={command}" in entry.read_text()
     out = subprocess.run([str(command), "--uninstall-desktop-entry"], **run)
     assert out.returncode == 0 and not entry.exists()
+
+
+def test_ci_lints_before_it_tests_with_the_dev_extras_tools():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    dev = " ".join(project["project"]["optional-dependencies"]["dev"])
+    assert "ruff>=" in dev and "mypy>=" in dev
+    assert project["tool"]["ruff"]["line-length"] == 120 and project["tool"]["mypy"]["python_version"] == "3.10"
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make")]
+    assert steps == ["make lint", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
+    assert "ruff check" in lint and "mypy" in lint and "ruff format" not in lint

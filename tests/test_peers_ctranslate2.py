@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from whistle_stop.backends import registry
-from whistle_stop.backends.sampling import SamplingParams
 from tests.conftest import engine_tokens, load_engine_in_worker
 from tests.engine_process import cancelled_stream
+from whistle_stop.backends import registry
+from whistle_stop.backends.sampling import SamplingParams
 
 pytestmark = pytest.mark.peers
 _AVAILABLE, _WHY = registry.available("ctranslate2")  # found, not imported: only the children import it

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from whistle_stop.backends.registry import available
-from whistle_stop.backends.sampling import SamplingParams
 from tests.conftest import engine_tokens, load_engine_in_worker
 from tests.engine_process import in_child
+from whistle_stop.backends.registry import available
+from whistle_stop.backends.sampling import SamplingParams
 
 _AVAILABLE, _WHY = available("llamacpp")  # found, not imported: libllama is loaded in children only
 pytestmark = [pytest.mark.peers, pytest.mark.skipif(not _AVAILABLE, reason=_WHY)]
@@ -83,10 +83,20 @@ def test_gguf_metadata_and_tokenizer(tiny_model):
 
     path = in_child(_gguf_path, tiny_model, "f32")
     reader = gguf.GGUFReader(str(path))
-    field = lambda key: reader.fields[key].contents()  # noqa: E731
-    assert field("general.architecture") == "gpt2" and field("tokenizer.ggml.pre") == "gpt-2"
-    assert field("gpt2.context_length") == 1024 and field("gpt2.block_count") == 2
-    assert field("tokenizer.ggml.bos_token_id") == field("tokenizer.ggml.eos_token_id") == 50256
+    field = {
+        key: reader.fields[key].contents()
+        for key in (
+            "general.architecture",
+            "tokenizer.ggml.pre",
+            "gpt2.context_length",
+            "gpt2.block_count",
+            "tokenizer.ggml.bos_token_id",
+            "tokenizer.ggml.eos_token_id",
+        )
+    }
+    assert field["general.architecture"] == "gpt2" and field["tokenizer.ggml.pre"] == "gpt-2"
+    assert field["gpt2.context_length"] == 1024 and field["gpt2.block_count"] == 2
+    assert field["tokenizer.ggml.bos_token_id"] == field["tokenizer.ggml.eos_token_id"] == 50256
     assert len(reader.fields["tokenizer.ggml.tokens"].data) == 50257
     assert "output.weight" not in {t.name for t in reader.tensors}  # tied: llama.cpp reuses token_embd
     del reader
@@ -121,9 +131,17 @@ def test_profile_uses_llamacpps_own_timings(tmp_path):
     from whistle_stop.backends.runs.profile import ProfileSession
 
     bandwidth = Bandwidth(10.0, 10.0, 1, 1, 1, "test", "now")
-    config = BenchConfig(model="random:tiny", backends=("llamacpp",), prompt="Hello world, this is a test",
-                         new_tokens=10, repeats=1, warmup=1, threads=1)
-    (profile,) = ProfileSession(config, tmp_path, bandwidth=lambda threads, n_bytes, device="cpu": bandwidth).run().profiles
+    config = BenchConfig(
+        model="random:tiny",
+        backends=("llamacpp",),
+        prompt="Hello world, this is a test",
+        new_tokens=10,
+        repeats=1,
+        warmup=1,
+        threads=1,
+    )
+    session = ProfileSession(config, tmp_path, bandwidth=lambda threads, n_bytes, device="cpu": bandwidth)
+    (profile,) = session.run().profiles
     assert profile.status == "ok", profile.error
     assert profile.profiler.startswith("llama.cpp timings")
     decode = profile.decode.categories
@@ -133,6 +151,7 @@ def test_profile_uses_llamacpps_own_timings(tmp_path):
 
 
 # --- weight buffers: llama.cpp's extra (repacked, AMX) buffers, probed once per CPU and build ----------
+
 
 def _crashing_probe(gguf, threads):
     """Stands in for the probe on a CPU where the extra buffers segfault (llama.cpp issue 20824)."""
@@ -185,15 +204,18 @@ def test_after_a_crashing_probe_the_engine_loads_plain_buffers_and_says_why(tiny
 
 def test_plain_and_extra_buffers_give_the_same_greedy_tokens(tiny_model, prompt_ids):
     """Repacking changes the layout, not the arithmetic's inputs: greedy tokens agree closely."""
+    from tests.engine_process import EngineProcess
     from whistle_stop.backends.engine import EngineOptions
     from whistle_stop.backends.engines.llamacpp_options import LlamaCppOptions
     from whistle_stop.backends.registry import get
-    from tests.engine_process import EngineProcess
 
     tokens, buffers = {}, {}
     for wanted in ("extra", "plain"):
-        with EngineProcess(get("llamacpp-q4_0"), tiny_model,
-                           options=EngineOptions(threads=1, settings=LlamaCppOptions(weight_buffers=wanted))) as engine:
+        with EngineProcess(
+            get("llamacpp-q4_0"),
+            tiny_model,
+            options=EngineOptions(threads=1, settings=LlamaCppOptions(weight_buffers=wanted)),
+        ) as engine:
             tokens[wanted] = engine.tokens(prompt_ids, 16)
             buffers[wanted] = engine.weight_buffers
     assert set(buffers["plain"]) == {"CPU_Mapped"} and "CPU_Mapped" in buffers["extra"], buffers

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from whistle_stop.backends import registry
 from tests.conftest import engine_tokens, load_engine_in_worker
+from whistle_stop.backends import registry
 
 pytestmark = pytest.mark.peers
 _AVAILABLE, _WHY = registry.available("openvino")  # found, not imported: only the children import it
@@ -76,9 +76,17 @@ def test_profile_reads_openvinos_performance_counters(tmp_path):
     from whistle_stop.backends.runs.profile import ProfileSession
 
     bandwidth = Bandwidth(10.0, 10.0, 1, 1, 1, "test", "now")
-    config = BenchConfig(model="random:tiny", backends=("openvino",), prompt="Hello world, this is a test",
-                         new_tokens=10, repeats=1, warmup=1, threads=1)
-    (profile,) = ProfileSession(config, tmp_path, bandwidth=lambda threads, n_bytes, device="cpu": bandwidth).run().profiles
+    config = BenchConfig(
+        model="random:tiny",
+        backends=("openvino",),
+        prompt="Hello world, this is a test",
+        new_tokens=10,
+        repeats=1,
+        warmup=1,
+        threads=1,
+    )
+    session = ProfileSession(config, tmp_path, bandwidth=lambda threads, n_bytes, device="cpu": bandwidth)
+    (profile,) = session.run().profiles
     assert profile.status == "ok", profile.error
     assert profile.profiler == "OpenVINO performance counters"
     decode = profile.decode.categories

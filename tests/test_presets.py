@@ -5,7 +5,7 @@ import pytest
 from whistle_stop.backends import presets, registry
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.families import family, families, precision_group
+from whistle_stop.backends.families import families, family, precision_group
 
 
 def _only(available: set[str]):
@@ -77,6 +77,9 @@ def test_cli_preset_combines_with_backends_and_names_the_skips(monkeypatch, caps
     assert main(["bench", "--preset", "founding", "--backends", "calm", "--out", str(tmp_path)]) == 0
     assert captured["config"].backends == ("hf", "calm")
     err = capsys.readouterr().err
-    assert "preset founding: hf (+ calm from --backends)" in err and "skipped nanogpt: nanogpt is not installed here" in err
+    assert (
+        "preset founding: hf (+ calm from --backends)" in err
+        and "skipped nanogpt: nanogpt is not installed here" in err
+    )
     assert main(["bench", "--preset", "fastest", "--out", str(tmp_path)]) == 2
     assert "unknown preset 'fastest'" in capsys.readouterr().err

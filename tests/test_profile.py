@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from tests.fake_engines import phased_spec
 from whistle_stop.backends import registry
-from whistle_stop.backends.profile.categories import KERNELS, Category, classify
+from whistle_stop.backends.profile.categories import KERNELS, Category, OpFamily, classify
 from whistle_stop.backends.results.bandwidth import Bandwidth
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.profile import ProfileSession
@@ -19,14 +20,22 @@ BANDWIDTH = Bandwidth(gb_s=10.0, median_gb_s=10.0, bytes=1, threads=1, passes=1,
 
 
 def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
-    config = BenchConfig(model="random:tiny", backends=tuple(backends), prompt="Hello world, this is a test",
-                         new_tokens=new_tokens, repeats=repeats, warmup=1, threads=1)
-    session = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
+    config = BenchConfig(
+        model="random:tiny",
+        backends=tuple(backends),
+        prompt="Hello world, this is a test",
+        new_tokens=new_tokens,
+        repeats=repeats,
+        warmup=1,
+        threads=1,
+    )
+    with registry.use((specs or {}).values()):  # the session takes its engines' specs now
+        session = ProfileSession(config, tmp_path / "prof", bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
     return session.run()
 
 
 def _trace_events(path) -> list[dict]:
-    data = json.loads(open(path, encoding="utf-8").read())
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
@@ -52,12 +61,18 @@ def test_known_costs_land_in_their_categories(tmp_path):
     assert profile.top_ops[0].name == "linear" and profile.top_ops[0].phase == "decode"
 
 
-@pytest.mark.parametrize("engine, expected_events", [
-    ("hf", "aten::"), ("torch-static", "whistle_stop_kernels::gemv"),
-    ("torch-static-bf16", "whistle_stop_kernels::gemv"),
-    ("numpy", "linear"), ("onnx", "model_run"),
-    ("onnx-concat", "model_run"), ("nanogpt", "aten::"),
-])
+@pytest.mark.parametrize(
+    "engine, expected_events",
+    [
+        ("hf", "aten::"),
+        ("torch-static", "whistle_stop_kernels::gemv"),
+        ("torch-static-bf16", "whistle_stop_kernels::gemv"),
+        ("numpy", "linear"),
+        ("onnx", "model_run"),
+        ("onnx-concat", "model_run"),
+        ("nanogpt", "aten::"),
+    ],
+)
 def test_each_profiler_adapter_explains_a_real_run(tmp_path, engine, expected_events):
     if not registry.available(engine)[0]:
         pytest.skip(f"{engine} unavailable")
@@ -85,13 +100,17 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
 
     def probe(threads, n_bytes, device="cpu"):
         sizes.append(n_bytes)
-        probes.append(replace(BANDWIDTH, gb_s=next(rates), compute_gflops=next(gemm), measured_at=f"probe {len(probes) + 1}"))
+        probes.append(
+            replace(BANDWIDTH, gb_s=next(rates), compute_gflops=next(gemm), measured_at=f"probe {len(probes) + 1}")
+        )
         return probes[-1]
 
-    config = BenchConfig(model="random:tiny", backends=("one", "two"), prompt="Hello world", new_tokens=6,
-                         repeats=1, warmup=0, threads=1)
+    config = BenchConfig(
+        model="random:tiny", backends=("one", "two"), prompt="Hello world", new_tokens=6, repeats=1, warmup=0, threads=1
+    )
     specs = {"one": phased_spec("one"), "two": phased_spec("two")}
-    result = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=probe).run()
+    with registry.use(specs.values()):
+        result = ProfileSession(config, tmp_path / "prof", bandwidth=probe).run()
     one, two = result.profiles
     assert (one.bandwidth_gb_s, two.bandwidth_gb_s) == (20.0, 40.0)
     assert (one.slower_bandwidth_gb_s, two.slower_bandwidth_gb_s) == (10.0, 5.0)  # how far the machine moved
@@ -104,7 +123,9 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     assert result.bandwidth.gb_s == 40.0  # environment.json: the session's fastest probe
     assert (one.compute_gflops, two.compute_gflops) == (90.0, None)  # the faster of its two; none measured: unknown
     from whistle_stop.backends.profile.table import HEADERS, profile_row
-    assert profile_row(one)[HEADERS.index("GEMM GFLOP/s")] == "90" and profile_row(two)[HEADERS.index("GEMM GFLOP/s")] == "-"
+
+    gflops = HEADERS.index("GEMM GFLOP/s")
+    assert profile_row(one)[gflops] == "90" and profile_row(two)[gflops] == "-"
     assert profile_row(one)[HEADERS.index("GB/s")] == "20.0 (10.0)"
     known = replace(one, ms_per_token=one.floor_ms * 4, floor_note="")  # a floor share of 25%; 50% at the slower probe
     assert profile_row(known)[HEADERS.index("floor share")] == "25% (50%)"
@@ -115,9 +136,10 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
 def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):
     """A CUDA engine streams its weights from the GPU's memory: its floor's probes must read there
     (a host probe gave an H100 engine a 'floor' it beat by 43%), and the run's figure stays the host's."""
+    from rich.console import Console
+
     from tests.fake_engines import spec
     from whistle_stop.backends.cli.profile_command import print_profile
-    from rich.console import Console
 
     asked = []
     host = replace(BANDWIDTH, gb_s=20.0)
@@ -127,10 +149,18 @@ def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):
         asked.append(device)
         return gpu if device == "cuda" else host
 
-    config = BenchConfig(model="random:tiny", backends=("host", "gpu"), prompt="Hello world", new_tokens=6,
-                         repeats=1, warmup=0, threads=1)
+    config = BenchConfig(
+        model="random:tiny",
+        backends=("host", "gpu"),
+        prompt="Hello world",
+        new_tokens=6,
+        repeats=1,
+        warmup=0,
+        threads=1,
+    )
     specs = {"host": spec("host", decode_s=0.001), "gpu": spec("gpu", decode_s=0.001, device="cuda")}
-    result = ProfileSession(config, tmp_path / "prof", specs=specs, bandwidth=probe).run()
+    with registry.use(specs.values()):
+        result = ProfileSession(config, tmp_path / "prof", bandwidth=probe).run()
     on_host, on_gpu = result.profiles
     assert asked == ["cpu", "cpu", "cuda", "cuda"]
     assert (on_host.bandwidth_gb_s, on_gpu.bandwidth_gb_s) == (20.0, 3000.0)
@@ -180,25 +210,42 @@ def test_an_engine_with_its_own_loop_gets_its_ttft_as_prefill(tmp_path):
 
 
 def test_categories_of_common_operations():
-    assert classify("aten::addmm", "torch") is Category.MATMUL
-    assert classify("whistle_stop_kernels::gemv", "torch") is Category.MATMUL  # the project's own decode kernel
-    assert classify("aten::_scaled_dot_product_flash_attention_for_cpu", "torch") is Category.ATTENTION
-    assert classify("aten::index_copy_", "torch") is Category.KV_CACHE
-    assert classify("aten::view", "torch") is Category.FRAMEWORK
-    assert classify("TorchDynamo Cache Lookup", "torch") is Category.FRAMEWORK
-    assert classify("MatMulInteger", "ort") is Category.MATMUL
-    assert classify("GroupQueryAttention", "ort") is Category.ATTENTION
-    assert classify("SkipLayerNormalization", "ort") is Category.NORM_ACTIVATION
-    assert classify("kv_write", "numpy") is Category.KV_CACHE
+    assert classify("aten::addmm", OpFamily.TORCH) is Category.MATMUL
+    assert classify("whistle_stop_kernels::gemv", OpFamily.TORCH) is Category.MATMUL  # the project's own decode kernel
+    assert classify("aten::_scaled_dot_product_flash_attention_for_cpu", OpFamily.TORCH) is Category.ATTENTION
+    assert classify("aten::index_copy_", OpFamily.TORCH) is Category.KV_CACHE
+    assert classify("aten::view", OpFamily.TORCH) is Category.FRAMEWORK
+    assert classify("TorchDynamo Cache Lookup", OpFamily.TORCH) is Category.FRAMEWORK
+    assert classify("MatMulInteger", OpFamily.ORT) is Category.MATMUL
+    assert classify("GroupQueryAttention", OpFamily.ORT) is Category.ATTENTION
+    assert classify("SkipLayerNormalization", OpFamily.ORT) is Category.NORM_ACTIVATION
+    assert classify("kv_write", OpFamily.NUMPY_FUNCTIONS) is Category.KV_CACHE
 
 
 def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, capsys):
     from whistle_stop.backends.cli.main import main
 
-    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads, n_bytes=None, device="cpu": BANDWIDTH)
+    monkeypatch.setattr(
+        "whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads, n_bytes=None, device="cpu": BANDWIDTH
+    )
     out = tmp_path / "prof"
-    code = main(["profile", "--model", "random:tiny", "--backends", "numpy,null", "--new-tokens", "8",
-                 "--repeats", "1", "--threads", "1", "--out", str(out)])
+    code = main(
+        [
+            "profile",
+            "--model",
+            "random:tiny",
+            "--backends",
+            "numpy,null",
+            "--new-tokens",
+            "8",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert "numpy" in printed.out and "matmul" in printed.out

@@ -3,32 +3,32 @@
 import json
 import math
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
+from tests import fake_engines
+from tests.fake_engines import VOCAB, ScriptedEngine
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
-from whistle_stop.backends.worker.events import ScoreRequest
+from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.results.agreement import agreement_detail
+from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.perplexity import strided_windows
 from whistle_stop.backends.runs.quality import DEFAULT_TEXT, QualitySession, QualitySettings
 from whistle_stop.backends.runs.quality_files import read_quality, write_quality
-from whistle_stop.backends.registry import EngineSpec
-from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.sources.tokenizer import encode
+from whistle_stop.backends.worker.events import ScoreRequest
 from whistle_stop.backends.worker.process import Worker
-from tests import fake_engines
-from tests.fake_engines import VOCAB, ScriptedEngine
 
 
 class DivergingEngine(ScriptedEngine):
     """Greedy stream 100, 101, ... (position after the prompt); from `diverge_at` on it prefers 200 + position.
     The runner-up keeps a small margin, so the top-k of both engines is known exactly."""
 
-    def __init__(self, options: EngineOptions, prompt_len: int = 4, diverge_at: int | None = None) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, prompt_len: int = 4, diverge_at: int | None = None) -> None:
+        super().__init__(name, options)
         self.prompt_len, self.diverge_at = prompt_len, diverge_at
 
     def _logits(self) -> np.ndarray:
@@ -44,7 +44,9 @@ class DivergingEngine(ScriptedEngine):
 
 
 def diverging_spec(name: str, **kwargs) -> EngineSpec:
-    return EngineSpec(name, "tests.test_quality:DivergingEngine", "diverging test engine", (), "", "fp32", kwargs)
+    return EngineSpec(
+        name=name, target="tests.test_quality:DivergingEngine", description="diverging test engine", engine_args=kwargs
+    )
 
 
 def test_strided_windows_follow_hfs_loop():
@@ -135,9 +137,18 @@ def quality_run(tiny_model, tmp_path_factory):
     text = tmp_path_factory.mktemp("text") / "short.txt"
     text.write_text("A small text to score, long enough for a few windows of sixteen tokens each. " * 3)
     specs = {"ref": diverging_spec("ref"), "fast": diverging_spec("fast", diverge_at=3)}
-    config = BenchConfig(model="random:tiny", backends=("ref", "fast"), prompt_tokens=4, new_tokens=6, repeats=2,
-                         warmup=0, threads=1, reference="ref")
-    session = QualitySession(config, QualitySettings(text_path=text, max_length=16, stride=8), specs=specs)
+    config = BenchConfig(
+        model="random:tiny",
+        backends=("ref", "fast"),
+        prompt_tokens=4,
+        new_tokens=6,
+        repeats=2,
+        warmup=0,
+        threads=1,
+        reference="ref",
+    )
+    with registry.use(specs.values()):  # the session takes its engines' specs now
+        session = QualitySession(config, QualitySettings(text_path=text, max_length=16, stride=8))
     result = session.run()
     return session, result
 
@@ -189,9 +200,27 @@ def test_quality_command_end_to_end_with_default_windows(tmp_path):
 
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "quality"
-    proc = subprocess.run([sys.executable, "main.py", "quality", "--model", "random:tiny", "--backends", "hf,hf-int8",
-                           "--new-tokens", "16", "--repeats", "1", "--out", str(out)],
-                          cwd=root, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "main.py",
+            "quality",
+            "--model",
+            "random:tiny",
+            "--backends",
+            "hf,hf-int8",
+            "--new-tokens",
+            "16",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "perplexity is meaningless on random weights" in proc.stdout
     with (out / "quality.csv").open() as f:

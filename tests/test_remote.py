@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_process import in_child
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.sampling import Sampler, SamplingParams
-from tests.engine_process import in_child
 
 SECRET = "sk-whistle-test-0123456789abcdef"
 KEY_ENV = "WHISTLE_STOP_TEST_REMOTE_KEY"
@@ -147,8 +147,9 @@ def test_streams_token_ids_and_asks_for_exactly_n(tiny_model, prompt_ids, monkey
 
 
 def _post(url: str, body: dict) -> None:
-    request = urllib.request.Request(url + "/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + "/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         response.read()
 
@@ -227,8 +228,9 @@ def test_cancel_while_the_server_stalls_returns(tiny_model, prompt_ids):
         assert cancel.is_set()
 
 
-@pytest.mark.parametrize("mode, message", [("garbage_sse", "malformed server-sent event"),
-                                           ("garbage_http", "malformed HTTP response")])
+@pytest.mark.parametrize(
+    "mode, message", [("garbage_sse", "malformed server-sent event"), ("garbage_http", "malformed HTTP response")]
+)
 def test_garbage_is_a_clear_error(tiny_model, prompt_ids, mode, message):
     from whistle_stop.backends.engines.remote_engine import RemoteError
 
@@ -254,9 +256,16 @@ def _bench(url: str, out, new_tokens: int = 4):
     from whistle_stop.backends.results.export import write_results
     from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 
-    config = BenchConfig(model="random:tiny", backends=("remote",), prompt_tokens=6, new_tokens=new_tokens, repeats=1,
-                         warmup=0, threads=1,
-                         engine_options={"remote": RemoteOptions(url=url, model="m", api_key_env=KEY_ENV)})
+    config = BenchConfig(
+        model="random:tiny",
+        backends=("remote",),
+        prompt_tokens=6,
+        new_tokens=new_tokens,
+        repeats=1,
+        warmup=0,
+        threads=1,
+        engine_options={"remote": RemoteOptions(url=url, model="m", api_key_env=KEY_ENV)},
+    )
     result = BenchSession(config).run()
     write_results(out, result.runs, result.tokens, result.environment)
     return result
@@ -291,10 +300,30 @@ def llama_cpp_server(gguf_path, tmp_path):
     port = free_port()
     log = (tmp_path / "server.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "1024", "--n_threads", "1", "--n_threads_batch", "1",
-         "--type_k", "0", "--type_v", "0"],  # an f32 KV cache, as our own f32 llama.cpp engine uses
-        stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "1024",
+            "--n_threads",
+            "1",
+            "--n_threads_batch",
+            "1",
+            "--type_k",
+            "0",
+            "--type_v",
+            "0",
+        ],  # an f32 KV cache, as our own f32 llama.cpp engine uses
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline, ready, pause = time.monotonic() + 180, False, threading.Event()
         while not ready and time.monotonic() < deadline and process.poll() is None:
@@ -353,6 +382,9 @@ def test_only_the_real_llama_cpp_server_needs_the_peers_extra():
     import sys
 
     file_wide = _marks(sys.modules[__name__])
-    marked = {name for name, test in globals().items() if name.startswith("test_")
-              and any(mark.name == "peers" for mark in file_wide + _marks(test))}
+    marked = {
+        name
+        for name, test in globals().items()
+        if name.startswith("test_") and any(mark.name == "peers" for mark in file_wide + _marks(test))
+    }
     assert marked == {"test_real_llama_cpp_server"}

@@ -4,25 +4,48 @@ import json
 
 import pytest
 
-from whistle_stop.backends.results import bandwidth as bw
-from whistle_stop.backends.report import figures as fg
 from whistle_stop.backends.cli.main import main
-from whistle_stop.backends.results.export import write_csv, write_results
-from whistle_stop.backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.report import figures as fg
 from whistle_stop.backends.report.html import build_report, environment_differences
+from whistle_stop.backends.results import bandwidth as bw
+from whistle_stop.backends.results.export import write_csv, write_results
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
 
 WEIGHT_BYTES = {"hf": ("fp32", 4e8), "hf-int8": ("int8", 1e8)}
 
 
 def _run(backend, prompt, new, repeat, ttft, tok_s, dtype="fp32"):
     return RunRecord(
-        run_id=f"{backend}/p{prompt}n{new}/r{repeat}", backend=backend, model="random:tiny", weights="random",
-        device="cpu", dtype=dtype, threads=1, prompt_tokens=prompt, new_tokens=new, decoding="greedy",
-        temperature=1.0, top_k=0, top_p=1.0, seed=0, repeat=repeat, is_warmup=False, import_s=1.0, load_s=0.1,
-        ttft_ms=ttft, tpot_ms=1e3 / tok_s, itl_p50_ms=1e3 / tok_s, itl_p90_ms=None, itl_p99_ms=None,
-        decode_tok_s=tok_s, e2e_s=1.0, peak_rss_mb=100.0, status="ok",
-        bandwidth_gb_s=WEIGHT_BYTES[backend][1] * tok_s / 1e9)
+        run_id=f"{backend}/p{prompt}n{new}/r{repeat}",
+        backend=backend,
+        model="random:tiny",
+        weights="random",
+        device="cpu",
+        dtype=dtype,
+        threads=1,
+        prompt_tokens=prompt,
+        new_tokens=new,
+        decoding="greedy",
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        repeat=repeat,
+        is_warmup=False,
+        import_s=1.0,
+        load_s=0.1,
+        ttft_ms=ttft,
+        tpot_ms=1e3 / tok_s,
+        itl_p50_ms=1e3 / tok_s,
+        itl_p90_ms=None,
+        itl_p99_ms=None,
+        decode_tok_s=tok_s,
+        e2e_s=1.0,
+        peak_rss_mb=100.0,
+        status="ok",
+        bandwidth_gb_s=WEIGHT_BYTES[backend][1] * tok_s / 1e9,
+    )
 
 
 def _records():
@@ -34,8 +57,20 @@ def _records():
                     run = _run(backend, prompt, new, repeat, prompt * scale * jitter, 50 / scale * jitter, dtype)
                     runs.append(run)
                     for i in range(new):
-                        tokens.append(TokenRecord(run.run_id, backend, repeat, False, i, 100 + i, "x", i * 20.0,
-                                                  None if i == 0 else 20.0 * scale + (prompt + i) / 100, "decode"))
+                        tokens.append(
+                            TokenRecord(
+                                run.run_id,
+                                backend,
+                                repeat,
+                                False,
+                                i,
+                                100 + i,
+                                "x",
+                                i * 20.0,
+                                None if i == 0 else 20.0 * scale + (prompt + i) / 100,
+                                "decode",
+                            )
+                        )
     return runs, tokens
 
 
@@ -46,9 +81,10 @@ def test_sweep_figures_hold_medians_intervals_and_limits():
     assert hf.x == [16.0, 64.0] and hf.y == pytest.approx([16.0, 64.0])  # pooled over output lengths
     assert all(e > 0 for e in hf.err)
     # One dashed line per precision: bytes / bandwidth, in ms (and tokens/s for decode).
-    assert sorted(l.value for l in ttft.limits) == pytest.approx([10.0, 40.0])
+    assert sorted(line.value for line in ttft.limits) == pytest.approx([10.0, 40.0])
     decode = fg.decode_vs_output(runs, gb_s=10.0)
-    assert "16-token prompt" in decode.title and sorted(l.value for l in decode.limits) == pytest.approx([25.0, 100.0])
+    assert "16-token prompt" in decode.title
+    assert sorted(line.value for line in decode.limits) == pytest.approx([25.0, 100.0])
     position = fg.itl_vs_position(runs, tokens, gb_s=10.0, bins=8)
     int8 = next(s for s in position.series if s.name == "hf-int8")
     assert int8.x == sorted(int8.x) and len(int8.x) > 3 and min(int8.y) >= 10.0
@@ -61,9 +97,13 @@ def test_plots_render_offscreen_to_pngs_of_the_right_size(tmp_path):
     from whistle_stop.backends.report.plots import render_png
 
     runs, tokens = _records()
-    figures = [fg.ttft_vs_prompt(runs, 10.0), fg.itl_vs_position(runs, tokens, 10.0), fg.bench_bars(runs),
-               fg.speed_vs_quality([{"backend": "hf", "decode_tok_s": 50.0, "perplexity": 30.0}]),
-               fg.Figure("empty", "nothing", "x", "y")]
+    figures = [
+        fg.ttft_vs_prompt(runs, 10.0),
+        fg.itl_vs_position(runs, tokens, 10.0),
+        fg.bench_bars(runs),
+        fg.speed_vs_quality([{"backend": "hf", "decode_tok_s": 50.0, "perplexity": 30.0}]),
+        fg.Figure("empty", "nothing", "x", "y"),
+    ]
     for index, figure in enumerate(figures):
         size = (640 + 10 * index, 400)
         path = render_png(figure, tmp_path / f"{figure.name}.png", size)
@@ -87,34 +127,57 @@ def test_bandwidth_probe_is_positive_and_cached(monkeypatch):
 
 
 def _folder(path, runs, tokens, cpu, extra=None):
-    env = {"machine": {"cpu": cpu}, "model": {"id": "random:tiny", "weights": "random"},
-           "libraries": {"torch": "2.13"}, "settings": {"backends": ["hf", "hf-int8"]},
-           "bandwidth": {"gb_s": 10.0}, "finished_at": cpu, **(extra or {})}
+    env = {
+        "machine": {"cpu": cpu},
+        "model": {"id": "random:tiny", "weights": "random"},
+        "libraries": {"torch": "2.13"},
+        "settings": {"backends": ["hf", "hf-int8"]},
+        "bandwidth": {"gb_s": 10.0},
+        "finished_at": cpu,
+        **(extra or {}),
+    }
     write_results(path, runs, tokens, env)
     return path
 
 
 def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
     runs, tokens = _records()
-    sweep = _folder(tmp_path / "sweep", runs, tokens, "CPU one",
-                    {"sweep": {"skipped": [{"reason": "512 + 600 tokens exceed the context of 1024"}]}})
+    sweep = _folder(
+        tmp_path / "sweep",
+        runs,
+        tokens,
+        "CPU one",
+        {"sweep": {"skipped": [{"reason": "512 + 600 tokens exceed the context of 1024"}]}},
+    )
     bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
-    bench = _folder(tmp_path / "bench", bench_runs, [t for t in tokens if t.run_id in {r.run_id for r in bench_runs}],
-                    "CPU two")
+    bench = _folder(
+        tmp_path / "bench", bench_runs, [t for t in tokens if t.run_id in {r.run_id for r in bench_runs}], "CPU two"
+    )
     quality = _folder(tmp_path / "quality", bench_runs, [], "CPU one")
-    write_csv(quality / QUALITY_CSV, QUALITY_COLUMNS, [
-        QualityRow("hf", "fp32", perplexity=30.0, decode_tok_s=50.0, reference="hf"),
-        QualityRow("hf-int8", "int8", perplexity=30.6, decode_tok_s=100.0, reference="hf", ppl_diff_pct=2.0)])
+    write_csv(
+        quality / QUALITY_CSV,
+        QUALITY_COLUMNS,
+        [
+            QualityRow("hf", "fp32", perplexity=30.0, decode_tok_s=50.0, reference="hf"),
+            QualityRow("hf-int8", "int8", perplexity=30.6, decode_tok_s=100.0, reference="hf", ppl_diff_pct=2.0),
+        ],
+    )
     out = tmp_path / "report"
     html_path = build_report([sweep, bench, quality], out)
     page = html_path.read_text(encoding="utf-8")
     images = sorted(p.name for p in out.glob("*.png"))
     assert page.count("data:image/png;base64,") == len(images) >= 3 + 3 + 4 + 2
-    assert {"1-ttft_vs_prompt.png", "1-decode_vs_output.png", "1-itl_vs_position.png", "3-speed_vs_quality.png",
-            "compare_decode_tok_s.png"} <= set(images)
+    assert {
+        "1-ttft_vs_prompt.png",
+        "1-decode_vs_output.png",
+        "1-itl_vs_position.png",
+        "3-speed_vs_quality.png",
+        "compare_decode_tok_s.png",
+    } <= set(images)
     assert "machine.cpu" in page and "CPU two" in page and "finished_at" not in page
     assert "exceed the context" in page and "random weights - timing only" in page
-    assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page and "<script" not in page and 'src="http' not in page and "<link" not in page
+    assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page
+    assert "<script" not in page and 'src="http' not in page and "<link" not in page
 
 
 def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_path):
@@ -124,8 +187,13 @@ def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_
     bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
     bench_runs = [dataclasses.replace(r, decoding="sample", native_sampling=r.backend == "hf-int8") for r in bench_runs]
     kept = {r.run_id for r in bench_runs}
-    bench = _folder(tmp_path / "bench", bench_runs, [t for t in tokens if t.run_id in kept], "CPU",
-                    {"harness": {"null_itl_us_median": 46.5, "sampled": {"null_itl_us_median": 180.0}}})
+    bench = _folder(
+        tmp_path / "bench",
+        bench_runs,
+        [t for t in tokens if t.run_id in kept],
+        "CPU",
+        {"harness": {"null_itl_us_median": 46.5, "sampled": {"null_itl_us_median": 180.0}}},
+    )
     # The bars: median with the median's interval (3 runs: min..max), asymmetric allowed.
     bars = fg.bench_bars(bench_runs, "ttft_ms")
     (series,) = bars.series
@@ -144,11 +212,24 @@ def test_report_gives_every_interval_its_true_level(tmp_path):
     import re
 
     runs, tokens = _records()
-    bench_runs = [dataclasses.replace(r, repeat=r.repeat + 3 * k, run_id=f"{r.run_id}-{k}")
-                  for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8) for k in (0, 1)]
+    bench_runs = [
+        dataclasses.replace(r, repeat=r.repeat + 3 * k, run_id=f"{r.run_id}-{k}")
+        for r in runs
+        if (r.prompt_tokens, r.new_tokens) == (16, 8)
+        for k in (0, 1)
+    ]
     six = _folder(tmp_path / "six", bench_runs, [], "CPU")
-    nine = _folder(tmp_path / "nine", [dataclasses.replace(r, repeat=r.repeat + 3 * k, run_id=f"{r.run_id}-{k}")
-                                       for r in bench_runs if r.run_id.endswith("-0") for k in (0, 1, 2)], [], "CPU")
+    nine = _folder(
+        tmp_path / "nine",
+        [
+            dataclasses.replace(r, repeat=r.repeat + 3 * k, run_id=f"{r.run_id}-{k}")
+            for r in bench_runs
+            if r.run_id.endswith("-0")
+            for k in (0, 1, 2)
+        ],
+        [],
+        "CPU",
+    )
     page = build_report([six, nine], tmp_path / "report").read_text(encoding="utf-8")
     assert "with 6 runs: 96.9% (min–max)" in page and "with 9 runs: 96.1%" in page
     captions = re.findall(r"<figcaption>(.*?)</figcaption>", page)
@@ -161,8 +242,12 @@ def test_report_gives_every_interval_its_true_level(tmp_path):
 
 def test_environment_differences_ignore_volatile_keys():
     a = {"machine": {"cpu": "A"}, "libraries": {"torch": "2.1"}, "finished_at": "x", "settings": {"repeats": 3}}
-    b = {"machine": {"cpu": "B"}, "libraries": {"torch": "2.1", "onnx": "1.17"}, "finished_at": "y",
-         "settings": {"repeats": 3}}
+    b = {
+        "machine": {"cpu": "B"},
+        "libraries": {"torch": "2.1", "onnx": "1.17"},
+        "finished_at": "y",
+        "settings": {"repeats": 3},
+    }
     assert environment_differences([a, b]) == [("machine.cpu", ["A", "B"]), ("libraries.onnx", ["(absent)", "1.17"])]
 
 
@@ -184,8 +269,12 @@ class _Structure:
         from html.parser import HTMLParser
 
         style = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
-        self.columns = {cls for rule, body in re.findall(r"([^{}]+)\{([^}]*)\}", style)
-                        if re.search(r"display:\s*(flex|grid)", body) for cls in re.findall(r"\.([\w-]+)", rule)}
+        self.columns = {
+            cls
+            for rule, body in re.findall(r"([^{}]+)\{([^}]*)\}", style)
+            if re.search(r"display:\s*(flex|grid)", body)
+            for cls in re.findall(r"\.([\w-]+)", rule)
+        }
         tables = self.tables = []
         void = {"img", "meta", "br", "hr", "input", "link"}
 
@@ -216,10 +305,16 @@ def test_report_reads_top_down_and_no_table_sits_in_a_column(tmp_path):
     assert structure.tables and structure.columns == {"figures"}
     for ancestors in structure.tables:
         assert any(tag == "div" and "scroll" in classes for tag, classes, _ in ancestors)
-        assert not any(classes & structure.columns or "flex" in style or "grid" in style
-                       for _, classes, style in ancestors)
+        assert not any(
+            classes & structure.columns or "flex" in style or "grid" in style for _, classes, style in ancestors
+        )
     # the verdict first (of the bench folder only: a sweep's cells are not one comparison), then the comparison
-    assert page.index("<h2>Verdict") < page.index("<h2>Comparison") < page.index("<h2>1: sweep") < page.index("<h2>2: bench")
+    assert (
+        page.index("<h2>Verdict")
+        < page.index("<h2>Comparison")
+        < page.index("<h2>1: sweep")
+        < page.index("<h2>2: bench")
+    )
     assert page.count('<section class="verdict">') == 1 and "Fastest overall" in page
 
 
@@ -227,11 +322,12 @@ def test_environment_differences_that_matter_come_first_and_the_rest_is_folded(t
     runs, _ = _records()
     bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8)]
     one = _folder(tmp_path / "one", bench_runs, [], "CPU", {"libraries": {"torch": "2.13", "onnx": "1.17"}})
-    two = _folder(tmp_path / "two", bench_runs, [], "CPU", {"libraries": {"torch": "2.14", "onnx": "1.18"},
-                                                             "python": "3.12"})
+    two = _folder(
+        tmp_path / "two", bench_runs, [], "CPU", {"libraries": {"torch": "2.14", "onnx": "1.18"}, "python": "3.12"}
+    )
     page = build_report([one, two], tmp_path / "report").read_text(encoding="utf-8")
-    differences = page[page.index("Environment differences"):page.index("<h2>1: one")]
-    folded = differences[differences.index("<details>"):]
+    differences = page[page.index("Environment differences") : page.index("<h2>1: one")]
+    folded = differences[differences.index("<details>") :]
     assert "libraries.torch" in differences and "libraries.torch" not in folded  # hf runs on torch
     assert "libraries.onnx" in folded and "python" in folded  # hf does not use onnx
 
@@ -241,9 +337,19 @@ def test_profile_top_operations_are_one_fold_per_engine(tmp_path):
 
     from whistle_stop.backends.report import html as report_html
 
-    op = lambda phase, name: SimpleNamespace(phase=phase, name=name, category="matmul", ms_per_step=1.0,  # noqa: E731
-                                             calls_per_step=2.0, share=0.5)
-    profiles = [SimpleNamespace(engine=e, top_ops=[op("decode", f"{e}-mm"), op("prefill", f"{e}-pre")], trace_file="")
-                for e in ("hf", "onnx")]
+    op = lambda phase, name: SimpleNamespace(  # noqa: E731
+        phase=phase,
+        name=name,
+        category="matmul",
+        ms_per_step=1.0,
+        calls_per_step=2.0,
+        share=0.5,
+    )
+    profiles = [
+        SimpleNamespace(engine=e, top_ops=[op("decode", f"{e}-mm"), op("prefill", f"{e}-pre")], trace_file="")
+        for e in ("hf", "onnx")
+    ]
     parts = report_html._top_ops_html(profiles)
-    assert parts.count("<details>") == 2 and parts.count("<h4>decode</h4>") == 2 and parts.count("<h4>prefill</h4>") == 2
+    assert (
+        parts.count("<details>") == 2 and parts.count("<h4>decode</h4>") == 2 and parts.count("<h4>prefill</h4>") == 2
+    )

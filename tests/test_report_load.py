@@ -15,32 +15,90 @@ PROMPT, NEW = 8, 4
 
 def _run(backend: str, repeat: int, itl: float) -> RunRecord:
     return RunRecord(
-        run_id=f"{backend}/r{repeat}", backend=backend, model="random:tiny", weights="random", device="cpu",
-        dtype="fp32", threads=1, prompt_tokens=PROMPT, new_tokens=NEW, decoding="greedy", temperature=1.0, top_k=0,
-        top_p=1.0, seed=0, repeat=repeat, is_warmup=False, import_s=1.0, load_s=0.1, ttft_ms=20.0, tpot_ms=itl,
-        itl_p50_ms=itl, itl_p90_ms=itl, itl_p99_ms=itl, decode_tok_s=1e3 / itl, e2e_s=0.02 + 3 * itl / 1e3,
-        peak_rss_mb=100.0, status="ok", tokens_generated=NEW)
+        run_id=f"{backend}/r{repeat}",
+        backend=backend,
+        model="random:tiny",
+        weights="random",
+        device="cpu",
+        dtype="fp32",
+        threads=1,
+        prompt_tokens=PROMPT,
+        new_tokens=NEW,
+        decoding="greedy",
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        repeat=repeat,
+        is_warmup=False,
+        import_s=1.0,
+        load_s=0.1,
+        ttft_ms=20.0,
+        tpot_ms=itl,
+        itl_p50_ms=itl,
+        itl_p90_ms=itl,
+        itl_p99_ms=itl,
+        decode_tok_s=1e3 / itl,
+        e2e_s=0.02 + 3 * itl / 1e3,
+        peak_rss_mb=100.0,
+        status="ok",
+        tokens_generated=NEW,
+    )
 
 
 def _tokens(run: RunRecord, itl: float) -> list[TokenRecord]:
-    return [TokenRecord(run.run_id, run.backend, run.repeat, False, i, 100 + i, "x", 20.0 + i * itl,
-                        None if i == 0 else itl, "decode") for i in range(NEW)]
+    return [
+        TokenRecord(
+            run.run_id,
+            run.backend,
+            run.repeat,
+            False,
+            i,
+            100 + i,
+            "x",
+            20.0 + i * itl,
+            None if i == 0 else itl,
+            "decode",
+        )
+        for i in range(NEW)
+    ]
 
 
 def _round(repeat: int, gaps: tuple[float, ...]) -> list[LoadRequestRecord]:
     """One round of 2 requests at concurrency 2 against the server engine."""
-    return [LoadRequestRecord(f"remote/c2/r{repeat}", "remote", "", PROMPT, NEW, 2, repeat, False, stream, "ok",
-                              NEW, 30.0, sum(gaps) / len(gaps), 0.1, 0.0, 0.1, " ".join(map(str, gaps)))
-            for stream in range(2)]
+    return [
+        LoadRequestRecord(
+            f"remote/c2/r{repeat}",
+            "remote",
+            "",
+            PROMPT,
+            NEW,
+            2,
+            repeat,
+            False,
+            stream,
+            "ok",
+            NEW,
+            30.0,
+            sum(gaps) / len(gaps),
+            0.1,
+            0.0,
+            0.1,
+            " ".join(map(str, gaps)),
+        )
+        for stream in range(2)
+    ]
 
 
 def _folder(path):
     runs = [_run("remote", 1, 10.0), _run("numpy", 1, 5.0)]
     tokens = _tokens(runs[0], 10.0) + _tokens(runs[1], 5.0)
     load = _round(1, (12.0, 14.0, 30.0))
-    env = {"model": {"id": "random:tiny", "weights": "random"}, "machine": {"cpu": "test cpu"},
-           "settings": {"backends": ["remote", "numpy"], "concurrency": [1, 2], "slo_ttft_ms": 100.0,
-                        "slo_itl_ms": 50.0}}
+    env = {
+        "model": {"id": "random:tiny", "weights": "random"},
+        "machine": {"cpu": "test cpu"},
+        "settings": {"backends": ["remote", "numpy"], "concurrency": [1, 2], "slo_ttft_ms": 100.0, "slo_itl_ms": 50.0},
+    }
     write_results(path, runs, tokens, env, load=load, slo=Slo(100.0, 50.0))
     return path, runs, tokens, load
 

@@ -9,35 +9,94 @@ from whistle_stop.backends.results.verdict import verdict
 
 def _run(backend, repeat, itl, dtype="fp32"):
     return RunRecord(
-        run_id=f"{backend}/r{repeat}", backend=backend, model="random:tiny", weights="random", device="cpu",
-        dtype=dtype, threads=2, prompt_tokens=50, new_tokens=100, decoding="greedy", temperature=1.0, top_k=0,
-        top_p=1.0, seed=0, repeat=repeat, is_warmup=False, import_s=1.0, load_s=0.1, ttft_ms=50.0, tpot_ms=itl,
-        itl_p50_ms=itl, itl_p90_ms=itl, itl_p99_ms=itl, decode_tok_s=1e3 / itl, e2e_s=1.0, peak_rss_mb=300.0,
-        status="ok", reference="hf", agree_tokens=100 if dtype == "fp32" else 41, cold_start_s=1.0 if repeat == 1 else None,
-        build_s=18.6 if backend == "onnx-int8" else 0.0)
+        run_id=f"{backend}/r{repeat}",
+        backend=backend,
+        model="random:tiny",
+        weights="random",
+        device="cpu",
+        dtype=dtype,
+        threads=2,
+        prompt_tokens=50,
+        new_tokens=100,
+        decoding="greedy",
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        repeat=repeat,
+        is_warmup=False,
+        import_s=1.0,
+        load_s=0.1,
+        ttft_ms=50.0,
+        tpot_ms=itl,
+        itl_p50_ms=itl,
+        itl_p90_ms=itl,
+        itl_p99_ms=itl,
+        decode_tok_s=1e3 / itl,
+        e2e_s=1.0,
+        peak_rss_mb=300.0,
+        status="ok",
+        reference="hf",
+        agree_tokens=100 if dtype == "fp32" else 41,
+        cold_start_s=1.0 if repeat == 1 else None,
+        build_s=18.6 if backend == "onnx-int8" else 0.0,
+    )
 
 
 ENVIRONMENT = {
     "app": {"name": "whistle-stop", "version": "0.1.0", "git_commit": "abc1234"},
-    "machine": {"cpu": "AMD EPYC 7B13", "cpu_flags": ["avx2", "fma", "f16c"], "cores_logical": 2, "cores_physical": 2,
-                "memory_gb": 23.5, "gpus": [], "os": "Linux-6.1-x86_64", "hostname": "dev"},
+    "machine": {
+        "cpu": "AMD EPYC 7B13",
+        "cpu_flags": ["avx2", "fma", "f16c"],
+        "cores_logical": 2,
+        "cores_physical": 2,
+        "memory_gb": 23.5,
+        "gpus": [],
+        "os": "Linux-6.1-x86_64",
+        "hostname": "dev",
+    },
     "python": "3.11.7",
-    "libraries": {"numpy": "2.4.6", "torch": "2.13.0+cpu", "transformers": "5.24.0", "onnxruntime": "1.32.0",
-                  "onnx": "1.19.0", "pyqtgraph": "0.14.0"},
-    "model": {"id": "random:gpt2", "weights": "random", "weights_sha256_16": "0123456789abcdef", "n_layer": 12,
-              "n_embd": 768},
-    "settings": {"model": "random:gpt2", "backends": ["hf", "onnx-int8"], "prompt": None, "prompt_tokens": 50,
-                 "new_tokens": 100, "sampling": {"decoding": "greedy", "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-                                                 "seed": 0},
-                 "repeats": 5, "warmup": 1, "threads": 2, "mode": "fair", "reference": None},
-    "prompt_tokens": 50, "threads_resolved": 2, "threads_resolution": {"source": "--threads"}, "reference": "hf",
-    "finished_at": "2026-12-01T10:00:00+0000", "harness": {"null_itl_us_median": 40.0},
+    "libraries": {
+        "numpy": "2.4.6",
+        "torch": "2.13.0+cpu",
+        "transformers": "5.24.0",
+        "onnxruntime": "1.32.0",
+        "onnx": "1.19.0",
+        "pyqtgraph": "0.14.0",
+    },
+    "model": {
+        "id": "random:gpt2",
+        "weights": "random",
+        "weights_sha256_16": "0123456789abcdef",
+        "n_layer": 12,
+        "n_embd": 768,
+    },
+    "settings": {
+        "model": "random:gpt2",
+        "backends": ["hf", "onnx-int8"],
+        "prompt": None,
+        "prompt_tokens": 50,
+        "new_tokens": 100,
+        "sampling": {"decoding": "greedy", "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0},
+        "repeats": 5,
+        "warmup": 1,
+        "threads": 2,
+        "mode": "fair",
+        "reference": None,
+    },
+    "prompt_tokens": 50,
+    "threads_resolved": 2,
+    "threads_resolution": {"source": "--threads"},
+    "reference": "hf",
+    "finished_at": "2026-12-01T10:00:00+0000",
+    "harness": {"null_itl_us_median": 40.0},
 }
 
 
 def test_markdown_page_from_a_scripted_results_folder(tmp_path, monkeypatch, capsys):
-    runs = [_run("hf", r, 40.0 + r) for r in range(1, 6)] + [_run("onnx-int8", r, 6.0 + r / 10, "int8")
-                                                            for r in range(1, 6)]
+    runs = [_run("hf", r, 40.0 + r) for r in range(1, 6)] + [
+        _run("onnx-int8", r, 6.0 + r / 10, "int8") for r in range(1, 6)
+    ]
     folder = tmp_path / "results"
     write_results(folder, runs, [], ENVIRONMENT)
     monkeypatch.chdir(tmp_path)
@@ -46,14 +105,25 @@ def test_markdown_page_from_a_scripted_results_folder(tmp_path, monkeypatch, cap
     assert not (tmp_path / "report").exists()  # --markdown alone writes no HTML
     page = out.read_text(encoding="utf-8")
     assert page.startswith("# 2026-12-01: random:gpt2, 2 engines")
-    for expected in ("| CPU | AMD EPYC 7B13, 2 physical / 2 logical cores |", "| CPU flags | avx2 fma f16c |",
-                     "| memory | 23.5 GB |", "| OS | Linux-6.1-x86_64 |", "onnxruntime 1.32.0", "torch 2.13.0+cpu",
-                     "| commit | abc1234", "random weights - timing only", "2 threads (--threads)",
-                     "| finished | 2026-12-01T10:00:00+0000 |",
-                     "python main.py bench --model random:gpt2 --backends hf,onnx-int8 --prompt-tokens 50 "
-                     "--new-tokens 100 --repeats 5 --warmup 1 --threads 2",
-                     "## Verdict", "## Summary", "| build s |", "5 runs: 93.8% (min–max)",
-                     "harness cost per token (null engine): 40 us"):
+    for expected in (
+        "| CPU | AMD EPYC 7B13, 2 physical / 2 logical cores |",
+        "| CPU flags | avx2 fma f16c |",
+        "| memory | 23.5 GB |",
+        "| OS | Linux-6.1-x86_64 |",
+        "onnxruntime 1.32.0",
+        "torch 2.13.0+cpu",
+        "| commit | abc1234",
+        "random weights - timing only",
+        "2 threads (--threads)",
+        "| finished | 2026-12-01T10:00:00+0000 |",
+        "python main.py bench --model random:gpt2 --backends hf,onnx-int8 --prompt-tokens 50 "
+        "--new-tokens 100 --repeats 5 --warmup 1 --threads 2",
+        "## Verdict",
+        "## Summary",
+        "| build s |",
+        "5 runs: 93.8% (min–max)",
+        "harness cost per token (null engine): 40 us",
+    ):
         assert expected in page, expected
     assert "pyqtgraph" not in page  # not a library of these engines
     for line in verdict(runs, reference="hf").lines():

@@ -9,19 +9,48 @@ from dataclasses import fields
 import pytest
 
 from whistle_stop.backends.results.export import RUNS_CSV, TOKENS_CSV, write_results
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.results.reader import ResultsError, load_results
+from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.status import RunStatus
 
 
 def _run(run_id: str, **changes) -> RunRecord:
     record = RunRecord(
-        run_id=run_id, backend="hf", model="random:tiny", weights="random", device="cpu", dtype="fp32", threads=2,
-        prompt_tokens=12, new_tokens=3, decoding="greedy", temperature=1.0, top_k=0, top_p=0.9, seed=7,
-        repeat=1, is_warmup=False, import_s=1.25, load_s=0.5, ttft_ms=12.5, tpot_ms=1.5, itl_p50_ms=1.4,
-        itl_p90_ms=1.9, itl_p99_ms=2.0, decode_tok_s=666.0, e2e_s=0.0155, peak_rss_mb=371.5, status=RunStatus.OK,
-        tokens_generated=3, cold_start_s=None, bandwidth_gb_s=0.125, concurrent=True, reference="hf",
-        agree_tokens=3, first_divergence=None, notes="attn=sdpa; threads=2",
+        run_id=run_id,
+        backend="hf",
+        model="random:tiny",
+        weights="random",
+        device="cpu",
+        dtype="fp32",
+        threads=2,
+        prompt_tokens=12,
+        new_tokens=3,
+        decoding="greedy",
+        temperature=1.0,
+        top_k=0,
+        top_p=0.9,
+        seed=7,
+        repeat=1,
+        is_warmup=False,
+        import_s=1.25,
+        load_s=0.5,
+        ttft_ms=12.5,
+        tpot_ms=1.5,
+        itl_p50_ms=1.4,
+        itl_p90_ms=1.9,
+        itl_p99_ms=2.0,
+        decode_tok_s=666.0,
+        e2e_s=0.0155,
+        peak_rss_mb=371.5,
+        status=RunStatus.OK,
+        tokens_generated=3,
+        cold_start_s=None,
+        bandwidth_gb_s=0.125,
+        concurrent=True,
+        reference="hf",
+        agree_tokens=3,
+        first_divergence=None,
+        notes="attn=sdpa; threads=2",
     )
     for key, value in changes.items():
         setattr(record, key, value)
@@ -29,14 +58,39 @@ def _run(run_id: str, **changes) -> RunRecord:
 
 
 def _tokens(run_id: str) -> list[TokenRecord]:
-    texts = [" hello, \"world\"", "", "\nline two\n"]  # commas, quotes, empty text, newlines
-    return [TokenRecord(run_id, "hf", 1, False, i, 100 + i, text, 12.5 + 1.5 * i, None if i == 0 else 1.5,
-                        "prefill" if i == 0 else "decode") for i, text in enumerate(texts)]
+    texts = [' hello, "world"', "", "\nline two\n"]  # commas, quotes, empty text, newlines
+    return [
+        TokenRecord(
+            run_id,
+            "hf",
+            1,
+            False,
+            i,
+            100 + i,
+            text,
+            12.5 + 1.5 * i,
+            None if i == 0 else 1.5,
+            "prefill" if i == 0 else "decode",
+        )
+        for i, text in enumerate(texts)
+    ]
 
 
 def test_round_trip_keeps_values_and_types(tmp_path):
-    runs = [_run("hf/r1"), _run("hf/w1", is_warmup=True, status=RunStatus.CRASHED, error="worker crashed: exit 3",
-                                 ttft_ms=None, tpot_ms=None, agree_tokens=None, first_divergence=2, concurrent=False)]
+    runs = [
+        _run("hf/r1"),
+        _run(
+            "hf/w1",
+            is_warmup=True,
+            status=RunStatus.CRASHED,
+            error="worker crashed: exit 3",
+            ttft_ms=None,
+            tpot_ms=None,
+            agree_tokens=None,
+            first_divergence=2,
+            concurrent=False,
+        ),
+    ]
     tokens = _tokens("hf/r1")
     env = {"reference": "hf", "settings": {"prompt": "Hi"}}
     write_results(tmp_path, runs, tokens, env)
@@ -103,13 +157,15 @@ def test_nan_in_required_float_reads_back_as_nan(tmp_path):
 
 def test_real_bench_folder(tmp_path, tiny_model):
     """A folder written by a real session of scripted engines reads back whole."""
-    from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
     from tests.fake_engines import spec
+    from whistle_stop.backends import registry
+    from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 
-    config = BenchConfig(model="random:tiny", backends=("fast", "slow"), prompt="Hello", new_tokens=5,
-                         repeats=1, warmup=0)
-    session = BenchSession(config, specs={"fast": spec("fast"), "slow": spec("slow", decode_s=0.002)})
-    result = session.run()
+    config = BenchConfig(
+        model="random:tiny", backends=("fast", "slow"), prompt="Hello", new_tokens=5, repeats=1, warmup=0
+    )
+    with registry.use([spec("fast"), spec("slow", decode_s=0.002)]):
+        result = BenchSession(config).run()
     write_results(tmp_path, result.runs, result.tokens, result.environment)
     runs, tokens, env = load_results(tmp_path)
     assert [r.run_id for r in runs] == [r.run_id for r in result.runs]
@@ -131,3 +187,13 @@ def test_summary_csv_carries_the_true_level_of_the_median_interval(tmp_path, n, 
     assert f"{100 * level:.1f}%" in interval_label(n)
     min_max = (float(ttft["median_ci_low"]), float(ttft["median_ci_high"])) == (10.0, 10.0 + n - 1)
     assert min_max == (n <= 8) == ("min–max" in interval_label(n))
+
+
+def test_runs_of_keeps_one_engines_records_in_order():
+    from types import SimpleNamespace
+
+    from whistle_stop.backends.results.records import runs_of
+
+    records = [SimpleNamespace(backend=b, i=i) for i, b in enumerate(["a", "b", "a", "c", "a"])]
+    assert [r.i for r in runs_of(records, "a")] == [0, 2, 4]
+    assert runs_of(records, "missing") == [] and runs_of(iter(records), "c")[0].i == 3

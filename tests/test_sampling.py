@@ -19,12 +19,15 @@ def test_temperature_zero_is_greedy():
     assert Sampler(SamplingParams("sample", temperature=0.0, seed=5))(logits) == int(np.argmax(logits))
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams("sample", 1.0, 0, 1.0, 7),
-    SamplingParams("sample", 0.7, 40, 1.0, 7),
-    SamplingParams("sample", 1.2, 0, 0.9, 7),
-    SamplingParams("sample", 0.9, 50, 0.8, 7),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams("sample", 1.0, 0, 1.0, 7),
+        SamplingParams("sample", 0.7, 40, 1.0, 7),
+        SamplingParams("sample", 1.2, 0, 0.9, 7),
+        SamplingParams("sample", 0.9, 50, 0.8, 7),
+    ],
+)
 def test_same_seed_same_tokens(params):
     sequences = [[Sampler(params)(_logits(i)) for i in range(30)] for _ in range(2)]
     assert sequences[0] == sequences[1]
@@ -55,13 +58,16 @@ def test_top_p_over_flat_logits_breaks_ties_by_token_id():
     assert max(picks) < 25129 and len(set(picks)) > 300 and min(picks) < 1000
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"temperature": -0.1}, "temperature"),
-    ({"top_p": 0.0}, "top-p"),
-    ({"top_p": 1.5}, "top-p"),
-    ({"top_k": -1}, "top-k"),
-    ({"decoding": "beam"}, "decoding"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 0.0}, "top-p"),
+        ({"top_p": 1.5}, "top-p"),
+        ({"top_k": -1}, "top-k"),
+        ({"decoding": "beam"}, "decoding"),
+    ],
+)
 def test_bad_parameters_are_refused(kwargs, message):
     with pytest.raises(UsageError, match=message):
         SamplingParams(**kwargs).validate()
@@ -82,7 +88,7 @@ class _ReferenceSampler:
         p = self.params
         candidates = np.arange(logits.size)
         if 0 < p.top_k < logits.size:
-            candidates = np.argpartition(logits, -p.top_k)[-p.top_k:]
+            candidates = np.argpartition(logits, -p.top_k)[-p.top_k :]
         scores = logits[candidates].astype(np.float64)
         probs = np.exp(scores - scores.max())
         probs /= probs.sum()
@@ -125,10 +131,23 @@ def _check_against_reference(params: SamplingParams, logits_list: list[np.ndarra
 
 
 @pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])  # flat (random weights) to peaked (a trained model)
-@pytest.mark.parametrize("temperature, top_k, top_p", [
-    (1.0, 0, 1.0), (0.7, 40, 1.0), (1.2, 0, 0.9), (0.9, 50, 0.8), (0.8, 40, 0.95), (1.0, 0, 0.5),
-    (0.6, 0, 0.95), (1.0, 5000, 0.9), (1.0, 5000, 1.0), (1.0, 0, 0.99), (0.3, 0, 0.9), (1.0, 1, 1.0),
-])
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p",
+    [
+        (1.0, 0, 1.0),
+        (0.7, 40, 1.0),
+        (1.2, 0, 0.9),
+        (0.9, 50, 0.8),
+        (0.8, 40, 0.95),
+        (1.0, 0, 0.5),
+        (0.6, 0, 0.95),
+        (1.0, 5000, 0.9),
+        (1.0, 5000, 1.0),
+        (1.0, 0, 0.99),
+        (0.3, 0, 0.9),
+        (1.0, 1, 1.0),
+    ],
+)
 def test_same_tokens_as_the_sorting_reference(scale, temperature, top_k, top_p):
     for seed in range(2):
         rng = np.random.default_rng(seed + 100)
@@ -140,8 +159,11 @@ def test_same_tokens_as_the_reference_on_ties_and_masked_tokens():
     rng = np.random.default_rng(4)
     logits = np.round(rng.standard_normal(50257) * 2).astype(np.float32)  # many exact ties
     logits[rng.choice(50257, 20000, replace=False)] = -np.inf  # masked tokens
-    for params in (SamplingParams("sample", 1.0, 0, 0.9, 1), SamplingParams("sample", 1.0, 0, 1.0, 2),
-                   SamplingParams("sample", 0.5, 0, 0.3, 3)):
+    for params in (
+        SamplingParams("sample", 1.0, 0, 0.9, 1),
+        SamplingParams("sample", 1.0, 0, 1.0, 2),
+        SamplingParams("sample", 0.5, 0, 0.3, 3),
+    ):
         _check_against_reference(params, [logits] * 40)
 
 

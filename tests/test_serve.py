@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from tests import fake_engines
+from tests.serve_helpers import HOST, complete, request, served, stream_events, wait_healthy
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.engines.remote_engine import FRESH_NOTE
 from whistle_stop.backends.engines.remote_options import RemoteOptions
@@ -22,8 +24,6 @@ from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.serve.request_log import parse as parse_log
 from whistle_stop.backends.sources.tokenizer import decode
-from tests import fake_engines
-from tests.serve_helpers import HOST, complete, request, served, stream_events, wait_healthy
 
 KEY = "sk-test-0123456789"
 
@@ -42,14 +42,24 @@ def test_completion_streamed_and_not(null_server):
     assert choice["finish_reason"] == "length" and len(choice["token_ids"]) == 5
     assert choice["text"] == decode(choice["token_ids"])
     assert body["usage"] == {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}
-    status, events = stream_events(port, {"prompt": [15496, 11], "max_tokens": 4, "temperature": 0,
-                                          "return_token_ids": True, "stream_options": {"include_usage": True}})
+    status, events = stream_events(
+        port,
+        {
+            "prompt": [15496, 11],
+            "max_tokens": 4,
+            "temperature": 0,
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert status == 200 and events[-1] == "[DONE]"
     tokens = [e["choices"][0]["token_ids"][0] for e in events[:-1] if e["choices"] and e["choices"][0]["token_ids"]]
     assert tokens == choice["token_ids"][:4]  # the null engine's logits do not depend on the prompt
     assert events[-3]["choices"][0]["finish_reason"] == "length" and events[-2]["usage"]["completion_tokens"] == 4
     status, _, models = request(port, "GET", "/v1/models")
-    assert status == 200 and models["data"][0]["id"] == "random:tiny" and models["data"][0]["owned_by"] == "whistle-stop"
+    assert (
+        status == 200 and models["data"][0]["id"] == "random:tiny" and models["data"][0]["owned_by"] == "whistle-stop"
+    )
     status, _, health = request(port, "GET", "/health")
     assert status == 200 and health["status"] == "ok"
     logged = [parse_log(line) for line in null_server.lines if parse_log(line)]
@@ -57,30 +67,33 @@ def test_completion_streamed_and_not(null_server):
     assert all(e.ttft_ms is not None and e.ttft_ms > 0 for e in logged[-2:])
 
 
-@pytest.mark.parametrize("body, status, message", [
-    (b"{not json", 400, "malformed JSON"),
-    (b"", 400, "body is empty"),
-    (b"[1, 2]", 400, "must be a JSON object"),
-    ({"prompt": "hi", "max_tokens": 4, "tempreature": 0.5}, 400, "unknown field(s): tempreature"),
-    ({"prompt": "hi " * 1000, "max_tokens": 100}, 400, "maximum context length is 1024"),
-    ({"prompt": list(range(1020)), "max_tokens": 10}, 400, "1030 (1020 in the prompt, 10 in the completion)"),
-    ({"prompt": "hi", "max_tokens": 0}, 400, "max_tokens must be >= 1"),
-    ({"prompt": "hi", "max_tokens": -3}, 400, "max_tokens must be >= 1"),
-    ({"prompt": "hi", "max_tokens": "ten"}, 400, "max_tokens must be a whole number"),
-    ({"prompt": "hi", "temperature": -0.5}, 400, "temperature must be >= 0"),
-    ({"prompt": "hi", "top_p": 0}, 400, "top_p must be in (0, 1]"),
-    ({"prompt": "hi", "top_p": 1.5}, 400, "top_p must be in (0, 1]"),
-    ({"prompt": "hi", "top_k": -1}, 400, "top_k must be >= 0"),
-    ({"prompt": "hi", "seed": -1}, 400, "seed must be >= 0"),
-    ({"prompt": "", "max_tokens": 2}, 400, "the prompt is empty"),
-    ({"max_tokens": 2}, 400, "the prompt is missing"),
-    ({"prompt": [1, 99999]}, 400, "token id 99999 is outside the vocabulary"),
-    ({"prompt": ["a", "b"]}, 400, "one prompt per request"),
-    ({"prompt": "hi", "n": 2}, 400, "n=2 is not supported"),
-    ({"prompt": "hi", "stop": ["\n"]}, 400, "stop=['\\n'] is not supported"),
-    ({"prompt": "hi", "stream": "yes"}, 400, "stream must be true or false"),
-    ({"prompt": "hi", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist"),
-])
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        (b"{not json", 400, "malformed JSON"),
+        (b"", 400, "body is empty"),
+        (b"[1, 2]", 400, "must be a JSON object"),
+        ({"prompt": "hi", "max_tokens": 4, "tempreature": 0.5}, 400, "unknown field(s): tempreature"),
+        ({"prompt": "hi " * 1000, "max_tokens": 100}, 400, "maximum context length is 1024"),
+        ({"prompt": list(range(1020)), "max_tokens": 10}, 400, "1030 (1020 in the prompt, 10 in the completion)"),
+        ({"prompt": "hi", "max_tokens": 0}, 400, "max_tokens must be >= 1"),
+        ({"prompt": "hi", "max_tokens": -3}, 400, "max_tokens must be >= 1"),
+        ({"prompt": "hi", "max_tokens": "ten"}, 400, "max_tokens must be a whole number"),
+        ({"prompt": "hi", "temperature": -0.5}, 400, "temperature must be >= 0"),
+        ({"prompt": "hi", "top_p": 0}, 400, "top_p must be in (0, 1]"),
+        ({"prompt": "hi", "top_p": 1.5}, 400, "top_p must be in (0, 1]"),
+        ({"prompt": "hi", "top_k": -1}, 400, "top_k must be >= 0"),
+        ({"prompt": "hi", "seed": -1}, 400, "seed must be >= 0"),
+        ({"prompt": "", "max_tokens": 2}, 400, "the prompt is empty"),
+        ({"max_tokens": 2}, 400, "the prompt is missing"),
+        ({"prompt": [1, 99999]}, 400, "token id 99999 is outside the vocabulary"),
+        ({"prompt": ["a", "b"]}, 400, "one prompt per request"),
+        ({"prompt": "hi", "n": 2}, 400, "n=2 is not supported"),
+        ({"prompt": "hi", "stop": ["\n"]}, 400, "stop=['\\n'] is not supported"),
+        ({"prompt": "hi", "stream": "yes"}, 400, "stream must be true or false"),
+        ({"prompt": "hi", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist"),
+    ],
+)
 def test_bad_input_is_a_clear_4xx_and_the_server_goes_on(null_server, body, status, message):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     got, _, answer = request(null_server.port, "POST", "/v1/completions", raw=raw)
@@ -119,8 +132,10 @@ def test_a_client_that_goes_away_cancels_its_generation(tiny_model):
     with served(_slow_spec(), tiny_model) as server:
         sock = socket.create_connection((HOST, server.port))
         body = json.dumps({"prompt": "hi", "max_tokens": 1000, "stream": True}).encode()
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         received = b""
         while b"data:" not in received:
             received += sock.recv(4096)
@@ -180,7 +195,9 @@ def test_a_crashing_worker_gives_500_then_a_fresh_worker(tiny_model, how):
         assert status == 200 and "error" in events[-2] and events[-1] == "[DONE]"
         wait_healthy(port, 30)
         metrics = request(port, "GET", "/metrics")[2]
-        assert "whistle_stop:worker_restarts_total" in metrics and 'restarts_total{model_name="random:tiny"} 2' in metrics
+        assert (
+            "whistle_stop:worker_restarts_total" in metrics and 'restarts_total{model_name="random:tiny"} 2' in metrics
+        )
 
 
 def test_metrics_are_readable_by_the_server_metrics_reader(null_server):
@@ -197,9 +214,16 @@ def test_metrics_are_readable_by_the_server_metrics_reader(null_server):
 
 def test_greedy_tokens_through_the_server_equal_the_engines_own(tiny_model):
     with served("numpy", tiny_model) as server:
-        config = BenchConfig(model="random:tiny", backends=("numpy", "remote"), prompt_tokens=12, new_tokens=10,
-                             repeats=1, warmup=0, threads=1,
-                             engine_options={"remote": RemoteOptions(url=f"{server.url}/v1")})
+        config = BenchConfig(
+            model="random:tiny",
+            backends=("numpy", "remote"),
+            prompt_tokens=12,
+            new_tokens=10,
+            repeats=1,
+            warmup=0,
+            threads=1,
+            engine_options={"remote": RemoteOptions(url=f"{server.url}/v1")},
+        )
         result = BenchSession(config).run()
     by_engine = {r.backend: r for r in result.runs}
     assert all(r.status == "ok" for r in result.runs), [r.error for r in result.runs]
@@ -215,18 +239,51 @@ def test_sampled_tokens_through_the_server_equal_the_engines_own(tiny_model):
 
     ids, sampling = list(range(300, 312)), SamplingParams("sample", 0.8, 40, 0.95, 7)
     with served("numpy", tiny_model) as server:
-        status, _, body = complete(server.port, {"prompt": ids, "max_tokens": 8, "temperature": 0.8, "top_k": 40,
-                                                 "top_p": 0.95, "seed": 7, "ignore_eos": True,
-                                                 "return_token_ids": True})
+        status, _, body = complete(
+            server.port,
+            {
+                "prompt": ids,
+                "max_tokens": 8,
+                "temperature": 0.8,
+                "top_k": 40,
+                "top_p": 0.95,
+                "seed": 7,
+                "ignore_eos": True,
+                "return_token_ids": True,
+            },
+        )
     assert status == 200, body
     assert body["choices"][0]["token_ids"] == engine_tokens("numpy", tiny_model, ids, 8, sampling)
 
 
 def test_bench_remote_with_load_rounds_against_the_server(tiny_model, tmp_path, capsys):
     with served("numpy", tiny_model) as server:
-        code = main(["bench", "--model", "random:tiny", "--backends", "remote", "--remote-url", f"{server.url}/v1",
-                     "--concurrency", "1,2,4,8", "--new-tokens", "4", "--prompt-tokens", "8", "--repeats", "1",
-                     "--warmup", "0", "--threads", "1", "--no-harness-calibration", "--out", str(tmp_path)])
+        code = main(
+            [
+                "bench",
+                "--model",
+                "random:tiny",
+                "--backends",
+                "remote",
+                "--remote-url",
+                f"{server.url}/v1",
+                "--concurrency",
+                "1,2,4,8",
+                "--new-tokens",
+                "4",
+                "--prompt-tokens",
+                "8",
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "--threads",
+                "1",
+                "--no-harness-calibration",
+                "--out",
+                str(tmp_path),
+            ]
+        )
     out = capsys.readouterr()
     assert code == 0, out.err
     with (tmp_path / "load.csv").open() as f:
@@ -254,8 +311,12 @@ def test_health_says_loading_until_the_engine_is_ready(tiny_model):
 def test_two_workers_serve_two_streams_at_once(tiny_model):
     with served(_slow_spec(decode_s=0.05), tiny_model, workers=2) as server:
         statuses: list[int] = []
-        threads = [threading.Thread(target=lambda: statuses.append(
-            complete(server.port, {"prompt": "hi", "max_tokens": 20})[0])) for _ in range(2)]
+        threads = [
+            threading.Thread(
+                target=lambda: statuses.append(complete(server.port, {"prompt": "hi", "max_tokens": 20})[0])
+            )
+            for _ in range(2)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -269,8 +330,12 @@ def test_two_workers_serve_two_streams_at_once(tiny_model):
 def test_http_keep_alive_connections_are_served(null_server):
     conn = http.client.HTTPConnection(HOST, null_server.port, timeout=30)
     for _ in range(3):
-        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "hi", "max_tokens": 2}),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/completions",
+            body=json.dumps({"prompt": "hi", "max_tokens": 2}),
+            headers={"Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         assert response.status == 200 and json.loads(response.read())["usage"]["completion_tokens"] == 2
     conn.close()

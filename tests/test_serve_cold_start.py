@@ -26,9 +26,27 @@ def unavailable_own_server(model, port, threads, **kwargs) -> ServerCommand:
 
 
 def test_bench_serve_cold_start_writes_the_table_and_csv(tmp_path, capsys):
-    code = main(["bench", "--model", "random:tiny", "--backends", "null", "--new-tokens", "2", "--repeats", "1",
-                 "--warmup", "0", "--threads", "1", "--no-harness-calibration", "--serve-cold-start",
-                 "--out", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--model",
+            "random:tiny",
+            "--backends",
+            "null",
+            "--new-tokens",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--no-harness-calibration",
+            "--serve-cold-start",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "serve cold start: process start to first completed response" in out.out
@@ -41,14 +59,19 @@ def test_bench_serve_cold_start_writes_the_table_and_csv(tmp_path, capsys):
 
 
 def test_own_servers_are_timed_or_skipped_with_the_reason(tiny_model, prompt_ids):
-    specs = {"null": dataclasses.replace(registry.get("null"), own_server=f"{__name__}:fake_own_server"),
-             "numpy": dataclasses.replace(registry.get("numpy"), own_server=f"{__name__}:unavailable_own_server")}
+    specs = {
+        "null": dataclasses.replace(registry.get("null"), own_server=f"{__name__}:fake_own_server"),
+        "numpy": dataclasses.replace(registry.get("numpy"), own_server=f"{__name__}:unavailable_own_server"),
+    }
     said: list[str] = []
     rows = cold_start.measure(specs, tiny_model, list(prompt_ids), 1, {}, {"null": 0.2}, say=said.append)
     summary = [(r.engine, r.server, r.status, r.note) for r in rows]
-    assert summary == [("null", "whistle-stop serve", "ok", ""), ("null", "fake own server", "ok", ""),
-                       ("numpy", "whistle-stop serve", "ok", ""),
-                       ("numpy", "own server", "skipped", "not installed here")]
+    assert summary == [
+        ("null", "whistle-stop serve", "ok", ""),
+        ("null", "fake own server", "ok", ""),
+        ("numpy", "whistle-stop serve", "ok", ""),
+        ("numpy", "own server", "skipped", "not installed here"),
+    ]
     assert rows[0].engine_cold_start_s == 0.2 and all(r.serve_cold_start_s for r in rows[:3])
     assert len(said) == 3
 

@@ -14,22 +14,25 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from whistle_stop.backends.cli.main import main
 from tests.serve_helpers import HOST, complete, start_serve, stop_serve
+from whistle_stop.backends.cli.main import main
 
 SLOW = {"slow": {"decode_s": 0.02}}  # a scripted engine: 50 tokens a second
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--backend", "warp-drive"], "unknown backend 'warp-drive'"),
-    (["--backend", "null", "--port", "70000"], "--port must be from 0 to 65535"),
-    (["--backend", "null", "--workers", "0"], "--workers must be from 1 to 64"),
-    (["--backend", "null", "--queue", "-1"], "--queue must be >= 0"),
-    (["--backend", "null", "--shutdown-timeout", "0"], "--shutdown-timeout must be a number of seconds > 0"),
-    (["--backend", "null", "--api-key-env", "WHISTLE_STOP_TEST_UNSET_KEY"], "that environment variable is not set"),
-    (["--backend", "null", "--api-key-env", "not a name"], "is not an environment variable name"),
-    (["--model", "random:tiny"], "the following arguments are required: --backend"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--backend", "warp-drive"], "unknown backend 'warp-drive'"),
+        (["--backend", "null", "--port", "70000"], "--port must be from 0 to 65535"),
+        (["--backend", "null", "--workers", "0"], "--workers must be from 1 to 64"),
+        (["--backend", "null", "--queue", "-1"], "--queue must be >= 0"),
+        (["--backend", "null", "--shutdown-timeout", "0"], "--shutdown-timeout must be a number of seconds > 0"),
+        (["--backend", "null", "--api-key-env", "WHISTLE_STOP_TEST_UNSET_KEY"], "that environment variable is not set"),
+        (["--backend", "null", "--api-key-env", "not a name"], "is not an environment variable name"),
+        (["--model", "random:tiny"], "the following arguments are required: --backend"),
+    ],
+)
 def test_bad_flags_are_one_line_and_exit_2(capsys, args, message):
     code = main(["serve", "--model", "random:tiny", *args] if "--model" not in args else ["serve", *args])
     err = capsys.readouterr().err
@@ -51,9 +54,25 @@ def test_an_engine_that_cannot_load_stops_the_server_with_exit_1(tmp_path):
 
     from tests.serve_helpers import _BOOTSTRAP, ROOT
 
-    out = subprocess.run([sys.executable, "-c", _BOOTSTRAP, json.dumps({"broken": {"fail_load": True}}), "serve",
-                          "--backend", "broken", "--model", "random:tiny", "--port", "0"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _BOOTSTRAP,
+            json.dumps({"broken": {"fail_load": True}}),
+            "serve",
+            "--backend",
+            "broken",
+            "--model",
+            "random:tiny",
+            "--port",
+            "0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1, out.stderr
     assert "broken could not load" in out.stderr and "scripted load failure" in out.stderr
     assert "Traceback" not in out.stderr
@@ -84,9 +103,12 @@ def _stream_in_thread(port: int, max_tokens: int) -> tuple[threading.Thread, dic
 
         conn = http.client.HTTPConnection(HOST, port, timeout=60)
         try:
-            conn.request("POST", "/v1/completions", body=json.dumps(
-                {"prompt": "hi", "max_tokens": max_tokens, "stream": True, "return_token_ids": True}),
-                headers={"Content-Type": "application/json"})
+            conn.request(
+                "POST",
+                "/v1/completions",
+                body=json.dumps({"prompt": "hi", "max_tokens": max_tokens, "stream": True, "return_token_ids": True}),
+                headers={"Content-Type": "application/json"},
+            )
             response = conn.getresponse()
             for raw in response:
                 line = raw.decode().strip()
@@ -110,8 +132,9 @@ def _stream_in_thread(port: int, max_tokens: int) -> tuple[threading.Thread, dic
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl+C"])
 def test_a_signal_lets_the_request_in_flight_finish_and_leaves_no_worker(tmp_path, sig):
-    served = start_serve(tmp_path, "--backend", "slow", "--model", "random:tiny", "--shutdown-timeout", "20",
-                         scripted=SLOW)
+    served = start_serve(
+        tmp_path, "--backend", "slow", "--model", "random:tiny", "--shutdown-timeout", "20", scripted=SLOW
+    )
     workers = _workers(served.process.pid)
     assert len(workers) == 1
     thread, result = _stream_in_thread(served.port, 60)  # about 1.2 s of tokens
@@ -127,8 +150,9 @@ def test_a_signal_lets_the_request_in_flight_finish_and_leaves_no_worker(tmp_pat
 
 
 def test_past_the_shutdown_timeout_the_request_is_cancelled(tmp_path):
-    served = start_serve(tmp_path, "--backend", "slow", "--model", "random:tiny", "--shutdown-timeout", "1",
-                         scripted=SLOW)
+    served = start_serve(
+        tmp_path, "--backend", "slow", "--model", "random:tiny", "--shutdown-timeout", "1", scripted=SLOW
+    )
     workers = _workers(served.process.pid)
     thread, result = _stream_in_thread(served.port, 1000)  # 20 s of tokens
     assert result["first"].wait(30) and result["tokens"] > 0, result

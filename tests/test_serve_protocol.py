@@ -16,8 +16,9 @@ MODEL = ModelInfo("random:tiny", 1024, 50257)
 
 
 def test_text_and_ids_and_the_apps_own_sampling():
-    request = parse_completion({"prompt": "Hello world", "max_tokens": 3, "temperature": 0.7, "top_k": 40,
-                                "top_p": 0.9, "seed": 5}, MODEL)
+    request = parse_completion(
+        {"prompt": "Hello world", "max_tokens": 3, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "seed": 5}, MODEL
+    )
     assert request.prompt_ids == tuple(encode("Hello world")) and request.prompt_was_text
     assert request.sampling == SamplingParams("sample", 0.7, 40, 0.9, 5)
     greedy = parse_completion({"prompt": [1, 2], "temperature": 0, "top_k": 3}, MODEL)
@@ -27,28 +28,52 @@ def test_text_and_ids_and_the_apps_own_sampling():
 
 def test_what_other_clients_send_is_accepted_where_it_changes_nothing():
     """The remote engine's (and vLLM/llama.cpp clients') extensions."""
-    request = parse_completion({"prompt": [1, 2, 3], "max_tokens": 4, "stream": True, "temperature": 0.0,
-                                "frequency_penalty": 0.0, "presence_penalty": 0.0, "ignore_eos": True,
-                                "min_tokens": 4, "n_predict": 4, "return_token_ids": True, "return_tokens": True,
-                                "cache_prompt": False, "repeat_penalty": 1.0, "repetition_penalty": 1.0,
-                                "min_p": 0.0, "top_k": 50257, "cache_salt": "abc", "n": 1, "echo": False,
-                                "logprobs": None, "stop": None, "user": "me"}, MODEL)
+    request = parse_completion(
+        {
+            "prompt": [1, 2, 3],
+            "max_tokens": 4,
+            "stream": True,
+            "temperature": 0.0,
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
+            "ignore_eos": True,
+            "min_tokens": 4,
+            "n_predict": 4,
+            "return_token_ids": True,
+            "return_tokens": True,
+            "cache_prompt": False,
+            "repeat_penalty": 1.0,
+            "repetition_penalty": 1.0,
+            "min_p": 0.0,
+            "top_k": 50257,
+            "cache_salt": "abc",
+            "n": 1,
+            "echo": False,
+            "logprobs": None,
+            "stop": None,
+            "user": "me",
+        },
+        MODEL,
+    )
     assert not request.stop_at_eos and request.min_tokens == 4 and request.token_ids and request.stream
     assert parse_completion({"prompt": "x", "n_predict": 7}, MODEL).max_tokens == 7  # llama.cpp's name
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"prompt": "x", "echo": True}, "echo=true is not supported"),
-    ({"prompt": "x", "logprobs": 2}, "logprobs=2 is not supported"),
-    ({"prompt": "x", "n": True}, "n=true is not supported"),
-    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty=0.5 is not supported"),
-    ({"prompt": "x", "temperature": "hot"}, "temperature must be a number"),
-    ({"prompt": "x", "temperature": True}, "temperature must be a number"),
-    ({"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens must be from 0 to max_tokens (2)"),
-    ({"prompt": [1, 2.5]}, "list of token ids"),
-    ({"prompt": {"text": "x"}}, "text or a list of token ids"),
-    ({"prompt": "x", "stream_options": {"x": 1}}, "stream_options must be an object"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"prompt": "x", "echo": True}, "echo=true is not supported"),
+        ({"prompt": "x", "logprobs": 2}, "logprobs=2 is not supported"),
+        ({"prompt": "x", "n": True}, "n=true is not supported"),
+        ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty=0.5 is not supported"),
+        ({"prompt": "x", "temperature": "hot"}, "temperature must be a number"),
+        ({"prompt": "x", "temperature": True}, "temperature must be a number"),
+        ({"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens must be from 0 to max_tokens (2)"),
+        ({"prompt": [1, 2.5]}, "list of token ids"),
+        ({"prompt": {"text": "x"}}, "text or a list of token ids"),
+        ({"prompt": "x", "stream_options": {"x": 1}}, "stream_options must be an object"),
+    ],
+)
 def test_refusals_name_the_problem(body, message):
     with pytest.raises(RequestError) as caught:
         parse_completion(body, MODEL)

@@ -1,9 +1,10 @@
 """Run order, warm-ups, race mode and agreement, with scripted engines."""
 
-from whistle_stop.backends.worker.events import BackendEvent, RunRequest
-from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
-from whistle_stop.backends.results.summary import summarize_backends
 from tests import fake_engines
+from whistle_stop.backends import registry
+from whistle_stop.backends.results.summary import summarize_backends
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.worker.events import BackendEvent, RunRequest
 
 
 def _run(specs, **kwargs):
@@ -13,9 +14,16 @@ def _run(specs, **kwargs):
         if isinstance(event, BackendEvent) and isinstance(event.event, RunRequest):
             requests.append(event.event.run_id)
 
-    config = BenchConfig(model="random:tiny", backends=tuple(specs), prompt_tokens=4, new_tokens=kwargs.pop("new_tokens", 3),
-                         threads=1, **kwargs)
-    return BenchSession(config, on_event=on_event, specs=specs).run(), requests
+    config = BenchConfig(
+        model="random:tiny",
+        backends=tuple(specs),
+        prompt_tokens=4,
+        new_tokens=kwargs.pop("new_tokens", 3),
+        threads=1,
+        **kwargs,
+    )
+    with registry.use(specs.values()):
+        return BenchSession(config, on_event=on_event).run(), requests
 
 
 def test_fair_order_interleaves_repeats_and_warms_up_first(tiny_model):
@@ -40,7 +48,9 @@ def test_agreement_with_the_reference(tiny_model):
     specs = {"ref": fake_engines.spec("ref"), "same": fake_engines.spec("same")}
     result, _ = _run(specs, repeats=1, warmup=0, new_tokens=5, reference="ref")
     assert {r.backend: (r.reference, r.agree_tokens, r.first_divergence) for r in result.runs} == {
-        "ref": ("ref", 5, None), "same": ("ref", 5, None)}
+        "ref": ("ref", 5, None),
+        "same": ("ref", 5, None),
+    }
     assert result.environment["reference"] == "ref"
     assert result.environment["model"]["weights"] == "random"
     assert result.environment["settings"]["new_tokens"] == 5

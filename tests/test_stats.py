@@ -4,10 +4,25 @@ import numpy as np
 import pytest
 
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
-from whistle_stop.backends.results.stats import (agreement, median_interval, median_interval_level, pooled_summary,
-                                                 run_metrics, summarize, t95, t_quantile)
-from whistle_stop.backends.results.summary import (SUMMARY_HEADERS, interval_label, interval_note, markdown_table,
-                                                   sampling_notes, summarize_backends, summary_rows)
+from whistle_stop.backends.results.stats import (
+    agreement,
+    median_interval,
+    median_interval_level,
+    pooled_summary,
+    run_metrics,
+    summarize,
+    t95,
+    t_quantile,
+)
+from whistle_stop.backends.results.summary import (
+    SUMMARY_HEADERS,
+    interval_label,
+    interval_note,
+    markdown_table,
+    sampling_notes,
+    summarize_backends,
+    summary_rows,
+)
 
 
 def test_vllm_definitions():
@@ -50,12 +65,19 @@ def test_median_interval_on_known_data():
     assert s.median_ci_high < 10.5 and s.mean_ci95_high > 100
 
 
-@pytest.mark.parametrize("n, label", [
-    (2, "50.0% (min–max)"), (5, "93.8% (min–max)"),
-    # 6-8 values: still min..max (no narrower pair reaches 95%), at 1 - 2 * 0.5^n, above 95%.
-    (6, "96.9% (min–max)"), (7, "98.4% (min–max)"), (8, "99.2% (min–max)"),
-    (9, "96.1%"), (20, "95.9%"),  # 2nd smallest..2nd largest; 6th..15th
-])
+@pytest.mark.parametrize(
+    "n, label",
+    [
+        (2, "50.0% (min–max)"),
+        (5, "93.8% (min–max)"),
+        # 6-8 values: still min..max (no narrower pair reaches 95%), at 1 - 2 * 0.5^n, above 95%.
+        (6, "96.9% (min–max)"),
+        (7, "98.4% (min–max)"),
+        (8, "99.2% (min–max)"),
+        (9, "96.1%"),
+        (20, "95.9%"),  # 2nd smallest..2nd largest; 6th..15th
+    ],
+)
 def test_interval_label_gives_the_true_level_and_names_min_max(n, label):
     assert interval_label(n) == label
     s = summarize(range(n))  # the label agrees with the interval itself
@@ -90,17 +112,43 @@ def test_pooled_percentiles_over_every_gap():
 
 def _run(backend, repeat, itl_p50, warmup=False, native=False, decoding="greedy", status="ok"):
     return RunRecord(
-        run_id=f"{backend}/r{repeat}", backend=backend, model="m", weights="random", device="cpu", dtype="fp32",
-        threads=1, prompt_tokens=4, new_tokens=4, decoding=decoding, temperature=1.0, top_k=0, top_p=1.0, seed=0,
-        repeat=repeat, is_warmup=warmup, import_s=1.0, load_s=0.1, ttft_ms=10.0 + repeat, tpot_ms=itl_p50,
-        itl_p50_ms=itl_p50, itl_p90_ms=None, itl_p99_ms=None, decode_tok_s=1e3 / itl_p50, e2e_s=0.1,
-        peak_rss_mb=100.0, status=status, native_sampling=native)
+        run_id=f"{backend}/r{repeat}",
+        backend=backend,
+        model="m",
+        weights="random",
+        device="cpu",
+        dtype="fp32",
+        threads=1,
+        prompt_tokens=4,
+        new_tokens=4,
+        decoding=decoding,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        repeat=repeat,
+        is_warmup=warmup,
+        import_s=1.0,
+        load_s=0.1,
+        ttft_ms=10.0 + repeat,
+        tpot_ms=itl_p50,
+        itl_p50_ms=itl_p50,
+        itl_p90_ms=None,
+        itl_p99_ms=None,
+        decode_tok_s=1e3 / itl_p50,
+        e2e_s=0.1,
+        peak_rss_mb=100.0,
+        status=status,
+        native_sampling=native,
+    )
 
 
 def _tokens(run, gaps):
     rows = [TokenRecord(run.run_id, run.backend, run.repeat, run.is_warmup, 0, 1, "x", 5.0, None, "prefill")]
-    rows += [TokenRecord(run.run_id, run.backend, run.repeat, run.is_warmup, i + 1, 1, "x", 5.0, g, "decode")
-             for i, g in enumerate(gaps)]
+    rows += [
+        TokenRecord(run.run_id, run.backend, run.repeat, run.is_warmup, i + 1, 1, "x", 5.0, g, "decode")
+        for i, g in enumerate(gaps)
+    ]
     return rows
 
 
@@ -113,7 +161,10 @@ def test_summaries_pool_the_gaps_of_measured_runs_only():
     assert a.itl_pooled_ms.p99 == pytest.approx(np.percentile([1, 2, 3, 4, 5, 100], 99))
     assert a.itl_p50_ms.median == 2.5  # the per-run medians, beside
     row = summary_rows([a])[0]
-    assert row[SUMMARY_HEADERS.index("ITL p50/p90/p99 ms")] == "3.50/52.50/95.25" and row[SUMMARY_HEADERS.index("TTFT ms")] == "11.5 [11.0–12.0]"
+    assert (
+        row[SUMMARY_HEADERS.index("ITL p50/p90/p99 ms")] == "3.50/52.50/95.25"
+        and row[SUMMARY_HEADERS.index("TTFT ms")] == "11.5 [11.0–12.0]"
+    )
 
 
 def test_native_sampling_is_marked_only_when_sampling():

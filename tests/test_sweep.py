@@ -5,15 +5,15 @@ import json
 
 import pytest
 
-from whistle_stop.backends import registry
-from whistle_stop.backends.results.bandwidth import Bandwidth
-from whistle_stop.backends.cli.main import main
-from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest
-from whistle_stop.backends.runs.bench import BenchConfig
-from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepSession
 from tests import fake_engines
 from tests.conftest import live_workers
+from whistle_stop.backends import registry
+from whistle_stop.backends.cli.main import main
+from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.results.bandwidth import Bandwidth
+from whistle_stop.backends.runs.bench import BenchConfig
+from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepSession
+from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest
 
 SPECS = {n: fake_engines.spec(n) for n in ("a", "b")}
 GRID = SweepGrid(prompt_tokens=(4, 1000), new_tokens=(3, 30))  # 1000 + 30 > 1024: skipped
@@ -33,9 +33,16 @@ def _session(out_dir, specs=SPECS, grid=GRID, cancel_after_cells=None, restart=F
             if cancel_after_cells is not None and len(log["cells"]) == cancel_after_cells:
                 box["session"].cancel()
 
-    cfg = BenchConfig(model="random:tiny", backends=tuple(specs), threads=1, repeats=config.pop("repeats", 2),
-                      warmup=config.pop("warmup", 1), **config)
-    session = SweepSession(cfg, grid, out_dir, restart=restart, on_event=on_event, specs=specs, measure_bandwidth=False)
+    cfg = BenchConfig(
+        model="random:tiny",
+        backends=tuple(specs),
+        threads=1,
+        repeats=config.pop("repeats", 2),
+        warmup=config.pop("warmup", 1),
+        **config,
+    )
+    with registry.use(specs.values()):  # the session takes its engines' specs now
+        session = SweepSession(cfg, grid, out_dir, restart=restart, on_event=on_event, measure_bandwidth=False)
     box["session"] = session
     return session, log
 
@@ -62,8 +69,9 @@ def test_sweep_resumes_after_a_cancel_without_repeating_finished_cells(tiny_mode
     assert log1["requests"][:6] == ["a/p4n3/w1", "b/p4n3/w1", "a/p4n3/r1", "b/p4n3/r1", "b/p4n3/r2", "a/p4n3/r2"]
     env = _environment(tmp_path)
     assert env["sweep"]["completed"] == [[4, 3]]
-    assert env["sweep"]["skipped"] == [{"prompt_tokens": 1000, "new_tokens": 30,
-                                        "reason": "1000 + 30 tokens exceed the context of 1024"}]
+    assert env["sweep"]["skipped"] == [
+        {"prompt_tokens": 1000, "new_tokens": 30, "reason": "1000 + 30 tokens exceed the context of 1024"}
+    ]
     assert not live_workers()
 
     second, log2 = _session(tmp_path)
@@ -83,7 +91,8 @@ def test_sweep_resumes_after_a_cancel_without_repeating_finished_cells(tiny_mode
     per_cell = {}
     for r in runs:
         per_cell.setdefault((int(r["prompt_tokens"]), int(r["new_tokens"])), []).append(r["backend"])
-    assert {k: sorted(v) for k, v in per_cell.items()} == {k: ["a", "a", "b", "b"] for k in [(4, 3), (4, 30), (1000, 3)]}
+    expected = {k: ["a", "a", "b", "b"] for k in [(4, 3), (4, 30), (1000, 3)]}
+    assert {k: sorted(v) for k, v in per_cell.items()} == expected
     with (tmp_path / "tokens.csv").open() as f:
         tokens = list(csv.DictReader(f))
     assert sum(1 for t in tokens if t["run_id"] == "a/p4n30/r1") == 30
@@ -114,18 +123,40 @@ def test_a_bench_folder_is_not_mistaken_for_a_sweep(tiny_model, tmp_path):
 def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
     monkeypatch.setattr(registry, "available", lambda name: (True, ""))
-    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth",
-                        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"))
+    monkeypatch.setattr(
+        "whistle_stop.backends.runs.sweep.probe_bandwidth",
+        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
+    )
     out = tmp_path / "sweep"
-    code = main(["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,8,1020",
-                 "--new-tokens", "2,5", "--repeats", "2", "--warmup", "0", "--threads", "1", "--out", str(out)])
+    code = main(
+        [
+            "sweep",
+            "--model",
+            "random:tiny",
+            "--backends",
+            "a",
+            "--prompt-tokens",
+            "4,8,1020",
+            "--new-tokens",
+            "2,5",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "skipped: prompt 1020, new 5" in captured.err
     assert _environment(out)["bandwidth"]["gb_s"] == 10.0
     for name in ("ttft_vs_prompt", "decode_vs_output", "itl_vs_position"):
         assert (out / f"{name}.png").stat().st_size > 1000
-    assert main(["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,x", "--out", str(out)]) == 2
+    bad = ["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,x", "--out", str(out)]
+    assert main(bad) == 2
     assert "comma-separated whole numbers" in capsys.readouterr().err
 
 

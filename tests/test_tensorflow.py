@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import greedy_logits
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.sources.prompts import prompt_of_length
-from tests.conftest import greedy_logits
 
 pytestmark = [pytest.mark.extras]
 _AVAILABLE, _WHY = registry.available("tf")  # found, not imported
@@ -35,7 +35,7 @@ def test_greedy_equals_hf(name, engines, prompt_ids, hf_reference):
 def test_prefill_and_decode_logits_match_hf(name, engines, prompt_ids, hf_reference):
     engine = engines(name)
     tokens, logits = greedy_logits(engine, prompt_ids, 6)
-    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
     assert logits.dtype == np.float32 and logits.shape == (7, VOCAB)
     np.testing.assert_allclose(logits, reference, atol=ATOL_FP32, rtol=0)
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from whistle_stop.backends.worker.threads import (cgroup_quota, default_threads, physical_cores, resolve_threads,
-                                                  usable_cpus)
+from whistle_stop.backends.worker.threads import (
+    cgroup_quota,
+    default_threads,
+    physical_cores,
+    resolve_threads,
+    usable_cpus,
+)
 
 
 def _sysfs(root: Path, topology: dict[int, tuple[int, int]]) -> Path:
@@ -97,12 +102,15 @@ def test_this_machine_resolves_to_its_usable_physical_cores_under_its_quota():
 
 def test_environment_records_how_threads_were_resolved(tiny_model, tmp_path):
     from tests import fake_engines
+    from whistle_stop.backends import registry
     from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 
     config = BenchConfig(model="random:tiny", backends=("a",), new_tokens=2, repeats=1, warmup=0)
-    result = BenchSession(config, specs={"a": fake_engines.spec("a")}).run()
+    with registry.use([fake_engines.spec("a")]):
+        result = BenchSession(config).run()
     resolution = result.environment["threads_resolution"]
     assert resolution["source"] == "usable physical cores" and resolution["threads"] >= 1
     config = BenchConfig(model="random:tiny", backends=("a",), new_tokens=2, repeats=1, warmup=0, threads=1)
-    result = BenchSession(config, specs={"a": fake_engines.spec("a")}).run()
+    with registry.use([fake_engines.spec("a")]):
+        result = BenchSession(config).run()
     assert result.environment["threads_resolution"] == {"source": "--threads", "threads": 1}

@@ -4,7 +4,20 @@ from whistle_stop.backends.sources.tokenizer import REPLACEMENT, IncrementalDeto
 def test_real_gpt2_tokenizer_is_shipped():
     assert encode("Hello world") == [15496, 995]
     assert encode("What's the capital city of the USA? The answer is:") == [
-        2061, 338, 262, 3139, 1748, 286, 262, 4916, 30, 383, 3280, 318, 25]
+        2061,
+        338,
+        262,
+        3139,
+        1748,
+        286,
+        262,
+        4916,
+        30,
+        383,
+        3280,
+        318,
+        25,
+    ]
 
 
 def test_incremental_detokenization_never_emits_half_characters():

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import engine_tokens, greedy_logits, load_engine_in_worker
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineInfo, EngineOptions
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.sources.prompts import prompt_of_length
 from whistle_stop.backends.sampling import SamplingParams
-from tests.conftest import greedy_logits, engine_tokens, load_engine_in_worker
+from whistle_stop.backends.sources.prompts import prompt_of_length
 
 VOCAB = 50257
 ATOL_FP32 = 1e-4  # tiny's logits reach ~8; measured differences are ~6e-6
@@ -40,7 +40,7 @@ def test_fp32_prefill_and_decode_logits_match_hf(engines, prompt_ids, hf_referen
     engine = engines("torch-static")
     tokens, logits = greedy_logits(engine, prompt_ids, 8)
     # hf's full-sequence logits at the prompt's last position and each decoded position
-    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
     assert logits.dtype == np.float32 and logits.shape == (9, VOCAB)
     np.testing.assert_allclose(logits, reference, atol=ATOL_FP32, rtol=0)
 
@@ -95,7 +95,7 @@ def test_reduced_precision_runs_and_reports_agreement(name, engines, prompt_ids,
 def test_reduced_precision_logits_stay_close(name, engines, prompt_ids, hf_reference):
     """A loose bound that still catches a wrong layout or a missing bias (errors of ~logit size)."""
     tokens, logits = greedy_logits(engines(name), prompt_ids, 5)
-    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
     error = np.abs(logits - reference).max()
     print(f"{name}: max |logit - hf fp32| = {error:.3f} (max |logit| {np.abs(reference).max():.2f})")
     assert error < 1.5
@@ -114,8 +114,11 @@ def _int8_layers(engine) -> tuple[int, int, torch.dtype]:
     from whistle_stop.backends.engines.torch_util import count_int8_linears
 
     model = engine.model
-    return (count_int8_linears(model), len([m for m in model.modules() if type(m) is nn.Linear]),
-            model.lm_head.weight().dtype)
+    return (
+        count_int8_linears(model),
+        len([m for m in model.modules() if type(m) is nn.Linear]),
+        model.lm_head.weight().dtype,
+    )
 
 
 def test_int8_quantises_every_matmul(tiny_model, engines):
@@ -129,8 +132,10 @@ def test_int8_quantises_every_matmul(tiny_model, engines):
 
 
 # On the CPU, bf16 is weights-only: matrices 2 bytes, norms/biases/positions and the KV cache float32.
-@pytest.mark.parametrize("name, matrix, other, kv", [("torch-static", 4, 4, 4), ("torch-static-bf16", 2, 4, 4),
-                                                      ("torch-static-int8", 1, 4, 4)])
+@pytest.mark.parametrize(
+    "name, matrix, other, kv",
+    [("torch-static", 4, 4, 4), ("torch-static-bf16", 2, 4, 4), ("torch-static-int8", 1, 4, 4)],
+)
 def test_engine_info(name, matrix, other, kv, tiny_model, engines):
     info, threads = engines("torch-static").apply(_load_beside, name, tiny_model, EngineOptions(threads=2))
     assert info.device == "cpu"
@@ -173,7 +178,7 @@ def test_compiled_decode(tiny_model, prompt_ids, hf_reference, engines):
         for ids in (prompt_of_length(60), prompt_ids):  # the second sequence must not see the first's slots
             tokens, logits = engine.apply(_greedy_without_recompile, ids, 10)
             _, eager_logits = greedy_logits(eager, ids, 0)
-            reference = hf_reference.logits(ids + tokens)[len(ids) - 1:]
+            reference = hf_reference.logits(ids + tokens)[len(ids) - 1 :]
             np.testing.assert_array_equal(logits[0], eager_logits[0])  # prefill is eager in both
             assert np.abs(logits - reference).max() < 1.5  # bf16: loose, catches a broken mask or cache
         first = hf_reference.logits(prompt_ids)[-1]
@@ -206,7 +211,7 @@ def test_cuda_fp32_matches_hf(prompt_ids, hf_reference, engines):
     engine = engines("torch-static-cuda")
     assert engine.info.device == "cuda" and engine.info.dtype == "fp32"
     tokens, logits = greedy_logits(engine, prompt_ids, 8)
-    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1:]
+    reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
     np.testing.assert_allclose(logits, reference, atol=1e-3, rtol=0)
     assert engine.tokens(prompt_ids, 30) == hf_reference.greedy(prompt_ids, 30)
 
@@ -220,6 +225,6 @@ def test_cuda_graphs(prompt_ids, hf_reference, engines):
     assert info.device == "cuda" and info.dtype == "bf16" and "compile_s=" in info.notes
     for ids in (prompt_of_length(60), prompt_ids):  # replays after a longer sequence stay right
         tokens, logits = greedy_logits(engine, ids, 10)
-        reference = hf_reference.logits(ids + tokens)[len(ids) - 1:]
+        reference = hf_reference.logits(ids + tokens)[len(ids) - 1 :]
         assert np.abs(logits - reference).max() < 1.5
     assert len(engine.tokens(prompt_ids, 20, SamplingParams())) == 20

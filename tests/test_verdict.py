@@ -8,15 +8,56 @@ from whistle_stop.backends.results.speedup import speedup
 from whistle_stop.backends.results.verdict import OVERALL, CaveatKind, verdict
 
 
-def _run(backend, repeat, itl, dtype="fp32", status="ok", weights="real", concurrent=False, agree=None,
-         warmup=False, error="", build_s=0.0, cold=None):
+def _run(
+    backend,
+    repeat,
+    itl,
+    dtype="fp32",
+    status="ok",
+    weights="real",
+    concurrent=False,
+    agree=None,
+    warmup=False,
+    error="",
+    build_s=0.0,
+    cold=None,
+):
     return RunRecord(
-        run_id=f"{backend}/{'w' if warmup else 'r'}{repeat}", backend=backend, model="m", weights=weights,
-        device="cpu", dtype=dtype, threads=1, prompt_tokens=8, new_tokens=20, decoding="greedy", temperature=1.0,
-        top_k=0, top_p=1.0, seed=0, repeat=repeat, is_warmup=warmup, import_s=0.1, load_s=0.2, ttft_ms=10.0,
-        tpot_ms=itl, itl_p50_ms=itl, itl_p90_ms=itl, itl_p99_ms=itl, decode_tok_s=None if itl is None else 1e3 / itl,
-        e2e_s=1.0, peak_rss_mb=100.0, status=status, error=error, reference="hf", agree_tokens=agree,
-        concurrent=concurrent, build_s=build_s, cold_start_s=cold, load_peak_rss_mb=120.0)
+        run_id=f"{backend}/{'w' if warmup else 'r'}{repeat}",
+        backend=backend,
+        model="m",
+        weights=weights,
+        device="cpu",
+        dtype=dtype,
+        threads=1,
+        prompt_tokens=8,
+        new_tokens=20,
+        decoding="greedy",
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        repeat=repeat,
+        is_warmup=warmup,
+        import_s=0.1,
+        load_s=0.2,
+        ttft_ms=10.0,
+        tpot_ms=itl,
+        itl_p50_ms=itl,
+        itl_p90_ms=itl,
+        itl_p99_ms=itl,
+        decode_tok_s=None if itl is None else 1e3 / itl,
+        e2e_s=1.0,
+        peak_rss_mb=100.0,
+        status=status,
+        error=error,
+        reference="hf",
+        agree_tokens=agree,
+        concurrent=concurrent,
+        build_s=build_s,
+        cold_start_s=cold,
+        load_peak_rss_mb=120.0,
+    )
 
 
 def _engine(backend, itls, **kwargs):
@@ -47,8 +88,11 @@ def test_a_clear_winner_is_named_with_its_paired_speed_up_and_interval():
 
 
 def test_overlapping_intervals_are_not_distinguishable():
-    runs = _session(a=([10.0, 12.0, 11.0, 10.5, 11.5], "int8"), b=([10.8, 11.2, 11.9, 10.1, 12.2], "int8"),
-                    c=([20.0, 21.0, 20.5, 20.2, 20.8], "fp32"))
+    runs = _session(
+        a=([10.0, 12.0, 11.0, 10.5, 11.5], "int8"),
+        b=([10.8, 11.2, 11.9, 10.1, 12.2], "int8"),
+        c=([20.0, 21.0, 20.5, 20.2, 20.8], "fp32"),
+    )
     result = verdict(runs, reference="hf")
     overall = result.pick(OVERALL)
     assert set(overall.leaders) == {"a", "b"} and not overall.distinguishable
@@ -85,8 +129,11 @@ def test_a_race_is_flagged_contended():
 
 
 def test_each_precision_gets_its_fastest_and_the_quality_cost_is_shown():
-    runs = _session(native_int8=([5.0, 5.1, 5.2, 5.0, 5.3], "int8"), slow_int8=([9.0, 9.5, 9.2, 9.1, 9.3], "int8"),
-                    half=([20.0, 20.5, 21.0, 20.2, 20.8], "bf16"))
+    runs = _session(
+        native_int8=([5.0, 5.1, 5.2, 5.0, 5.3], "int8"),
+        slow_int8=([9.0, 9.5, 9.2, 9.1, 9.3], "int8"),
+        half=([20.0, 20.5, 21.0, 20.2, 20.8], "bf16"),
+    )
     quality = [{"backend": "native-int8", "ppl_diff_pct": 0.8}, {"backend": "hf", "ppl_diff_pct": None}]
     result = verdict(runs, reference="hf", quality=quality)
     assert result.pick(OVERALL).leaders == ("native-int8",)
@@ -108,7 +155,9 @@ def test_the_registry_gives_the_precision_not_the_records_dtype(monkeypatch):
 
 
 def test_build_time_is_said_apart_from_cold_start_and_without_a_reference_there_are_no_speed_ups():
-    runs = [_run("onnx-ish", r, 10.0, build_s=18.2 if r == 1 else 18.2, cold=1.1 if r == 1 else None) for r in (1, 2, 3)]
+    runs = [
+        _run("onnx-ish", r, 10.0, build_s=18.2 if r == 1 else 18.2, cold=1.1 if r == 1 else None) for r in (1, 2, 3)
+    ]
     result = verdict(runs, reference="hf")
     text = result.text()
     assert "cold start 1.10 s" in text and "one-time build 18.20 s" in text

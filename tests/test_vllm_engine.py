@@ -40,8 +40,14 @@ def h32_model(isolated_cache):
 @pytest.fixture
 def fake_env(tmp_path):
     pids = tmp_path / "pids.txt"
-    with environ(**{OVERRIDE_VARIABLE: str(fake_vllm_environment(tmp_path / "env")), "FAKE_VLLM_PIDS": str(pids),
-                    "FAKE_VLLM_STEP_MS": "5", "FAKE_VLLM_PER_SEQ_MS": "1"}):
+    with environ(
+        **{
+            OVERRIDE_VARIABLE: str(fake_vllm_environment(tmp_path / "env")),
+            "FAKE_VLLM_PIDS": str(pids),
+            "FAKE_VLLM_STEP_MS": "5",
+            "FAKE_VLLM_PER_SEQ_MS": "1",
+        }
+    ):
         yield pids
 
 
@@ -109,10 +115,28 @@ def test_killed_worker_takes_its_server_down(h32_model, fake_env):
 def test_ctrl_c_stops_the_server(h32_model, fake_env, tmp_path):
     """Ctrl+C in a terminal: SIGINT to the whole foreground process group, as a shell sends it."""
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen([sys.executable, str(root / "main.py"), "bench", "--model", MODEL, "--backends", "vllm",
-                             "--new-tokens", "900", "--repeats", "5", "--no-harness-calibration",
-                             "--out", str(tmp_path / "out")], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(root / "main.py"),
+            "bench",
+            "--model",
+            MODEL,
+            "--backends",
+            "vllm",
+            "--new-tokens",
+            "900",
+            "--repeats",
+            "5",
+            "--no-harness-calibration",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         seen = []
         for raw in iter(proc.stderr.readline, b""):  # the CLI's own progress: the engine is up once loaded
@@ -164,8 +188,9 @@ def test_real_vllm_cpu_server(h32_model, hf_reference_h32, monkeypatch):
     if (made / "installed.json").exists():
         monkeypatch.setenv(OVERRIDE_VARIABLE, str(made))
     ids = list(range(300, 316))
-    config = BenchConfig(model=MODEL, backends=("vllm",), prompt="x", new_tokens=12, repeats=1, threads=2,
-                         concurrency=(1, 2, 4))
+    config = BenchConfig(
+        model=MODEL, backends=("vllm",), prompt="x", new_tokens=12, repeats=1, threads=2, concurrency=(1, 2, 4)
+    )
     session = BenchSession(config)
     result = session.run(h32_model, ids)
     measured = [r for r in result.runs if not r.is_warmup]
@@ -184,9 +209,14 @@ def hf_reference_h32(h32_model):
 
     def greedy(ids, new_tokens):
         with torch.inference_mode():
-            out = model.generate(torch.tensor([list(ids)]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                 do_sample=False, pad_token_id=50256)
-        return out[0, len(ids):].tolist()
+            out = model.generate(
+                torch.tensor([list(ids)]),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=50256,
+            )
+        return out[0, len(ids) :].tolist()
 
     return greedy
 

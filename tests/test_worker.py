@@ -3,23 +3,34 @@
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
-from whistle_stop.backends.engine import EngineOptions
-from whistle_stop.backends.worker.events import RunRequest, Token
-from whistle_stop.backends.sampling import SamplingParams
-from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
-from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError
 from tests import fake_engines
 from tests.conftest import live_workers
+from whistle_stop.backends import registry
+from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.worker.events import RunRequest, Token
+from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError
 
 
 def _session(tiny_model, specs, on_event=None, **config):
     names = tuple(specs)
-    cfg = BenchConfig(model="random:tiny", backends=names, prompt_tokens=8, new_tokens=config.pop("new_tokens", 5),
-                      repeats=config.pop("repeats", 1), warmup=config.pop("warmup", 0), threads=1, **config)
-    return BenchSession(cfg, specs=specs, on_event=on_event)
+    cfg = BenchConfig(
+        model="random:tiny",
+        backends=names,
+        prompt_tokens=8,
+        new_tokens=config.pop("new_tokens", 5),
+        repeats=config.pop("repeats", 1),
+        warmup=config.pop("warmup", 0),
+        threads=1,
+        **config,
+    )
+    with registry.use(specs.values()):  # the session takes its engines' specs now
+        return BenchSession(cfg, on_event=on_event)
 
 
 def test_metrics_of_a_scripted_engine(tiny_model):
@@ -59,8 +70,11 @@ def test_a_hanging_engine_is_killed_after_its_timeout(tiny_model):
 
 
 def test_failures_at_load_and_mid_run_are_recorded(tiny_model):
-    specs = {"noload": fake_engines.spec("noload", fail_load=True), "midway": fake_engines.spec("midway", fail_at=3),
-             "fine": fake_engines.spec("fine")}
+    specs = {
+        "noload": fake_engines.spec("noload", fail_load=True),
+        "midway": fake_engines.spec("midway", fail_at=3),
+        "fine": fake_engines.spec("fine"),
+    }
     result = _session(tiny_model, specs).run()
     by_name = {r.backend: r for r in result.runs}
     assert by_name["noload"].status == "error" and "scripted load failure" in by_name["noload"].error
@@ -153,8 +167,7 @@ class BuildingEngine(fake_engines.ScriptedEngine):
 
 
 def test_ready_passes_the_engines_context_into_every_record(tiny_model):
-    spec = fake_engines.spec("builds")
-    spec = type(spec)(spec.name, "tests.test_worker:BuildingEngine", spec.description, (), "", "fp32", {"load_s": 0.05, "decode_s": 0.02})
+    spec = replace(fake_engines.spec("builds", load_s=0.05, decode_s=0.02), target="tests.test_worker:BuildingEngine")
     worker = Worker(spec, tiny_model, EngineOptions(threads=1))
     try:
         ready = worker.start()
@@ -236,7 +249,7 @@ def test_ttft_holds_none_of_the_workers_own_set_up(monkeypatch, live):
 
     monkeypatch.setattr(threading.Thread, "start", slow_start)
     conn = _RecordingConn()
-    engine = fake_engines.ScriptedEngine(EngineOptions(threads=1))  # its first token is instant
+    engine = fake_engines.ScriptedEngine("scripted", EngineOptions(threads=1))  # its first token is instant
     request = RunRequest("instant/r1", (1, 2, 3), 4, SamplingParams(), live=live)
     child._serve_run(conn, threading.Event(), engine, request)
     started, *middle, done = conn.sent

@@ -19,7 +19,12 @@ def backends_command(_args: argparse.Namespace) -> int:
         table.add_column(column)
     for name, spec in registry.ENGINES.items():
         ok, why = registry.available(name)
-        table.add_row(name, spec.precision, "yes" if ok else "no", escape(spec.description if ok else why),
-                      style=None if ok else "dim")
+        table.add_row(
+            name,
+            spec.precision,
+            "yes" if ok else "no",
+            escape(spec.description if ok else why),
+            style=None if ok else "dim",
+        )
     Console(width=None if sys.stdout.isatty() else 160).print(table)
     return EXIT_OK

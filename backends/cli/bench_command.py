@@ -9,15 +9,32 @@ from rich.console import Console
 from rich.table import Table
 
 from ..results.export import write_results
-from ..results.summary import (SUMMARY_HEADERS, harness_note, interval_note, sampling_notes, summarize_backends,
-                               summary_rows)
+from ..results.summary import (
+    SUMMARY_HEADERS,
+    harness_note,
+    interval_note,
+    sampling_notes,
+    summarize_backends,
+    summary_rows,
+)
 from ..results.verdict import verdict
 from ..runs.bench import BenchResult, BenchSession
 from ..storage import bytecode
+from .common import (
+    add_cached_bandwidth,
+    cancelled,
+    check_reference,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    print_verdict,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .load_table import print_load
-from .common import (add_cached_bandwidth, cancelled, check_reference, config_from_args, in_thread,
-                     out_dir, planned_runs, print_verdict, progress_printer, runs_kept, stderr_console,
-                     stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -31,8 +48,10 @@ def bench_command(args: argparse.Namespace) -> int:
     model, prompt_ids = session.prepare()
     if model.notice:
         err.print(f"[yellow]warning:[/] {model.notice}")
-    err.print(f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
-              f"{config.sampling.decoding} · {session.threads} threads · {config.mode} mode")
+    err.print(
+        f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
+        f"{config.sampling.decoding} · {session.threads} threads · {config.mode} mode"
+    )
     _warn_if_busy(session.threads, err)
     uncompiled = bytecode.warning(bytecode.check())
     if uncompiled:
@@ -58,12 +77,19 @@ def _serve_cold_start(result: BenchResult, threads: int, out, err: Console):
     from .cold_start_table import print_serve_cold_start
 
     config = result.config
-    engine_cold = {}
+    engine_cold: dict[str, float] = {}
     for record in result.runs:
         if record.cold_start_s is not None:
             engine_cold.setdefault(record.backend, record.cold_start_s)
-    rows = measure(engine_specs(config, None), result.model, result.prompt_ids, threads, config.engine_options,
-                   engine_cold, say=lambda line: err.print(f"  {line}", markup=False))
+    rows = measure(
+        engine_specs(config),
+        result.model,
+        result.prompt_ids,
+        threads,
+        config.engine_options,
+        engine_cold,
+        say=lambda line: err.print(f"  {line}", markup=False),
+    )
     print_serve_cold_start(rows, stdout_console())
     return write_csv(out, rows)
 
@@ -76,8 +102,10 @@ def _warn_if_busy(threads: int, err: Console) -> None:
         return
     cores = os.cpu_count() or 1
     if load + threads > cores + 0.5:
-        err.print(f"[yellow]warning:[/] load average {load:.1f} on {cores} cores: other processes compete with the "
-                  f"engines ({threads} threads each), so timings will be noisy")
+        err.print(
+            f"[yellow]warning:[/] load average {load:.1f} on {cores} cores: other processes compete with the "
+            f"engines ({threads} threads each), so timings will be noisy"
+        )
 
 
 def print_summary(result: BenchResult, console: Console) -> None:
@@ -100,4 +128,3 @@ def print_summary(result: BenchResult, console: Console) -> None:
     if any(s.concurrent for s in summaries):
         console.print("[yellow]race mode: engines ran at the same time, so timings are contended[/]")
     print_verdict(verdict(result.runs, list(result.config.backends), reference), console)
-

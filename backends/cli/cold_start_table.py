@@ -13,11 +13,19 @@ def print_serve_cold_start(rows: list[ServeColdStart], console: Console) -> None
     for header in ("engine", "server", "load to finish s", "engine cold start s", "status / note"):
         table.add_column(header, justify="right" if header.endswith(" s") else "left")
     for row in rows:
-        table.add_row(row.engine, row.server, _s(row.serve_cold_start_s), _s(row.engine_cold_start_s),
-                      row.status if not row.note else f"{row.status}: {row.note}")
+        table.add_row(
+            row.engine,
+            row.server,
+            _s(row.serve_cold_start_s),
+            _s(row.engine_cold_start_s),
+            row.status if not row.note else f"{row.status}: {row.note}",
+        )
     console.print(table)
-    console.print("engine cold start: the bench's, its worker spawned to its first token (no HTTP, no server "
-                  "process); load to finish adds the server process's start and one request over HTTP", markup=False)
+    console.print(
+        "engine cold start: the bench's, its worker spawned to its first token (no HTTP, no server "
+        "process); load to finish adds the server process's start and one request over HTTP",
+        markup=False,
+    )
 
 
 def _s(value: float | None) -> str:

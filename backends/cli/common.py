@@ -7,18 +7,19 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Protocol, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
 
 from .. import presets, registry
 from ..errors import UsageError
-from ..runs.bench import BenchConfig, BenchSession, RunRecorded
 from ..results.records import RunRecord
 from ..results.summary import is_measured
 from ..results.verdict import Verdict
+from ..runs.bench import BenchConfig, RunRecorded
 from ..runs.events import LoadRecorded
 from ..sampling import SamplingParams
 from ..storage.atomic import check_writable_dir
@@ -54,20 +55,31 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise UsageError(f"--timeout must be > 0, got {args.timeout}")
     sampling = SamplingParams(args.decoding, args.temperature, args.top_k, args.top_p, args.seed)
     return BenchConfig(
-        model=args.model, backends=backends, prompt=prompt, prompt_tokens=args.prompt_tokens,
-        new_tokens=args.new_tokens, sampling=sampling, repeats=args.repeats, warmup=args.warmup,
-        threads=args.threads, mode=getattr(args, "mode", "fair"), reference=args.reference,
-        timeouts=Timeouts(token_s=args.timeout), engine_options=settings_from_args(args, backends),
-        cold=getattr(args, "cold", False), concurrency=tuple(getattr(args, "concurrency", None) or ()),
-        slo_ttft_ms=getattr(args, "slo_ttft_ms", None), slo_itl_ms=getattr(args, "slo_itl_ms", None),
+        model=args.model,
+        backends=backends,
+        prompt=prompt,
+        prompt_tokens=args.prompt_tokens,
+        new_tokens=args.new_tokens,
+        sampling=sampling,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        threads=args.threads,
+        mode=getattr(args, "mode", "fair"),
+        reference=args.reference,
+        timeouts=Timeouts(token_s=args.timeout),
+        engine_options=settings_from_args(args, backends),
+        cold=getattr(args, "cold", False),
+        concurrency=tuple(getattr(args, "concurrency", None) or ()),
+        slo_ttft_ms=getattr(args, "slo_ttft_ms", None),
+        slo_itl_ms=getattr(args, "slo_itl_ms", None),
     ).validate()
 
 
 def engines_with_preset(preset: str | None, backends: tuple[str, ...], reference: str | None) -> tuple[str, ...]:
-    """--backends alone (default hf), or --preset's available engines followed by --backends' others;
+    """--backends alone (default: the reference engine), or --preset's available engines followed by --backends' others;
     what the preset chose and skipped goes to stderr, one line each."""
     if not preset:
-        return backends or ("hf",)
+        return backends or (registry.reference(),)
     choice = presets.resolve(preset, reference or "")
     combined = choice.combined(backends)
     if not combined.engines:
@@ -78,7 +90,7 @@ def engines_with_preset(preset: str | None, backends: tuple[str, ...], reference
     return combined.engines
 
 
-def print_verdict(verdict: "Verdict", console: Console) -> None:
+def print_verdict(verdict: Verdict, console: Console) -> None:
     """The verdict under a command's table: the same lines the window and the report show."""
     console.print()
     for line in verdict.lines():
@@ -119,7 +131,11 @@ def add_cached_bandwidth(environment: dict, threads: int) -> None:
         environment.setdefault("bandwidth", cached.as_dict())
 
 
-def in_thread(run: Callable[[], T], session: BenchSession, err: Console) -> T:
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+def in_thread(run: Callable[[], T], session: Cancellable, err: Console) -> T:
     """Run in a thread so that Ctrl+C cancels cleanly and partial results are still written."""
     box: dict = {}
     finished = threading.Event()
@@ -162,8 +178,10 @@ def runs_kept(runs: Iterable[RunRecord], planned: int) -> str:
 def cancelled(err: Console, kept: str, out: Path, then: str = "") -> int:
     """Say what a cancelled command kept, and return the exit status of Ctrl+C (130): a script
     chaining `bench && report` must not take a partial result for a complete one."""
-    err.print(f"[yellow]cancelled:[/] {escape(kept)}; partial results written to {escape(str(out))}"
-              + (f"; {escape(then)}" if then else ""))
+    err.print(
+        f"[yellow]cancelled:[/] {escape(kept)}; partial results written to {escape(str(out))}"
+        + (f"; {escape(then)}" if then else "")
+    )
     return EXIT_CANCELLED
 
 
@@ -183,13 +201,18 @@ def progress_printer(console: Console) -> Callable[[object], None]:
             rate = f", {tokens / first.round_s:.1f} output tok/s" if first.round_s else ""
             errors = [r.error for r in event.records if r.error]
             problem = f" [red]{len(errors)} failed:[/] {escape(errors[0])}" if errors else ""
-            console.print(f"  {first.run_id}{' (warm-up)' if first.is_warmup else ''}: {len(ok)}/{len(event.records)} "
-                          f"requests ok{rate}{problem}")
+            console.print(
+                f"  {first.run_id}{' (warm-up)' if first.is_warmup else ''}: {len(ok)}/{len(event.records)} "
+                f"requests ok{rate}{problem}"
+            )
         elif isinstance(event, RunRecorded):
             r = event.record
             if r.status == "ok":
-                console.print(f"  {r.run_id}{' (warm-up)' if r.is_warmup else ''}: TTFT {r.ttft_ms or 0:.1f} ms, "
-                              f"{r.itl_p50_ms or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s")
+                console.print(
+                    f"  {r.run_id}{' (warm-up)' if r.is_warmup else ''}: TTFT {r.ttft_ms or 0:.1f} ms, "
+                    f"{r.itl_p50_ms or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s"
+                )
             else:
                 console.print(f"  [red]{r.run_id}: {r.status}[/] {escape(r.error)}")
+
     return on_event

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..storage.paths import RESOURCES
@@ -19,9 +20,8 @@ DESKTOP_ID = "whistle-stop"  # also the window's desktop file name (gui/app.py),
 COMMAND = "whistle-stop"
 
 
-def data_home(env: dict | None = None) -> Path:
-    env = os.environ if env is None else env
-    value = env.get("XDG_DATA_HOME", "")
+def data_home(env: Mapping[str, str] | None = None) -> Path:
+    value = (os.environ if env is None else env).get("XDG_DATA_HOME", "")
     # The spec: a relative (or empty) path is invalid and is ignored.
     return Path(value) if value and os.path.isabs(value) else Path.home() / ".local" / "share"
 
@@ -54,29 +54,31 @@ def launcher_command(argv0: str | None = None, executable: str | None = None) ->
 
 def exec_arg(arg: str) -> str:
     """Quote one Exec argument (Desktop Entry spec: quoting, then the string escape of backslashes)."""
-    if arg and not any(c in arg for c in ' \t\n"\'\\><~|&;$*?#()`='):
+    if arg and not any(c in arg for c in " \t\n\"'\\><~|&;$*?#()`="):
         return arg.replace("%", "%%")
     quoted = "".join("\\" + c if c in '"`$\\' else c for c in arg).replace("%", "%%")
     return '"' + quoted.replace("\\", "\\\\") + '"'
 
 
 def desktop_entry(command: list[str], version: str) -> str:
-    return "\n".join([
-        "[Desktop Entry]",
-        "Type=Application",
-        "Version=1.5",
-        "Name=whistle-stop",
-        "GenericName=GPT-2 engine benchmark",
-        "Comment=Which way of running GPT-2 is fastest on this machine, and what the speed costs in quality",
-        "Exec=" + " ".join(exec_arg(a) for a in command),
-        f"Icon={DESKTOP_ID}",
-        "Terminal=false",
-        "Categories=Development;Profiling;",
-        "Keywords=benchmark;GPT-2;LLM;ONNX;llama.cpp;latency;",
-        "StartupNotify=true",
-        f"X-Whistle-Stop-Version={version}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "[Desktop Entry]",
+            "Type=Application",
+            "Version=1.5",
+            "Name=whistle-stop",
+            "GenericName=GPT-2 engine benchmark",
+            "Comment=Which way of running GPT-2 is fastest on this machine, and what the speed costs in quality",
+            "Exec=" + " ".join(exec_arg(a) for a in command),
+            f"Icon={DESKTOP_ID}",
+            "Terminal=false",
+            "Categories=Development;Profiling;",
+            "Keywords=benchmark;GPT-2;LLM;ONNX;llama.cpp;latency;",
+            "StartupNotify=true",
+            f"X-Whistle-Stop-Version={version}",
+            "",
+        ]
+    )
 
 
 def install(home: Path | None = None, command: list[str] | None = None) -> list[Path]:
@@ -84,8 +86,10 @@ def install(home: Path | None = None, command: list[str] | None = None) -> list[
 
     home = data_home() if home is None else home
     entry, icon = entry_path(home), icon_path(home)
-    for path, data in ((icon, (RESOURCES / "icons" / "app.svg").read_bytes()),
-                       (entry, desktop_entry(command or launcher_command(), __version__).encode("utf-8"))):
+    for path, data in (
+        (icon, (RESOURCES / "icons" / "app.svg").read_bytes()),
+        (entry, desktop_entry(command or launcher_command(), __version__).encode("utf-8")),
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)

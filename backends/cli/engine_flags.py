@@ -39,8 +39,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(cls.CLI_TITLE or cls.__name__)
         for field, meta in cls.options():
             if meta.flag:
-                group.add_argument(meta.flag, type=_value_type(cls, field), default=meta.cli_default,
-                                   help=meta.help or None)
+                group.add_argument(
+                    meta.flag, type=_value_type(cls, field), default=meta.cli_default, help=meta.help or None
+                )
 
 
 def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> dict[str, EngineSettings]:

@@ -11,9 +11,11 @@ import sys
 from . import desktop_entry
 
 OPTIONS = {"--install-desktop-entry": "install", "--uninstall-desktop-entry": "uninstall"}
-HELP = ("\ndesktop menu (Linux, for this user; $XDG_DATA_HOME or ~/.local/share):\n"
-        "  --install-desktop-entry    add whistle-stop (launcher and icon) to the desktop's application menu\n"
-        "  --uninstall-desktop-entry  remove them")
+HELP = (
+    "\ndesktop menu (Linux, for this user; $XDG_DATA_HOME or ~/.local/share):\n"
+    "  --install-desktop-entry    add whistle-stop (launcher and icon) to the desktop's application menu\n"
+    "  --uninstall-desktop-entry  remove them"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from .. import registry
 from ..results.load import LOAD_HEADERS, load_rows, session_levels
 from ..runs.result import BenchResult
 
@@ -16,17 +17,25 @@ def print_load(result: BenchResult, console: Console) -> None:
     levels = session_levels(result.runs, result.tokens, result.load, config.slo)
     cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
     for prompt, new in cells:
-        table = Table(title=f"load: {prompt}-token prompts, {new} new tokens, "
-                            f"levels {', '.join(map(str, sorted(set(config.concurrency) | {1})))}")
+        table = Table(
+            title=f"load: {prompt}-token prompts, {new} new tokens, "
+            f"levels {', '.join(map(str, sorted(set(config.concurrency) | {1})))}"
+        )
         for header in LOAD_HEADERS:
             table.add_column(header, justify="left" if header in ("backend", "kind") else "right")
         for row in load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == (prompt, new)]):
             table.add_row(*row)
         console.print(table)
-    console.print("output tok/s: every generated token over the level's wall time (rounds of requests sent "
-                  "together); ITL pooled over every request's gaps; goodput: " + config.slo.describe(), markup=False)
+    console.print(
+        "output tok/s: every generated token over the level's wall time (rounds of requests sent "
+        "together); ITL pooled over every request's gaps; goodput: " + config.slo.describe(),
+        markup=False,
+    )
     for level in levels:
         if level.notes:
             console.print(f"{level.backend} at {level.concurrency}: {level.notes}", markup=False)
     if not servers:
-        console.print("no engine served concurrently (only server engines - remote, vllm - have levels above 1)")
+        console.print(
+            f"no engine served concurrently (only server engines - "
+            f"{', '.join(registry.serving_concurrently())} - have levels above 1)"
+        )

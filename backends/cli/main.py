@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import UsageError
 from .parser import build_parser
@@ -66,8 +66,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "gui": _gui, "backends": _backends, "bench": _bench, "sweep": _sweep, "quality": _quality, "profile": _profile,
-    "report": _report, "serve": _serve,
+    "gui": _gui,
+    "backends": _backends,
+    "bench": _bench,
+    "sweep": _sweep,
+    "quality": _quality,
+    "profile": _profile,
+    "report": _report,
+    "serve": _serve,
 }
 
 

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
-from .. import __version__
+from .. import __version__, registry
 from ..errors import UsageError
 from ..presets import preset_names
 from .engine_flags import add_engine_flags
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like our own usage errors
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like our own usage errors
         raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(description="whistle-stop: which way of running GPT-2 is fastest here, "
-                     "and what the speed costs in quality.")
+    parser = _Parser(
+        description="whistle-stop: which way of running GPT-2 is fastest here, and what the speed costs in quality."
+    )
     parser.add_argument("--version", action="version", version=f"whistle-stop {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     sub.add_parser("gui", help="open the desktop app (the default)")
@@ -27,16 +29,24 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmark engines headless and write CSV/JSON records")
     add_run_arguments(bench)
     bench.add_argument("--out", default="results", help="folder for tokens.csv, runs.csv, environment.json")
-    bench.add_argument("--no-harness-calibration", action="store_true",
-                       help="skip timing the null engine after the bench (the harness's own cost per token)")
-    bench.add_argument("--serve-cold-start", action="store_true",
-                       help="after the bench, time process start to first completed response of `serve` with each "
-                            "engine, and of the engines' own servers (llama.cpp's, vLLM's) where installed: "
-                            "serve_cold_start.csv")
+    bench.add_argument(
+        "--no-harness-calibration",
+        action="store_true",
+        help="skip timing the null engine after the bench (the harness's own cost per token)",
+    )
+    bench.add_argument(
+        "--serve-cold-start",
+        action="store_true",
+        help="after the bench, time process start to first completed response of `serve` with each "
+        "engine, and of the engines' own servers (llama.cpp's, vLLM's) where installed: "
+        "serve_cold_start.csv",
+    )
     sweep = sub.add_parser("sweep", help="benchmark engines over prompt x output lengths (resumable), with plots")
     add_run_arguments(sweep, sweep=True)
     sweep.add_argument("--out", default="sweep", help="folder for the records, environment.json and plots")
-    sweep.add_argument("--restart", action="store_true", help="discard an unfinished sweep in --out instead of resuming")
+    sweep.add_argument(
+        "--restart", action="store_true", help="discard an unfinished sweep in --out instead of resuming"
+    )
     sweep.add_argument("--no-plots", action="store_true", help="write records only")
     quality = sub.add_parser("quality", help="perplexity per engine, agreement with the reference, speed beside it")
     add_run_arguments(quality)
@@ -49,15 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
     profile = sub.add_parser("profile", help="where each engine's time goes: per-step breakdown, floor, traces")
     add_run_arguments(profile)
     profile.set_defaults(repeats=3)
-    profile.add_argument("--out", default="profile", help="folder for breakdown.csv, top_ops.csv, profile.json, "
-                         "the traces, charts and the unprofiled runs' records")
+    profile.add_argument(
+        "--out",
+        default="profile",
+        help="folder for breakdown.csv, top_ops.csv, profile.json, the traces, charts and the unprofiled runs' records",
+    )
     report = sub.add_parser("report", help="turn results folders into a self-contained HTML page and PNGs")
     report.add_argument("folders", nargs="+", type=Path, help="bench, sweep or quality results folders")
-    report.add_argument("--out", type=Path, help="folder for report.html and the PNGs (default: report; with "
-                        "--markdown alone, no HTML is written)")
-    report.add_argument("--markdown", type=Path, metavar="FILE",
-                        help="write one results folder as a Markdown page (environment, command, verdict, summary "
-                             "table) for docs/measurements/")
+    report.add_argument(
+        "--out",
+        type=Path,
+        help="folder for report.html and the PNGs (default: report; with --markdown alone, no HTML is written)",
+    )
+    report.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="write one results folder as a Markdown page (environment, command, verdict, summary "
+        "table) for docs/measurements/",
+    )
     serve = sub.add_parser("serve", help="serve one engine behind an OpenAI-compatible completions API")
     add_serve_arguments(serve)
     return parser
@@ -68,21 +88,40 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="auto", help="auto | hub id | local folder | random:<config>")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="engine processes, one request each at a time: N concurrent streams at N times the memory, "
-                        "the cores split between them")
-    p.add_argument("--queue", type=int, default=32,
-                   help="requests that may wait for a worker; beyond them: 503 with Retry-After")
-    p.add_argument("--threads", type=int, default=0,
-                   help="threads per worker (0: the usable physical cores divided among the workers)")
-    p.add_argument("--shutdown-timeout", type=float, default=10.0,
-                   help="seconds in-flight requests may take to finish after SIGTERM or Ctrl+C before they are "
-                        "cancelled")
-    p.add_argument("--api-key-env", help="environment variable holding an API key that requests must send "
-                   "(Authorization: Bearer KEY); the key is never logged")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="engine processes, one request each at a time: N concurrent streams at N times the memory, "
+        "the cores split between them",
+    )
+    p.add_argument(
+        "--queue", type=int, default=32, help="requests that may wait for a worker; beyond them: 503 with Retry-After"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads per worker (0: the usable physical cores divided among the workers)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        help="seconds in-flight requests may take to finish after SIGTERM or Ctrl+C before they are cancelled",
+    )
+    p.add_argument(
+        "--api-key-env",
+        help="environment variable holding an API key that requests must send "
+        "(Authorization: Bearer KEY); the key is never logged",
+    )
     p.add_argument("--served-model-name", help="the model's name in /v1/models and requests (default: its id)")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds without a token before a worker counts as hung (it is restarted)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds without a token before a worker counts as hung (it is restarted)",
+    )
     add_engine_flags(p)
 
 
@@ -98,15 +137,26 @@ def _int_list(text: str) -> list[int]:
 
 def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """The generation options; with `sweep`, lengths are comma-separated lists and mode is fair only."""
-    p.add_argument("--model", default="auto", help="auto | hub id (gpt2, distilgpt2, ...) | local folder | random:<config>")
-    p.add_argument("--backends", help="comma-separated engine names (see `main.py backends`; default: hf); "
-                   "with --preset, engines added to the preset's")
-    p.add_argument("--preset", help="a named set of the engines available here: " + ", ".join(preset_names())
-                   + " (the ones it skips are named, with why)")
+    p.add_argument(
+        "--model", default="auto", help="auto | hub id (gpt2, distilgpt2, ...) | local folder | random:<config>"
+    )
+    p.add_argument(
+        "--backends",
+        help=f"comma-separated engine names (see `main.py backends`; default: "
+        f"{registry.reference()}); with --preset, engines added to the preset's",
+    )
+    p.add_argument(
+        "--preset",
+        help="a named set of the engines available here: "
+        + ", ".join(preset_names())
+        + " (the ones it skips are named, with why)",
+    )
     p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
     if sweep:
-        p.add_argument("--prompt-tokens", type=_int_list, default=[16, 64, 256, 512], help="prompt lengths, e.g. 16,64,256,512")
+        p.add_argument(
+            "--prompt-tokens", type=_int_list, default=[16, 64, 256, 512], help="prompt lengths, e.g. 16,64,256,512"
+        )
         p.add_argument("--new-tokens", type=_int_list, default=[16, 64, 256], help="output lengths, e.g. 16,64,256")
     else:
         p.add_argument("--prompt-tokens", type=int, default=50, help="length of the bundled prompt in tokens")
@@ -118,19 +168,38 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=3, help="measured runs per engine")
     p.add_argument("--warmup", type=int, default=1, help="warm-up runs per engine (recorded, not summarised)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="threads per engine (0: the usable physical cores, capped by the cgroup CPU quota)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads per engine (0: the usable physical cores, capped by the cgroup CPU quota)",
+    )
     if not sweep:
         p.add_argument("--mode", choices=["fair", "race"], default="fair")
-    p.add_argument("--concurrency", type=_int_list, default=[],
-                   help="load levels for server engines (remote, vllm), e.g. 1,2,4,8: that many requests at once, "
-                        "each with its own random prefix; every engine's bench runs are level 1")
+    p.add_argument(
+        "--concurrency",
+        type=_int_list,
+        default=[],
+        help=f"load levels for server engines ({', '.join(registry.serving_concurrently())}), e.g. "
+        "1,2,4,8: that many requests at once, "
+        "each with its own random prefix; every engine's bench runs are level 1",
+    )
     p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO: a request's time to first token at most this")
-    p.add_argument("--slo-itl-ms", type=float,
-                   help="goodput SLO: a request's mean inter-token latency (TPOT, as vLLM's goodput) at most this")
-    p.add_argument("--reference", help="engine whose tokens the others are compared with (default: hf)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung")
-    p.add_argument("--cold", action="store_true",
-                   help="evict the weights and this engine's cached artefact files from the page cache before "
-                        "each engine starts (Linux)")
-    add_engine_flags(p)  # each engine's own settings, e.g. --remote-url
+    p.add_argument(
+        "--slo-itl-ms",
+        type=float,
+        help="goodput SLO: a request's mean inter-token latency (TPOT, as vLLM's goodput) at most this",
+    )
+    p.add_argument(
+        "--reference", help=f"engine whose tokens the others are compared with (default: {registry.reference()})"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung"
+    )
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="evict the weights and this engine's cached artefact files from the page cache before "
+        "each engine starts (Linux)",
+    )
+    add_engine_flags(p)  # each engine's own settings (a server's URL, say)

@@ -10,11 +10,22 @@ from rich.table import Table
 from ..profile.files import write_profile
 from ..profile.table import HEADERS, NOTE, profile_row, shown_columns, top_ops_line
 from ..results.export import write_results
-from ..status import RunStatus
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
-from .common import (cancelled, charts, config_from_args, in_thread, out_dir, planned_runs, progress_printer,
-                     runs_kept, stderr_console, stdout_console)
+from ..status import RunStatus
+from .common import (
+    cancelled,
+    charts,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .main import EXIT_OK, EXIT_RUN_FAILED
+
 
 def profile_command(args: argparse.Namespace) -> int:
     err = stderr_console()
@@ -32,12 +43,22 @@ def profile_command(args: argparse.Namespace) -> int:
     model, prompt_ids = session.prepare()
     if model.notice:
         err.print(f"[yellow]warning:[/] {model.notice}")
-    err.print(f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
-              f"{config.sampling.decoding} · {session.threads} threads · engines one at a time")
+    err.print(
+        f"model {model.label} · prompt {len(prompt_ids)} tokens · {config.new_tokens} new tokens · "
+        f"{config.sampling.decoding} · {session.threads} threads · engines one at a time"
+    )
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     paths = write_results(out, result.bench.runs, result.bench.tokens, result.bench.environment)
-    paths += write_profile(out, result.profiles, {**config.as_dict(), "prompt_tokens": len(prompt_ids),
-                                                  "model": model.label, "threads_resolved": session.threads})
+    paths += write_profile(
+        out,
+        result.profiles,
+        {
+            **config.as_dict(),
+            "prompt_tokens": len(prompt_ids),
+            "model": model.label,
+            "threads_resolved": session.threads,
+        },
+    )
     paths += _charts(result, out, err)
     print_profile(result, stdout_console(), random_weights=model.is_random)
     err.print("wrote " + ", ".join(str(p) for p in paths))
@@ -46,8 +67,12 @@ def profile_command(args: argparse.Namespace) -> int:
         err.print(f"traces (open in https://ui.perfetto.dev or chrome://tracing): {', '.join(traces)}")
     if result.cancelled:
         profiled = sum(1 for p in result.profiles if p.status == RunStatus.OK)
-        return cancelled(err, f"{runs_kept(result.bench.runs, planned_runs(config))}, {profiled} of "
-                              f"{len(config.backends)} engines profiled", out)
+        return cancelled(
+            err,
+            f"{runs_kept(result.bench.runs, planned_runs(config))}, {profiled} of "
+            f"{len(config.backends)} engines profiled",
+            out,
+        )
     return EXIT_RUN_FAILED if any(p.status != RunStatus.OK for p in result.profiles) else EXIT_OK
 
 
@@ -56,22 +81,30 @@ def _charts(result: ProfileResult, out, err: Console) -> list:
         from ..report import figures
         from ..report.plots import render_png
 
-        return [render_png(figures.profile_breakdown(result.profiles, phase), out / f"profile_{phase}.png")
-                for phase in ("decode", "prefill")]
+        return [
+            render_png(figures.profile_breakdown(result.profiles, phase), out / f"profile_{phase}.png")
+            for phase in ("decode", "prefill")
+        ]
 
     return charts(render, err)
 
 
 def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:
-    probe = (f"its bytes per token read by the faster of sgemv and the own kernel, {result.bandwidth.threads} "
-             f"thread{'s' if result.bandwidth.threads != 1 else ''}" if result.bandwidth else "")
+    probe = (
+        f"its bytes per token read by the faster of sgemv and the own kernel, {result.bandwidth.threads} "
+        f"thread{'s' if result.bandwidth.threads != 1 else ''}"
+        if result.bandwidth
+        else ""
+    )
     if any(p.floor_device != "cpu" and p.bandwidth_gb_s for p in result.profiles):
         probe += ("; " if probe else "") + "a CUDA engine's by its GPU (the faster of cuBLAS's gemv and a sum)"
     probe = probe or "bandwidth not measured"
     for phase in ("decode", "prefill"):
         unit = "ms per token" if phase == "decode" else "ms for the prompt"
-        table = Table(title=f"{phase} step, {unit}" + (f" (floor: {probe}, probed around each engine)"
-                                                        if phase == "decode" else ""))
+        table = Table(
+            title=f"{phase} step, {unit}"
+            + (f" (floor: {probe}, probed around each engine)" if phase == "decode" else "")
+        )
         rows = [profile_row(p, phase) for p in result.profiles]
         columns = shown_columns(rows)
         for index in columns:

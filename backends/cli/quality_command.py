@@ -11,9 +11,21 @@ from rich.table import Table
 
 from ..errors import UsageError
 from ..results.verdict import verdict
-from .common import (add_cached_bandwidth, cancelled, charts, check_reference, config_from_args, in_thread,
-                     out_dir, planned_runs, print_verdict, progress_printer, runs_kept, stderr_console,
-                     stdout_console)
+from .common import (
+    add_cached_bandwidth,
+    cancelled,
+    charts,
+    check_reference,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    print_verdict,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -27,28 +39,35 @@ def quality_command(args: argparse.Namespace) -> int:
     if args.bench is not None and not Path(args.bench).is_dir():
         raise UsageError(f"--bench {args.bench} is not a folder")
     out = out_dir(args.out)
-    settings = QualitySettings(text_path=args.text, max_length=args.max_length, stride=args.stride, bench_dir=args.bench)
+    settings = QualitySettings(
+        text_path=args.text, max_length=args.max_length, stride=args.stride, bench_dir=args.bench
+    )
     session = QualitySession(config, settings, on_event=progress_printer(err))
     model, prompt_ids = session.prepare()
     info = session.text_info
-    err.print(f"model {model.label} · {info['text_tokens']} text tokens in {info['windows']} windows of "
-              f"{info['max_length']} (stride {info['stride']}) · reference {session.reference}")
+    err.print(
+        f"model {model.label} · {info['text_tokens']} text tokens in {info['windows']} windows of "
+        f"{info['max_length']} (stride {info['stride']}) · reference {session.reference}"
+    )
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
+    quality = session.quality
+    assert quality is not None  # run() made it
     add_cached_bandwidth(result.environment, session.threads)
-    paths = write_quality(out, result, session.quality)
+    paths = write_quality(out, result, quality)
+
     def render() -> list[Path]:
         from ..report.plots import render_png
 
-        figure = speed_vs_quality([vars(r) for r in session.quality.rows], model.is_random)
+        figure = speed_vs_quality([vars(r) for r in quality.rows], model.is_random)
         return [render_png(figure, out / f"{figure.name}.png")]
 
     paths += charts(render, err)
-    _print_quality(session.quality, model, stdout_console())
-    quality_rows = [vars(r) for r in session.quality.rows]
+    _print_quality(quality, model, stdout_console())
+    quality_rows = [vars(r) for r in quality.rows]
     print_verdict(verdict(result.runs, list(config.backends), session.reference, quality_rows), stdout_console())
     err.print("wrote " + ", ".join(str(p) for p in paths))
     if result.cancelled:
-        scored = sum(1 for r in session.quality.rows if r.perplexity is not None)
+        scored = len([r for r in quality.rows if r.perplexity is not None])
         runs = "runs from --bench" if args.bench is not None else runs_kept(result.runs, planned_runs(config))
         return cancelled(err, f"{runs}, perplexity of {scored} of {len(config.backends)} engines", out)
     failed = result.failed or any(r.status != "ok" for r in session.quality.rows)
@@ -58,21 +77,38 @@ def quality_command(args: argparse.Namespace) -> int:
 def _print_quality(quality, model, console: Console) -> None:
     from ..results.summary import fmt
 
-    table = Table(title=f"{model.label}: perplexity on {Path(quality.info['text']).name} "
-                        f"({quality.info['scored_tokens']} tokens scored)")
+    table = Table(
+        title=f"{model.label}: perplexity on {Path(quality.info['text']).name} "
+        f"({quality.info['scored_tokens']} tokens scored)"
+    )
     for header in ("backend", "dtype", "perplexity", "Δ vs ref", "tok/s", "agree", "first divergence", "status"):
         table.add_column(header, justify="left" if header in ("backend", "dtype", "status") else "right")
     for r in quality.rows:
-        delta = "reference" if r.backend == r.reference else (f"{r.ppl_diff:+.3f} ({r.ppl_diff_pct:+.2f}%)"
-                                                              if r.ppl_diff is not None else "-")
-        agree = f"{r.agree_tokens}/{r.compared_tokens} ({100 * r.agree_share:.0f}%)" if r.agree_share is not None else "-"
+        delta = (
+            "reference"
+            if r.backend == r.reference
+            else (f"{r.ppl_diff:+.3f} ({r.ppl_diff_pct:+.2f}%)" if r.ppl_diff is not None else "-")
+        )
+        agree = (
+            f"{r.agree_tokens}/{r.compared_tokens} ({100 * r.agree_share:.0f}%)" if r.agree_share is not None else "-"
+        )
         status = r.status if r.status == "ok" else f"{r.status}: {r.error}"[:80]
-        table.add_row(r.backend, r.dtype, fmt(r.perplexity, 3), delta, fmt(r.decode_tok_s),
-                      agree, "-" if r.first_divergence is None else str(r.first_divergence), escape(status))
+        table.add_row(
+            r.backend,
+            r.dtype,
+            fmt(r.perplexity, 3),
+            delta,
+            fmt(r.decode_tok_s),
+            agree,
+            "-" if r.first_divergence is None else str(r.first_divergence),
+            escape(status),
+        )
     console.print(table)
     for d in quality.divergences:
-        console.print(f"{d.backend} diverges from {d.reference} at generated token {d.position}: "
-                      f"{d.reference_token['text']!r} vs {d.token['text']!r}")
+        console.print(
+            f"{d.backend} diverges from {d.reference} at generated token {d.position}: "
+            f"{d.reference_token['text']!r} vs {d.token['text']!r}"
+        )
         for label, top in ((d.reference, d.reference_top), (d.backend, d.top)):
             items = ", ".join(f"{t['text']!r} {t['logit']:.3f}" for t in top) or d.error or "-"
             console.print(f"  top-5 {label}: {escape(items)}")

@@ -25,9 +25,19 @@ from .engine_flags import settings_from_args
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
-    return ServeConfig(args.backend.strip(), args.model, args.host.strip(), args.port, args.workers, args.queue,
-                       args.threads, args.shutdown_timeout, args.timeout, (args.api_key_env or "").strip(),
-                       (args.served_model_name or "").strip()).validate()
+    return ServeConfig(
+        args.backend.strip(),
+        args.model,
+        args.host.strip(),
+        args.port,
+        args.workers,
+        args.queue,
+        args.threads,
+        args.shutdown_timeout,
+        args.timeout,
+        (args.api_key_env or "").strip(),
+        (args.served_model_name or "").strip(),
+    ).validate()
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -38,8 +48,12 @@ def serve_command(args: argparse.Namespace) -> int:
     api_key = config.api_key()
     settings = settings_from_args(args, (config.backend,)).get(config.backend)
     sock = bind(config.host, config.port)  # a busy port is said before anything loads
+
+    def progress(message: str, fraction: float | None = None) -> None:
+        err.print(f"  {escape(message)}")
+
     try:
-        model = resolve_model(config.model, lambda message, fraction=None: err.print(f"  {escape(message)}"))
+        model = resolve_model(config.model, progress)
     except BaseException:
         sock.close()
         raise
@@ -53,16 +67,29 @@ def serve_command(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         err.print(escape(line))
 
-    service = Service(spec, model, EngineOptions(threads=threads, settings=settings), workers=config.workers,
-                      queue=config.queue, served_name=config.served_model_name, api_key=api_key,
-                      timeouts=Timeouts(token_s=config.token_timeout_s), log=log, say=say)
+    service = Service(
+        spec,
+        model,
+        EngineOptions(threads=threads, settings=settings),
+        workers=config.workers,
+        queue=config.queue,
+        served_name=config.served_model_name,
+        api_key=api_key,
+        timeouts=Timeouts(token_s=config.token_timeout_s),
+        log=log,
+        say=say,
+    )
     server = ServeServer(service, config.host, config.port, config.shutdown_timeout_s, sock)
-    err.print(f"serving {config.backend} ({escape(model.label)}) at {server.url}/v1 as "
-              f"{escape(service.info.name)!r}: {config.workers} worker(s) x {threads} thread(s), queue "
-              f"{config.queue}{', API key required' if api_key else ''}; /health, /metrics; Ctrl+C stops")
+    err.print(
+        f"serving {config.backend} ({escape(model.label)}) at {server.url}/v1 as "
+        f"{escape(service.info.name)!r}: {config.workers} worker(s) x {threads} thread(s), queue "
+        f"{config.queue}{', API key required' if api_key else ''}; /health, /metrics; Ctrl+C stops"
+    )
     if config.exposed and not api_key:
-        err.print(f"[yellow]warning:[/] listening on {escape(config.host)} without an API key: anyone who can reach "
-                  "this port can use it (--api-key-env VAR)")
+        err.print(
+            f"[yellow]warning:[/] listening on {escape(config.host)} without an API key: anyone who can reach "
+            "this port can use it (--api-key-env VAR)"
+        )
     code = server.run()
     err.print("stopped" if code == 0 else f"[red]stopped:[/] {escape(service.fatal)}")
     sys.stdout.flush()

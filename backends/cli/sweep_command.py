@@ -7,10 +7,22 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from ..results.records import runs_of
 from ..runs.bench import BenchResult
+from .common import (
+    cancelled,
+    charts,
+    check_reference,
+    config_from_args,
+    in_thread,
+    out_dir,
+    planned_runs,
+    progress_printer,
+    runs_kept,
+    stderr_console,
+    stdout_console,
+)
 from .load_table import print_load
-from .common import (cancelled, charts, check_reference, config_from_args, in_thread, out_dir,
-                     planned_runs, progress_printer, runs_kept, stderr_console, stdout_console)
 from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -19,7 +31,9 @@ def sweep_command(args: argparse.Namespace) -> int:
     from ..runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepSession
 
     err = stderr_console()
-    first = argparse.Namespace(**{**vars(args), "prompt_tokens": args.prompt_tokens[0], "new_tokens": args.new_tokens[0]})
+    first = argparse.Namespace(
+        **{**vars(args), "prompt_tokens": args.prompt_tokens[0], "new_tokens": args.new_tokens[0]}
+    )
     config = config_from_args(first)
     check_reference(config)
     grid = SweepGrid(tuple(args.prompt_tokens), tuple(args.new_tokens)).validate()
@@ -28,7 +42,9 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     def on_event(event) -> None:
         if isinstance(event, CellStarted):
-            err.print(f"[bold]cell {event.index}/{event.total}[/]: prompt {event.prompt_tokens}, new {event.new_tokens}")
+            err.print(
+                f"[bold]cell {event.index}/{event.total}[/]: prompt {event.prompt_tokens}, new {event.new_tokens}"
+            )
         elif isinstance(event, CellDone):
             err.print(f"  cell {event.index}/{event.total} written to {out}")
         elif isinstance(event, SweepNote):
@@ -44,17 +60,22 @@ def sweep_command(args: argparse.Namespace) -> int:
         err.print(f"[yellow]skipped:[/] prompt {skipped.prompt_tokens}, new {skipped.new_tokens}: {skipped.reason}")
     if plan.completed:
         err.print(f"resuming: {len(plan.completed)} cell(s) already complete in {out}, {len(plan.cells)} to run")
-    err.print(f"model {plan.model.label} · {len(plan.cells)} cells · {config.repeats} repeats · "
-              f"{config.sampling.decoding} · {session.threads} threads")
+    err.print(
+        f"model {plan.model.label} · {len(plan.cells)} cells · {config.repeats} repeats · "
+        f"{config.sampling.decoding} · {session.threads} threads"
+    )
     result = in_thread(lambda: session.run(plan), session, err)
     if not args.no_plots and result.runs:
+
         def render() -> list:
             from ..report.plots import render_all
 
             gb_s = (result.environment.get("bandwidth") or {}).get("gb_s")
-            figures = [ttft_vs_prompt(result.runs, gb_s, result.environment),
-                       decode_vs_output(result.runs, gb_s, result.environment),
-                       itl_vs_position(result.runs, result.tokens, gb_s, result.environment)]
+            figures = [
+                ttft_vs_prompt(result.runs, gb_s, result.environment),
+                decode_vs_output(result.runs, gb_s, result.environment),
+                itl_vs_position(result.runs, result.tokens, gb_s, result.environment),
+            ]
             return render_all(figures, out)
 
         plots = charts(render, err)
@@ -67,10 +88,15 @@ def sweep_command(args: argparse.Namespace) -> int:
         # A resume runs an unfinished cell again: only the runs of this command's finished cells are kept.
         done = {tuple(key) for key in (result.environment.get("sweep") or {}).get("completed", [])}
         cells = [cell.key for cell in plan.cells if cell.key in done]
-        kept = runs_kept([r for r in result.runs if (r.prompt_tokens, r.new_tokens) in cells],
-                         planned_runs(config, len(plan.cells)))
-        return cancelled(err, f"{kept} ({len(cells)} of {len(plan.cells)} cells complete)", out,
-                         "run the same command again to resume")
+        kept = runs_kept(
+            [r for r in result.runs if (r.prompt_tokens, r.new_tokens) in cells], planned_runs(config, len(plan.cells))
+        )
+        return cancelled(
+            err,
+            f"{kept} ({len(cells)} of {len(plan.cells)} cells complete)",
+            out,
+            "run the same command again to resume",
+        )
     return EXIT_RUN_FAILED if result.failed else EXIT_OK
 
 
@@ -86,9 +112,13 @@ def _print_sweep(result: BenchResult, console: Console) -> None:
     for p, n in sorted({(r.prompt_tokens, r.new_tokens) for r in measured}):
         cells = []
         for b in backends:
-            mine = [r for r in measured if r.backend == b and (r.prompt_tokens, r.new_tokens) == (p, n)]
-            cells.append(f"{fmt(summarize([r.ttft_ms for r in mine]).median)} · "
-                         f"{fmt(summarize([r.decode_tok_s for r in mine]).median)}" if mine else "-")
+            mine = [r for r in runs_of(measured, b) if (r.prompt_tokens, r.new_tokens) == (p, n)]
+            cells.append(
+                f"{fmt(summarize([r.ttft_ms for r in mine]).median)} · "
+                f"{fmt(summarize([r.decode_tok_s for r in mine]).median)}"
+                if mine
+                else "-"
+            )
         table.add_row(str(p), str(n), *cells)
     console.print(table)
     if result.model.is_random:

@@ -16,23 +16,22 @@ import struct
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..storage import artifact_cache
-from .artifact_folders import CT2_KIND
-from ..engine import Engine, EngineInfo, EngineOptions
-from ..sources.model_files import ModelFiles
-from ..storage.paths import TOKENIZER_DIR
+from ..engine import Capabilities, Engine, EngineInfo, EngineOptions
 from ..sampling import Sampler
+from ..sources.model_files import ModelFiles
+from ..storage import artifact_cache
+from ..storage.paths import TOKENIZER_DIR
+from .artifact_folders import CT2_KIND
 
 # CTranslate2's PyPI wheels carry two GEMM backends and pick one per process at import
 # (src/cpu/backend.cc): Intel MKL when CT2_USE_MKL says so, or by default on a GenuineIntel CPU,
-# otherwise oneDNN (DNNL). Measured: on an Intel Xeon fp32 ran twice as fast through oneDNN and
-# int8 faster through MKL; on an AMD EPYC, MKL's int8 GEMM took 417 ms/token against oneDNN's
-# 25 (random:gpt2, 2 threads): MKL does not use its fast int8 kernels on other vendors' CPUs.
+# otherwise oneDNN (DNNL). fp32 is faster through oneDNN and int8 through MKL on Intel, but MKL
+# does not use its fast int8 kernels on other vendors' CPUs (docs/engines.md).
 _MKL_ON_INTEL = {"float32": "0", "int8": "1"}
 _QUANTIZATION = {"float32": None, "int8": "int8"}
 FORMAT = "ct2-1"
@@ -56,10 +55,12 @@ def gemm_note(compute_type: str, use_mkl: str, vendor: str, source: str) -> str:
     """Which GEMM backend CTranslate2 uses (the rule of its backend.cc for wheels built with MKL
     and oneDNN), why, and the setting that fixes a slow choice."""
     mkl = use_mkl.strip().lower() in ("1", "true", "on") if use_mkl else vendor == "GenuineIntel"
-    note = f"GEMM backend {'MKL' if mkl else 'oneDNN'} (CT2_USE_MKL={use_mkl or 'unset'}, {source}; CPU {vendor or 'unknown'})"
+    note = (
+        f"GEMM backend {'MKL' if mkl else 'oneDNN'} (CT2_USE_MKL={use_mkl or 'unset'}, {source}; "
+        f"CPU {vendor or 'unknown'})"
+    )
     if mkl and compute_type == "int8" and vendor != "GenuineIntel":
-        note += ("; MKL's int8 GEMM is slow on non-Intel CPUs (16x slower than oneDNN on an AMD EPYC): "
-                 "set CT2_USE_MKL=0")
+        note += "; MKL's int8 GEMM is slow on non-Intel CPUs (16x slower than oneDNN on an AMD EPYC): set CT2_USE_MKL=0"
     return note
 
 
@@ -73,12 +74,15 @@ def _import_ctranslate2(compute_type: str) -> tuple[object, str]:
     else:
         os.environ["CT2_USE_MKL"] = choose_use_mkl(compute_type, vendor)
         source = "chosen for this CPU and compute type"
-    return importlib.import_module("ctranslate2"), gemm_note(compute_type, os.environ.get("CT2_USE_MKL", ""), vendor, source)
+    note = gemm_note(compute_type, os.environ.get("CT2_USE_MKL", ""), vendor, source)
+    return importlib.import_module("ctranslate2"), note
 
 
 class CTranslate2Engine(Engine):
-    def __init__(self, options: EngineOptions, compute_type: str = "float32") -> None:
-        super().__init__(options)
+    capabilities = Capabilities(own_loop=True)  # CTranslate2's generator makes the tokens
+
+    def __init__(self, name: str, options: EngineOptions, compute_type: str = "float32") -> None:
+        super().__init__(name, options)
         if compute_type not in _MKL_ON_INTEL:
             raise ValueError(f"unsupported CTranslate2 compute type {compute_type!r}")
         self.compute_type = compute_type
@@ -92,31 +96,45 @@ class CTranslate2Engine(Engine):
         threads = self.options.threads or os.cpu_count() or 1
         version = self.ct2.__version__
         artefact = artifact_cache.ensure(
-            CT2_KIND, model.weights_hash, self.compute_type,
+            CT2_KIND,
+            model.weights_hash,
+            self.compute_type,
             lambda out: convert(model, out, self.compute_type, progress),
-            progress, meta={"format": FORMAT, "ctranslate2": version, "compute_type": self.compute_type})
+            progress,
+            meta={"format": FORMAT, "ctranslate2": version, "compute_type": self.compute_type},
+        )
         self.folder = artefact.folder
         self.vocab = json.loads((self.folder / "vocabulary.json").read_text())
-        self.generator = self.ct2.Generator(str(self.folder), device="cpu", compute_type=self.compute_type,
-                                            inter_threads=1, intra_threads=threads)
+        self.generator = self.ct2.Generator(
+            str(self.folder), device="cpu", compute_type=self.compute_type, inter_threads=1, intra_threads=threads
+        )
         notes = [self._backend_note, f"threads={threads}", f"ctranslate2 {version}", "tokens from generate_tokens"]
         # KV cache: float32 for both (int8 quantises the weights; activations stay float32).
-        return EngineInfo(device="cpu", dtype="fp32" if self.compute_type == "float32" else "int8",
-                          weight_bytes_per_token=stored_weight_bytes(self.folder / "model.bin"),
-                          kv_bytes_per_position=config.kv_bytes_per_position(4),
-                          build_s=artefact.build_s, artifact_cache=artefact.cache_state,
-                          samples_natively=True, notes="; ".join(notes))
+        return EngineInfo(
+            device="cpu",
+            dtype="fp32" if self.compute_type == "float32" else "int8",
+            weight_bytes_per_token=stored_weight_bytes(self.folder / "model.bin"),
+            kv_bytes_per_position=config.kv_bytes_per_position(4),
+            build_s=artefact.build_s,
+            artifact_cache=artefact.cache_state,
+            samples_natively=True,
+            notes="; ".join(notes),
+        )
 
-    def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
-               cancel: threading.Event | None = None) -> Iterator[int]:
+    def stream(
+        self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
+    ) -> Iterator[int]:
         params = sampler.params
         options = {"max_length": new_tokens, "end_token": [], "sampling_topk": 1}
         if not params.is_greedy:
             self.ct2.set_random_seed(params.seed)
-            options.update(sampling_topk=params.top_k, sampling_topp=params.top_p,
-                           sampling_temperature=params.temperature)
-            self.run_notes = ("sampled by CTranslate2's own sampler (same temperature/top-k/top-p/seed, "
-                              "its own random numbers: tokens differ from the shared sampler's)")
+            options.update(
+                sampling_topk=params.top_k, sampling_topp=params.top_p, sampling_temperature=params.temperature
+            )
+            self.run_notes = (
+                "sampled by CTranslate2's own sampler (same temperature/top-k/top-p/seed, "
+                "its own random numbers: tokens differ from the shared sampler's)"
+            )
         steps = self.generator.generate_tokens([self.vocab[i] for i in token_ids], **options)
         try:
             for index, step in enumerate(steps):
@@ -143,6 +161,7 @@ class CTranslate2Engine(Engine):
 def model_variables(path: Path) -> tuple[dict[str, int], dict[str, str]]:
     """({variable: stored bytes}, {alias: variable}) of a CTranslate2 model.bin, read from its
     headers only (the layout of ctranslate2.specs.model_spec's _serialize: the data is skipped)."""
+
     def number(handle, fmt: str) -> int:
         size = struct.calcsize(fmt)
         return struct.unpack(fmt, handle.read(size))[0]
@@ -190,8 +209,12 @@ def convert(model: ModelFiles, out: Path, compute_type: str, progress) -> None:
     progress(f"converting to CTranslate2 ({compute_type})", None)
     converters = importlib.import_module("ctranslate2.converters")
     with tempfile.TemporaryDirectory(prefix="ct2-source-") as source:
-        for path in (model.folder / "config.json", model.safetensors, TOKENIZER_DIR / "vocab.json",
-                     TOKENIZER_DIR / "merges.txt"):
+        for path in (
+            model.folder / "config.json",
+            model.safetensors,
+            TOKENIZER_DIR / "vocab.json",
+            TOKENIZER_DIR / "merges.txt",
+        ):
             _link_or_copy(path, Path(source) / path.name)
         converter = converters.TransformersConverter(source, low_cpu_mem_usage=True)
         converter.convert(str(out), quantization=_QUANTIZATION[compute_type], force=True)

@@ -3,7 +3,7 @@ founding write-up's dynamic float16)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -14,8 +14,7 @@ from transformers.utils import logging as hf_logging
 
 from ..engine import Engine, EngineInfo, EngineOptions
 from ..sources.model_files import ModelFiles
-from .torch_util import (count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8,
-                         set_threads)
+from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16-dynamic": torch.float32}
 
@@ -40,8 +39,8 @@ def conv1d_to_linear(model: nn.Module) -> int:
 
 
 class HFEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(name, options)
         self.dtype = dtype
         self.model: GPT2LMHeadModel | None = None
         self._cache: DynamicCache | None = None
@@ -61,18 +60,23 @@ class HFEngine(Engine):
         if self.dtype == "fp16-dynamic":
             converted_names = quantize_linear_fp16(hf)
             share = (config.vocab_size * config.n_embd) / (config.weight_bytes(1, 0) or 1)
-            notes.append(f"torch.ao.quantization.quantize_dynamic({{nn.Linear}}, float16) converted "
-                         f"{', '.join(converted_names) or 'nothing'} ({share:.0%} of the matrix weights; "
-                         f"GPT-2's Conv1D blocks stay fp32); torch.ao eager quantization is deprecated "
-                         f"in favour of torchao")
+            notes.append(
+                f"torch.ao.quantization.quantize_dynamic({{nn.Linear}}, float16) converted "
+                f"{', '.join(converted_names) or 'nothing'} ({share:.0%} of the matrix weights; "
+                f"GPT-2's Conv1D blocks stay fp32); torch.ao eager quantization is deprecated "
+                f"in favour of torchao"
+            )
             weight_bytes = config.weight_bytes(4) - 2 * config.vocab_size * config.n_embd * len(converted_names)
         self.model = hf
         bytes_per_matrix_element = {"fp32": 4, "bf16": 2, "int8": 1, "fp16-dynamic": 4}[self.dtype]
         other = 2 if self.dtype == "bf16" else 4
-        return EngineInfo(device="cpu", dtype=self.dtype,
-                          weight_bytes_per_token=weight_bytes or config.weight_bytes(bytes_per_matrix_element, other),
-                          kv_bytes_per_position=config.kv_bytes_per_position(other),  # int8: fp32 activations
-                          notes="; ".join(notes + [f"threads={threads}"]))
+        return EngineInfo(
+            device="cpu",
+            dtype=self.dtype,
+            weight_bytes_per_token=weight_bytes or config.weight_bytes(bytes_per_matrix_element, other),
+            kv_bytes_per_position=config.kv_bytes_per_position(other),  # int8: fp32 activations
+            notes="; ".join(notes + [f"threads={threads}"]),
+        )
 
     @torch.inference_mode()
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:

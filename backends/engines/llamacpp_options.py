@@ -16,12 +16,15 @@ class LlamaCppOptions(EngineSettings):
     CLI_TITLE: ClassVar[str] = "the llama.cpp engines"
 
     weight_buffers: str | None = option(
-        None, label="Weight buffers", placeholder="auto, extra or plain",
+        None,
+        label="Weight buffers",
+        placeholder="auto, extra or plain",
         tooltip="auto: llama.cpp's repacked/AMX weight buffers where a one-time probe ran them on this CPU; "
-                "extra: always; plain: never (as llama.cpp's --no-repack)",
+        "extra: always; plain: never (as llama.cpp's --no-repack)",
         flag="--llamacpp-weight-buffers",
         help="auto (default): llama.cpp's extra weight buffers (repacked, AMX) where a one-time probe in a child "
-             "process ran them on this CPU, else plain; extra: always; plain: never (as --no-repack)")
+        "process ran them on this CPU, else plain; extra: always; plain: never (as --no-repack)",
+    )
 
     def problem(self) -> str:
         if self.weight_buffers not in (None, "", *BUFFER_CHOICES):

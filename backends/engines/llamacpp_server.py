@@ -23,8 +23,23 @@ def server_command(model: ModelFiles, port: int, threads: int, quant: str = "f32
     path = gguf(model, quant)[0] / GGUF_FILE
     if not path.is_file():
         raise ServerUnavailable(f"no {quant} GGUF of this model yet (the llamacpp engine builds it on first use)")
-    argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", str(model.context), "--n_threads", str(threads), "--n_threads_batch", str(threads)]
+    argv = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(model.context),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+    ]
     if quant == "f32":
         argv += ["--type_k", "0", "--type_v", "0"]  # GGML_TYPE_F32
     return ServerCommand(argv, port, name="llama.cpp server (llama-cpp-python)", ready_path="/v1/models")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 REDACTED = "<redacted>"
 _META = "whistle_stop_option"

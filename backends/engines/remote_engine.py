@@ -28,16 +28,16 @@ import secrets
 import socket
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..engine import Engine, EngineInfo, EngineOptions
-from ..sources.model_files import ModelFiles
+from ..engine import EngineInfo, EngineOptions, ServerEngine
 from ..sampling import Sampler, SamplingParams
-from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
 from ..serve.protocol import OWNER as WHISTLE_STOP_OWNER
+from ..sources.model_files import ModelFiles
+from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
 from ..sources.tokenizer import decode, encode
 from .remote_options import RemoteOptions
 from .server.metrics import ServerMetrics
@@ -48,27 +48,35 @@ READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our mess
 _POLL_S = 0.05  # how often the cancel event is checked while waiting for the server
 _MAX_ERROR_BODY = 64 * 1024
 SALT_NOTE = "prefix caching defeated: a fresh cache_salt per request (vLLM)"
-NO_CACHE_NOTE = ("prefix caching: cache_prompt=false asked (llama.cpp's server honours it; "
-                 "llama-cpp-python may still reuse the previous run's prefix)")
+NO_CACHE_NOTE = (
+    "prefix caching: cache_prompt=false asked (llama.cpp's server honours it; "
+    "llama-cpp-python may still reuse the previous run's prefix)"
+)
 SERVER_SETTINGS_NOTE = "threads and precision are the server's own"
 CLIENT_USAGE_NOTE = "CPU ms/token and peak RSS are this client's only (the server's are not visible)"
 _LLAMA_CPP_OWNERS = ("llamacpp", "me")
 FRESH_NOTE = "no prefix cache to defeat: a whistle-stop server prefills every request afresh"
-PREFIX_NOTE = (f"prefix caching defeated: the prompt's first {UNIQUE_PREFIX_TOKENS} tokens are random per request "
-               "(length kept; this engine's tokens are not comparable with the others')")
+PREFIX_NOTE = (
+    f"prefix caching defeated: the prompt's first {UNIQUE_PREFIX_TOKENS} tokens are random per request "
+    "(length kept; this engine's tokens are not comparable with the others')"
+)
 
 
 def _extensions(new_tokens: int, params: SamplingParams, vocab_size: int) -> dict:
     """Fields beyond the OpenAI schema, dropped (and noted) if a server rejects them."""
     return {
-        "ignore_eos": True, "min_tokens": new_tokens,  # vLLM: no early stop at end-of-text
+        "ignore_eos": True,
+        "min_tokens": new_tokens,  # vLLM: no early stop at end-of-text
         "n_predict": new_tokens,  # llama.cpp's server (with ignore_eos)
-        "return_token_ids": True, "return_tokens": True,  # ids, not text (vLLM, llama.cpp)
+        "return_token_ids": True,
+        "return_tokens": True,  # ids, not text (vLLM, llama.cpp)
         "cache_prompt": False,  # llama.cpp: no prompt reuse between runs
         # Plain logits like the other engines: llama-cpp-python defaults to repeat_penalty 1.1,
         # min_p 0.05 and top_k 40. "No top-k" is spelled as the vocabulary size, which every
         # server accepts (vLLM wants -1, llama-cpp-python rejects negative values).
-        "repeat_penalty": 1.0, "repetition_penalty": 1.0, "min_p": 0.0,
+        "repeat_penalty": 1.0,
+        "repetition_penalty": 1.0,
+        "min_p": 0.0,
         "top_k": params.top_k if params.top_k > 0 else vocab_size,
     }
 
@@ -77,9 +85,9 @@ class RemoteError(RuntimeError):
     """A remote run failed: refused, timed out, HTTP error, or a malformed stream."""
 
 
-class RemoteEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+class RemoteEngine(ServerEngine):
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         settings = options.settings if isinstance(options.settings, RemoteOptions) else RemoteOptions()
         self.url = settings.url or ""
         self.model_name = settings.model or ""
@@ -90,7 +98,9 @@ class RemoteEngine(Engine):
         self.resolved_key = ""
         self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
         self._ids_prompt = True  # falls back to text if the server wants a string prompt
-        self._server_kind: str | None = None  # "vllm", "llamacpp", "whistle-stop" or "" (unknown); asked at the first run
+        self._server_kind: str | None = (
+            None  # "vllm", "llamacpp", "whistle-stop" or "" (unknown); asked at the first run
+        )
         self._has_metrics = True  # until a GET of /metrics fails: then never asked again
 
     # --- setup -------------------------------------------------------------------------------
@@ -105,18 +115,29 @@ class RemoteEngine(Engine):
         self.label = f"{self.host}:{self.port}" if parts.port else self.host
         path = parts.path.rstrip("/")
         self.path = path if path.endswith("/completions") else (path or "/v1") + "/completions"
-        notes = [f"server {self.label}", SERVER_SETTINGS_NOTE, CLIENT_USAGE_NOTE,
-                 "a new HTTP connection per run (TTFT includes connecting)",
-                 "asks for exactly N tokens (ignore_eos, min_tokens: servers honouring min_tokens mask "
-                 "end-of-text until N, so they pick the next-best token where other engines emit it)"]
+        notes = [
+            f"server {self.label}",
+            SERVER_SETTINGS_NOTE,
+            CLIENT_USAGE_NOTE,
+            "a new HTTP connection per run (TTFT includes connecting)",
+            "asks for exactly N tokens (ignore_eos, min_tokens: servers honouring min_tokens mask "
+            "end-of-text until N, so they pick the next-best token where other engines emit it)",
+        ]
         if self.api_key:
             self.resolved_key = self.api_key
             notes.append("API key given in the app")
         elif self.api_key_env:
             self.resolved_key = os.environ.get(self.api_key_env, "")
-            notes.append(f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key")
-        return EngineInfo(device=f"remote ({self.label})", dtype="server", weight_bytes_per_token=0,
-                          samples_natively=True, serves_concurrently=True, notes="; ".join(notes))
+            notes.append(
+                f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key"
+            )
+        return EngineInfo(
+            device=f"remote ({self.label})",
+            dtype="server",
+            weight_bytes_per_token=0,
+            samples_natively=True,
+            notes="; ".join(notes),
+        )
 
     def server_metrics(self) -> ServerMetrics | None:
         """The server's Prometheus /metrics (vLLM's latency histograms), or None if it has none."""
@@ -156,15 +177,18 @@ class RemoteEngine(Engine):
         raise NotImplementedError("a remote server streams tokens, not logits; use stream()")
 
     # --- a run -------------------------------------------------------------------------------
-    def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
-               cancel: threading.Event | None = None) -> Iterator[int]:
+    def stream(
+        self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
+    ) -> Iterator[int]:
         notes: list[str] = []
         try:
             yield from self._stream(list(token_ids), new_tokens, sampler.params, cancel, notes)
         finally:
             self.run_notes = "; ".join(dict.fromkeys(notes))
 
-    def _stream(self, ids: list[int], new_tokens: int, params: SamplingParams, cancel, notes: list[str]) -> Iterator[int]:
+    def _stream(
+        self, ids: list[int], new_tokens: int, params: SamplingParams, cancel, notes: list[str]
+    ) -> Iterator[int]:
         if not params.is_greedy:
             notes.append(f"sampled by the server's own sampler (seed {params.seed} sent; servers may ignore it)")
         if self._server_kind is None:
@@ -188,8 +212,15 @@ class RemoteEngine(Engine):
             notes.append("server rejected ignore_eos/min_tokens: it may stop early at end-of-text")
         if not self._ids_prompt:
             notes.append("server wanted a text prompt: it re-tokenised the prompt itself")
-        notes.append(SALT_NOTE if self._salting else NO_CACHE_NOTE if self._llama_cpp
-                     else FRESH_NOTE if self._fresh else PREFIX_NOTE)
+        notes.append(
+            SALT_NOTE
+            if self._salting
+            else NO_CACHE_NOTE
+            if self._llama_cpp
+            else FRESH_NOTE
+            if self._fresh
+            else PREFIX_NOTE
+        )
         count, finish = 0, None
         try:
             event = first
@@ -236,7 +267,8 @@ class RemoteEngine(Engine):
         return json.dumps(body).encode()
 
     def _server(self) -> str:
-        """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), "whistle-stop", or "" (unknown, failed)."""
+        """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), "whistle-stop", or ""
+        (unknown, failed)."""
         body = self._get(self.path.rsplit("/completions", 1)[0] + "/models", _MAX_ERROR_BODY)
         try:
             models = (json.loads(body).get("data") or []) if body is not None else []
@@ -249,7 +281,7 @@ class RemoteEngine(Engine):
             return WHISTLE_STOP_OWNER
         return "llamacpp" if owners & set(_LLAMA_CPP_OWNERS) else ""
 
-    def _fallback(self, exc: "_Rejected", notes: list[str]) -> bool:
+    def _fallback(self, exc: _Rejected, notes: list[str]) -> bool:
         """After a rejection: send the prompt as text if the server says so, else drop the extensions first."""
         if self._ids_prompt and "prompt" in str(exc).lower():
             self._ids_prompt = False  # e.g. llama-cpp-python's server: prompt must be a string

@@ -25,20 +25,41 @@ class RemoteOptions(EngineSettings):
     TITLE: ClassVar[str] = "Remote server"
     CLI_TITLE: ClassVar[str] = "the `remote` engine (any OpenAI-compatible server)"
 
-    url: str = option("", label="URL", placeholder=EXAMPLE_URL, required=True,
-                      tooltip="an OpenAI-compatible completions endpoint (vLLM, TGI, llama.cpp server…)",
-                      flag="--remote-url", help=f"base URL, e.g. {EXAMPLE_URL}")
-    model: str = option("", label="Model", placeholder="optional: the name the server expects",
-                        flag="--remote-model", help="model name the server knows")
-    api_key: str | None = option(None, label="API key", secret=True, placeholder="kept in memory only",
-                                 tooltip="sent to the engine for this session only; never saved, "
-                                         "redacted from every record")
+    url: str = option(
+        "",
+        label="URL",
+        placeholder=EXAMPLE_URL,
+        required=True,
+        tooltip="an OpenAI-compatible completions endpoint (vLLM, TGI, llama.cpp server…)",
+        flag="--remote-url",
+        help=f"base URL, e.g. {EXAMPLE_URL}",
+    )
+    model: str = option(
+        "",
+        label="Model",
+        placeholder="optional: the name the server expects",
+        flag="--remote-model",
+        help="model name the server knows",
+    )
+    api_key: str | None = option(
+        None,
+        label="API key",
+        secret=True,
+        placeholder="kept in memory only",
+        tooltip="sent to the engine for this session only; never saved, redacted from every record",
+    )
     # Written as <redacted> since the first version; kept so environment.json and the
     # fingerprints of unfinished sweeps stay the same.
-    api_key_env: str | None = option(None, label="Key variable", saved_as="key_env", recorded=False,
-                                     placeholder="or an environment variable, e.g. OPENAI_API_KEY",
-                                     flag="--remote-api-key-env", cli_default="OPENAI_API_KEY",
-                                     help="environment variable holding the API key (the key is never recorded)")
+    api_key_env: str | None = option(
+        None,
+        label="Key variable",
+        saved_as="key_env",
+        recorded=False,
+        placeholder="or an environment variable, e.g. OPENAI_API_KEY",
+        flag="--remote-api-key-env",
+        cli_default="OPENAI_API_KEY",
+        help="environment variable holding the API key (the key is never recorded)",
+    )
     timeout_s: float | None = option(None)  # read timeout; None: the engine's default
     connect_timeout_s: float | None = option(None)
 
@@ -62,7 +83,7 @@ class RemoteOptions(EngineSettings):
             return "the key is kept in memory for this session only"
         return "no API key"
 
-    def with_token_timeout(self, token_s: float) -> "RemoteOptions":
+    def with_token_timeout(self, token_s: float) -> RemoteOptions:
         # the engine's own read timeout fires first, with a clearer message
         return dataclasses.replace(self, timeout_s=max(1.0, token_s * 0.9))
 
@@ -78,7 +99,7 @@ def url_problem(url: str) -> str:
     if not parts.hostname:
         return "the remote URL has no host name"
     try:
-        parts.port
+        _ = parts.port  # urllib checks the port only when asked
     except ValueError:
         return "the remote URL's port is not a number from 0 to 65535"
     return ""

@@ -41,8 +41,7 @@ def count_int8_linears(module: nn.Module) -> int:
     """How many layers really hold int8 weights (what a test checks after quantising)."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantLinear
 
-    return sum(1 for m in module.modules()
-               if isinstance(m, DynamicQuantLinear) and m.weight().dtype == torch.qint8)
+    return sum(1 for m in module.modules() if isinstance(m, DynamicQuantLinear) and m.weight().dtype == torch.qint8)
 
 
 def logits_to_numpy(logits: torch.Tensor) -> np.ndarray:

@@ -32,13 +32,17 @@
  * `timers` is set: a profile's breakdown without a profiler. */
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
+
+#include "products.h" /* the row products gemv.c makes too */
 
 enum { WT_F32 = 0, WT_BF16 = 1, WT_I8 = 2, WT_Q4 = 3 };
 enum { T_MATMUL = 0, T_ATTENTION = 1, T_KV = 2, T_NORM_ACT = 3, T_OTHER = 4, T_COUNT = 5 };
@@ -70,66 +74,6 @@ static inline int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* ---- products -------------------------------------------------------------------------- */
-
-/* Float32 products: one row's dot with x, and four rows at once (four memory streams). */
-static inline float dot_f32(const float *restrict w, const float *restrict x, int64_t K) {
-    float a = 0.0f;
-    for (int64_t k = 0; k < K; k++) a += w[k] * x[k];
-    return a;
-}
-
-#define ROWS4(NAME, WTYPE, LOAD)                                                                  \
-static void NAME(const WTYPE *restrict w0, const WTYPE *restrict w1, const WTYPE *restrict w2,      \
-                 const WTYPE *restrict w3, const float *restrict x, int64_t K, float out[4]) {     \
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;                                             \
-    for (int64_t k = 0; k < K; k++) {                                                             \
-        const float xk = x[k];                                                                    \
-        a0 += LOAD(w0[k]) * xk;                                                                   \
-        a1 += LOAD(w1[k]) * xk;                                                                   \
-        a2 += LOAD(w2[k]) * xk;                                                                   \
-        a3 += LOAD(w3[k]) * xk;                                                                   \
-    }                                                                                             \
-    out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;                                           \
-}
-#define AS_F32(v) (v)
-ROWS4(rows4_f32, float, AS_F32)
-ROWS4(rows4_bf16, uint16_t, bf16_to_f32)
-
-/* bf16 rows against x de-interleaved (xd: x's even elements, then its odd ones): a bf16 is the
- * top half of a float32, so of a 32-bit pair of weights the even one is `pair << 16` and the odd
- * one `pair & 0xffff0000`, two integer ops per two weights where widening one by one spends a
- * zero-extension and a shift per weight. Plain C: the compiler vectorises it at the CPU's width. */
-static void bf16_pairs_x(const float *restrict x, float *restrict xd, int64_t K) {
-    for (int64_t j = 0; j < K / 2; j++) { xd[j] = x[2 * j]; xd[K / 2 + j] = x[2 * j + 1]; }
-}
-
-static inline float pair_even(uint32_t pair) { const uint32_t u = pair << 16; float f; memcpy(&f, &u, sizeof f); return f; }
-static inline float pair_odd(uint32_t pair) { const uint32_t u = pair & 0xffff0000u; float f; memcpy(&f, &u, sizeof f); return f; }
-
-static void rows4_bf16_pairs(const uint16_t *restrict w0, const uint16_t *restrict w1, const uint16_t *restrict w2,
-                             const uint16_t *restrict w3, const float *restrict xd, int64_t K, float out[4]) {
-    const float *restrict xe = xd, *restrict xo = xd + K / 2;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    for (int64_t j = 0; j < K / 2; j++) {
-        uint32_t p0, p1, p2, p3;
-        memcpy(&p0, w0 + 2 * j, 4); memcpy(&p1, w1 + 2 * j, 4); memcpy(&p2, w2 + 2 * j, 4); memcpy(&p3, w3 + 2 * j, 4);
-        const float e = xe[j], o = xo[j];
-        a0 += pair_even(p0) * e + pair_odd(p0) * o;
-        a1 += pair_even(p1) * e + pair_odd(p1) * o;
-        a2 += pair_even(p2) * e + pair_odd(p2) * o;
-        a3 += pair_even(p3) * e + pair_odd(p3) * o;
-    }
-    out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;
 }
 
 /* x quantised to int8 per block of 32 for the integer products: values, scales, and (for q4's
@@ -168,7 +112,7 @@ static inline int64_t q4_position(int64_t G, int64_t beta, int64_t j) {
 
 #if defined(__AVX2__) && defined(__FMA__)
 /* quantise_block in registers (the same values: cvtps rounds to nearest even as lrintf does): a
- * decode step quantises ~2,000 blocks, ~74 ns each in scalar code (~2.5% of an int4 step). The
+ * decode step quantises thousands of blocks, a measurable part of an int4 step in scalar code. The
  * 32 values leave as eight 4-element runs, each stored where q4_position puts it. */
 static void quantise_block(const float *restrict x, const QuantX *qx, int64_t blocks, int64_t b, int q4_order) {
     const float *xb = x + b * QBLOCK;
@@ -448,7 +392,7 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
             float out[4];
             const int pairs = wtype == WT_BF16 && K % 2 == 0;
             float *xd = buf + K; /* this thread's copy of x de-interleaved (widen_row uses buf[0, K)) */
-            if (pairs) bf16_pairs_x(x, xd, K);
+            if (pairs) bf16_deinterleave(x, xd, K);
             for (int64_t i = lo; i < lo + q; i++) {
                 const int64_t r0 = i, r1 = i + q, r2 = i + 2 * q, r3 = i + 3 * q;
                 if (wtype == WT_F32) {
@@ -669,3 +613,30 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
 /* The threads this library's OpenMP runtime will use (set before the first call). */
 void gpt2_set_threads(int threads) { if (threads > 0) omp_set_num_threads(threads); }
 int gpt2_threads(void) { return omp_get_max_threads(); }
+
+/* Each struct's size, each field's offset and size, as this compiler lays them out ("Mat=24;Mat.w=0:8;..."):
+ * the ctypes side (engines/native/step.py) compares them with its own at load, so a struct edited on
+ * one side only is an error there instead of the step reading the wrong memory. */
+static void put_layout(char *text, size_t size, size_t *used, const char *name, size_t value, long field_size) {
+    if (*used < size)
+        *used += (size_t)snprintf(text + *used, size - *used, "%s%s=%zu", *used ? ";" : "", name, value);
+    if (field_size >= 0 && *used < size)
+        *used += (size_t)snprintf(text + *used, size - *used, ":%ld", field_size);
+}
+
+const char *gpt2_layout(void) {
+    static char text[2048];
+    size_t used = 0;
+#define STRUCT(S) put_layout(text, sizeof text, &used, #S, sizeof(S), -1)
+#define FIELD(S, F) put_layout(text, sizeof text, &used, #S "." #F, offsetof(S, F), (long)sizeof(((S *)0)->F))
+    STRUCT(Mat); FIELD(Mat, w); FIELD(Mat, scale); FIELD(Mat, bias);
+    STRUCT(Layer); FIELD(Layer, ln1_w); FIELD(Layer, ln1_b); FIELD(Layer, ln2_w); FIELD(Layer, ln2_b);
+    FIELD(Layer, qkv); FIELD(Layer, proj); FIELD(Layer, fc); FIELD(Layer, fc2);
+    STRUCT(Model); FIELD(Model, n_layer); FIELD(Model, n_head); FIELD(Model, n_embd); FIELD(Model, n_inner);
+    FIELD(Model, vocab); FIELD(Model, max_seq); FIELD(Model, wtype); FIELD(Model, eps); FIELD(Model, wpe);
+    FIELD(Model, lnf_w); FIELD(Model, lnf_b); FIELD(Model, lm_head); FIELD(Model, layers); FIELD(Model, k_cache);
+    FIELD(Model, v_cache); FIELD(Model, timers);
+#undef STRUCT
+#undef FIELD
+    return text;
+}

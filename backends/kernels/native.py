@@ -1,9 +1,9 @@
 """Build a kernel of this folder with the machine's C compiler, cache it, open it with ctypes.
 
 The shared library goes through the one artefact cache (kernels/<key>/<name>), keyed by the
-source, the compiler and the CPU's flags: `-march=native` code must never run on another CPU.
-A build takes well under a second; a machine without a C compiler gets KernelUnavailable and
-the caller falls back to a library kernel (and says so in its notes).
+source and the headers it includes, the compiler and the CPU's flags: `-march=native` code must
+never run on another CPU. A build is quick; a machine without a C compiler gets KernelUnavailable
+and the caller falls back to a library kernel (and says so in its notes).
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 from ..results.environment import cpuinfo_field
@@ -31,7 +33,12 @@ _HERE = Path(__file__).parent
 
 
 class KernelUnavailable(RuntimeError):
-    """No C compiler, or the kernel did not build: the caller uses its fallback."""
+    """No C compiler, or the kernel did not build: the caller uses its fallback. `compiler_output`
+    keeps the compiler's whole stderr; the message has its error lines."""
+
+    def __init__(self, message: str, compiler_output: str = "") -> None:
+        super().__init__(message)
+        self.compiler_output = compiler_output
 
 
 _BUILD_S: dict[str, float] = {}  # kernel name -> seconds this process's `load` spent building it (0.0: cached)
@@ -71,32 +78,42 @@ def _version(cc: str) -> str:
         return "unknown"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> ctypes.CDLL:
     """The compiled `<name>.c` of this folder, built on first use on this machine."""
     cc = compiler()
     if cc is None:
         raise KernelUnavailable("no C compiler (cc/gcc) on PATH")
-    source = (_HERE / f"{name}.c").read_text()
+    files = sources(name)
     library = f"lib{name}.so"
 
     def build(folder: Path) -> dict:
-        src = folder / f"{name}.c"
-        src.write_text(source)
-        compile_and_link(cc, src, folder / library)
-        return {"compiler": _version(cc), "compile_flags": " ".join(COMPILE_FLAGS),  # only when building
-                "link_flags": " ".join(LINK_FLAGS + LIBS)}
+        for file_name, text in files.items():  # the headers beside the source: its #include "..." finds them
+            (folder / file_name).write_text(text)
+        compile_and_link(cc, folder / f"{name}.c", folder / library)
+        return {
+            "compiler": _version(cc),
+            "compile_flags": " ".join(COMPILE_FLAGS),  # only when building
+            "link_flags": " ".join(LINK_FLAGS + LIBS),
+        }
 
     try:
-        artefact = artifact_cache.ensure(KIND, cache_key(source, cc), name, build)
+        artefact = artifact_cache.ensure(KIND, cache_key("\n".join(files.values()), cc), name, build)
     except (OSError, artifact_cache.ArtifactError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"{name}.c could not be built: {exc}") from exc
     _BUILD_S[name] = artefact.build_s
     return ctypes.CDLL(str(artefact.folder / library))
 
 
+def sources(name: str) -> dict[str, str]:
+    """`<name>.c` and every header of this folder (what its #include "..." reads): file name -> text."""
+    headers = {path.name: path.read_text() for path in sorted(_HERE.glob("*.h"))}
+    return {f"{name}.c": (_HERE / f"{name}.c").read_text(), **headers}
+
+
 def cache_key(source: str, cc: str) -> str:
-    """The build's artefact key: the source, the compiler, both steps' flags and the CPU's flags."""
+    """The build's artefact key: the source (headers included), the compiler, both steps' flags and
+    the CPU's flags."""
     recipe = f"compile: {' '.join(COMPILE_FLAGS)}\nlink: {' '.join(LINK_FLAGS + LIBS)}"
     return hashlib.sha256("\n".join([source, _identity(cc), recipe, cpuinfo_field("flags")]).encode()).hexdigest()[:16]
 
@@ -105,16 +122,27 @@ def compile_and_link(cc: str, source: Path, library: Path) -> None:
     """`source` -> an object file beside it (COMPILE_FLAGS, removed after) -> the shared `library` (LINK_FLAGS)."""
     obj = source.with_suffix(".o")
     try:
-        for step, command in (("compile", [cc, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)]),
-                              ("link", [cc, *LINK_FLAGS, str(obj), "-o", str(library), *LIBS])):
+        for step, command in (
+            ("compile", [cc, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)]),
+            ("link", [cc, *LINK_FLAGS, str(obj), "-o", str(library), *LIBS]),
+        ):
             done = subprocess.run(command, capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
-                raise KernelUnavailable(f"{cc} could not {step} {source.name}: {done.stderr.strip()[:300]}")
+                raise KernelUnavailable(
+                    f"{cc} could not {step} {source.name}: {compiler_errors(done.stderr)}", done.stderr
+                )
     finally:
         obj.unlink(missing_ok=True)
 
 
-def gemv(dtype: str) -> ctypes._CFuncPtr:
+def compiler_errors(stderr: str) -> str:
+    """Every line of the compiler's output that reports an error ("error:", "fatal error:"; its warnings
+    come first and would hide them), or the whole output when none does."""
+    errors = [line.strip() for line in stderr.splitlines() if re.search(r"\berror:", line)]
+    return "; ".join(errors) if errors else stderr.strip()
+
+
+def gemv(dtype: str) -> Callable[..., None]:
     """`dtype` "f32" or "bf16": void <dtype>_gemv(const W *, const float *x, const float *b, float *y,
     int64 M, int64 N, int64 K), y = x W^T + b for M rows (gemv.c)."""
     fn = getattr(load("gemv"), f"{dtype}_gemv")

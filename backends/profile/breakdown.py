@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
+from ..results.bandwidth import limit_ms_per_token
 from ..status import RunStatus
 from .capture import ProfileCapture
-from .categories import KERNELS, ORDER, Category
+from .categories import ORDER, Category
 
 TOP_OPS = 10
 
@@ -84,7 +85,7 @@ class EngineProfile:
     def floor_ms(self) -> float | None:
         if not self.bytes_per_token or not self.bandwidth_gb_s:
             return None
-        return self.bytes_per_token / (self.bandwidth_gb_s * 1e9) * 1e3
+        return limit_ms_per_token(self.bytes_per_token, self.bandwidth_gb_s)
 
     @property
     def overhead_pct(self) -> float | None:
@@ -128,8 +129,11 @@ def phase_breakdowns(tokens: Sequence, capture: ProfileCapture, start_ns: int) -
         harness = sum(t.harness_ns for t in timed) / count / 1e6
         split = all(t.engine_ns is not None for t in timed)
         engine = sum(t.engine_ns for t in timed) / count / 1e6 if split else None
-        step = (sum((t.engine_ns or 0) + t.harness_ns for t in timed) / count / 1e6 if split
-                else _mean_gap_ms(tokens, phase, start_ns))
+        step = (
+            sum((t.engine_ns or 0) + t.harness_ns for t in timed) / count / 1e6
+            if split
+            else _mean_gap_ms(tokens, phase, start_ns)
+        )
         steps = capture.steps.get(phase) or count
         own = capture.profiler_ns.get(phase, 0) / steps / 1e6  # the adapter's own time inside each step
         if engine is not None:
@@ -176,11 +180,15 @@ def top_ops(capture: ProfileCapture, phases: dict[str, PhaseBreakdown], limit: i
         if not steps or breakdown is None:
             continue
         ms = op.total_ns / steps / 1e6
-        shares.append(OpShare(op.phase, op.name, op.category, ms, op.calls / steps,
-                              ms / breakdown.step_ms if breakdown.step_ms else 0.0))
+        shares.append(
+            OpShare(
+                op.phase,
+                op.name,
+                op.category,
+                ms,
+                op.calls / steps,
+                ms / breakdown.step_ms if breakdown.step_ms else 0.0,
+            )
+        )
     shares.sort(key=lambda s: (s.phase != "decode", -s.ms_per_step))
     return shares[:limit]
-
-
-def kernel_share(breakdown: PhaseBreakdown) -> float:
-    return sum(breakdown.share(c) for c in KERNELS)

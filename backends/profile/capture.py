@@ -16,8 +16,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 PHASES = ("prefill", "decode")
 
@@ -52,7 +52,7 @@ class EngineProfiler(ABC):
 
     name: str = "profiler"
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 - a hook: only profilers with set-up override it
         """Begin profiling (called once, before the run's first engine call)."""
 
     @contextlib.contextmanager
@@ -67,8 +67,14 @@ class EngineProfiler(ABC):
 
 def span(name: str, began_ns: int, spent_ns: int, tid: int | None = None, **args) -> dict:
     """One Chrome-trace "complete" event on this process's timeline (perf_counter_ns stamps)."""
-    event = {"name": name, "ph": "X", "ts": began_ns / 1000, "dur": spent_ns / 1000, "pid": os.getpid(),
-             "tid": threading.get_ident() if tid is None else tid}
+    event = {
+        "name": name,
+        "ph": "X",
+        "ts": began_ns / 1000,
+        "dur": spent_ns / 1000,
+        "pid": os.getpid(),
+        "tid": threading.get_ident() if tid is None else tid,
+    }
     if args:
         event["args"] = args
     return event
@@ -79,8 +85,9 @@ def write_trace(path: str, events: list[dict], **other) -> str:
     written (a trace is a convenience: the breakdown does not depend on it)."""
     try:
         with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"traceEvents": events, "displayTimeUnit": "ms", **({"otherData": other} if other else {})},
-                      handle)
+            json.dump(
+                {"traceEvents": events, "displayTimeUnit": "ms", **({"otherData": other} if other else {})}, handle
+            )
         return path
     except OSError:
         return ""

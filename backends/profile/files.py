@@ -7,9 +7,9 @@ workers; the measured repeats go to runs.csv / tokens.csv / environment.json lik
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from ..results.export import write_csv
 from ..status import RunStatus
@@ -19,10 +19,27 @@ from .categories import ORDER
 
 BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "profile.json"
 
-BREAKDOWN_COLUMNS = (["engine", "precision", "phase", "profiler", "ms_per_token", "profiled_ms_per_token",
-                      "overhead_pct", "floor_ms", "bytes_per_token", "bandwidth_gb_s", "slower_bandwidth_gb_s", "compute_gflops", "cpu_ms_per_token", "steps",
-                      "step_ms"] + [f"{c.value.replace(' ', '_').replace('+', 'and')}_ms" for c in ORDER]
-                     + ["unattributed_share", "status", "error", "trace_file", "note"])
+BREAKDOWN_COLUMNS = (
+    [
+        "engine",
+        "precision",
+        "phase",
+        "profiler",
+        "ms_per_token",
+        "profiled_ms_per_token",
+        "overhead_pct",
+        "floor_ms",
+        "bytes_per_token",
+        "bandwidth_gb_s",
+        "slower_bandwidth_gb_s",
+        "compute_gflops",
+        "cpu_ms_per_token",
+        "steps",
+        "step_ms",
+    ]
+    + [f"{c.value.replace(' ', '_').replace('+', 'and')}_ms" for c in ORDER]
+    + ["unattributed_share", "status", "error", "trace_file", "note"]
+)
 TOP_OPS_COLUMNS = ["engine", "phase", "rank", "op", "category", "ms_per_step", "calls_per_step", "share"]
 
 
@@ -33,34 +50,77 @@ def _num(value, digits: int = 4) -> str:
 def breakdown_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
     rows = []
     for p in profiles:
-        phases = [b for b in (p.prefill, p.decode) if b is not None] or [None]
+        phases: list[PhaseBreakdown | None] = [b for b in (p.prefill, p.decode) if b is not None] or [None]
         for b in phases:
             values = [_num(b.categories.get(c.value)) if b else "" for c in ORDER]
             unattributed = (b.categories.get("unattributed", 0.0) / b.step_ms) if b and b.step_ms else None
-            rows.append([p.engine, p.precision, b.phase if b else "", p.profiler, _num(p.ms_per_token),
-                         _num(p.profiled_ms_per_token), _num(p.overhead_pct, 2), _num(p.floor_ms),
-                         _num(p.bytes_per_token, 0), _num(p.bandwidth_gb_s, 2), _num(p.slower_bandwidth_gb_s, 2), _num(p.compute_gflops, 2),
-                         _num(p.cpu_ms_per_token),
-                         str(b.steps) if b else "", _num(b.step_ms) if b else "", *values, _num(unattributed),
-                         p.status, p.error, p.trace_file, p.note])
+            rows.append(
+                [
+                    p.engine,
+                    p.precision,
+                    b.phase if b else "",
+                    p.profiler,
+                    _num(p.ms_per_token),
+                    _num(p.profiled_ms_per_token),
+                    _num(p.overhead_pct, 2),
+                    _num(p.floor_ms),
+                    _num(p.bytes_per_token, 0),
+                    _num(p.bandwidth_gb_s, 2),
+                    _num(p.slower_bandwidth_gb_s, 2),
+                    _num(p.compute_gflops, 2),
+                    _num(p.cpu_ms_per_token),
+                    str(b.steps) if b else "",
+                    _num(b.step_ms) if b else "",
+                    *values,
+                    _num(unattributed),
+                    p.status,
+                    p.error,
+                    p.trace_file,
+                    p.note,
+                ]
+            )
     return rows
 
 
 def top_ops_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
-    return [[p.engine, op.phase, str(rank), op.name, op.category, _num(op.ms_per_step), _num(op.calls_per_step, 1),
-             _num(op.share)] for p in profiles for rank, op in enumerate(p.top_ops, start=1)]
+    return [
+        [
+            p.engine,
+            op.phase,
+            str(rank),
+            op.name,
+            op.category,
+            _num(op.ms_per_step),
+            _num(op.calls_per_step, 1),
+            _num(op.share),
+        ]
+        for p in profiles
+        for rank, op in enumerate(p.top_ops, start=1)
+    ]
 
 
 def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, columns, rows in ((BREAKDOWN_CSV, BREAKDOWN_COLUMNS, breakdown_rows(profiles)),
-                                (TOP_OPS_CSV, TOP_OPS_COLUMNS, top_ops_rows(profiles))):
+    for name, columns, rows in (
+        (BREAKDOWN_CSV, BREAKDOWN_COLUMNS, breakdown_rows(profiles)),
+        (TOP_OPS_CSV, TOP_OPS_COLUMNS, top_ops_rows(profiles)),
+    ):
         write_csv(out / name, columns, (dict(zip(columns, row)) for row in rows))
         written.append(out / name)
-    payload = {"settings": settings, "engines": [dict(asdict(p), floor_ms=p.floor_ms, overhead_pct=p.overhead_pct,
-                                                      floor_share=p.floor_share,
-                                                      floor_share_at_slower=p.floor_share_at_slower) for p in profiles]}
+    payload = {
+        "settings": settings,
+        "engines": [
+            dict(
+                asdict(p),
+                floor_ms=p.floor_ms,
+                overhead_pct=p.overhead_pct,
+                floor_share=p.floor_share,
+                floor_share_at_slower=p.floor_share_at_slower,
+            )
+            for p in profiles
+        ],
+    }
     with atomic_write(out / PROFILE_JSON, encoding="utf-8") as handle:
         json.dump(payload, handle, indent=1)
     written.append(out / PROFILE_JSON)

@@ -26,14 +26,27 @@ class LlamaPerfProfiler(EngineProfiler):
     def start(self) -> None:
         llama_cpp.llama_perf_context_reset(self._ctx)
 
-    def step(self, phase: str) -> contextlib.AbstractContextManager[None]:
+    def step(self, phase: str) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]  # the trace's own
         return self._trace.step(phase)
 
     def finish(self, trace_path: str) -> ProfileCapture:
         data = llama_cpp.llama_perf_context(self._ctx)
         runtime = {"prefill": int(data.t_p_eval_ms * 1e6), "decode": int(data.t_eval_ms * 1e6)}
-        written = write_trace(trace_path, self._trace.events, llama_perf={
-            "t_p_eval_ms": data.t_p_eval_ms, "n_p_eval": data.n_p_eval, "t_eval_ms": data.t_eval_ms,
-            "n_eval": data.n_eval})
-        return ProfileCapture(self.name, (), dict(self._trace.steps), runtime, written,
-                              note="llama.cpp times its graph evaluation as a whole (no per-op split)")
+        written = write_trace(
+            trace_path,
+            self._trace.events,
+            llama_perf={
+                "t_p_eval_ms": data.t_p_eval_ms,
+                "n_p_eval": data.n_p_eval,
+                "t_eval_ms": data.t_eval_ms,
+                "n_eval": data.n_eval,
+            },
+        )
+        return ProfileCapture(
+            self.name,
+            (),
+            dict(self._trace.steps),
+            runtime,
+            written,
+            note="llama.cpp times its graph evaluation as a whole (no per-op split)",
+        )

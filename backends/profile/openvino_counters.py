@@ -9,9 +9,10 @@ time inside the step: it is measured and taken out of the step (ProfileCapture.p
 A node's `real_time` is not that inference's: the CPU plugin reports the MEAN over every
 execution of the node since the model was compiled (its PerfCount is total / count, in whole
 microseconds). Read as per-step times, the decode steps inherited the prefill's long products,
-so the counters summed past the measured step (docs/engines.md). Each node's running total (mean x executions seen) is tracked instead,
-and a step gets the increase: over a phase the increases telescope, so the phase's total is off
-by less than one microsecond per execution at each end, whatever the truncation of the means.
+so the counters summed past the measured step (docs/engines.md). Each node's running total
+(mean x executions seen) is tracked instead, and a step gets the increase: over a phase the
+increases telescope, so the phase's total is off by less than one microsecond per execution at
+each end, whatever the truncation of the means.
 """
 
 from __future__ import annotations
@@ -20,19 +21,21 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .capture import EngineProfiler, OpStat, ProfileCapture, span, write_trace
-from .categories import classify
+from .categories import OpFamily, classify
 
 
 class OpenVinoCounters(EngineProfiler):
     name = "OpenVINO performance counters"
 
-    def __init__(self, open_profiled: Callable[[], object], use_request: Callable[[object], None],
-                 current: object) -> None:
+    def __init__(
+        self, open_profiled: Callable[[], object], use_request: Callable[[object], None], current: object
+    ) -> None:
         self._open, self._use, self._original = open_profiled, use_request, current
-        self._request = None
+        self._request: Any = None  # an openvino.InferRequest once started
         self._totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self._steps: dict[str, int] = defaultdict(int)
         self._executions: dict[str, int] = defaultdict(int)  # node -> executions seen (the plugin's count)
@@ -76,7 +79,15 @@ class OpenVinoCounters(EngineProfiler):
     def finish(self, trace_path: str) -> ProfileCapture:
         self._use(self._original)
         written = write_trace(trace_path, self._trace)
-        ops = tuple(OpStat(phase, name, classify(name, "openvino").value, ns, calls)
-                    for (phase, name), (ns, calls) in self._totals.items())
-        return ProfileCapture(self.name, ops, dict(self._steps), trace_file=written, profiler_ns=dict(self._spent),
-                              note="real time per executed node type (fused nodes appear under the kernel that ran)")
+        ops = tuple(
+            OpStat(phase, name, classify(name, OpFamily.OPENVINO_NODES).value, ns, calls)
+            for (phase, name), (ns, calls) in self._totals.items()
+        )
+        return ProfileCapture(
+            self.name,
+            ops,
+            dict(self._steps),
+            trace_file=written,
+            profiler_ns=dict(self._spent),
+            note="real time per executed node type (fused nodes appear under the kernel that ran)",
+        )

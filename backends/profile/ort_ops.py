@@ -16,22 +16,24 @@ import shutil
 import tempfile
 from bisect import bisect_right
 from collections import defaultdict
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .capture import EngineProfiler, OpStat, ProfileCapture
-from .categories import classify
+from .categories import OpFamily, classify
 
 
 class OrtProfiler(EngineProfiler):
     name = "onnxruntime session profiling"
 
-    def __init__(self, open_profiled: Callable[[str], object], use_session: Callable[[object], None],
-                 current: object) -> None:
+    def __init__(
+        self, open_profiled: Callable[[str], object], use_session: Callable[[object], None], current: object
+    ) -> None:
         """`open_profiled(prefix)`: a new InferenceSession with profiling on, files at `prefix`;
         `use_session(s)`: make the engine run on `s`; `current`: the session to restore."""
         self._open, self._use, self._original = open_profiled, use_session, current
         self._folder = tempfile.mkdtemp(prefix="whistle-stop-ort-profile-")
-        self._session = None
+        self._session: Any = None  # an onnxruntime.InferenceSession once started
         self._phases: list[str] = []
 
     def start(self) -> None:
@@ -58,8 +60,9 @@ class OrtProfiler(EngineProfiler):
 
 def summarise(events: list[dict], phases: list[str], profiler: str, trace_path: str = "") -> ProfileCapture:
     """Per-phase op totals from ORT's profile events, given the phase of each `run` call in order."""
-    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
-                  key=lambda e: e["ts"])
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"]
+    )
     starts = [r["ts"] for r in runs]
     runtime: dict[str, int] = defaultdict(int)
     steps: dict[str, int] = defaultdict(int)
@@ -79,6 +82,14 @@ def summarise(events: list[dict], phases: list[str], profiler: str, trace_path: 
         entry = totals[(phase, op)]
         entry[0] += int(event["dur"] * 1000)  # us -> ns
         entry[1] += 1
-    ops = tuple(OpStat(phase, op, classify(op, "ort").value, ns, calls) for (phase, op), (ns, calls) in totals.items())
-    return ProfileCapture(profiler, ops, dict(steps), dict(runtime), trace_path,
-                          note="kernel time per node (op type); model_run - nodes = ORT's executor overhead")
+    ops = tuple(
+        OpStat(phase, op, classify(op, OpFamily.ORT).value, ns, calls) for (phase, op), (ns, calls) in totals.items()
+    )
+    return ProfileCapture(
+        profiler,
+        ops,
+        dict(steps),
+        dict(runtime),
+        trace_path,
+        note="kernel time per node (op type); model_run - nodes = ORT's executor overhead",
+    )

@@ -6,23 +6,37 @@ from ..status import RunStatus
 from .breakdown import EngineProfile
 from .categories import ORDER, Category
 
-SHORT = {Category.MATMUL: "matmul", Category.ATTENTION: "attn", Category.KV_CACHE: "kv",
-         Category.NORM_ACTIVATION: "norm/act", Category.OTHER_KERNELS: "other", Category.ENGINE_UNSPLIT: "engine*",
-         Category.FRAMEWORK: "fw+py", Category.HARNESS: "harness", Category.UNATTRIBUTED: "unattr."}
-HEADERS = (["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor share", "GEMM GFLOP/s", "CPU ms/token"]
-           + [SHORT[c] for c in ORDER] + ["profiler"])
-NOTE = ("categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
-        "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
-        "two bandwidth probes that read as many bytes as the engine does per token (caches keep part of a "
-        "working set a few times their size; a CUDA engine's read its GPU's memory), just before the engine's runs and just after it closed (in brackets: the slower "
-        "probe, and the floor share it would give, when the two differ: how far the machine moved meanwhile); "
-        "GEMM GFLOP/s: how fast the "
-        "cores computed at those probes (an in-cache float32 GEMM, the faster; a CUDA engine's: its GPU's float32 "
-        "GEMM): a low figure marks a slow phase of "
-        "the machine; "
-        "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
-        "minus every category; (LLC): the weights fit in the last-level cache (a probe of their size reads from "
-        "the cache too, at least 4 MB: a floor of the cache, not of DRAM)")
+SHORT = {
+    Category.MATMUL: "matmul",
+    Category.ATTENTION: "attn",
+    Category.KV_CACHE: "kv",
+    Category.NORM_ACTIVATION: "norm/act",
+    Category.OTHER_KERNELS: "other",
+    Category.ENGINE_UNSPLIT: "engine*",
+    Category.FRAMEWORK: "fw+py",
+    Category.HARNESS: "harness",
+    Category.UNATTRIBUTED: "unattr.",
+}
+HEADERS = (
+    ["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor share", "GEMM GFLOP/s", "CPU ms/token"]
+    + [SHORT[c] for c in ORDER]
+    + ["profiler"]
+)
+NOTE = (
+    "categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
+    "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
+    "two bandwidth probes that read as many bytes as the engine does per token (caches keep part of a "
+    "working set a few times their size; a CUDA engine's read its GPU's memory), just before the engine's "
+    "runs and just after it closed (in brackets: the slower "
+    "probe, and the floor share it would give, when the two differ: how far the machine moved meanwhile); "
+    "GEMM GFLOP/s: how fast the "
+    "cores computed at those probes (an in-cache float32 GEMM, the faster; a CUDA engine's: its GPU's float32 "
+    "GEMM): a low figure marks a slow phase of "
+    "the machine; "
+    "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
+    "minus every category; (LLC): the weights fit in the last-level cache (a probe of their size reads from "
+    "the cache too, at least 4 MB: a floor of the cache, not of DRAM)"
+)
 
 
 def _ms(value: float | None, digits: int = 2) -> str:
@@ -42,8 +56,11 @@ def _share_cell(p: EngineProfile) -> str:
     if p.floor_share is None:
         return "-"
     slower = p.floor_share_at_slower
-    return (f"{100 * p.floor_share:.0f}%" + (f" ({100 * slower:.0f}%)" if _moved(p) and slower else "")
-            + (" (LLC)" if p.floor_note else ""))
+    return (
+        f"{100 * p.floor_share:.0f}%"
+        + (f" ({100 * slower:.0f}%)" if _moved(p) and slower else "")
+        + (" (LLC)" if p.floor_note else "")
+    )
 
 
 def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
@@ -51,23 +68,39 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     share, bandwidth = _share_cell(p), _bandwidth_cell(p)
     head = [p.engine, _ms(p.ms_per_token if phase == "decode" else p.prefill_ms)]
     if p.status != RunStatus.OK or breakdown is None:
-        return head + ["-", _ms(p.floor_ms), bandwidth, share, _ms(p.compute_gflops, 0),
-                       _ms(p.cpu_ms_per_token)] + ["-"] * len(ORDER) + \
-            [str(p.status) if p.status != RunStatus.OK else p.profiler]
+        return (
+            head
+            + ["-", _ms(p.floor_ms), bandwidth, share, _ms(p.compute_gflops, 0), _ms(p.cpu_ms_per_token)]
+            + ["-"] * len(ORDER)
+            + [str(p.status) if p.status != RunStatus.OK else p.profiler]
+        )
     profiled = p.profiled_ms_per_token if phase == "decode" else None
     overhead = "" if p.overhead_pct is None or phase != "decode" else f" ({p.overhead_pct:+.0f}%)"
     cells = [_ms(breakdown.categories.get(c.value)) for c in ORDER]
     decode = phase == "decode"  # the floor, its share and CPU per token are per decoded token
-    return head + [_ms(profiled) + overhead, _ms(p.floor_ms) if decode else "-",
-                   bandwidth if decode else "-", share if decode else "-",
-                   _ms(p.compute_gflops, 0) if decode else "-", _ms(p.cpu_ms_per_token) if decode else "-"] + cells + [p.profiler]
+    return (
+        head
+        + [
+            _ms(profiled) + overhead,
+            _ms(p.floor_ms) if decode else "-",
+            bandwidth if decode else "-",
+            share if decode else "-",
+            _ms(p.compute_gflops, 0) if decode else "-",
+            _ms(p.cpu_ms_per_token) if decode else "-",
+        ]
+        + cells
+        + [p.profiler]
+    )
 
 
 def shown_columns(rows: list[list[str]]) -> list[int]:
     """Indexes of the columns to print: a category that is empty for every engine is left out."""
     fixed = len(HEADERS) - len(ORDER) - 1
-    return [i for i in range(len(HEADERS))
-            if i < fixed or i == len(HEADERS) - 1 or any(row[i] not in ("-", "0.00", "-0.00") for row in rows)]
+    return [
+        i
+        for i in range(len(HEADERS))
+        if i < fixed or i == len(HEADERS) - 1 or any(row[i] not in ("-", "0.00", "-0.00") for row in rows)
+    ]
 
 
 def top_ops_line(p: EngineProfile, count: int = 5) -> str:

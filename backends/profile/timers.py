@@ -10,17 +10,17 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import Callable, Iterator, Sequence
 
 from .capture import EngineProfiler, OpStat, ProfileCapture, StepTrace, span, write_trace
-from .categories import classify
+from .categories import OpFamily, classify
 
 
 class FunctionTimers(EngineProfiler):
     name = "timers around the runtime's functions"
 
-    def __init__(self, module: ModuleType, functions: Sequence[str], family: str) -> None:
+    def __init__(self, module: ModuleType, functions: Sequence[str], family: OpFamily) -> None:
         self._module, self._names, self._family = module, list(functions), family
         self._originals: dict[str, Callable] = {}
         self._stack: list[int] = []  # time spent in timed children of each open call
@@ -49,7 +49,8 @@ class FunctionTimers(EngineProfiler):
                 entry[0] += spent - children
                 entry[1] += 1
                 self._trace.events.append(span(name, began, spent))
-        timed.__wrapped__ = function
+
+        timed.__wrapped__ = function  # type: ignore[attr-defined]  # how finish() finds the original
         return timed
 
     @contextlib.contextmanager
@@ -62,8 +63,14 @@ class FunctionTimers(EngineProfiler):
         for name, original in self._originals.items():
             setattr(self._module, name, original)
         written = write_trace(trace_path, self._trace.events)
-        ops = tuple(OpStat(phase, name, classify(name, self._family).value, ns, calls)
-                    for (phase, name), (ns, calls) in self._totals.items())
-        return ProfileCapture(self.name, ops, dict(self._trace.steps), trace_file=written,
-                              note="self time of each runtime function (the rest of a step is Python around them)")
-
+        ops = tuple(
+            OpStat(phase, name, classify(name, self._family).value, ns, calls)
+            for (phase, name), (ns, calls) in self._totals.items()
+        )
+        return ProfileCapture(
+            self.name,
+            ops,
+            dict(self._trace.steps),
+            trace_file=written,
+            note="self time of each runtime function (the rest of a step is Python around them)",
+        )

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from .capture import EngineProfiler, OpStat, ProfileCapture
-from .categories import classify
+from .categories import OpFamily, classify
 
 _MARK = "whistle_stop::"
 
@@ -50,7 +50,7 @@ class TorchProfiler(EngineProfiler):
         steps: dict[str, int] = defaultdict(int)
         for event in self._profile.events():
             if event.name.startswith(_MARK):
-                steps[event.name[len(_MARK):]] += 1
+                steps[event.name[len(_MARK) :]] += 1
                 continue
             phase = _phase_of(event)
             if phase is None:
@@ -58,16 +58,19 @@ class TorchProfiler(EngineProfiler):
             entry = totals[(phase, event.name)]
             entry[0] += int(event.self_cpu_time_total * 1000)  # us -> ns
             entry[1] += 1
-        ops = tuple(OpStat(phase, name, classify(name, "torch").value, ns, calls)
-                    for (phase, name), (ns, calls) in totals.items())
-        return ProfileCapture(self.name, ops, dict(steps), trace_file=written,
-                              note="self CPU time per aten op on the calling thread")
+        ops = tuple(
+            OpStat(phase, name, classify(name, OpFamily.TORCH).value, ns, calls)
+            for (phase, name), (ns, calls) in totals.items()
+        )
+        return ProfileCapture(
+            self.name, ops, dict(steps), trace_file=written, note="self CPU time per aten op on the calling thread"
+        )
 
 
 def _phase_of(event) -> str | None:
     parent = event.cpu_parent
     while parent is not None:
         if parent.name.startswith(_MARK):
-            return parent.name[len(_MARK):]
+            return parent.name[len(_MARK) :]
         parent = parent.cpu_parent
     return None

@@ -11,11 +11,43 @@ engines of one run in one colour.
 from __future__ import annotations
 
 # On white (the light theme, reports and PNGs).
-LIGHT = ("#358be2", "#d96806", "#279d31", "#e75959", "#a971d0", "#119898", "#e1559b", "#a18708",
-         "#4444d0", "#924025", "#12663c", "#8f308f", "#07607e", "#735314", "#3d6219", "#a5293e")
+LIGHT = (
+    "#358be2",
+    "#d96806",
+    "#279d31",
+    "#e75959",
+    "#a971d0",
+    "#119898",
+    "#e1559b",
+    "#a18708",
+    "#4444d0",
+    "#924025",
+    "#12663c",
+    "#8f308f",
+    "#07607e",
+    "#735314",
+    "#3d6219",
+    "#a5293e",
+)
 # On the dark theme's plots and panes (#1e1f22, #232428).
-DARK = ("#3c90e3", "#df6b06", "#28a132", "#e85f5f", "#ab76d1", "#119c9c", "#e25b9f", "#a58b09",
-        "#b0b0eb", "#e4a691", "#24ce79", "#df9fdf", "#2ec3f4", "#dfad48", "#7dc832", "#e8a2ad")
+DARK = (
+    "#3c90e3",
+    "#df6b06",
+    "#28a132",
+    "#e85f5f",
+    "#ab76d1",
+    "#119c9c",
+    "#e25b9f",
+    "#a58b09",
+    "#b0b0eb",
+    "#e4a691",
+    "#24ce79",
+    "#df9fdf",
+    "#2ec3f4",
+    "#dfad48",
+    "#7dc832",
+    "#e8a2ad",
+)
 MIN_CONTRAST = 3.0
 
 
@@ -37,6 +69,7 @@ def rgb(hex_colour: str) -> tuple[int, int, int]:
 
 def relative_luminance(hex_colour: str) -> float:
     """WCAG 2's relative luminance of an sRGB colour."""
+
     def linear(channel: int) -> float:
         c = channel / 255
         return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4

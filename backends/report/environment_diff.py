@@ -5,16 +5,33 @@ the settings. The rest (OS build, other libraries, bytecode...) is listed apart,
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
 from .. import registry
 
 # Differences that say nothing about the machine or the settings.
-VOLATILE = ("finished_at", "measured_at", "cancelled", "model.folder", "sweep.completed", "sweep.pending",
-            "machine.hostname", "bandwidth.cached")
+VOLATILE = (
+    "finished_at",
+    "measured_at",
+    "cancelled",
+    "model.folder",
+    "sweep.completed",
+    "sweep.pending",
+    "machine.hostname",
+    "bandwidth.cached",
+)
 # What the numbers depend on (prefixes of flattened keys); libraries are added per engine.
-MATTERS = ("machine.cpu", "machine.cores_", "machine.gpus", "threads_resolved", "thread_env.", "model.", "settings.",
-           "reference", "prompt_tokens")
+MATTERS = (
+    "machine.cpu",
+    "machine.cores_",
+    "machine.gpus",
+    "threads_resolved",
+    "thread_env.",
+    "model.",
+    "settings.",
+    "reference",
+    "prompt_tokens",
+)
 
 
 def flatten(data, prefix: str = "") -> dict[str, str]:
@@ -51,11 +68,13 @@ def engine_libraries(backends: Iterable[str]) -> set[str]:
     return out
 
 
-def split_differences(rows: list[tuple[str, list[str]]], backends: Iterable[str]
-                      ) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
+def split_differences(
+    rows: list[tuple[str, list[str]]], backends: Iterable[str]
+) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
     """(the differences that matter to the numbers, the others)."""
     libraries = {f"libraries.{name}" for name in engine_libraries(backends)}
-    matter, rest = [], []
+    matter: list[tuple[str, list[str]]] = []
+    rest: list[tuple[str, list[str]]] = []
     for key, values in rows:
         (matter if key in libraries or key.startswith(MATTERS) else rest).append((key, values))
     return matter, rest

@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
-from ..results.bandwidth import on_gpu
+from ..results.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
-from ..results.records import RunRecord, TokenRecord
+from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.stats import Summary, summarize
 from ..results.summary import interval_levels, is_measured
 
@@ -64,8 +64,14 @@ class Figure:
     def interval_caption(self) -> str:
         """What the error bars are, at their true level ("" without any): a caption line for reports."""
         levels = interval_levels(n for s in self.series for n in s.n)
-        return (f"error bars: the median's distribution-free interval across runs (order statistics); its "
-                f"confidence level with {levels}") if levels else ""
+        return (
+            (
+                f"error bars: the median's distribution-free interval across runs (order statistics); its "
+                f"confidence level with {levels}"
+            )
+            if levels
+            else ""
+        )
 
 
 def measured(runs: Iterable[RunRecord]) -> list[RunRecord]:
@@ -108,10 +114,10 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
     for name in _backends(runs):
         if name in out:
             continue
-        ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in runs
-                  if r.backend == name and r.bandwidth_gb_s and r.decode_tok_s]
+        mine = runs_of(runs, name)
+        ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in mine if r.bandwidth_gb_s and r.decode_tok_s]
         if ratios:
-            dtype = next((r.dtype for r in runs if r.backend == name and r.dtype), "")
+            dtype = next((r.dtype for r in mine if r.dtype), "")
             out[name] = (dtype, sorted(ratios)[len(ratios) // 2])
     gpu = gpu_backends(runs)
     return {name: weights for name, weights in out.items() if name not in gpu}
@@ -132,7 +138,7 @@ def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str,
         by_dtype.setdefault(dtype or "?", n_bytes)
     out = []
     for index, (dtype, n_bytes) in enumerate(sorted(by_dtype.items(), key=lambda kv: -kv[1])):
-        ms = n_bytes / (gb_s * 1e9) * 1e3
+        ms = limit_ms_per_token(n_bytes, gb_s)
         value = ms if unit == "ms" else 1e3 / ms
         # The bandwidth is the same for every line: say it once, on the first label, keep the others short.
         where = (f" ({what})" if what else f" at {gb_s:.0f} GB/s") if index == 0 else ""
@@ -144,26 +150,33 @@ def limit_note(runs: Sequence[RunRecord], environment: dict | None) -> str:
     """What the dashed lines stand on (the probe's own label) and which engines they do not bound:
     those whose weights fit in the last-level cache read them from there, not from DRAM, and those
     that read a quarter of the probe's bytes or less per token, since the caches keep part of a
-    working set a few times their size (on a 2-core EPYC with 32 MB of L3, 77-255 MB streamed 5-30%
-    faster than 1 GiB): `profile` probes each engine at its own size."""
+    working set a few times their size (docs/methodology.md): `profile` probes each engine
+    at its own size."""
     bandwidth = (environment or {}).get("bandwidth") or {}
     parts = [f"limit: {bandwidth['label']}"] if bandwidth.get("label") else []
     llc, probe_bytes = bandwidth.get("llc_bytes") or 0, bandwidth.get("bytes") or 0
     weights = weight_bytes_by_backend(runs, environment)
     small = [name for name, (_, n) in weights.items() if llc and n <= llc]
     if small:
-        parts.append(f"weights of {', '.join(small)} fit in the last-level cache ({llc / 1e6:.0f} MB): "
-                     "the DRAM limit does not bound them")
+        parts.append(
+            f"weights of {', '.join(small)} fit in the last-level cache ({llc / 1e6:.0f} MB): "
+            "the DRAM limit does not bound them"
+        )
     smaller = [name for name, (_, n) in weights.items() if name not in small and probe_bytes and n <= probe_bytes / 4]
     if smaller:
         one = len(smaller) == 1
-        parts.append(f"{', '.join(smaller)} read{'s' if one else ''} under a quarter of the probe's "
-                     f"{probe_bytes / 1e6:.0f} MB per token: caches keep part of a smaller working set, so "
-                     f"{'it' if one else 'they'} can beat this limit (`profile` probes each engine at its own size)")
+        parts.append(
+            f"{', '.join(smaller)} read{'s' if one else ''} under a quarter of the probe's "
+            f"{probe_bytes / 1e6:.0f} MB per token: caches keep part of a smaller working set, so "
+            f"{'it' if one else 'they'} can beat this limit (`profile` probes each engine at its own size)"
+        )
     gpu = sorted(gpu_backends(runs))
     if gpu:
-        parts.append(f"{', '.join(gpu)} run{'s' if len(gpu) == 1 else ''} on a GPU, reading {'its' if len(gpu) == 1 else 'their'} "
-                     "weights from its memory: no host limit line bounds them (`profile` probes a GPU's own)")
+        parts.append(
+            f"{', '.join(gpu)} run{'s' if len(gpu) == 1 else ''} on a GPU, "
+            f"reading {'its' if len(gpu) == 1 else 'their'} "
+            "weights from its memory: no host limit line bounds them (`profile` probes a GPU's own)"
+        )
     return "; ".join(parts)
 
 
@@ -172,14 +185,14 @@ def _noted(note: str, runs: Sequence[RunRecord], environment: dict | None) -> st
     return f"{note} ({extra})" if extra else note
 
 
-def _by_axis(runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_label: str, y_label: str,
-             name: str) -> Figure:
+def _by_axis(
+    runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_label: str, y_label: str, name: str
+) -> Figure:
     figure = Figure(name, title, x_label, y_label)
     for backend in _backends(runs):
         groups: dict[int, list[float]] = defaultdict(list)
-        for r in runs:
-            if r.backend == backend:
-                groups[getattr(r, axis)].append(getattr(r, metric))
+        for r in runs_of(runs, backend):
+            groups[getattr(r, axis)].append(getattr(r, metric))
         series = Series(backend, [], [])
         for x in sorted(groups):
             s = summarize(groups[x])
@@ -189,48 +202,81 @@ def _by_axis(runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_la
     return figure
 
 
-def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None,
-                   environment: dict | None = None) -> Figure:
+def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environment: dict | None = None) -> Figure:
     """TTFT by prompt length (pooled over output lengths: the first token does not depend on them)."""
     data = measured(runs)
-    figure = _by_axis(data, "prompt_tokens", "ttft_ms", "Time to first token vs prompt length",
-                      "prompt tokens", "TTFT (ms)", "ttft_vs_prompt")
-    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms",
-                           ((environment or {}).get("bandwidth") or {}).get("label", ""))
-    figure.note = _noted("dashed: one read of the weights at the measured bandwidth (a floor for prefill)",
-                         runs, environment)
+    figure = _by_axis(
+        data,
+        "prompt_tokens",
+        "ttft_ms",
+        "Time to first token vs prompt length",
+        "prompt tokens",
+        "TTFT (ms)",
+        "ttft_vs_prompt",
+    )
+    figure.limits = limits(
+        weight_bytes_by_backend(runs, environment),
+        gb_s,
+        "ms",
+        ((environment or {}).get("bandwidth") or {}).get("label", ""),
+    )
+    figure.note = _noted(
+        "dashed: one read of the weights at the measured bandwidth (a floor for prefill)", runs, environment
+    )
     return figure
 
 
-def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None,
-                     environment: dict | None = None) -> Figure:
+def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, environment: dict | None = None) -> Figure:
     """Decode tokens/s by output length, at the shortest prompt (longer prompts shift the curve)."""
     data = measured(runs)
     shortest = min((r.prompt_tokens for r in data), default=0)
     data = [r for r in data if r.prompt_tokens == shortest]
-    figure = _by_axis(data, "new_tokens", "decode_tok_s", f"Decode speed vs output length ({shortest}-token prompt)",
-                      "new tokens", "decode tokens/s", "decode_vs_output")
-    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "tok/s",
-                           ((environment or {}).get("bandwidth") or {}).get("label", ""))
-    figure.note = _noted("dashed: the most tokens/s memory bandwidth allows when every weight is read per token",
-                         runs, environment)
+    figure = _by_axis(
+        data,
+        "new_tokens",
+        "decode_tok_s",
+        f"Decode speed vs output length ({shortest}-token prompt)",
+        "new tokens",
+        "decode tokens/s",
+        "decode_vs_output",
+    )
+    figure.limits = limits(
+        weight_bytes_by_backend(runs, environment),
+        gb_s,
+        "tok/s",
+        ((environment or {}).get("bandwidth") or {}).get("label", ""),
+    )
+    figure.note = _noted(
+        "dashed: the most tokens/s memory bandwidth allows when every weight is read per token", runs, environment
+    )
     return figure
 
 
-def itl_vs_position(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], gb_s: float | None = None,
-                    environment: dict | None = None, bins: int = 48) -> Figure:
+def itl_vs_position(
+    runs: Sequence[RunRecord],
+    tokens: Sequence[TokenRecord],
+    gb_s: float | None = None,
+    environment: dict | None = None,
+    bins: int = 48,
+) -> Figure:
     """ms/token by position in the sequence (prompt + index): the KV cache grows as it goes.
 
     Positions are binned; each run contributes its median ITL per bin, and the bin's value is
     the median across runs with the median's interval across them."""
     data = {r.run_id: r for r in measured(runs)}
-    positions = [data[t.run_id].prompt_tokens + t.token_index for t in tokens
-                 if t.run_id in data and t.itl_ms is not None]
+    positions = [
+        data[t.run_id].prompt_tokens + t.token_index for t in tokens if t.run_id in data and t.itl_ms is not None
+    ]
     figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
-    figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms",
-                           ((environment or {}).get("bandwidth") or {}).get("label", ""))
-    figure.note = _noted("dashed: one read of the weights per token at the measured bandwidth (decode's floor)",
-                         runs, environment)
+    figure.limits = limits(
+        weight_bytes_by_backend(runs, environment),
+        gb_s,
+        "ms",
+        ((environment or {}).get("bandwidth") or {}).get("label", ""),
+    )
+    figure.note = _noted(
+        "dashed: one read of the weights per token at the measured bandwidth (decode's floor)", runs, environment
+    )
     if not positions:
         return figure
     width = max(1, math.ceil((max(positions) + 1) / bins))
@@ -277,7 +323,7 @@ def bars(title: str, y_label: str, groups: dict[str, dict[str, Summary]], name: 
 
 def bench_bars(runs: Sequence[RunRecord], metric: str = "decode_tok_s", label: str = "this run") -> Figure:
     data = measured(runs)
-    per = {b: summarize([getattr(r, metric) for r in data if r.backend == b]) for b in _backends(data)}
+    per = {b: summarize([getattr(r, metric) for r in runs_of(data, b)]) for b in _backends(data)}
     titles = {"decode_tok_s": ("Decode speed", "decode tokens/s"), "ttft_ms": ("Time to first token", "TTFT (ms)")}
     title, y_label = titles.get(metric, (metric, metric))
     return bars(title, y_label, {label: per}, f"bench_{metric}")
@@ -289,10 +335,16 @@ def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
     from ..profile.categories import ORDER
 
     shown = [p for p in profiles if getattr(p, phase) is not None]
-    figure = Figure(f"profile_{phase}", f"Where a {phase} step goes", "engine", "ms per step", kind="stacked",
-                    categories=[p.engine for p in shown],
-                    note="stacked: the profiled run's mean step by category; tick: the memory floor "
-                         "(weights + KV read per token / measured bandwidth)")
+    figure = Figure(
+        f"profile_{phase}",
+        f"Where a {phase} step goes",
+        "engine",
+        "ms per step",
+        kind="stacked",
+        categories=[p.engine for p in shown],
+        note="stacked: the profiled run's mean step by category; tick: the memory floor "
+        "(weights + KV read per token / measured bandwidth)",
+    )
     for category in ORDER:
         values = [max(0.0, getattr(p, phase).categories.get(category.value, 0.0)) for p in shown]
         if any(v > 0 for v in values):
@@ -307,10 +359,14 @@ def load_curve(levels: Sequence[LoadLevel]) -> Figure:
     """Throughput against latency under load: per engine (and cell) a curve with one point per
     concurrency level at (median ITL, aggregate output tokens/s), labelled c=N, with whiskers to
     the pooled ITL p90 and p99. A local engine has one point: its concurrency-1 bench runs."""
-    figure = Figure("load_curve", "Output tokens/s vs median ITL under load", "median ITL (ms)",
-                    "output tokens/s (all requests)",
-                    note="one point per concurrency level (c=N); whiskers: pooled ITL p90 (thick) and p99 (thin); "
-                         "local engines: their concurrency-1 bench runs only")
+    figure = Figure(
+        "load_curve",
+        "Output tokens/s vs median ITL under load",
+        "median ITL (ms)",
+        "output tokens/s (all requests)",
+        note="one point per concurrency level (c=N); whiskers: pooled ITL p90 (thick) and p99 (thin); "
+        "local engines: their concurrency-1 bench runs only",
+    )
     cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
     groups: dict[tuple[str, int, int], list[LoadLevel]] = defaultdict(list)
     for level in levels:

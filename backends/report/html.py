@@ -19,21 +19,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import figures as fg
-from ..storage.atomic import atomic_write, check_writable_dir
 from ..errors import UsageError
 from ..profile.files import read_profile
 from ..profile.table import HEADERS as PROFILE_HEADERS
 from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import profile_row
-from ..runs.quality import read_quality
 from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_rows, session_levels
-from ..results.records import RunRecord, TokenRecord
 from ..results.reader import load_requests, load_results
+from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.stats import summarize
-from ..results.summary import (SUMMARY_HEADERS, fmt, harness_note, interval_note, sampling_notes, summarize_backends,
-                               summary_rows)
+from ..results.summary import (
+    SUMMARY_HEADERS,
+    fmt,
+    harness_note,
+    interval_note,
+    sampling_notes,
+    summarize_backends,
+    summary_rows,
+)
 from ..results.verdict import Verdict, verdict
+from ..runs.quality import read_quality
+from ..storage.atomic import atomic_write, check_writable_dir
+from . import figures as fg
 from .environment_diff import environment_differences, flatten, split_differences  # noqa: F401 (re-exported)
 from .verdict_html import verdict_html
 
@@ -91,39 +98,53 @@ def load_folder(folder: Path) -> FolderData:
     folder = Path(folder)
     quality, divergences = read_quality(folder)
     if quality and not (folder / "runs.csv").exists():
-        environment = json.loads((folder / "environment.json").read_text(encoding="utf-8")) \
-            if (folder / "environment.json").exists() else {}
+        environment = (
+            json.loads((folder / "environment.json").read_text(encoding="utf-8"))
+            if (folder / "environment.json").exists()
+            else {}
+        )
         return FolderData(folder, [], [], environment, quality, divergences)
     runs, tokens, environment = load_results(folder)
-    return FolderData(folder, runs, tokens, environment, quality, divergences, read_profile(folder),
-                      load_requests(folder))
+    return FolderData(
+        folder, runs, tokens, environment, quality, divergences, read_profile(folder), load_requests(folder)
+    )
 
 
 def folder_figures(data: FolderData) -> list[fg.Figure]:
     env, gb_s = data.environment, data.gb_s
     if data.kind == "sweep":
-        return [fg.ttft_vs_prompt(data.runs, gb_s, env), fg.decode_vs_output(data.runs, gb_s, env),
-                fg.itl_vs_position(data.runs, data.tokens, gb_s, env)]
+        return [
+            fg.ttft_vs_prompt(data.runs, gb_s, env),
+            fg.decode_vs_output(data.runs, gb_s, env),
+            fg.itl_vs_position(data.runs, data.tokens, gb_s, env),
+        ]
     out = []
     if data.kind == "profile":
         return [fg.profile_breakdown(data.profiles, "decode"), fg.profile_breakdown(data.profiles, "prefill")]
     if data.kind == "quality":
         out.append(fg.speed_vs_quality(data.quality, (env.get("model") or {}).get("weights") == "random"))
     if data.runs:
-        out += [fg.bench_bars(data.runs, "decode_tok_s", data.label), fg.bench_bars(data.runs, "ttft_ms", data.label),
-                fg.itl_vs_position(data.runs, data.tokens, gb_s, env)]
+        out += [
+            fg.bench_bars(data.runs, "decode_tok_s", data.label),
+            fg.bench_bars(data.runs, "ttft_ms", data.label),
+            fg.itl_vs_position(data.runs, data.tokens, gb_s, env),
+        ]
     return out
 
 
 def comparison_figures(folders: list[FolderData]) -> list[fg.Figure]:
     out = []
-    for metric, title, unit in (("decode_tok_s", "Decode speed by folder", "decode tokens/s"),
-                                ("ttft_ms", "Time to first token by folder", "TTFT (ms)")):
+    for metric, title, unit in (
+        ("decode_tok_s", "Decode speed by folder", "decode tokens/s"),
+        ("ttft_ms", "Time to first token by folder", "TTFT (ms)"),
+    ):
         groups = {}
         for index, data in enumerate(folders, start=1):
             measured = fg.measured(data.runs)
-            groups[f"{index}: {data.label}"] = {b: summarize([getattr(r, metric) for r in measured if r.backend == b])
-                                                 for b in dict.fromkeys(r.backend for r in measured)}
+            groups[f"{index}: {data.label}"] = {
+                b: summarize([getattr(r, metric) for r in runs_of(measured, b)])
+                for b in dict.fromkeys(r.backend for r in measured)
+            }
         out.append(fg.bars(title, unit, groups, f"compare_{metric}"))
     return out
 
@@ -168,11 +189,16 @@ def _differences_html(datas: list[FolderData]) -> str:
         return "<p>no differences</p>"
     headers = ["setting"] + [f"{i}: {d.label}" for i, d in enumerate(datas, start=1)]
     matter, rest = split_differences(diffs, {b for d in datas for b in d.backends})
-    parts = [_table(headers, [[k] + v for k, v in matter]) if matter
-             else "<p>none that matter to the numbers (CPU, threads, the engines' libraries, model, settings)</p>"]
+    parts = [
+        _table(headers, [[k] + v for k, v in matter])
+        if matter
+        else "<p>none that matter to the numbers (CPU, threads, the engines' libraries, model, settings)</p>"
+    ]
     if rest:
-        parts.append(f"<details><summary>{len(rest)} other difference{'s' if len(rest) != 1 else ''} "
-                     f"(OS, other libraries, commit, ...)</summary>{_table(headers, [[k] + v for k, v in rest])}</details>")
+        parts.append(
+            f"<details><summary>{len(rest)} other difference{'s' if len(rest) != 1 else ''} "
+            f"(OS, other libraries, commit, ...)</summary>{_table(headers, [[k] + v for k, v in rest])}</details>"
+        )
     return "".join(parts)
 
 
@@ -197,7 +223,7 @@ def _sweep_table(data: FolderData) -> str:
     for p, n in cells:
         row = [str(p), str(n)]
         for b in backends:
-            mine = [r for r in measured if r.backend == b and (r.prompt_tokens, r.new_tokens) == (p, n)]
+            mine = [r for r in runs_of(measured, b) if (r.prompt_tokens, r.new_tokens) == (p, n)]
             ttft, speed = summarize([r.ttft_ms for r in mine]), summarize([r.decode_tok_s for r in mine])
             row.append(f"{fmt(ttft.median)} ms · {fmt(speed.median)} tok/s" if mine else "-")
         rows.append(row)
@@ -211,11 +237,34 @@ def _quality_html(data: FolderData) -> str:
         agree = "-" if share is None else f"{r.get('agree_tokens')}/{r.get('compared_tokens')} ({100 * share:.0f}%)"
         delta = "reference" if r.get("backend") == r.get("reference") else _num(r.get("ppl_diff_pct"))
         status = r.get("status") or ""
-        rows.append([r.get("backend") or "", r.get("dtype") or "", _num(r.get("perplexity"), 3), delta,
-                     _num(r.get("decode_tok_s"), 1), agree, _num(r.get("first_divergence")),
-                     status if status in ("ok", "") else f"{status}: {r.get('error') or ''}"[:80]])
-    parts = ["<h3>Quality</h3>", _table(["backend", "dtype", "perplexity", "Δ vs reference %", "tok/s",
-                                         "agree (share)", "first divergence", "status"], rows)]
+        rows.append(
+            [
+                r.get("backend") or "",
+                r.get("dtype") or "",
+                _num(r.get("perplexity"), 3),
+                delta,
+                _num(r.get("decode_tok_s"), 1),
+                agree,
+                _num(r.get("first_divergence")),
+                status if status in ("ok", "") else f"{status}: {r.get('error') or ''}"[:80],
+            ]
+        )
+    parts = [
+        "<h3>Quality</h3>",
+        _table(
+            [
+                "backend",
+                "dtype",
+                "perplexity",
+                "Δ vs reference %",
+                "tok/s",
+                "agree (share)",
+                "first divergence",
+                "status",
+            ],
+            rows,
+        ),
+    ]
     note = (data.environment.get("quality") or {}).get("note")
     if note:
         parts.append(f"<p class=warn>{html.escape(note)}</p>")
@@ -224,9 +273,12 @@ def _quality_html(data: FolderData) -> str:
         for label, key in ((d.get("reference", "reference"), "reference_top"), (d.get("backend", ""), "top")):
             items = ", ".join(f"{t['text']!r} {t['logit']:.3f}" for t in d.get(key) or [])
             tops.append(f"<li>{html.escape(label)}: {html.escape(items or d.get('error') or '-')}</li>")
-        parts.append(f"<p>{html.escape(d['backend'])} diverges from {html.escape(d['reference'])} at generated token "
-                     f"{d['position']}: {html.escape(repr(d['reference_token']['text']))} vs "
-                     f"{html.escape(repr(d['token']['text']))}; top-5 logits on the common prefix:</p><ul>{''.join(tops)}</ul>")
+        parts.append(
+            f"<p>{html.escape(d['backend'])} diverges from {html.escape(d['reference'])} at generated token "
+            f"{d['position']}: {html.escape(repr(d['reference_token']['text']))} vs "
+            f"{html.escape(repr(d['token']['text']))}; top-5 logits on the common prefix:</p>"
+            f"<ul>{''.join(tops)}</ul>"
+        )
     return "".join(parts)
 
 
@@ -240,8 +292,11 @@ def _profile_html(data: FolderData) -> str:
     parts.append(_top_ops_html(data.profiles))
     traces = [p.trace_file for p in data.profiles if p.trace_file]
     if traces:
-        parts.append("<p class=note>Traces (Chrome trace format; open in https://ui.perfetto.dev): "
-                     + html.escape(", ".join(Path(t).name for t in traces)) + "</p>")
+        parts.append(
+            "<p class=note>Traces (Chrome trace format; open in https://ui.perfetto.dev): "
+            + html.escape(", ".join(Path(t).name for t in traces))
+            + "</p>"
+        )
     return "".join(parts)
 
 
@@ -252,10 +307,15 @@ def _top_ops_html(profiles: list) -> str:
     for p in with_ops:
         tables = []
         for phase in dict.fromkeys(op.phase for op in p.top_ops):
-            rows = [[op.name, op.category, f"{op.ms_per_step:.3f}", f"{op.calls_per_step:.1f}", f"{100 * op.share:.1f}%"]
-                    for op in p.top_ops if op.phase == phase]
-            tables.append(f"<h4>{html.escape(phase)}</h4>"
-                          + _table(["operation", "category", "ms / step", "calls / step", "share"], rows))
+            rows = [
+                [op.name, op.category, f"{op.ms_per_step:.3f}", f"{op.calls_per_step:.1f}", f"{100 * op.share:.1f}%"]
+                for op in p.top_ops
+                if op.phase == phase
+            ]
+            tables.append(
+                f"<h4>{html.escape(phase)}</h4>"
+                + _table(["operation", "category", "ms / step", "calls / step", "share"], rows)
+            )
         parts.append(f"<details><summary>{html.escape(p.engine)}</summary>{''.join(tables)}</details>")
     return "".join(parts)
 
@@ -267,8 +327,9 @@ def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
     for prompt, new in cells:
         if len(cells) > 1:
             parts.append(f"<p class=facts>{prompt}-token prompts, {new} new tokens</p>")
-        parts.append(_table(LOAD_HEADERS, load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens)
-                                                      == (prompt, new)])))
+        parts.append(
+            _table(LOAD_HEADERS, load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == (prompt, new)]))
+        )
     parts += [f"<p class=note>{html.escape(line)}</p>" for line in load_notes(levels, slo)]
     return "".join(parts)
 
@@ -276,17 +337,25 @@ def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
 def load_notes(levels: list[LoadLevel], slo: Slo) -> list[str]:
     """What the load table's figures are, then each level's own note (the server's /metrics beside
     the client's figures): under the table in reports and in the window's Load tab."""
-    return [("output tok/s: every generated token over the level's wall time (rounds of requests sent together); "
-             "level 1 is every engine's bench runs; ITL pooled over every request's gaps; goodput: " + slo.describe())
-            ] + [f"{lv.backend} at {lv.concurrency}: {lv.notes}" for lv in levels if lv.notes]
+    return [
+        (
+            "output tok/s: every generated token over the level's wall time (rounds of requests sent together); "
+            "level 1 is every engine's bench runs; ITL pooled over every request's gaps; goodput: " + slo.describe()
+        )
+    ] + [f"{lv.backend} at {lv.concurrency}: {lv.notes}" for lv in levels if lv.notes]
 
 
 def _folder_html(index: int, data: FolderData, images: list[str], load: str = "") -> str:
     env = data.environment
     model, machine, app = env.get("model") or {}, env.get("machine") or {}, env.get("app") or {}
-    facts = [f"kind: {data.kind}", f"model: {model.get('id', '?')} ({model.get('weights', '?')} weights)",
-             f"CPU: {machine.get('cpu', '?')}", f"threads: {env.get('threads_resolved', '?')}",
-             f"git: {app.get('git_commit') or '?'}", f"finished: {env.get('finished_at', '?')}"]
+    facts = [
+        f"kind: {data.kind}",
+        f"model: {model.get('id', '?')} ({model.get('weights', '?')} weights)",
+        f"CPU: {machine.get('cpu', '?')}",
+        f"threads: {env.get('threads_resolved', '?')}",
+        f"git: {app.get('git_commit') or '?'}",
+        f"finished: {env.get('finished_at', '?')}",
+    ]
     if data.gb_s:
         label = (data.environment.get("bandwidth") or {}).get("label")
         facts.append(f"memory bandwidth: {label}" if label else f"memory bandwidth: {data.gb_s:.1f} GB/s")
@@ -300,8 +369,11 @@ def _folder_html(index: int, data: FolderData, images: list[str], load: str = ""
     elif data.runs:
         summaries = summarize_backends(data.runs, data.backends, data.tokens)
         parts.append(_table(SUMMARY_HEADERS, summary_rows(summaries, env.get("reference"))))
-        parts += [f"<p class=note>{html.escape(line)}</p>" for line in [interval_note(summaries),
-                                                                           harness_note(env.get("harness"))] if line]
+        parts += [
+            f"<p class=note>{html.escape(line)}</p>"
+            for line in [interval_note(summaries), harness_note(env.get("harness"))]
+            if line
+        ]
         parts += [f"<p class=warn>{html.escape(line)}</p>" for line in sampling_notes(summaries)]
     if data.quality:
         parts.append(_quality_html(data))
@@ -337,13 +409,16 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
         raise UsageError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from exc
     from .plots import render_png
 
-    verdicts = [(f"{i}: {d.label}", v) for i, d in enumerate(datas, start=1)
-                if (v := folder_verdict(d, datas)) is not None]
+    verdicts = [
+        (f"{i}: {d.label}", v) for i, d in enumerate(datas, start=1) if (v := folder_verdict(d, datas)) is not None
+    ]
     sections = [_verdict_section(verdicts)]
     if len(datas) > 1:
         images = [_img(render_png(f, out_dir / f"{f.name}.png"), f) for f in comparison_figures(datas)]
-        sections.append(f'<section><h2>Comparison</h2><div class="figures">{"".join(images)}</div>'
-                        f"<h3>Environment differences</h3>{_differences_html(datas)}</section>")
+        sections.append(
+            f'<section><h2>Comparison</h2><div class="figures">{"".join(images)}</div>'
+            f"<h3>Environment differences</h3>{_differences_html(datas)}</section>"
+        )
     columns = []
     for index, data in enumerate(datas, start=1):
         images = [_img(render_png(f, out_dir / f"{index}-{f.name}.png"), f) for f in folder_figures(data)]
@@ -354,12 +429,14 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
         columns.append(_folder_html(index, data, images, load))
     sections += columns  # one after another: a folder's wide tables never sit beside another's
     title = "whistle-stop report: " + ", ".join(d.label for d in datas)
-    page = (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"
-            f"</head><body><h1>{html.escape(title)}</h1><p class=facts>generated {time.strftime('%Y-%m-%d %H:%M')} · "
-            "values are medians of measured runs; [low–high] and error bars: the median's distribution-free interval "
-            "across repeats (order statistics; its confidence level, which depends on the number of runs, is under each "
-            "table and figure)"
-            f"</p>{''.join(sections)}</body></html>")
+    page = (
+        f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{_CSS}</style>"
+        f"</head><body><h1>{html.escape(title)}</h1><p class=facts>generated {time.strftime('%Y-%m-%d %H:%M')} · "
+        "values are medians of measured runs; [low–high] and error bars: the median's distribution-free interval "
+        "across repeats (order statistics; its confidence level, which depends on the number of runs, "
+        "is under each table and figure)"
+        f"</p>{''.join(sections)}</body></html>"
+    )
     path = out_dir / REPORT_HTML
     with atomic_write(path, encoding="utf-8") as f:
         f.write(page)

@@ -28,7 +28,8 @@ def ensure_qt_app():
 
     app = QtWidgets.QApplication.instance()
     if app is None:
-        headless = sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+        display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+        headless = sys.platform.startswith("linux") and not display
         if headless and not os.environ.get("QT_QPA_PLATFORM"):
             os.environ["QT_QPA_PLATFORM"] = "offscreen"
         app = QtWidgets.QApplication(sys.argv[:1])
@@ -70,26 +71,47 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         elif figure.kind == "bar":
             width = 0.8 / n_series
             x = x - 0.4 + width * (index + 0.5)
-            plot_item.addItem(pg.BarGraphItem(x=x, height=y, width=width * 0.9, brush=pg.mkBrush(*rgb), pen=pg.mkPen(rgb)))
+            plot_item.addItem(
+                pg.BarGraphItem(x=x, height=y, width=width * 0.9, brush=pg.mkBrush(*rgb), pen=pg.mkPen(rgb))
+            )
             plot_item.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=1, brush=pg.mkBrush(*rgb)), series.name)
         elif figure.kind == "scatter":
-            plot_item.plot(x, y, pen=None, symbol="o", symbolSize=11, symbolBrush=pg.mkBrush(*rgb),
-                           symbolPen=pg.mkPen(rgb))  # labelled at the point: no legend entry
+            plot_item.plot(
+                x, y, pen=None, symbol="o", symbolSize=11, symbolBrush=pg.mkBrush(*rgb), symbolPen=pg.mkPen(rgb)
+            )  # labelled at the point: no legend entry
             _label_points(plot_item, x, y, series.labels, rgb)
         else:
-            plot_item.plot(x, y, pen=pg.mkPen(rgb, width=2), symbol="o", symbolSize=6,
-                           symbolBrush=pg.mkBrush(*rgb), symbolPen=pg.mkPen(rgb), name=series.name)
+            plot_item.plot(
+                x,
+                y,
+                pen=pg.mkPen(rgb, width=2),
+                symbol="o",
+                symbolSize=6,
+                symbolBrush=pg.mkBrush(*rgb),
+                symbolPen=pg.mkPen(rgb),
+                name=series.name,
+            )
             _label_points(plot_item, x, y, series.labels, rgb)  # e.g. a load curve's c=N
         if series.x_whiskers:
             _draw_whiskers(plot_item, series, rgb, tick=0.02 * max(_top(figure), 1e-9))
         if np.any(err > 0) or np.any(err_low > 0):
             beam = 0.15 / n_series if figure.kind == "bar" else _beam(figure)
-            plot_item.addItem(pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5)))
+            plot_item.addItem(
+                pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5))
+            )
     for index, limit in enumerate(figure.limits):
-        line = pg.InfiniteLine(pos=limit.value, angle=0,
-                               pen=pg.mkPen(LIMIT_COLOUR, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
-                               label=limit.label, labelOpts={"position": 0.02 + 0.33 * (index % 3),  # staggered:
-                                                             "color": LIMIT_COLOUR, "anchors": [(0, 1), (0, 1)]})  # lines may lie close
+        line = pg.InfiniteLine(
+            pos=limit.value,
+            angle=0,
+            pen=pg.mkPen(LIMIT_COLOUR, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
+            label=limit.label,
+            labelOpts={
+                "position": 0.02 + 0.33 * (index % 3),  # staggered:
+                # lines may lie close
+                "color": LIMIT_COLOUR,
+                "anchors": [(0, 1), (0, 1)],
+            },
+        )
         plot_item.addItem(line)
     if figure.kind in ("bar", "stacked"):
         plot_item.getAxis("bottom").setTicks([list(enumerate(figure.categories))])
@@ -110,12 +132,14 @@ def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
         x, y = np.asarray(series.x, float), np.asarray(series.y, float)
         rgb = colour(index)
         base = bottom[x.astype(int)]
-        plot_item.addItem(pg.BarGraphItem(x=x, y0=base, height=y, width=0.6, brush=pg.mkBrush(*rgb), pen=pg.mkPen(None)))
+        plot_item.addItem(
+            pg.BarGraphItem(x=x, y0=base, height=y, width=0.6, brush=pg.mkBrush(*rgb), pen=pg.mkPen(None))
+        )
         plot_item.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=1, brush=pg.mkBrush(*rgb)), series.name)
         bottom[x.astype(int)] += y
     for series in figure.markers:
-        for x, y in zip(series.x, series.y):
-            plot_item.plot([x - 0.38, x + 0.38], [y, y], pen=pg.mkPen(foreground, width=3))
+        for mx, my in zip(series.x, series.y):
+            plot_item.plot([mx - 0.38, mx + 0.38], [my, my], pen=pg.mkPen(foreground, width=3))
         plot_item.legend.addItem(pg.PlotDataItem(pen=pg.mkPen(foreground, width=3)), series.name)
 
 
@@ -144,8 +168,12 @@ def _draw_whiskers(plot_item, series, rgb, tick: float) -> None:
                 xs += [px, end, end, end]  # the whisker, then its cap: pairs of points
                 ys += [py, py, py - tick, py + tick]
         if xs:
-            plot_item.plot(np.asarray(xs, float), np.asarray(ys, float), connect="pairs",
-                           pen=pg.mkPen(rgb, width=2.5 if level == 0 else 1.0))
+            plot_item.plot(
+                np.asarray(xs, float),
+                np.asarray(ys, float),
+                connect="pairs",
+                pen=pg.mkPen(rgb, width=2.5 if level == 0 else 1.0),
+            )
 
 
 def _top(figure: Figure) -> float:
@@ -215,6 +243,7 @@ def render_png(figure: Figure, path: Path, size: tuple[int, int] = DEFAULT_SIZE)
     return path
 
 
-def render_all(figures: list[Figure], out_dir: Path, prefix: str = "",
-               size: tuple[int, int] = DEFAULT_SIZE) -> list[Path]:
+def render_all(
+    figures: list[Figure], out_dir: Path, prefix: str = "", size: tuple[int, int] = DEFAULT_SIZE
+) -> list[Path]:
     return [render_png(f, Path(out_dir) / f"{prefix}{f.name}.png", size) for f in figures]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..status import RunStatus
-from .records import RunRecord, TokenRecord
+from .records import RunRecord, TokenRecord, runs_of
 from .stats import agreement
 
 
@@ -22,7 +22,7 @@ def fill_agreement(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], ref
     for record in runs:
         cells.setdefault((record.prompt_tokens, record.new_tokens), []).append(record)
     for records in cells.values():
-        ref_runs = [r for r in records if r.backend == reference and r.status == RunStatus.OK]
+        ref_runs = [r for r in runs_of(records, reference) if r.status == RunStatus.OK]
         ref_runs.sort(key=lambda r: (r.is_warmup, r.repeat))  # measured runs first
         if not ref_runs:
             continue
@@ -55,8 +55,9 @@ def first_streams(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> d
     by_run: dict[str, list[int]] = {}
     for t in sorted(tokens, key=lambda t: t.token_index):
         by_run.setdefault(t.run_id, []).append(t.token_id)
-    ok = sorted((r for r in runs if r.status == RunStatus.OK and r.run_id in by_run),
-                key=lambda r: (r.is_warmup, r.repeat))
+    ok = sorted(
+        (r for r in runs if r.status == RunStatus.OK and r.run_id in by_run), key=lambda r: (r.is_warmup, r.repeat)
+    )
     if not ok:
         return {}
     cell = (ok[0].prompt_tokens, ok[0].new_tokens)

@@ -3,9 +3,9 @@
 The probe does what decoding does: a float32 matrix-vector product over a matrix well larger
 than the last-level cache, with the engines' thread count, read twice: by BLAS's sgemv and by the
 project's own streaming kernel (kernels/gemv.c, four row streams per thread, where a C compiler
-is there); the faster reader sets the limit. A floor must be one no engine can beat: on a 2-core
-EPYC sgemv read ~29 GB/s while the native engine's products streamed at ~40-48 GB/s. A plain
-`np.sum` reads only about half as fast here (it is partly compute-bound).
+is there); the faster reader sets the limit. A floor must be one no engine can beat, and the
+native engine's products stream faster than sgemv reads (docs/methodology.md). A plain
+`np.sum` reads slower still (it is partly compute-bound).
 It runs once per CPU model and thread count, in a spawned process of its own (its buffer of a
 GiB or more would otherwise stay in the parent's peak RSS and page tables), and the result is
 cached in `cache_dir()`. `profile` probes around each engine over that engine's own bytes per
@@ -20,18 +20,18 @@ import json
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import psutil
 
 from ..storage.atomic import atomic_write
+from ..storage.paths import cache_dir
 from ..worker.blas import OpenBLAS
 from .environment import cpu_model
-from ..storage.paths import cache_dir
 
 CACHE_FILE = "bandwidth-v3.json"  # v3: the faster of sgemv and the own kernel (v2: sgemv only; v1 summed, and read low)
 MIN_BYTES = 1 << 30  # 1 GiB, unless the last-level cache is larger than a quarter of that
@@ -60,8 +60,11 @@ class Bandwidth:
     @property
     def method(self) -> str:
         """How it was measured: "<reader> over a N MB fp32 matrix, T threads" (on a GPU: "... on <GPU>")."""
-        where = (f"on {self.device_name or self.device}" if self.device != "cpu"
-                 else f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+        where = (
+            f"on {self.device_name or self.device}"
+            if self.device != "cpu"
+            else f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        )
         return f"{self.reader} over a {self.bytes / 1e6:.0f} MB fp32 matrix, {where}"
 
     @property
@@ -73,7 +76,7 @@ class Bandwidth:
         return {**asdict(self), "label": self.label, "llc_bytes": last_level_cache_bytes()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Bandwidth":
+    def from_dict(cls, data: dict) -> Bandwidth:
         """From as_dict's output (extra keys such as label are derived, and dropped)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -123,8 +126,10 @@ def fits_in_cache_note(weight_bytes: float, device: str = "cpu") -> str:
     if on_gpu(device) or not size or not weight_bytes or weight_bytes > size:
         return ""
     name = f"L{level}" if level else "last-level"
-    return (f"weights ({weight_bytes / 1e6:.1f} MB) fit in the {name} cache ({size / 1e6:.0f} MB): "
-            f"the DRAM bandwidth limit does not bound this engine")
+    return (
+        f"weights ({weight_bytes / 1e6:.1f} MB) fit in the {name} cache ({size / 1e6:.0f} MB): "
+        f"the DRAM bandwidth limit does not bound this engine"
+    )
 
 
 def default_probe_bytes() -> int:
@@ -143,8 +148,7 @@ def measure_in_child(measure: Callable[..., Bandwidth], *args) -> Bandwidth:
     never holds the probe's buffer, nor (for a GPU probe) a CUDA context."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_child, args=(send, measure, args),
-                            name="whistle-stop-bandwidth", daemon=True)
+    child = context.Process(target=_probe_child, args=(send, measure, args), name="whistle-stop-bandwidth", daemon=True)
     child.start()
     send.close()
     try:
@@ -182,11 +186,19 @@ def measure_here(threads: int, n_bytes: int | None = None, passes: int = 5) -> B
         results["own kernel"] = kernel
     reader = max(results, key=lambda name: max(results[name]))
     rates = results[reader]
-    return Bandwidth(gb_s=max(rates), median_gb_s=float(np.median(rates)), bytes=int(matrix.nbytes), threads=threads,
-                     passes=len(rates), cpu=cpu_model(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     probe_pid=os.getpid(), reader=reader,
-                     readers={name: round(max(r), 2) for name, r in results.items()},
-                     compute_gflops=round(max(_gemm_rates(threads, passes)), 2))
+    return Bandwidth(
+        gb_s=max(rates),
+        median_gb_s=float(np.median(rates)),
+        bytes=int(matrix.nbytes),
+        threads=threads,
+        passes=len(rates),
+        cpu=cpu_model(),
+        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        probe_pid=os.getpid(),
+        reader=reader,
+        readers={name: round(max(r), 2) for name, r in results.items()},
+        compute_gflops=round(max(_gemm_rates(threads, passes)), 2),
+    )
 
 
 def _timed_passes(product, matrix: np.ndarray, passes: int) -> list[float]:
@@ -221,7 +233,7 @@ GEMM_SIZE, GEMM_CALLS = 256, 16  # three 256 KB matrices stay in cache: BLAS's G
 
 
 def _gemm_rates(threads: int, passes: int) -> list[float]:
-    """GFLOP/s of `passes` passes of GEMM_CALLS float32 GEMMs (~5 ms each here)."""
+    """GFLOP/s of `passes` passes of GEMM_CALLS float32 GEMMs (each a few milliseconds)."""
     a = np.full((GEMM_SIZE, GEMM_SIZE), 0.5, np.float32)
     out = np.empty_like(a)
 
@@ -233,7 +245,7 @@ def _gemm_rates(threads: int, passes: int) -> list[float]:
             for _ in range(GEMM_CALLS):
                 np.matmul(a, a, out=out)
             elapsed = time.perf_counter() - start
-            rates.append(2 * GEMM_SIZE ** 3 * GEMM_CALLS / elapsed / 1e9)
+            rates.append(2 * GEMM_SIZE**3 * GEMM_CALLS / elapsed / 1e9)
         if out[0, 0] != 0.25 * GEMM_SIZE:  # catches nonsense
             raise RuntimeError("compute probe: wrong product")
         return rates
@@ -290,8 +302,8 @@ def fresh_bandwidth(threads: int, n_bytes: int | None = None, device: str = "cpu
     bandwidth moves between phases. Without `n_bytes`, over the default matrix (1 GiB or more) and
     cached as the machine's figure. With it (an engine's bytes per token), over a matrix of that
     size and not cached: the caches keep part of a working set of a few times their size between
-    passes (on a 2-core EPYC with 32 MB of L3, 77 MB read at ~35-43 GB/s where 1 GiB read at
-    24-30), so only a read of the same bytes is a floor that engine cannot beat. A CUDA engine's
+    passes (docs/methodology.md), so only a read of the same bytes is a floor that engine
+    cannot beat. A CUDA engine's
     floor is its GPU's memory (results/gpu_bandwidth.py), never the host's."""
     if on_gpu(device):
         from .gpu_bandwidth import measure_gpu_bandwidth

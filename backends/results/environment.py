@@ -8,8 +8,8 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import psutil
 
@@ -18,8 +18,16 @@ from ..storage import bytecode
 
 # What every run stands on (the harness, the sampler, the reference, the window); each engine's own
 # runtime packages come from its registry entry.
-CORE_PACKAGES = ("numpy", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub",
-                 "PySide6_Essentials", "pyqtgraph")
+CORE_PACKAGES = (
+    "numpy",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "huggingface_hub",
+    "PySide6_Essentials",
+    "pyqtgraph",
+)
 NOT_INSTALLED = "not installed"
 
 
@@ -35,8 +43,24 @@ def cpuinfo_field(name: str) -> str:
 
 
 # The CPU features the engines' kernels choose between (vector width, int8 and bf16 products).
-NOTABLE_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
-                 "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
+NOTABLE_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+    "asimd",
+    "asimddp",
+    "sve",
+)
 
 
 def cpu_flags() -> list[str]:
@@ -53,8 +77,12 @@ def gpu_names() -> list[str]:
     if not shutil.which("nvidia-smi"):
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return [line.strip() for line in out.stdout.splitlines() if line.strip()]
     except (OSError, subprocess.SubprocessError):
         return []
@@ -65,10 +93,15 @@ def git_commit() -> str:
     if not (root / ".git").exists():  # an installed copy (site-packages may sit inside some other repository)
         return ""
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -112,10 +145,16 @@ def collect_environment(model=None, settings: dict | None = None, extra: dict | 
         "bytecode": bytecode.check().as_dict(),  # without it, every worker compiles the app (cold starts)
     }
     if model is not None:
-        env["model"] = {"id": model.model_id, "spec": model.spec, "weights": model.weights,
-                        "weights_sha256_16": model.weights_hash, "folder": str(model.folder),
-                        "n_layer": model.config.get("n_layer"), "n_embd": model.config.get("n_embd"),
-                        "context": model.context}
+        env["model"] = {
+            "id": model.model_id,
+            "spec": model.spec,
+            "weights": model.weights,
+            "weights_sha256_16": model.weights_hash,
+            "folder": str(model.folder),
+            "n_layer": model.config.get("n_layer"),
+            "n_embd": model.config.get("n_embd"),
+            "context": model.context,
+        }
     if settings is not None:
         env["settings"] = settings
     if extra:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 from ..storage.atomic import atomic_write, check_writable_dir
 from .load import LOAD_LEVEL_COLUMNS, LOAD_REQUEST_COLUMNS, LoadRequestRecord, Slo, session_levels
@@ -22,8 +23,24 @@ SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidt
 # ci95_low/ci95_high, renamed: beside the median it read as the median's). The metric
 # "itl_ms_pooled" pools every inter-token gap of the measured runs: n counts gaps, median/p90/p99
 # are the pooled p50/p90/p99, no intervals. note: why an engine's figures are not comparable.
-SUMMARY_COLUMNS = ["backend", "metric", "n", "median", "median_ci_low", "median_ci_high", "median_ci_level", "mean",
-                   "mean_ci95_low", "mean_ci95_high", "p90", "p99", "std", "min", "max", "note"]
+SUMMARY_COLUMNS = [
+    "backend",
+    "metric",
+    "n",
+    "median",
+    "median_ci_low",
+    "median_ci_high",
+    "median_ci_level",
+    "mean",
+    "mean_ci95_low",
+    "mean_ci95_high",
+    "p90",
+    "p99",
+    "std",
+    "min",
+    "max",
+    "note",
+]
 
 
 def _cell(value) -> object:
@@ -36,7 +53,7 @@ def _cell(value) -> object:
     return value
 
 
-def write_csv(path: Path, columns: list[str], rows: Iterable[object]) -> None:
+def write_csv(path: Path, columns: list[str], rows: Iterable[Any]) -> None:  # dataclass records or dicts
     with atomic_write(path, newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -45,8 +62,15 @@ def write_csv(path: Path, columns: list[str], rows: Iterable[object]) -> None:
             writer.writerow([_cell(data.get(c)) for c in columns])
 
 
-def write_results(out_dir: Path, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict,
-                  summary: bool = True, load: list[LoadRequestRecord] | None = None, slo: Slo = Slo()) -> list[Path]:
+def write_results(
+    out_dir: Path,
+    runs: list[RunRecord],
+    tokens: list[TokenRecord],
+    environment: dict,
+    summary: bool = True,
+    load: list[LoadRequestRecord] | None = None,
+    slo: Slo = Slo(),
+) -> list[Path]:
     """Write tokens.csv, runs.csv, summary.csv (per engine, across measured repeats; left out for
     sweeps, whose rows mix cells) and environment.json into `out_dir`; return their paths. With
     load runs: load_requests.csv (a row per request of concurrency > 1) and load.csv (a row per

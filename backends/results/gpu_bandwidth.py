@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .bandwidth import Bandwidth, measure_in_child
 from .environment import cpu_model
@@ -40,18 +40,29 @@ def measure_gpu_here(n_bytes: int | None = None, passes: int = 20) -> Bandwidth:
     vector = torch.ones(columns, dtype=torch.float32, device=device)
 
     # reader -> (the product, the value every element of its output must hold)
-    readers = {"cuBLAS gemv": (lambda: torch.mv(matrix, vector), float(columns)),  # [rows]
-               "sum": (lambda: matrix.sum(dim=0), float(rows))}  # [columns]
+    readers = {
+        "cuBLAS gemv": (lambda: torch.mv(matrix, vector), float(columns)),  # [rows]
+        "sum": (lambda: matrix.sum(dim=0), float(rows)),
+    }  # [columns]
     nbytes = matrix.numel() * matrix.element_size()
     results = {name: _timed_reads(torch, *reader, nbytes, passes) for name, reader in readers.items()}
     reader = max(results, key=lambda name: max(results[name]))
     rates = sorted(results[reader])
-    return Bandwidth(gb_s=rates[-1], median_gb_s=rates[len(rates) // 2], bytes=nbytes, threads=1,
-                     passes=len(rates), cpu=cpu_model(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     probe_pid=os.getpid(), reader=reader,
-                     readers={name: round(max(r), 2) for name, r in results.items()},
-                     compute_gflops=round(_gemm_gflops(torch, device, passes), 2),
-                     device="cuda", device_name=torch.cuda.get_device_name(device))
+    return Bandwidth(
+        gb_s=rates[-1],
+        median_gb_s=rates[len(rates) // 2],
+        bytes=nbytes,
+        threads=1,
+        passes=len(rates),
+        cpu=cpu_model(),
+        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        probe_pid=os.getpid(),
+        reader=reader,
+        readers={name: round(max(r), 2) for name, r in results.items()},
+        compute_gflops=round(_gemm_gflops(torch, device, passes), 2),
+        device="cuda",
+        device_name=torch.cuda.get_device_name(device),
+    )
 
 
 def _timed_reads(torch, product: Callable, expected: float, nbytes: int, passes: int) -> list[float]:
@@ -72,7 +83,7 @@ def _gemm_gflops(torch, device, passes: int) -> float:
     fastest = min(_cuda_seconds(torch, lambda: torch.matmul(a, a, out=out)) for _ in range(max(1, passes)))
     if float(out[0, 0]) != 0.25 * GPU_GEMM_SIZE:
         raise RuntimeError("GPU compute probe: wrong product")
-    return 2 * GPU_GEMM_SIZE ** 3 / fastest / 1e9
+    return 2 * GPU_GEMM_SIZE**3 / fastest / 1e9
 
 
 def _cuda_seconds(torch, run: Callable) -> float:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..status import RunStatus
 from ..engines.server.metrics import CROSS_CHECK_PREFIX
+from ..status import RunStatus
 from .records import RunRecord, TokenRecord
 from .stats import run_metrics
 
@@ -32,18 +32,17 @@ class Slo:
     def set(self) -> bool:
         return self.ttft_ms is not None or self.itl_ms is not None
 
-    def met(self, request: "LoadRequestRecord") -> bool:
+    def met(self, request: LoadRequestRecord) -> bool:
         if request.status != RunStatus.OK or request.ttft_ms is None:
             return False
         if self.ttft_ms is not None and request.ttft_ms > self.ttft_ms:
             return False
-        if self.itl_ms is not None and (request.tpot_ms is None or request.tpot_ms > self.itl_ms):
-            return False
-        return True
+        return not (self.itl_ms is not None and (request.tpot_ms is None or request.tpot_ms > self.itl_ms))
 
     def describe(self) -> str:
         parts = ([f"TTFT <= {self.ttft_ms:g} ms"] if self.ttft_ms is not None else []) + (
-            [f"TPOT <= {self.itl_ms:g} ms"] if self.itl_ms is not None else [])
+            [f"TPOT <= {self.itl_ms:g} ms"] if self.itl_ms is not None else []
+        )
         return " and ".join(parts) or "no SLO set (--slo-ttft-ms, --slo-itl-ms)"
 
 
@@ -108,26 +107,76 @@ class LoadLevel:
 LOAD_LEVEL_COLUMNS = [f.name for f in fields(LoadLevel)]
 
 
-def request_records(run_id: str, backend: str, cell: str, prompt_tokens: int, new_tokens: int, concurrency: int,
-                    repeat: int, is_warmup: bool, started_ns: int, streams, notes: str = "",
-                    failure: str = "", cancelled: bool = False) -> list[LoadRequestRecord]:
+def request_records(
+    run_id: str,
+    backend: str,
+    cell: str,
+    prompt_tokens: int,
+    new_tokens: int,
+    concurrency: int,
+    repeat: int,
+    is_warmup: bool,
+    started_ns: int,
+    streams,
+    notes: str = "",
+    failure: str = "",
+    cancelled: bool = False,
+) -> list[LoadRequestRecord]:
     """Records of one round from the child's StreamResults (or one failed record per stream when
     the whole round failed: `failure`)."""
     if failure:
-        return [LoadRequestRecord(run_id, backend, cell, prompt_tokens, new_tokens, concurrency, repeat, is_warmup,
-                                  i, RunStatus.ERROR, error=failure, notes=notes) for i in range(concurrency)]
+        return [
+            LoadRequestRecord(
+                run_id,
+                backend,
+                cell,
+                prompt_tokens,
+                new_tokens,
+                concurrency,
+                repeat,
+                is_warmup,
+                i,
+                RunStatus.ERROR,
+                error=failure,
+                notes=notes,
+            )
+            for i in range(concurrency)
+        ]
     ends = [s.token_ns[-1] for s in streams if s.token_ns]
     round_s = (max(ends) - started_ns) / 1e9 if ends else None
     out = []
     for stream in streams:
         metrics = run_metrics(stream.started_ns, list(stream.token_ns))
-        status = (RunStatus.ERROR if stream.error else
-                  RunStatus.CANCELLED if cancelled and metrics.tokens < new_tokens else RunStatus.OK)
-        out.append(LoadRequestRecord(
-            run_id, backend, cell, prompt_tokens, new_tokens, concurrency, repeat, is_warmup, stream.index, status,
-            metrics.tokens, _finite(metrics.ttft_ms), _finite(metrics.tpot_ms), _finite(metrics.e2e_s),
-            (stream.started_ns - started_ns) / 1e6, round_s, " ".join(f"{g:.4f}" for g in metrics.itl_ms),
-            stream.error, notes))
+        status = (
+            RunStatus.ERROR
+            if stream.error
+            else RunStatus.CANCELLED
+            if cancelled and metrics.tokens < new_tokens
+            else RunStatus.OK
+        )
+        out.append(
+            LoadRequestRecord(
+                run_id,
+                backend,
+                cell,
+                prompt_tokens,
+                new_tokens,
+                concurrency,
+                repeat,
+                is_warmup,
+                stream.index,
+                status,
+                metrics.tokens,
+                _finite(metrics.ttft_ms),
+                _finite(metrics.tpot_ms),
+                _finite(metrics.e2e_s),
+                (stream.started_ns - started_ns) / 1e6,
+                round_s,
+                " ".join(f"{g:.4f}" for g in metrics.itl_ms),
+                stream.error,
+                notes,
+            )
+        )
     return out
 
 
@@ -142,15 +191,35 @@ def requests_from_runs(runs: list[RunRecord], tokens: list[TokenRecord]) -> list
         if run.is_warmup or run.status == RunStatus.CANCELLED:
             continue
         cell = run.run_id.split("/")[1] if run.run_id.count("/") >= 2 else ""
-        out.append(LoadRequestRecord(
-            run.run_id, run.backend, cell, run.prompt_tokens, run.new_tokens, 1, run.repeat, False, 0, run.status,
-            run.tokens_generated, run.ttft_ms, run.tpot_ms, run.e2e_s, 0.0, run.e2e_s,
-            " ".join(f"{g:.4f}" for g in gaps.get(run.run_id, [])), run.error, run.notes))
+        out.append(
+            LoadRequestRecord(
+                run.run_id,
+                run.backend,
+                cell,
+                run.prompt_tokens,
+                run.new_tokens,
+                1,
+                run.repeat,
+                False,
+                0,
+                run.status,
+                run.tokens_generated,
+                run.ttft_ms,
+                run.tpot_ms,
+                run.e2e_s,
+                0.0,
+                run.e2e_s,
+                " ".join(f"{g:.4f}" for g in gaps.get(run.run_id, [])),
+                run.error,
+                run.notes,
+            )
+        )
     return out
 
 
-def load_levels(requests: list[LoadRequestRecord], slo: Slo = Slo(),
-                servers: set[str] | frozenset[str] = frozenset()) -> list[LoadLevel]:
+def load_levels(
+    requests: list[LoadRequestRecord], slo: Slo = Slo(), servers: set[str] | frozenset[str] = frozenset()
+) -> list[LoadLevel]:
     """One row per (engine, prompt, new tokens, concurrency), measured requests only."""
     groups: dict[tuple, list[LoadRequestRecord]] = defaultdict(list)
     for request in requests:
@@ -167,17 +236,33 @@ def load_levels(requests: list[LoadRequestRecord], slo: Slo = Slo(),
         tpot = _percentiles([r.tpot_ms for r in ok])
         good = sum(slo.met(r) for r in group)
         notes = _cross_check_notes(group)
-        levels.append(LoadLevel(
-            backend, prompt, new, concurrency, "server" if backend in servers else "batch 1", len(group),
-            len(group) - len(ok), duration, generated / duration if duration > 0 else math.nan,
-            len(group) / duration if duration > 0 else math.nan, *ttft, *itl, tpot[0],
-            good / duration if slo.set and duration > 0 else None,
-            100.0 * good / len(group) if slo.set and group else None, slo.describe() if slo.set else "", notes))
+        levels.append(
+            LoadLevel(
+                backend,
+                prompt,
+                new,
+                concurrency,
+                "server" if backend in servers else "batch 1",
+                len(group),
+                len(group) - len(ok),
+                duration,
+                generated / duration if duration > 0 else math.nan,
+                len(group) / duration if duration > 0 else math.nan,
+                *ttft,
+                *itl,
+                tpot[0],
+                good / duration if slo.set and duration > 0 else None,
+                100.0 * good / len(group) if slo.set and group else None,
+                slo.describe() if slo.set else "",
+                notes,
+            )
+        )
     return sorted(levels, key=lambda lv: (lv.prompt_tokens, lv.new_tokens, lv.backend, lv.concurrency))
 
 
-def session_levels(runs: list[RunRecord], tokens: list[TokenRecord], load: list[LoadRequestRecord],
-                   slo: Slo = Slo()) -> list[LoadLevel]:
+def session_levels(
+    runs: list[RunRecord], tokens: list[TokenRecord], load: list[LoadRequestRecord], slo: Slo = Slo()
+) -> list[LoadLevel]:
     """A session's levels: its bench runs as level 1 of every engine, its load rounds above (the
     engines with load rounds are the servers). What every view of a load shows."""
     return load_levels(requests_from_runs(runs, tokens) + list(load), slo, {r.backend for r in load})
@@ -208,16 +293,48 @@ def _finite(value: float) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
-LOAD_HEADERS = ["backend", "conc.", "kind", "requests", "failed", "output tok/s", "req/s", "TTFT p50 ms",
-                "TTFT p99 ms", "ITL p50 ms", "ITL p90 ms", "ITL p99 ms", "TPOT p50 ms", "goodput req/s", "SLO met"]
+LOAD_HEADERS = [
+    "backend",
+    "conc.",
+    "kind",
+    "requests",
+    "failed",
+    "output tok/s",
+    "req/s",
+    "TTFT p50 ms",
+    "TTFT p99 ms",
+    "ITL p50 ms",
+    "ITL p90 ms",
+    "ITL p99 ms",
+    "TPOT p50 ms",
+    "goodput req/s",
+    "SLO met",
+]
 
 
 def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
     """The load table's rows (what `bench --concurrency` prints and the Load tab lists)."""
+
     def f(value: float | None, digits: int = 1) -> str:
         return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
-    return [[lv.backend, str(lv.concurrency), lv.kind, str(lv.requests), str(lv.failed), f(lv.output_tok_s),
-             f(lv.request_s, 2), f(lv.ttft_p50_ms), f(lv.ttft_p99_ms), f(lv.itl_p50_ms, 2), f(lv.itl_p90_ms, 2),
-             f(lv.itl_p99_ms, 2), f(lv.tpot_p50_ms, 2), f(lv.goodput_req_s, 2),
-             "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%"] for lv in levels]
+    return [
+        [
+            lv.backend,
+            str(lv.concurrency),
+            lv.kind,
+            str(lv.requests),
+            str(lv.failed),
+            f(lv.output_tok_s),
+            f(lv.request_s, 2),
+            f(lv.ttft_p50_ms),
+            f(lv.ttft_p99_ms),
+            f(lv.itl_p50_ms, 2),
+            f(lv.itl_p90_ms, 2),
+            f(lv.itl_p99_ms, 2),
+            f(lv.tpot_p50_ms, 2),
+            f(lv.goodput_req_s, 2),
+            "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%",
+        ]
+        for lv in levels
+    ]

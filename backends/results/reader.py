@@ -12,9 +12,10 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import UsageError
 from ..status import RunStatus
@@ -22,7 +23,10 @@ from .export import ENVIRONMENT_JSON, LOAD_REQUESTS_CSV, RUNS_CSV, TOKENS_CSV
 from .load import LoadRequestRecord
 from .records import RunRecord, TokenRecord
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 class ResultsError(UsageError):
@@ -98,7 +102,8 @@ def _parser(hint: Any) -> Callable[[str], Any]:
         hint = next(a for a in args if a is not type(None))
     if hint is RunStatus:
         return RunStatus.parse  # a word from a newer version reads as an error, never as a crash
-    base = {int: _int, float: _float, bool: _bool, str: str}.get(hint)
+    parsers: dict[Any, Callable[[str], Any]] = {int: _int, float: _float, bool: _bool, str: str}
+    base = parsers.get(hint)
     if base is None:
         raise TypeError(f"no CSV parser for {hint!r}")
     if base is str:

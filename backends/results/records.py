@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import Protocol, TypeVar
 
 from ..status import RunStatus
 from ..worker.events import Token
 from .stats import run_metrics
+
+
+class _OfAnEngine(Protocol):
+    @property
+    def backend(self) -> str: ...
+
+
+R = TypeVar("R", bound=_OfAnEngine)
+
+
+def runs_of(records: Iterable[R], backend: str) -> list[R]:
+    """The records (runs, tokens, rows) of one engine, in their order."""
+    return [r for r in records if r.backend == backend]
 
 
 @dataclass
@@ -84,17 +99,28 @@ TOKEN_COLUMNS = [f.name for f in fields(TokenRecord)]
 RUN_COLUMNS = [f.name for f in fields(RunRecord)]
 
 
-def token_records(run_id: str, backend: str, repeat: int, is_warmup: bool, start_ns: int,
-                  tokens: list[Token]) -> list[TokenRecord]:
+def token_records(
+    run_id: str, backend: str, repeat: int, is_warmup: bool, start_ns: int, tokens: list[Token]
+) -> list[TokenRecord]:
     rows = []
     previous = None
     for token in tokens:
-        rows.append(TokenRecord(
-            run_id, backend, repeat, is_warmup, token.index, token.token_id, token.text,
-            (token.t_ns - start_ns) / 1e6, None if previous is None else (token.t_ns - previous) / 1e6,
-            "prefill" if token.index == 0 else "decode",
-            _ms(token.engine_ns), _ms(token.harness_ns),
-        ))
+        rows.append(
+            TokenRecord(
+                run_id,
+                backend,
+                repeat,
+                is_warmup,
+                token.index,
+                token.token_id,
+                token.text,
+                (token.t_ns - start_ns) / 1e6,
+                None if previous is None else (token.t_ns - previous) / 1e6,
+                "prefill" if token.index == 0 else "decode",
+                _ms(token.engine_ns),
+                _ms(token.harness_ns),
+            )
+        )
         previous = token.t_ns
     return rows
 
@@ -103,8 +129,9 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
-def decode_bytes_per_token(weight_bytes_per_token: float, kv_bytes_per_position: float, prompt_tokens: int,
-                           tokens: int) -> float:
+def decode_bytes_per_token(
+    weight_bytes_per_token: float, kv_bytes_per_position: float, prompt_tokens: int, tokens: int
+) -> float:
     """Bytes one decode step reads, averaged over a run's decode steps: the weights once, plus the
     KV cache of every cached position. Token i (1..tokens-1) is decoded with prompt_tokens + i
     positions cached (its own included), so the mean is prompt_tokens + tokens / 2."""
@@ -113,8 +140,9 @@ def decode_bytes_per_token(weight_bytes_per_token: float, kv_bytes_per_position:
     return weight_bytes_per_token + kv_bytes_per_position * (prompt_tokens + tokens / 2)
 
 
-def fill_metrics(record: RunRecord, start_ns: int, tokens: list[Token], weight_bytes_per_token: int,
-                 kv_bytes_per_position: int = 0) -> None:
+def fill_metrics(
+    record: RunRecord, start_ns: int, tokens: list[Token], weight_bytes_per_token: int, kv_bytes_per_position: int = 0
+) -> None:
     """vLLM's metrics from the token stamps; GB/s = (weight bytes + the mean KV bytes per decode
     step, at record.prompt_tokens) x decode tokens/s, with a note when the weights fit in the
     last-level cache (the DRAM limit does not bound them)."""
@@ -128,8 +156,9 @@ def fill_metrics(record: RunRecord, start_ns: int, tokens: list[Token], weight_b
     record.decode_tok_s = _finite(metrics.decode_tok_s)
     record.e2e_s = _finite(metrics.e2e_s)
     if record.decode_tok_s and weight_bytes_per_token:
-        per_token = decode_bytes_per_token(weight_bytes_per_token, kv_bytes_per_position, record.prompt_tokens,
-                                           metrics.tokens)
+        per_token = decode_bytes_per_token(
+            weight_bytes_per_token, kv_bytes_per_position, record.prompt_tokens, metrics.tokens
+        )
         record.bandwidth_gb_s = per_token * record.decode_tok_s / 1e9
     if weight_bytes_per_token:
         from .bandwidth import fits_in_cache_note

@@ -10,8 +10,8 @@ distribution-free, at its true level for the number of pairs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .records import RunRecord
 from .stats import summarize
@@ -30,7 +30,7 @@ class Ratio:
     def has_interval(self) -> bool:
         return self.n >= 2 and not math.isnan(self.low)
 
-    def overlaps(self, other: "Ratio") -> bool:
+    def overlaps(self, other: Ratio) -> bool:
         """True when the two intervals share a value, or either has none (nothing tells them apart)."""
         if not (self.has_interval and other.has_interval):
             return True

@@ -8,10 +8,11 @@ tokens (TTFT is never one of them). TPOT = (e2e - TTFT) / (N - 1). Decode tokens
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
+
 
 @dataclass(frozen=True)
 class RunMetrics:
@@ -39,7 +40,7 @@ def run_metrics(start_ns: int, token_ns: Sequence[int]) -> RunMetrics:
     decode_s = (stamps[-1] - stamps[0]) / 1e9
     tpot_ms = decode_s * 1e3 / (n - 1) if n > 1 else math.nan
     tok_s = (n - 1) / decode_s if n > 1 and decode_s > 0 else math.nan
-    p50, p90, p99 = (np.percentile(itl, [50, 90, 99]) if itl.size else (math.nan,) * 3)
+    p50, p90, p99 = np.percentile(itl, [50, 90, 99]) if itl.size else (math.nan,) * 3
     return RunMetrics(n, ttft_ms, e2e_s, tpot_ms, tuple(itl.tolist()), float(p50), float(p90), float(p99), tok_s)
 
 
@@ -68,7 +69,7 @@ class Summary:
     max: float
 
 
-def summarize(values: Sequence[float]) -> Summary:
+def summarize(values: Sequence[float | None]) -> Summary:
     data = np.sort(np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64))
     nan = math.nan
     if data.size == 0:
@@ -79,11 +80,26 @@ def summarize(values: Sequence[float]) -> Summary:
     half = t95(n - 1) * std / math.sqrt(n) if n > 1 else nan
     low, high, level = median_interval(data)
     p90, p99 = np.percentile(data, [90, 99])
-    return Summary(n, float(np.median(data)), low, high, level, mean, mean - half, mean + half,
-                   float(p90), float(p99), std, float(data[0]), float(data[-1]))
+    return Summary(
+        n,
+        float(np.median(data)),
+        low,
+        high,
+        level,
+        mean,
+        mean - half,
+        mean + half,
+        float(p90),
+        float(p99),
+        std,
+        float(data[0]),
+        float(data[-1]),
+    )
 
 
-def median_interval(sorted_values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+def median_interval(
+    sorted_values: Sequence[float] | np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
     """(low, high, level): the order-statistic interval for the median of sorted values (see
     `median_interval_rank`); nan with fewer than two values."""
     n = len(sorted_values)
@@ -104,7 +120,7 @@ def median_interval_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
     for candidate in range(2, n // 2 + 1):
         term = term * (n - candidate + 2) // (candidate - 1)
         tail += term
-        coverage = 1 - 2 * tail / 2 ** n
+        coverage = 1 - 2 * tail / 2**n
         if coverage < confidence:
             break
         k, level = candidate, coverage
@@ -113,16 +129,7 @@ def median_interval_rank(n: int, confidence: float = 0.95) -> tuple[int, float]:
 
 def median_interval_level(n: int, k: int) -> float:
     """Coverage of [x_(k), x_(n+1-k)] for the median of n values: 1 - 2 P(Binomial(n, 1/2) < k)."""
-    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
-
-
-def pooled_percentiles(values: Sequence[float], percentiles: Sequence[float] = (50, 90, 99)) -> list[float]:
-    """Percentiles of every value pooled together (e.g. every inter-token gap of every measured
-    run, as vLLM reports ITL); nan when there are none."""
-    data = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if data.size == 0:
-        return [math.nan] * len(percentiles)
-    return [float(x) for x in np.percentile(data, list(percentiles))]
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
 
 
 def t95(degrees_of_freedom: float) -> float:
@@ -174,8 +181,10 @@ def _betainc(a: float, b: float, x: float) -> float:
     d = 1 / (d if abs(d) > tiny else tiny)
     result = d
     for m in range(1, 10_000):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1 + numerator * d
             d = 1 / (d if abs(d) > tiny else tiny)
             c = 1 + numerator / c
@@ -203,5 +212,18 @@ def pooled_summary(values: Sequence[float]) -> Summary:
     if data.size == 0:
         return Summary(0, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan)
     p50, p90, p99 = np.percentile(data, [50, 90, 99])
-    return Summary(int(data.size), float(p50), nan, nan, nan, float(data.mean()), nan, nan, float(p90), float(p99),
-                   float(data.std(ddof=1)) if data.size > 1 else 0.0, float(data.min()), float(data.max()))
+    return Summary(
+        int(data.size),
+        float(p50),
+        nan,
+        nan,
+        nan,
+        float(data.mean()),
+        nan,
+        nan,
+        float(p90),
+        float(p99),
+        float(data.std(ddof=1)) if data.size > 1 else 0.0,
+        float(data.min()),
+        float(data.max()),
+    )

@@ -10,11 +10,11 @@ an engine's measured runs (as vLLM reports them), beside the median of the per-r
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ..status import RunStatus
-from .records import RunRecord, TokenRecord
+from .records import RunRecord, TokenRecord, runs_of
 from .stats import Summary, median_interval_rank, pooled_summary, summarize
 
 NATIVE_MARK = "†"
@@ -71,13 +71,14 @@ def measured_gaps(runs: Sequence[RunRecord], tokens: Iterable[TokenRecord]) -> d
     return out
 
 
-def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
-                       tokens: Sequence[TokenRecord] | None = None) -> list[BackendSummary]:
+def summarize_backends(
+    runs: list[RunRecord], backends: list[str] | None = None, tokens: Sequence[TokenRecord] | None = None
+) -> list[BackendSummary]:
     names = backends or list(dict.fromkeys(r.backend for r in runs))
     gaps = measured_gaps(runs, tokens or ())
     out = []
     for name in names:
-        mine = [r for r in runs if r.backend == name]
+        mine = runs_of(runs, name)
         if not mine:
             continue
         measured = [r for r in mine if is_measured(r)]
@@ -87,28 +88,37 @@ def summarize_backends(runs: list[RunRecord], backends: list[str] | None = None,
         rss = [r.peak_rss_mb for r in mine if r.peak_rss_mb is not None]
         agree = [r.agree_tokens for r in measured if r.agree_tokens is not None]
         any_row = mine[0]
-        out.append(BackendSummary(
-            backend=name, runs=len(measured), status=status, error=failures[0].error if failures else "",
-            weights=any_row.weights, dtype=next((r.dtype for r in mine if r.dtype), ""),
-            import_s=next((r.import_s for r in mine if r.import_s is not None), None),
-            load_s=next((r.load_s for r in mine if r.load_s is not None), None),
-            cold_start_s=first.cold_start_s if first else None,
-            ttft_ms=summarize([r.ttft_ms for r in measured]),
-            itl_p50_ms=summarize([r.itl_p50_ms for r in measured]),
-            tpot_ms=summarize([r.tpot_ms for r in measured]),
-            decode_tok_s=summarize([r.decode_tok_s for r in measured]),
-            bandwidth_gb_s=summarize([r.bandwidth_gb_s for r in measured]),
-            peak_rss_mb=max(rss) if rss else None,
-            agree_tokens=min(agree) if agree else None,
-            new_tokens=any_row.new_tokens, concurrent=any(r.concurrent for r in mine),
-            notes=next((r.notes for r in mine if r.notes), ""),
-            itl_pooled_ms=pooled_summary(gaps.get(name, [])),
-            native_sampling=any(r.native_sampling for r in mine),
-            sampled=any(_sampled(r) for r in (measured or mine)),
-            cpu_s_per_token=summarize([r.cpu_s_per_token for r in measured]),
-            load_peak_rss_mb=max((r.load_peak_rss_mb for r in mine if r.load_peak_rss_mb is not None), default=None),
-            build_s=max((r.build_s for r in mine if r.build_s is not None), default=None),
-        ))
+        out.append(
+            BackendSummary(
+                backend=name,
+                runs=len(measured),
+                status=status,
+                error=failures[0].error if failures else "",
+                weights=any_row.weights,
+                dtype=next((r.dtype for r in mine if r.dtype), ""),
+                import_s=next((r.import_s for r in mine if r.import_s is not None), None),
+                load_s=next((r.load_s for r in mine if r.load_s is not None), None),
+                cold_start_s=first.cold_start_s if first else None,
+                ttft_ms=summarize([r.ttft_ms for r in measured]),
+                itl_p50_ms=summarize([r.itl_p50_ms for r in measured]),
+                tpot_ms=summarize([r.tpot_ms for r in measured]),
+                decode_tok_s=summarize([r.decode_tok_s for r in measured]),
+                bandwidth_gb_s=summarize([r.bandwidth_gb_s for r in measured]),
+                peak_rss_mb=max(rss) if rss else None,
+                agree_tokens=min(agree) if agree else None,
+                new_tokens=any_row.new_tokens,
+                concurrent=any(r.concurrent for r in mine),
+                notes=next((r.notes for r in mine if r.notes), ""),
+                itl_pooled_ms=pooled_summary(gaps.get(name, [])),
+                native_sampling=any(r.native_sampling for r in mine),
+                sampled=any(_sampled(r) for r in (measured or mine)),
+                cpu_s_per_token=summarize([r.cpu_s_per_token for r in measured]),
+                load_peak_rss_mb=max(
+                    (r.load_peak_rss_mb for r in mine if r.load_peak_rss_mb is not None), default=None
+                ),
+                build_s=max((r.build_s for r in mine if r.build_s is not None), default=None),
+            )
+        )
     return out
 
 
@@ -140,9 +150,25 @@ def fmt_pooled(summary: Summary, digits: int = 2) -> str:
     return "/".join(f"{v:.{digits}f}" for v in (summary.median, summary.p90, summary.p99))
 
 
-SUMMARY_HEADERS = ["backend", "dtype", "runs", "import s", "load s", "cold start s", "build s", "TTFT ms",
-                   "ms/token", "TPOT ms", "tok/s", "CPU ms/token", "ITL p50/p90/p99 ms", "GB/s",
-                   "peak RSS MB run/load", "agree", "status"]
+SUMMARY_HEADERS = [
+    "backend",
+    "dtype",
+    "runs",
+    "import s",
+    "load s",
+    "cold start s",
+    "build s",
+    "TTFT ms",
+    "ms/token",
+    "TPOT ms",
+    "tok/s",
+    "CPU ms/token",
+    "ITL p50/p90/p99 ms",
+    "GB/s",
+    "peak RSS MB run/load",
+    "agree",
+    "status",
+]
 
 
 def backend_label(s: BackendSummary) -> str:
@@ -156,11 +182,27 @@ def summary_rows(summaries: list[BackendSummary], reference: str | None = None) 
         if reference and s.backend == reference:
             agree = "reference"
         status = s.status.value if s.status == RunStatus.OK else f"{s.status}: {s.error}"[:80]
-        rows.append([backend_label(s), s.dtype, str(s.runs), fmt(s.import_s, 2), fmt(s.load_s, 2),
-                     fmt(s.cold_start_s, 2), fmt(s.build_s, 2), fmt_interval(s.ttft_ms), fmt_interval(s.itl_p50_ms, 2),
-                     fmt_interval(s.tpot_ms, 2), fmt_interval(s.decode_tok_s), _cpu_ms(s.cpu_s_per_token),
-                     fmt_pooled(s.itl_pooled_ms), fmt(s.bandwidth_gb_s.median),
-                     f"{fmt(s.peak_rss_mb, 0)}/{fmt(s.load_peak_rss_mb, 0)}", agree, status])
+        rows.append(
+            [
+                backend_label(s),
+                s.dtype,
+                str(s.runs),
+                fmt(s.import_s, 2),
+                fmt(s.load_s, 2),
+                fmt(s.cold_start_s, 2),
+                fmt(s.build_s, 2),
+                fmt_interval(s.ttft_ms),
+                fmt_interval(s.itl_p50_ms, 2),
+                fmt_interval(s.tpot_ms, 2),
+                fmt_interval(s.decode_tok_s),
+                _cpu_ms(s.cpu_s_per_token),
+                fmt_pooled(s.itl_pooled_ms),
+                fmt(s.bandwidth_gb_s.median),
+                f"{fmt(s.peak_rss_mb, 0)}/{fmt(s.load_peak_rss_mb, 0)}",
+                agree,
+                status,
+            ]
+        )
     return rows
 
 
@@ -187,15 +229,20 @@ def interval_levels(ns: Iterable[int]) -> str:
 def interval_note(summaries: list[BackendSummary]) -> str:
     """What the table's figures and brackets are, with the interval's real confidence level."""
     levels = interval_levels(m.n for s in summaries for m in (s.ttft_ms, s.itl_p50_ms, s.tpot_ms, s.decode_tok_s))
-    text = ("medians of measured runs (warm-ups excluded); [low–high]: distribution-free interval of the median "
-            "across repeats (order statistics)")
+    text = (
+        "medians of measured runs (warm-ups excluded); [low–high]: distribution-free interval of the median "
+        "across repeats (order statistics)"
+    )
     if levels:
         text += "; its confidence level with " + levels
-    return (text + "; cold start = worker spawned to first token with the artefacts cached; build s = the one-time "
-            "export, conversion or compile this run had to make first (0: cached); ms/token = median of the runs' median inter-token latency; ITL p50/p90/p99: every "
-            "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token "
-            "(with the processes it started: a managed server's); GB/s = (weights + KV cache read) per token x tok/s; "
-            "peak RSS = the worker's own peak (plus its processes' peaks) while running / at load")
+    return (
+        text + "; cold start = worker spawned to first token with the artefacts cached; build s = the one-time "
+        "export, conversion or compile this run had to make first (0: cached); ms/token = median of the runs' "
+        "median inter-token latency; ITL p50/p90/p99: every "
+        "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token "
+        "(with the processes it started: a managed server's); GB/s = (weights + KV cache read) per token x tok/s; "
+        "peak RSS = the worker's own peak (plus its processes' peaks) while running / at load"
+    )
 
 
 def sampling_note(s: BackendSummary) -> str:
@@ -203,8 +250,10 @@ def sampling_note(s: BackendSummary) -> str:
     if not s.native_sampling:
         return ""
     if s.sampled:
-        return (f"{NATIVE_MARK} {s.backend}: samples in its own code, not the shared sampler: "
-                "its sampled timings are not comparable with the other engines'")
+        return (
+            f"{NATIVE_MARK} {s.backend}: samples in its own code, not the shared sampler: "
+            "its sampled timings are not comparable with the other engines'"
+        )
     return f"{s.backend} samples in its own code when sampling; these greedy runs are comparable"
 
 
@@ -212,8 +261,7 @@ def sampling_notes(summaries: list[BackendSummary]) -> list[str]:
     return [note for note in (sampling_note(s) for s in summaries) if note]
 
 
-def markdown_table(summaries: list[BackendSummary], reference: str | None = None,
-                   harness: dict | None = None) -> str:
+def markdown_table(summaries: list[BackendSummary], reference: str | None = None, harness: dict | None = None) -> str:
     lines = ["| " + " | ".join(SUMMARY_HEADERS) + " |", "|" + "---|" * len(SUMMARY_HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(summaries, reference)]
     lines += ["", interval_note(summaries)] + sampling_notes(summaries)
@@ -228,7 +276,8 @@ def harness_note(harness: dict | None) -> str:
         return ""
     if harness.get("error"):
         return f"harness cost per token (null engine): not measured ({harness['error']})"
-    parts = [f"{harness['null_itl_us_median']:.0f} us (greedy)"] if harness.get("null_itl_us_median") is not None else []
+    greedy = harness.get("null_itl_us_median")
+    parts = [f"{greedy:.0f} us (greedy)"] if greedy is not None else []
     sampled = harness.get("sampled") or {}
     if sampled.get("null_itl_us_median") is not None:
         parts.append(f"{sampled['null_itl_us_median']:.0f} us (sampled)")
@@ -236,4 +285,3 @@ def harness_note(harness: dict | None) -> str:
     if harness.get("null_cold_start_s") is not None:  # the part of every cold start that is not the engine's
         line += f"; its cold start {harness['null_cold_start_s']:.2f} s (interpreter, numpy, the worker's imports)"
     return line
-

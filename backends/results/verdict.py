@@ -12,12 +12,11 @@ cold start and its one-time build, and then every caveat that limits what the nu
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence
 
 from ..families import PrecisionGroup, engine_precision, precision_group
-from ..status import RunStatus
 from .records import RunRecord
 from .speedup import Ratio, speedup
 from .stats import Summary
@@ -106,8 +105,10 @@ class Verdict:
                     out.append(f"- {pick.scope}: {pick.leaders[0]} (the fastest overall)")
                 else:
                     runs = min(self.engines[n].runs for n in pick.leaders)
-                    out.append(f"- {pick.scope}: {_join(list(pick.leaders))}, as overall (not distinguishable at "
-                               f"{runs} repeats)")
+                    out.append(
+                        f"- {pick.scope}: {_join(list(pick.leaders))}, as overall (not distinguishable at "
+                        f"{runs} repeats)"
+                    )
                 continue
             out.append("- " + self._pick_line(pick))
             for name in pick.leaders:
@@ -141,8 +142,10 @@ class Verdict:
         level = ", ".join(interval_label(n) for n in runs if n > 1)
         text = f"Verdict (ms/token: decode, median of {count} measured runs"
         if self.reference and any(f.speedup for f in self.engines.values()):
-            text += (f"; speed-up over {self.reference}: median of the per-repeat ratios, [interval] "
-                     f"distribution-free" + (f" at {level}" if level else ""))
+            text += (
+                f"; speed-up over {self.reference}: median of the per-repeat ratios, [interval] "
+                f"distribution-free" + (f" at {level}" if level else "")
+            )
         return text + "):"
 
     def _number(self, name: str) -> str:
@@ -172,8 +175,10 @@ class Verdict:
         parts = []
         if name != self.reference and self.reference:
             if f.agree_tokens is not None:
-                parts.append(f"agrees with {self.reference} on {f.agree_tokens} of {f.new_tokens} tokens "
-                             "before the first divergence")
+                parts.append(
+                    f"agrees with {self.reference} on {f.agree_tokens} of {f.new_tokens} tokens "
+                    "before the first divergence"
+                )
             if f.ppl_diff_pct is not None and not self.random_weights:
                 parts.append(f"perplexity {f.ppl_diff_pct:+.2f}% vs {self.reference}")
         if f.peak_rss_mb is not None:
@@ -186,8 +191,12 @@ class Verdict:
         return "; ".join(parts)
 
 
-def verdict(runs: Sequence[RunRecord], backends: Sequence[str] | None = None, reference: str | None = None,
-            quality: Sequence[dict] | None = None) -> Verdict:
+def verdict(
+    runs: Sequence[RunRecord],
+    backends: Sequence[str] | None = None,
+    reference: str | None = None,
+    quality: Sequence[dict] | None = None,
+) -> Verdict:
     """The verdict over one session's records (a bench, the window's session, a report's folder).
 
     `reference`: the engine speed-ups and agreement are measured against (default: the one the
@@ -197,9 +206,13 @@ def verdict(runs: Sequence[RunRecord], backends: Sequence[str] | None = None, re
     summaries = summarize_backends(runs, list(backends) if backends else None)
     reference = reference or next((r.reference for r in runs if r.reference), "")
     random_weights = any(r.weights == "random" for r in runs)
-    ppl = {row.get("backend"): row.get("ppl_diff_pct") for row in quality or ()  # against this reference only
-           if row.get("ppl_diff_pct") is not None and math.isfinite(row["ppl_diff_pct"])
-           and row.get("reference") in (None, "", reference)}
+    ppl = {
+        row.get("backend"): row.get("ppl_diff_pct")
+        for row in quality or ()  # against this reference only
+        if row.get("ppl_diff_pct") is not None
+        and math.isfinite(row["ppl_diff_pct"])
+        and row.get("reference") in (None, "", reference)
+    }
     ranked = [s for s in summaries if s.runs > 0 and s.itl_p50_ms.n > 0 and s.comparable]
     reference_measured = any(s.backend == reference for s in ranked)
     engines = {s.backend: _finding(s, runs, reference if reference_measured else "", ppl) for s in ranked}
@@ -215,16 +228,35 @@ def verdict(runs: Sequence[RunRecord], backends: Sequence[str] | None = None, re
         if not pick.distinguishable:
             tied.setdefault(pick.leaders, []).append(scope)
     overlaps = [f"{_join(list(leaders))} ({', '.join(scopes)})" for leaders, scopes in tied.items()]
-    caveats = _caveats(summaries, engines, reference, reference_measured, random_weights, overlaps,
-                       [s for s in summaries if s.runs > 0 and not s.comparable])
+    caveats = _caveats(
+        summaries,
+        engines,
+        reference,
+        reference_measured,
+        random_weights,
+        overlaps,
+        [s for s in summaries if s.runs > 0 and not s.comparable],
+    )
     return Verdict(reference if reference_measured else "", engines, tuple(picks), tuple(caveats), random_weights)
 
 
 def _finding(s: BackendSummary, runs: Sequence[RunRecord], reference: str, ppl: dict) -> EngineFinding:
     group = precision_group(engine_precision(s.backend, s.dtype))
     ratio = speedup(runs, s.backend, reference) if reference else None
-    return EngineFinding(s.backend, group, s.itl_p50_ms, ratio, s.agree_tokens, s.new_tokens, ppl.get(s.backend),
-                         s.peak_rss_mb, s.load_peak_rss_mb, s.cold_start_s, s.build_s, s.runs)
+    return EngineFinding(
+        s.backend,
+        group,
+        s.itl_p50_ms,
+        ratio,
+        s.agree_tokens,
+        s.new_tokens,
+        ppl.get(s.backend),
+        s.peak_rss_mb,
+        s.load_peak_rss_mb,
+        s.cold_start_s,
+        s.build_s,
+        s.runs,
+    )
 
 
 def _pick(scope: str, members: list[EngineFinding]) -> Pick:
@@ -246,20 +278,41 @@ def _overlap(a: EngineFinding, b: EngineFinding) -> bool:
     return x.median_ci_low <= y.median_ci_high and y.median_ci_low <= x.median_ci_high
 
 
-def _caveats(summaries: list[BackendSummary], engines: dict[str, EngineFinding], reference: str,
-             reference_measured: bool, random_weights: bool, overlaps: list[str],
-             not_comparable: list[BackendSummary]) -> list[Caveat]:
+def _caveats(
+    summaries: list[BackendSummary],
+    engines: dict[str, EngineFinding],
+    reference: str,
+    reference_measured: bool,
+    random_weights: bool,
+    overlaps: list[str],
+    not_comparable: list[BackendSummary],
+) -> list[Caveat]:
     out = []
     if random_weights:
-        out.append(Caveat(CaveatKind.RANDOM_WEIGHTS, "random weights - timing only: agreement (and perplexity) say "
-                          "nothing about quality here; use a real model (--model gpt2) for that"))
+        out.append(
+            Caveat(
+                CaveatKind.RANDOM_WEIGHTS,
+                "random weights - timing only: agreement (and perplexity) say "
+                "nothing about quality here; use a real model (--model gpt2) for that",
+            )
+        )
     if any(s.concurrent for s in summaries):
-        out.append(Caveat(CaveatKind.CONTENDED, "race mode: the engines ran at the same time and shared the CPU, "
-                          "so these timings are contended; run them in fair mode to compare"))
+        out.append(
+            Caveat(
+                CaveatKind.CONTENDED,
+                "race mode: the engines ran at the same time and shared the CPU, "
+                "so these timings are contended; run them in fair mode to compare",
+            )
+        )
     if overlaps:
         repeats = min((f.runs for f in engines.values()), default=0)
-        out.append(Caveat(CaveatKind.OVERLAP, "overlapping intervals: " + "; ".join(overlaps) + f" cannot be told "
-                          f"apart at {repeats} repeats (more --repeats may separate them)"))
+        out.append(
+            Caveat(
+                CaveatKind.OVERLAP,
+                "overlapping intervals: " + "; ".join(overlaps) + f" cannot be told "
+                f"apart at {repeats} repeats (more --repeats may separate them)",
+            )
+        )
     failed = [s for s in summaries if s.status.is_failure]
     if failed:
         out.append(Caveat(CaveatKind.FAILED, "failed: " + "; ".join(_failure(s) for s in failed)))
@@ -267,19 +320,33 @@ def _caveats(summaries: list[BackendSummary], engines: dict[str, EngineFinding],
         out.append(Caveat(CaveatKind.NOTHING_TO_COMPARE, "only one engine finished: nothing to compare it with"))
     groups = sorted({f.group.value for f in engines.values()})
     if len(engines) > 1 and len(groups) == 1:
-        out.append(Caveat(CaveatKind.ONE_PRECISION, f"only one precision ran ({groups[0]}): this says nothing about "
-                          "what another precision would buy (--preset one-per-precision compares them)"))
+        out.append(
+            Caveat(
+                CaveatKind.ONE_PRECISION,
+                f"only one precision ran ({groups[0]}): this says nothing about "
+                "what another precision would buy (--preset one-per-precision compares them)",
+            )
+        )
     few = min((f.runs for f in engines.values()), default=MIN_REPEATS)
     if few < MIN_REPEATS:
         level = interval_label(few)
-        out.append(Caveat(CaveatKind.FEW_REPEATS, f"fewer than {MIN_REPEATS} repeats ({few}): "
-                          + (f"the intervals are only {level}" if level else "no interval at all")
-                          + "; use --repeats 5 or more"))
+        out.append(
+            Caveat(
+                CaveatKind.FEW_REPEATS,
+                f"fewer than {MIN_REPEATS} repeats ({few}): "
+                + (f"the intervals are only {level}" if level else "no interval at all")
+                + "; use --repeats 5 or more",
+            )
+        )
     if reference and not reference_measured and engines:
         out.append(Caveat(CaveatKind.NO_REFERENCE, f"no speed-ups: the reference {reference} has no measured run"))
     for s in not_comparable:
-        out.append(Caveat(CaveatKind.NOT_COMPARABLE, f"not ranked: {s.backend} samples in its own code, so its "
-                          "sampled timings are not comparable"))
+        out.append(
+            Caveat(
+                CaveatKind.NOT_COMPARABLE,
+                f"not ranked: {s.backend} samples in its own code, so its sampled timings are not comparable",
+            )
+        )
     return out
 
 
@@ -287,7 +354,6 @@ def _failure(s: BackendSummary) -> str:
     error = s.error.splitlines()[0][:90] if s.error else ""
     kept = f", {s.runs} measured run{'s' if s.runs != 1 else ''} kept" if s.runs else ""
     return f"{s.backend} ({s.status.value}{': ' + error if error else ''}{kept})"
-
 
 
 def _join(items: list[str]) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-from ..registry import EngineSpec
 from ..results.agreement import fill_agreement
 from ..results.environment import collect_environment
 from ..sources.model_files import ModelFiles
@@ -21,8 +20,7 @@ from .preparation import prepare_bench
 from .result import BenchResult
 
 # The names callers import from here (the session's public API lives in several modules).
-__all__ = ["BenchConfig", "BenchResult", "BenchSession", "RunRecorded", "SessionStarted", "bench_cell",
-           "finish_bench"]
+__all__ = ["BenchConfig", "BenchResult", "BenchSession", "RunRecorded", "SessionStarted", "bench_cell", "finish_bench"]
 
 
 def bench_cell(config: BenchConfig, prompt_ids: list[int]) -> Cell:
@@ -35,10 +33,17 @@ def finish_bench(result: BenchResult, threads: int, cancelled: bool) -> None:
     config = result.config
     result.cancelled = cancelled
     fill_agreement(result.runs, result.tokens, config.reference_backend)
-    result.environment = collect_environment(result.model, config.as_dict(), {
-        "prompt_tokens": len(result.prompt_ids), "threads_resolved": threads, "reference": config.reference_backend,
-        "cancelled": cancelled, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    })
+    result.environment = collect_environment(
+        result.model,
+        config.as_dict(),
+        {
+            "prompt_tokens": len(result.prompt_ids),
+            "threads_resolved": threads,
+            "reference": config.reference_backend,
+            "cancelled": cancelled,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+    )
 
 
 def _remember(result: BenchResult) -> None:
@@ -55,10 +60,9 @@ def _remember(result: BenchResult) -> None:
 class BenchSession:
     """`prepare()` then `run()`; `cancel()` from any thread."""
 
-    def __init__(self, config: BenchConfig, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None) -> None:
+    def __init__(self, config: BenchConfig, on_event: EventSink | None = None) -> None:
         self.config = config.validate()
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
 
     def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:
@@ -76,8 +80,14 @@ class BenchSession:
         if self.config.calibrate_harness and not result.cancelled:  # after the engines closed: nothing competes
             self._orchestrator.emit(HarnessCalibrating(CALIBRATION_TOKENS))
             result.environment["harness"] = calibrate_harness(
-                model, prompt_ids, self.config.sampling, tokens=CALIBRATION_TOKENS, threads=self.threads,
-                timeouts=self.config.timeouts, cancelled=lambda: self._orchestrator.cancelled)
+                model,
+                prompt_ids,
+                self.config.sampling,
+                tokens=CALIBRATION_TOKENS,
+                threads=self.threads,
+                timeouts=self.config.timeouts,
+                cancelled=lambda: self._orchestrator.cancelled,
+            )
             self._orchestrator.emit(HarnessCalibrated(result.environment["harness"]))
         result.environment["threads_resolution"] = self._orchestrator.threads_resolution
         _remember(result)

@@ -16,12 +16,12 @@ samples) `tokens` more with the session's sampling settings.
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .. import registry
+from ..engine import EngineOptions
 from ..profile.breakdown import median_decode_ms
 from ..results.stats import run_metrics
-from ..engine import EngineOptions
 from ..sampling import SamplingParams
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
@@ -29,7 +29,6 @@ from ..worker.events import RunRequest, Token
 from ..worker.process import Timeouts, Worker, WorkerError
 from .recording import cold_start_s
 
-CALIBRATION_ENGINE = "null"  # the registry's engine with no compute (engines/null_engine.py)
 DEFAULT_TOKENS = 200
 WARMUP_TOKENS = 20
 
@@ -46,9 +45,15 @@ def median_harness_us(tokens: Sequence[Token]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: SamplingParams,
-                      tokens: int = DEFAULT_TOKENS, threads: int = 1, timeouts: Timeouts = Timeouts(),
-                      cancelled: Callable[[], bool] = lambda: False) -> dict:
+def calibrate_harness(
+    model: ModelFiles,
+    prompt_ids: Sequence[int],
+    sampling: SamplingParams,
+    tokens: int = DEFAULT_TOKENS,
+    threads: int = 1,
+    timeouts: Timeouts = Timeouts(),
+    cancelled: Callable[[], bool] = lambda: False,
+) -> dict:
     """The harness's cost per token, for environment.json's "harness".
 
     `null_itl_us_median`: the null engine's median ITL under greedy decoding, in microseconds;
@@ -57,8 +62,9 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
     `sampled`: the same two with the session's sampling settings, when it samples. On any failure
     the dict carries `error` instead of figures: calibration never fails a bench.
     """
-    out: dict = {"engine": CALIBRATION_ENGINE, "tokens": tokens, "sampling": "greedy"}
-    worker = Worker(registry.get(CALIBRATION_ENGINE), model, EngineOptions(threads=threads), timeouts=timeouts)
+    engine = registry.with_role(registry.Role.CALIBRATION)  # the registry's engine with no compute
+    out: dict = {"engine": engine, "tokens": tokens, "sampling": "greedy"}
+    worker = Worker(registry.get(engine), model, EngineOptions(threads=threads), timeouts=timeouts)
     ids = tuple(prompt_ids)
     try:
         ready = worker.start()
@@ -69,22 +75,25 @@ def calibrate_harness(model: ModelFiles, prompt_ids: Sequence[int], sampling: Sa
             if cancelled():
                 out["error"] = "cancelled"
                 return out
-            outcome = worker.run(RunRequest(f"{CALIBRATION_ENGINE}/calibration/{label}", ids, count, params,
-                                            live=False))  # the harness as measured runs meet it
+            outcome = worker.run(
+                RunRequest(f"{engine}/calibration/{label}", ids, count, params, live=False)
+            )  # the harness as measured runs meet it
             if outcome.status != RunStatus.OK:
                 out["error"] = f"{label} run {outcome.status}: {outcome.error}"
                 return out
             if label == "warmup" and outcome.tokens:  # the worker's first run: the one its cold start includes
                 ttft_ms = run_metrics(outcome.started_ns, [t.t_ns for t in outcome.tokens]).ttft_ms
                 out["null_cold_start_s"] = round(cold_start_s(ready, worker.spawn_ns, ttft_ms), 3)
-            figures = {"null_itl_us_median": _round(median_itl_us(outcome.tokens)),
-                       "harness_us_median": _round(median_harness_us(outcome.tokens))}
+            figures = {
+                "null_itl_us_median": _round(median_itl_us(outcome.tokens)),
+                "harness_us_median": _round(median_harness_us(outcome.tokens)),
+            }
             if label == "greedy":
                 out.update(figures)
             elif label == "sampled":
                 out["sampled"] = {**figures, "sampling": params.as_dict()}
     except WorkerError as exc:
-        out["error"] = f"the {CALIBRATION_ENGINE} engine did not load: {exc}"
+        out["error"] = f"the {engine} engine did not load: {exc}"
     finally:
         worker.close()
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
+from .. import registry
 from ..engines.options import EngineSettings
 from ..errors import UsageError
 from ..results.load import Slo
@@ -18,7 +19,7 @@ MAX_CONCURRENCY = 256  # vLLM's default max_num_seqs
 @dataclass
 class BenchConfig:
     model: str = "auto"
-    backends: tuple[str, ...] = ("hf",)
+    backends: tuple[str, ...] = field(default_factory=lambda: (registry.reference(),))
     prompt: str | None = None  # explicit text; otherwise the bundled text cut to prompt_tokens
     prompt_tokens: int = 50
     new_tokens: int = 100
@@ -27,16 +28,17 @@ class BenchConfig:
     warmup: int = 1
     threads: int = 0  # 0: the usable physical cores, capped by the cgroup CPU quota (worker/threads.py)
     mode: Mode = "fair"
-    reference: str | None = None  # default: hf if selected, else the first backend
+    reference: str | None = None  # default: the registry's reference engine if selected, else the first backend
     timeouts: Timeouts = field(default_factory=Timeouts)
     engine_options: dict[str, EngineSettings] = field(default_factory=dict)  # per backend: its typed settings
     cold: bool = False  # evict the weights and each engine's artefact files from the page cache before it starts
     concurrency: tuple[int, ...] = ()  # load levels for server engines (bench runs are level 1)
     slo_ttft_ms: float | None = None  # goodput: a request is good when its TTFT <= this ...
     slo_itl_ms: float | None = None  # ... and its TPOT (mean inter-token latency) <= this
-    calibrate_harness: bool = False  # time the null engine afterwards (environment.json "harness"); bench and Run set it
+    # time the null engine afterwards (environment.json "harness"); bench and Run set it
+    calibrate_harness: bool = False
 
-    def validate(self) -> "BenchConfig":
+    def validate(self) -> BenchConfig:
         """Checks that need no model. The context check follows once the model is known."""
         if not self.backends:
             raise UsageError("no backends selected")
@@ -75,7 +77,8 @@ class BenchConfig:
         """The engine every other one's tokens are compared with."""
         if self.reference:
             return self.reference
-        return "hf" if "hf" in self.backends else self.backends[0]
+        reference = registry.reference()
+        return reference if reference in self.backends else self.backends[0]
 
     def as_dict(self) -> dict:
         """Settings for environment.json; secrets (API keys) are never written."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import registry
-from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
 from ..storage import artifact_cache, engine_history
 from .config import BenchConfig
@@ -34,8 +33,10 @@ class Estimate:
         return self.engines * (self.warmup + self.repeats)
 
     def lines(self) -> list[str]:
-        out = [f"{self.runs} runs: {self.engines} engine{'s' if self.engines != 1 else ''} x "
-               f"({self.warmup} warm-up + {self.repeats} repeat{'s' if self.repeats != 1 else ''})"]
+        out = [
+            f"{self.runs} runs: {self.engines} engine{'s' if self.engines != 1 else ''} x "
+            f"({self.warmup} warm-up + {self.repeats} repeat{'s' if self.repeats != 1 else ''})"
+        ]
         if not self.model_known:
             out.append("one-time builds: not known until the model is here")
         elif self.builds:
@@ -58,11 +59,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def pending_builds(names: list[str], model: ModelFiles, specs: dict[str, EngineSpec] | None = None) -> list[str]:
+def pending_builds(names: list[str], model: ModelFiles) -> list[str]:
     """The engines whose cached artefacts for `model` are missing or not whole (storage check only)."""
     out = []
     for name in names:
-        spec = (specs or {}).get(name) or registry.ENGINES.get(name)
+        spec = registry.ENGINES.get(name)
         if spec is None:
             continue
         try:
@@ -75,9 +76,9 @@ def pending_builds(names: list[str], model: ModelFiles, specs: dict[str, EngineS
     return out
 
 
-def estimate(config: BenchConfig, model: ModelFiles | None, specs: dict[str, EngineSpec] | None = None) -> Estimate:
+def estimate(config: BenchConfig, model: ModelFiles | None) -> Estimate:
     names = list(config.backends)
-    builds = pending_builds(names, model, specs) if model is not None else []
+    builds = pending_builds(names, model) if model is not None else []
     total, untimed = 0.0, []
     for name in names:
         seen = engine_history.lookup(name, model.weights_hash) if model is not None else None
@@ -88,8 +89,15 @@ def estimate(config: BenchConfig, model: ModelFiles | None, specs: dict[str, Eng
         total += (seen.cold_start_s or 0.0) + (config.warmup + config.repeats) * per_run
         if name in builds:
             total += seen.build_s or 0.0
-    pending = tuple(PendingBuild(n, (engine_history.lookup(n, model.weights_hash) or engine_history.EngineHistory()).build_s)
-                    for n in builds) if model is not None else ()
+    pending = (
+        tuple(
+            PendingBuild(n, (engine_history.lookup(n, model.weights_hash) or engine_history.EngineHistory()).build_s)
+            for n in builds
+        )
+        if model is not None
+        else ()
+    )
     timed = len(untimed) < len(names)
-    return Estimate(len(names), config.warmup, config.repeats, pending, total if timed else None, tuple(untimed),
-                    model is not None)
+    return Estimate(
+        len(names), config.warmup, config.repeats, pending, total if timed else None, tuple(untimed), model is not None
+    )

@@ -5,8 +5,8 @@ The CLI prints these and the GUI draws them; both get them through the session's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..results.load import LoadRequestRecord
 from ..results.records import RunRecord, TokenRecord

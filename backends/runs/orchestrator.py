@@ -12,18 +12,27 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import psutil
 
 from ..engine import EngineOptions
-from ..registry import EngineSpec
 from ..results.load import LoadRequestRecord, request_records
 from ..results.records import RunRecord, TokenRecord
 from ..storage import page_cache
-from ..worker.events import (BackendEvent, Failed, LoadRequest, LogitsRequest, Ready, RunContext, RunRequest, ScoreRequest,
-                             TopLogits, WorkerLost)
+from ..worker.events import (
+    BackendEvent,
+    Failed,
+    LoadRequest,
+    LogitsRequest,
+    Ready,
+    RunContext,
+    RunRequest,
+    ScoreRequest,
+    TopLogits,
+    WorkerLost,
+)
 from ..worker.process import RunOutcome, ScoreOutcome, Worker, WorkerError
 from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
@@ -32,7 +41,6 @@ from .events import EventSink, LoadRecorded, RunRecorded
 from .preparation import engine_specs
 from .recording import RecordContext, cold_start_s, load_failure_record, run_records
 from .result import BenchResult
-
 
 SETTLE_MAX_S = 2.0  # at most this long waiting for idle workers to go quiet before a run
 SETTLE_POLL_S = 0.02
@@ -70,16 +78,18 @@ def fair_order(backends: tuple[str, ...], repeat: int) -> tuple[str, ...]:
 class Orchestrator:
     """Starts, runs and closes the workers of one session; `session(result)` binds where records go."""
 
-    def __init__(self, config: BenchConfig, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None) -> None:
+    def __init__(self, config: BenchConfig, on_event: EventSink | None = None) -> None:
         self.config = config
         self.emit: EventSink = on_event or (lambda event: None)
-        self.specs = engine_specs(config, specs)
+        self.specs = engine_specs(config)
         resolution = resolve_threads()
         self.threads = config.threads or resolution.threads
         # environment.json: how the thread count was chosen (the user's, or the usable physical cores)
-        self.threads_resolution = ({"source": "--threads", "threads": config.threads} if config.threads
-                                   else {"source": "usable physical cores", **resolution.as_dict()})
+        self.threads_resolution = (
+            {"source": "--threads", "threads": config.threads}
+            if config.threads
+            else {"source": "usable physical cores", **resolution.as_dict()}
+        )
         self._cancelled = threading.Event()
         self._workers: dict[str, Worker] = {}
         self._lock = threading.Lock()  # workers and records: race mode adds from several threads
@@ -96,6 +106,13 @@ class Orchestrator:
             yield
         finally:
             self.close_all()
+
+    @property
+    def _context(self) -> RecordContext:
+        """What every record of this session shares: bound by `session(result)`."""
+        if self._records is None:
+            raise RuntimeError("records are made inside Orchestrator.session(result)")
+        return self._records
 
     # --- cancel ------------------------------------------------------------------------------
     @property
@@ -163,21 +180,34 @@ class Orchestrator:
         tag = f"{cell.tag}/" if cell.tag else ""
         run_id = f"{name}/{tag}c{concurrency}/{'w' if is_warmup else 'r'}{repeat}"
         request = LoadRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling, concurrency)
-        self.emit(BackendEvent(name, request, RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids),
-                                                         cell.new_tokens)))
+        self.emit(
+            BackendEvent(name, request, RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids), cell.new_tokens))
+        )
         idle = self.idle_pids(name)
         if idle:
             self.settle(idle)
         outcome = worker.run_load(request)
         done = outcome.done
-        records = request_records(run_id, name, cell.tag, len(cell.prompt_ids), cell.new_tokens, concurrency, repeat,
-                                  is_warmup, done.started_ns if done else 0, done.streams if done else (),
-                                  done.notes if done else "", "" if done else outcome.error,
-                                  bool(done and done.cancelled))
+        records = request_records(
+            run_id,
+            name,
+            cell.tag,
+            len(cell.prompt_ids),
+            cell.new_tokens,
+            concurrency,
+            repeat,
+            is_warmup,
+            done.started_ns if done else 0,
+            done.streams if done else (),
+            done.notes if done else "",
+            "" if done else outcome.error,
+            bool(done and done.cancelled),
+        )
         self._add_load(records)
 
     def run_race(self, cell: Cell) -> None:
         """Every engine at once, for the spectacle; records are flagged concurrent."""
+
         def race(name: str) -> None:
             if not self.start(name, cell):
                 return
@@ -187,7 +217,9 @@ class Orchestrator:
                     return
                 self.run_once(name, repeat, False, cell)
 
-        threads = [threading.Thread(target=race, args=(n,), name=f"race:{n}", daemon=True) for n in self.config.backends]
+        threads = [
+            threading.Thread(target=race, args=(n,), name=f"race:{n}", daemon=True) for n in self.config.backends
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -219,7 +251,7 @@ class Orchestrator:
             worker.start()
             return True
         except WorkerError as exc:
-            self._add(load_failure_record(self._records, name, worker.ready, cell, exc), [])
+            self._add(load_failure_record(self._context, name, worker.ready, cell, exc), [])
             return False
 
     def run_once(self, name: str, repeat: int, is_warmup: bool, cell: Cell) -> None:
@@ -228,8 +260,11 @@ class Orchestrator:
         # measured fair runs are timed undisturbed (tokens batched); warm-ups and a race stream live
         live = is_warmup or self.config.mode == "race"
         request = RunRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling, live=live)
-        context = (RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids), cell.new_tokens) if cell.tag
-                   else RunContext(repeat, is_warmup))
+        context = (
+            RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids), cell.new_tokens)
+            if cell.tag
+            else RunContext(repeat, is_warmup)
+        )
         self.emit(BackendEvent(name, request, context))  # (the window draws everything before this run now)
         idle = self.idle_pids(name)
         if idle:
@@ -237,7 +272,7 @@ class Orchestrator:
         idle_before, began = cpu_seconds(idle), time.monotonic()
         outcome = worker.run(request)
         wall_s, idle_cpu_s = time.monotonic() - began, cpu_seconds(idle) - idle_before
-        record, tokens = run_records(self._records, name, worker.ready, repeat, is_warmup, cell, outcome)
+        record, tokens = run_records(self._context, name, worker.ready, repeat, is_warmup, cell, outcome)
         if idle and wall_s > 0:
             record.idle_cpu_pct = 100.0 * max(0.0, idle_cpu_s) / wall_s
         if not worker.produced_tokens and outcome.tokens and worker.ready is not None:
@@ -250,8 +285,14 @@ class Orchestrator:
         profiled run's timings carry the profiler's overhead. Labelled a warm-up for displays,
         which stay still only while measured runs are timed."""
         worker = self._workers[name]
-        request = RunRequest(f"{name}/profiled", cell.prompt_ids, cell.new_tokens, self.config.sampling,
-                             profile_trace=trace_path, live=False)  # its harness as the measured runs' is
+        request = RunRequest(
+            f"{name}/profiled",
+            cell.prompt_ids,
+            cell.new_tokens,
+            self.config.sampling,
+            profile_trace=trace_path,
+            live=False,
+        )  # its harness as the measured runs' is
         self.emit(BackendEvent(name, request, RunContext(0, True, "profiled")))
         return worker.run(request)
 
@@ -273,7 +314,7 @@ class Orchestrator:
 
     def settle(self, pids: list[int]) -> float:
         """Wait (at most SETTLE_MAX_S) until the idle workers stop using CPU: thread pools keep
-        spinning for a while after their last run (OpenBLAS ~0.1 s, OpenMP's and ONNX Runtime's
+        spinning for a while after their last run (OpenBLAS's, OpenMP's and ONNX Runtime's
         spin-waits), which would fall on the next engine's timings. Returns the seconds waited."""
         began = time.monotonic()
         samples = deque([(began, cpu_seconds(pids))])  # (when, CPU seconds so far), oldest first

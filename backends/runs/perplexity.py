@@ -8,8 +8,8 @@ The log-likelihood itself is computed in each worker (backends/worker/scoring.py
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import UsageError
 

@@ -10,9 +10,9 @@ from ..sources.prompts import prompt_ids as build_prompt_ids
 from .config import BenchConfig
 
 
-def engine_specs(config: BenchConfig, specs: dict[str, EngineSpec] | None) -> dict[str, EngineSpec]:
-    """The spec of every selected backend: the caller's (tests, remote engines) or the registry's."""
-    return {name: (specs or {}).get(name) or registry.get(name) for name in config.backends}
+def engine_specs(config: BenchConfig) -> dict[str, EngineSpec]:
+    """The registry's spec of every selected backend (a test installs its own with `registry.use`)."""
+    return {name: registry.get(name) for name in config.backends}
 
 
 def check_available(specs: dict[str, EngineSpec]) -> None:
@@ -24,8 +24,9 @@ def check_available(specs: dict[str, EngineSpec]) -> None:
                 raise UsageError(f"backend {name!r} is unavailable: {why}")
 
 
-def prepare_bench(config: BenchConfig, specs: dict[str, EngineSpec], progress=None,
-                  cancel=None) -> tuple[ModelFiles, list[int]]:
+def prepare_bench(
+    config: BenchConfig, specs: dict[str, EngineSpec], progress=None, cancel=None
+) -> tuple[ModelFiles, list[int]]:
     """Resolve the model and the prompt; raise UsageError for anything that cannot run."""
     check_available(specs)
     model = resolve_model(config.model, progress, cancel)

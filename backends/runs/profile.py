@@ -19,14 +19,13 @@ phase slows arithmetic too.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
-from ..registry import EngineSpec
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
-from ..results.records import RunRecord, decode_bytes_per_token
+from ..results.records import RunRecord, decode_bytes_per_token, runs_of
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from .bench import BenchResult, bench_cell, finish_bench
@@ -62,14 +61,18 @@ class ProfileResult:
 class ProfileSession:
     """`prepare()` then `run()`; `cancel()` from any thread. Traces go to `trace_dir`."""
 
-    def __init__(self, config: BenchConfig, trace_dir: Path, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None,
-                 bandwidth: Callable[[int, int | None], Bandwidth | None] | None = None) -> None:
+    def __init__(
+        self,
+        config: BenchConfig,
+        trace_dir: Path,
+        on_event: EventSink | None = None,
+        bandwidth: Callable[..., Bandwidth | None] | None = None,
+    ) -> None:
         """`bandwidth(threads, n_bytes)`: one probe of the floor's bandwidth over n_bytes (None: the
         machine's default size; default: measured afresh)."""
         self.config = config.validate()
         self.trace_dir = Path(trace_dir)
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         self._bandwidth = bandwidth
 
@@ -105,8 +108,9 @@ class ProfileSession:
     def _probe(self, n_bytes: float | None, device: str) -> Bandwidth | None:
         """A probe over n_bytes by the memory the engine reads from: the host's, or its GPU's."""
         try:
-            return (self._bandwidth or fresh_bandwidth)(self.threads, None if n_bytes is None else int(n_bytes),
-                                                        device=device)
+            return (self._bandwidth or fresh_bandwidth)(
+                self.threads, None if n_bytes is None else int(n_bytes), device=device
+            )
         except Exception:  # no floor is better than no profile
             return None
 
@@ -135,7 +139,7 @@ class ProfileSession:
             if orchestrator.cancelled or not orchestrator.usable(name):
                 break
             orchestrator.run_once(name, repeat, False, cell)
-        measured = [r for r in result.bench.runs if r.backend == name and not r.is_warmup]
+        measured = [r for r in runs_of(result.bench.runs, name) if not r.is_warmup]
         if orchestrator.cancelled or not orchestrator.usable(name) or not measured:
             return _failed(profile, result.bench.runs, name)
         outcome = orchestrator.run_profiled(name, cell, str(self.trace_dir / f"{name}.trace.json"))
@@ -156,7 +160,7 @@ class ProfileSession:
 
 
 def _failed(profile: EngineProfile, runs: list[RunRecord], name: str) -> EngineProfile:
-    errors = [r for r in runs if r.backend == name and r.status != RunStatus.OK]
+    errors = [r for r in runs_of(runs, name) if r.status != RunStatus.OK]
     profile.status = errors[-1].status if errors else RunStatus.CANCELLED
     profile.error = errors[-1].error if errors else "cancelled"
     return profile
@@ -181,8 +185,11 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
     return probes[-1] if probes else None
 
 
-def _fill_measured(profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int) -> None:
+def _fill_measured(
+    profile: EngineProfile, measured: list[RunRecord], ready, prompt_tokens: int, new_tokens: int
+) -> None:
     """ms/token, TTFT and CPU per token as bench computes them (medians of the measured runs)."""
+
     def median(values):
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else None

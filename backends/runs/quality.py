@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..registry import EngineSpec
 from ..results.agreement import first_streams
 from ..results.reader import load_results
 from ..results.records import RunRecord, TokenRecord
@@ -32,13 +31,33 @@ from .orchestrator import Orchestrator
 from .perplexity import DEFAULT_STRIDE, Windows, strided_windows
 from .preparation import prepare_bench
 from .quality_files import QUALITY_CSV, read_quality, write_quality
-from .quality_rows import (QUALITY_COLUMNS, RANDOM_NOTE, Divergence, QualityResult, QualityRow, all_greedy,
-                           quality_rows, quality_rows_as_dicts)
+from .quality_rows import (
+    QUALITY_COLUMNS,
+    RANDOM_NOTE,
+    Divergence,
+    QualityResult,
+    QualityRow,
+    all_greedy,
+    quality_rows,
+    quality_rows_as_dicts,
+)
 from .result import BenchResult
 
 # The names callers import from here.
-__all__ = ["DEFAULT_STRIDE", "DEFAULT_TEXT", "Divergence", "QUALITY_COLUMNS", "QUALITY_CSV", "QualityResult",
-           "QualityRow", "QualitySession", "QualitySettings", "quality_rows_as_dicts", "read_quality", "write_quality"]
+__all__ = [
+    "DEFAULT_STRIDE",
+    "DEFAULT_TEXT",
+    "Divergence",
+    "QUALITY_COLUMNS",
+    "QUALITY_CSV",
+    "QualityResult",
+    "QualityRow",
+    "QualitySession",
+    "QualitySettings",
+    "quality_rows_as_dicts",
+    "read_quality",
+    "write_quality",
+]
 
 DEFAULT_TEXT = RESOURCES / "eval" / "eval.txt"
 
@@ -56,17 +75,18 @@ def _top(answer: TopLogits | Failed | WorkerLost, k: int) -> tuple[list[dict], s
     """A worker's answer to a LogitsRequest as rows for divergence.json, or the reason there are none."""
     if not isinstance(answer, TopLogits):
         return [], failure_text(answer)
-    return [{"token_id": t, "text": decode([t]), "logit": round(l, 5), "logprob": round(p, 5)}
-            for t, l, p in list(zip(answer.token_ids, answer.logits, answer.logprobs))[:k]], ""
+    return [
+        {"token_id": t, "text": decode([t]), "logit": round(logit, 5), "logprob": round(p, 5)}
+        for t, logit, p in list(zip(answer.token_ids, answer.logits, answer.logprobs))[:k]
+    ], ""
 
 
 class QualitySession:
     """A greedy bench (unless `bench_dir`), then perplexity and divergence logits from the same workers."""
 
-    def __init__(self, config: BenchConfig, settings: QualitySettings, on_event: EventSink | None = None,
-                 specs: dict[str, EngineSpec] | None = None) -> None:
+    def __init__(self, config: BenchConfig, settings: QualitySettings, on_event: EventSink | None = None) -> None:
         self.config = config.validate()
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         if settings.bench_dir is not None and config.mode == "race":
             raise UsageError("--bench takes the runs from a folder: it does not combine with --mode race")
@@ -90,7 +110,11 @@ class QualitySession:
         if self.settings.bench_dir is not None:
             runs, tokens, environment = load_results(Path(self.settings.bench_dir))
             keep = set(self.config.backends)
-            self._bench = ([r for r in runs if r.backend in keep], [t for t in tokens if t.backend in keep], environment)
+            self._bench = (
+                [r for r in runs if r.backend in keep],
+                [t for t in tokens if t.backend in keep],
+                environment,
+            )
         model, ids = prepare_bench(self.config, self._orchestrator.specs, progress, cancel)
         if self._bench is not None:
             settings = self._bench[2].get("settings") or {}
@@ -105,9 +129,15 @@ class QualitySession:
         if max_length > model.context:
             raise UsageError(f"--max-length {max_length} exceeds the model's context of {model.context}")
         self.windows = strided_windows(text_ids, max_length, self.settings.stride)
-        self.text_info = {"text": str(path), "text_sha256_16": hashlib.sha256(text.encode()).hexdigest()[:16],
-                          "text_tokens": len(text_ids), "max_length": max_length, "stride": self.settings.stride,
-                          "windows": len(self.windows.windows), "scored_tokens": self.windows.scored_tokens}
+        self.text_info = {
+            "text": str(path),
+            "text_sha256_16": hashlib.sha256(text.encode()).hexdigest()[:16],
+            "text_tokens": len(text_ids),
+            "max_length": max_length,
+            "stride": self.settings.stride,
+            "windows": len(self.windows.windows),
+            "scored_tokens": self.windows.scored_tokens,
+        }
         return model, ids
 
     def run(self, model: ModelFiles | None = None, prompt_ids: list[int] | None = None) -> BenchResult:
@@ -141,7 +171,8 @@ class QualitySession:
             self._divergences = self._divergence_logits(result)
 
     def _divergence_logits(self, result: BenchResult) -> list[Divergence]:
-        same_model = self._bench is None or (self._bench[2].get("model") or {}).get("weights_sha256_16") == result.model.weights_hash
+        bench_weights = (self._bench[2].get("model") or {}).get("weights_sha256_16") if self._bench else None
+        same_model = self._bench is None or bench_weights == result.model.weights_hash
         streams = first_streams(result.runs, result.tokens)
         ref = streams.get(self.reference)
         out = []
@@ -153,9 +184,15 @@ class QualitySession:
             if position is None or position >= min(len(ref_tokens), len(tokens)):
                 continue
             prompt = list(result.prompt_ids)
-            div = Divergence(name, self.reference, record.run_id, position, record.prompt_tokens,
-                             {"token_id": ref_tokens[position], "text": decode([ref_tokens[position]])},
-                             {"token_id": tokens[position], "text": decode([tokens[position]])})
+            div = Divergence(
+                name,
+                self.reference,
+                record.run_id,
+                position,
+                record.prompt_tokens,
+                {"token_id": ref_tokens[position], "text": decode([ref_tokens[position]])},
+                {"token_id": tokens[position], "text": decode([tokens[position]])},
+            )
             if not same_model or len(prompt) != record.prompt_tokens:
                 div.error = "the bench folder used another model or prompt: logits not asked for"
             elif self._orchestrator.cancelled or not all(map(self._orchestrator.usable, (name, self.reference))):
@@ -163,8 +200,12 @@ class QualitySession:
             else:
                 prefix = tuple(prompt + list(ref_tokens[:position]))  # the common prefix, teacher-forced
                 k = self.settings.top_k
-                div.reference_top, e1 = _top(self._orchestrator.top_logits(
-                    self.reference, LogitsRequest(f"{self.reference}/div-{name}", prefix, k)), k)
+                div.reference_top, e1 = _top(
+                    self._orchestrator.top_logits(
+                        self.reference, LogitsRequest(f"{self.reference}/div-{name}", prefix, k)
+                    ),
+                    k,
+                )
                 div.top, e2 = _top(self._orchestrator.top_logits(name, LogitsRequest(f"{name}/div", prefix, k)), k)
                 div.error = "; ".join(e for e in (e1, e2) if e)
             out.append(div)
@@ -174,8 +215,13 @@ class QualitySession:
     def _build(self, result: BenchResult) -> QualityResult:
         cancelled = self._orchestrator.cancelled
         rows = quality_rows(result, self.reference, self._scores, len(self.windows.windows), cancelled)
-        info = {**self.text_info, "reference": self.reference, "greedy": all_greedy(result.runs),
-                "top_k": self.settings.top_k,
-                "bench_dir": str(self.settings.bench_dir) if self.settings.bench_dir else None,
-                "random_weights": result.model.is_random, "note": RANDOM_NOTE if result.model.is_random else ""}
+        info = {
+            **self.text_info,
+            "reference": self.reference,
+            "greedy": all_greedy(result.runs),
+            "top_k": self.settings.top_k,
+            "bench_dir": str(self.settings.bench_dir) if self.settings.bench_dir else None,
+            "random_weights": result.model.is_random,
+            "note": RANDOM_NOTE if result.model.is_random else "",
+        }
         return QualityResult(rows, list(self._divergences), info)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 from ..results.agreement import agreement_detail, first_streams
-from ..results.records import RunRecord
+from ..results.records import RunRecord, runs_of
 from ..results.stats import summarize
 from ..sources.model_files import RANDOM_LABEL
 from ..status import RunStatus
@@ -31,7 +31,8 @@ class QualityRow:
     ppl_diff: float | None = None  # perplexity - the reference's
     ppl_diff_pct: float | None = None
     decode_tok_s: float | None = None  # median of measured runs
-    decode_tok_s_median_ci_low: float | None = None  # the median's interval (order statistics; its level: results.summary.interval_label)
+    # the median's interval (order statistics; its level: results.summary.interval_label)
+    decode_tok_s_median_ci_low: float | None = None
     decode_tok_s_median_ci_high: float | None = None
     agree_tokens: int | None = None
     compared_tokens: int | None = None
@@ -72,8 +73,9 @@ def all_greedy(runs: Sequence[RunRecord]) -> bool:
     return all(r.decoding == "greedy" for r in runs if r.status == RunStatus.OK)
 
 
-def quality_rows(result: BenchResult, reference: str, scores: dict[str, ScoreOutcome], windows: int,
-                 cancelled: bool) -> list[QualityRow]:
+def quality_rows(
+    result: BenchResult, reference: str, scores: dict[str, ScoreOutcome], windows: int, cancelled: bool
+) -> list[QualityRow]:
     """One row per selected backend: perplexity, its difference to the reference, speed, agreement."""
     streams = first_streams(result.runs, result.tokens)
     ref_stream = streams.get(reference)
@@ -81,13 +83,14 @@ def quality_rows(result: BenchResult, reference: str, scores: dict[str, ScoreOut
     rows = []
     for name in result.config.backends:
         row = QualityRow(name, reference=reference, windows=windows)
-        mine = [r for r in result.runs if r.backend == name]
+        mine = runs_of(result.runs, name)
         row.dtype = next((r.dtype for r in mine if r.dtype), "")
         speed = summarize([r.decode_tok_s for r in mine if not r.is_warmup and r.status == RunStatus.OK])
         if speed.n:
             row.decode_tok_s = speed.median
             if speed.n > 1:
-                row.decode_tok_s_median_ci_low, row.decode_tok_s_median_ci_high = speed.median_ci_low, speed.median_ci_high
+                row.decode_tok_s_median_ci_low = speed.median_ci_low
+                row.decode_tok_s_median_ci_high = speed.median_ci_high
         outcome = scores.get(name)
         if outcome is None:
             failed = next((r for r in mine if r.status.is_failure), None)
@@ -97,12 +100,14 @@ def quality_rows(result: BenchResult, reference: str, scores: dict[str, ScoreOut
             row.status, row.error = outcome.status, outcome.error
             done = outcome.done
             if done is not None and done.tokens and not done.cancelled:
-                row.nll_sum, row.scored_tokens, row.method, row.score_s = done.nll_sum, done.tokens, done.method, done.seconds
+                row.nll_sum, row.scored_tokens = done.nll_sum, done.tokens
+                row.method, row.score_s = done.method, done.seconds
                 row.perplexity = math.exp(done.nll_sum / done.tokens)
         if greedy and ref_stream is not None and name in streams:
             detail = agreement_detail(ref_stream[1], streams[name][1])
             row.agree_tokens, row.first_divergence = detail.agree_tokens, detail.first_divergence
-            row.compared_tokens, row.agree_share, row.identical_share = detail.compared, detail.agree_share, detail.identical_share
+            row.compared_tokens = detail.compared
+            row.agree_share, row.identical_share = detail.agree_share, detail.identical_share
         if result.model.is_random:
             row.note = RANDOM_NOTE
         rows.append(row)

@@ -22,22 +22,45 @@ class RecordContext:
     threads: int
 
 
-def base_record(ctx: RecordContext, name: str, ready: Ready | None, repeat: int, is_warmup: bool,
-                cell: Cell) -> RunRecord:
+def base_record(
+    ctx: RecordContext, name: str, ready: Ready | None, repeat: int, is_warmup: bool, cell: Cell
+) -> RunRecord:
     """A row with the settings filled in and no measurement yet (status ERROR until told otherwise)."""
     s = ctx.config.sampling
     return RunRecord(
-        run_id=f"{name}/load", backend=name, model=ctx.model.model_id, weights=ctx.model.weights,
-        device=ready.device if ready else "", dtype=ready.dtype if ready else "", threads=ctx.threads,
-        prompt_tokens=len(cell.prompt_ids), new_tokens=cell.new_tokens,
-        decoding="greedy" if s.is_greedy else "sample", temperature=s.temperature, top_k=s.top_k,
-        top_p=s.top_p, seed=s.seed, repeat=repeat, is_warmup=is_warmup,
-        import_s=ready.import_s if ready else None, load_s=ready.load_s if ready else None,
-        ttft_ms=None, tpot_ms=None, itl_p50_ms=None, itl_p90_ms=None, itl_p99_ms=None,
-        decode_tok_s=None, e2e_s=None, peak_rss_mb=None, status=RunStatus.ERROR,
-        concurrent=ctx.config.mode == "race", notes=ready.notes if ready else "",
-        load_peak_rss_mb=ready.load_peak_rss_mb if ready else None, build_s=ready.build_s if ready else None,
-        artifact_cache=ready.artifact_cache if ready else "", native_sampling=ready.samples_natively if ready else False,
+        run_id=f"{name}/load",
+        backend=name,
+        model=ctx.model.model_id,
+        weights=ctx.model.weights,
+        device=ready.device if ready else "",
+        dtype=ready.dtype if ready else "",
+        threads=ctx.threads,
+        prompt_tokens=len(cell.prompt_ids),
+        new_tokens=cell.new_tokens,
+        decoding="greedy" if s.is_greedy else "sample",
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        seed=s.seed,
+        repeat=repeat,
+        is_warmup=is_warmup,
+        import_s=ready.import_s if ready else None,
+        load_s=ready.load_s if ready else None,
+        ttft_ms=None,
+        tpot_ms=None,
+        itl_p50_ms=None,
+        itl_p90_ms=None,
+        itl_p99_ms=None,
+        decode_tok_s=None,
+        e2e_s=None,
+        peak_rss_mb=None,
+        status=RunStatus.ERROR,
+        concurrent=ctx.config.mode == "race",
+        notes=ready.notes if ready else "",
+        load_peak_rss_mb=ready.load_peak_rss_mb if ready else None,
+        build_s=ready.build_s if ready else None,
+        artifact_cache=ready.artifact_cache if ready else "",
+        native_sampling=ready.samples_natively if ready else False,
     )
 
 
@@ -49,8 +72,9 @@ def load_failure_record(ctx: RecordContext, name: str, ready: Ready | None, cell
     return record
 
 
-def run_records(ctx: RecordContext, name: str, ready: Ready | None, repeat: int, is_warmup: bool, cell: Cell,
-                outcome: RunOutcome) -> tuple[RunRecord, list[TokenRecord]]:
+def run_records(
+    ctx: RecordContext, name: str, ready: Ready | None, repeat: int, is_warmup: bool, cell: Cell, outcome: RunOutcome
+) -> tuple[RunRecord, list[TokenRecord]]:
     """The run's row and its tokens' rows; the cold start is the caller's (it knows the worker's first run)."""
     record = base_record(ctx, name, ready, repeat, is_warmup, cell)
     record.run_id = outcome.request.run_id
@@ -67,8 +91,9 @@ def run_records(ctx: RecordContext, name: str, ready: Ready | None, repeat: int,
     if harness:
         record.harness_ms_per_token = statistics.median(harness)
     if outcome.tokens:
-        fill_metrics(record, outcome.started_ns, outcome.tokens, ready.weight_bytes_per_token,
-                     ready.kv_bytes_per_position)
+        fill_metrics(
+            record, outcome.started_ns, outcome.tokens, ready.weight_bytes_per_token, ready.kv_bytes_per_position
+        )
     return record, tokens
 
 

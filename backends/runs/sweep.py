@@ -14,7 +14,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import UsageError
-from ..registry import EngineSpec
 from ..results.agreement import fill_agreement
 from ..results.bandwidth import Bandwidth, cached_bandwidth, probe_bandwidth
 from ..results.environment import collect_environment
@@ -36,13 +35,19 @@ MAX_RESTARTS = 2  # per engine and sweep
 class SweepSession:
     """`prepare()` then `run()`; `cancel()` from any thread. With `out_dir`, writes after each cell."""
 
-    def __init__(self, config: BenchConfig, grid: SweepGrid, out_dir: Path | None = None, restart: bool = False,
-                 on_event: EventSink | None = None, specs: dict[str, EngineSpec] | None = None,
-                 measure_bandwidth: bool = True) -> None:
+    def __init__(
+        self,
+        config: BenchConfig,
+        grid: SweepGrid,
+        out_dir: Path | None = None,
+        restart: bool = False,
+        on_event: EventSink | None = None,
+        measure_bandwidth: bool = True,
+    ) -> None:
         if config.mode != "fair":
             raise UsageError("a sweep runs in fair mode only")
         self.config = config.validate()
-        self._orchestrator = Orchestrator(self.config, on_event, specs)
+        self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         self.grid = grid.validate()
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -78,8 +83,14 @@ class SweepSession:
         self._completed = list(plan.completed)
         self._engines = dict(plan.previous_engines)
         first = plan.cells[0] if plan.cells else None
-        result = BenchResult(self.config, plan.model, list(first.prompt_ids) if first else [],
-                             list(plan.previous_runs), list(plan.previous_tokens), load=list(plan.previous_load))
+        result = BenchResult(
+            self.config,
+            plan.model,
+            list(first.prompt_ids) if first else [],
+            list(plan.previous_runs),
+            list(plan.previous_tokens),
+            load=list(plan.previous_load),
+        )
         self._orchestrator.emit(SessionStarted(plan.model, result.prompt_ids, self.config))
         with self._orchestrator.session(result):
             if self.measure_bandwidth and plan.cells and not self._orchestrator.cancelled:
@@ -99,8 +110,11 @@ class SweepSession:
         for name in self.config.backends:
             ready = self._orchestrator.ready(name)
             if ready is not None:
-                self._engines[name] = {"dtype": ready.dtype, "weight_bytes_per_token": ready.weight_bytes_per_token,
-                                       "device": ready.device}
+                self._engines[name] = {
+                    "dtype": ready.dtype,
+                    "weight_bytes_per_token": ready.weight_bytes_per_token,
+                    "device": ready.device,
+                }
         if not loaded:
             return
         total = len(cells)
@@ -144,15 +158,24 @@ class SweepSession:
     def environment(self, result: BenchResult) -> dict:
         plan = self.plan
         grid = {"prompt_tokens": sorted(set(self.grid.prompt_tokens)), "new_tokens": sorted(set(self.grid.new_tokens))}
-        sweep = {"fingerprint": plan.fingerprint, **grid,
-                 "completed": [list(k) for k in sorted(set(self._completed))],
-                 "pending": [list(c.key) for c in plan.cells if c.key not in set(self._completed)],
-                 "skipped": [asdict(s) for s in plan.skipped]}
-        return {**self._base_environment, "threads_resolved": self.threads,
-                "threads_resolution": self._orchestrator.threads_resolution, "reference": self.reference,
-                SWEEP_KEY: sweep, "engines": self._engines,
-                "bandwidth": self.bandwidth.as_dict() if self.bandwidth else plan.previous_bandwidth,
-                "cancelled": self._orchestrator.cancelled, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        sweep = {
+            "fingerprint": plan.fingerprint,
+            **grid,
+            "completed": [list(k) for k in sorted(set(self._completed))],
+            "pending": [list(c.key) for c in plan.cells if c.key not in set(self._completed)],
+            "skipped": [asdict(s) for s in plan.skipped],
+        }
+        return {
+            **self._base_environment,
+            "threads_resolved": self.threads,
+            "threads_resolution": self._orchestrator.threads_resolution,
+            "reference": self.reference,
+            SWEEP_KEY: sweep,
+            "engines": self._engines,
+            "bandwidth": self.bandwidth.as_dict() if self.bandwidth else plan.previous_bandwidth,
+            "cancelled": self._orchestrator.cancelled,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
 
     def _save(self, result: BenchResult) -> None:
         # Runs are added on this thread only (a sweep is never a race), so the records hold still here.
@@ -160,5 +183,12 @@ class SweepSession:
         result.environment = self.environment(result)
         if self.out_dir is not None:
             # environment.json is written last: its list of completed cells is what a resume trusts.
-            write_results(self.out_dir, list(result.runs), list(result.tokens), result.environment, summary=False,
-                          load=list(result.load), slo=self.config.slo)
+            write_results(
+                self.out_dir,
+                list(result.runs),
+                list(result.tokens),
+                result.environment,
+                summary=False,
+                load=list(result.load),
+                slo=self.config.slo,
+            )

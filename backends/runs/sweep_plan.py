@@ -29,7 +29,7 @@ class SweepGrid:
     prompt_tokens: tuple[int, ...] = DEFAULT_PROMPT_TOKENS
     new_tokens: tuple[int, ...] = DEFAULT_NEW_TOKENS
 
-    def validate(self) -> "SweepGrid":
+    def validate(self) -> SweepGrid:
         for label, values in (("--prompt-tokens", self.prompt_tokens), ("--new-tokens", self.new_tokens)):
             if not values:
                 raise UsageError(f"{label} needs at least one length")
@@ -82,10 +82,18 @@ def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, refe
     """What must not change between a sweep and its resumption (JSON-normalised)."""
     settings = config.as_dict()
     prompt = None if config.prompt is None else hashlib.sha256(config.prompt.encode()).hexdigest()[:16]
-    data = {"model": model.model_id, "weights_sha256_16": model.weights_hash, "backends": list(config.backends),
-            "repeats": config.repeats, "sampling": settings["sampling"], "threads": threads,
-            "prompt_sha256_16": prompt, "engine_options": settings["engine_options"], "reference": reference,
-            "cpu": cpu_model()}
+    data = {
+        "model": model.model_id,
+        "weights_sha256_16": model.weights_hash,
+        "backends": list(config.backends),
+        "repeats": config.repeats,
+        "sampling": settings["sampling"],
+        "threads": threads,
+        "prompt_sha256_16": prompt,
+        "engine_options": settings["engine_options"],
+        "reference": reference,
+        "cpu": cpu_model(),
+    }
     if config.concurrency:  # (absent otherwise: sweeps begun before load runs existed still resume)
         data["concurrency"] = sorted(set(config.concurrency))
         data["slo"] = [config.slo_ttft_ms, config.slo_itl_ms]
@@ -93,21 +101,35 @@ def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, refe
 
 
 def fingerprint_differences(old: dict, new: dict) -> list[str]:
-    return [f"{key}: {old.get(key)!r} then, {new.get(key)!r} now" for key in sorted(set(old) | set(new))
-            if old.get(key) != new.get(key)]
+    return [
+        f"{key}: {old.get(key)!r} then, {new.get(key)!r} now"
+        for key in sorted(set(old) | set(new))
+        if old.get(key) != new.get(key)
+    ]
 
 
-def plan_sweep(config: BenchConfig, grid: SweepGrid, model: ModelFiles, fingerprint: dict,
-               previous: PreviousSweep) -> SweepPlan:
+def plan_sweep(
+    config: BenchConfig, grid: SweepGrid, model: ModelFiles, fingerprint: dict, previous: PreviousSweep
+) -> SweepPlan:
     """The cells still to run (in grid order), those finished earlier, and those beyond the context."""
     cells, skipped = [], []
-    for p, n in grid.keys():
+    for p, n in grid.keys():  # noqa: SIM118 - SweepGrid.keys(): the cells, not a dict's
         if p + n > model.context:
             skipped.append(SkippedCell(p, n, f"{p} + {n} tokens exceed the context of {model.context}"))
         elif (p, n) not in previous.completed:
             cells.append(Cell(tuple(cell_prompt(config, p)), n, cell_tag(p, n)))
-    return SweepPlan(model, fingerprint, cells, sorted(previous.completed), skipped, list(previous.runs),
-                     list(previous.tokens), dict(previous.engines), previous.bandwidth, list(previous.load))
+    return SweepPlan(
+        model,
+        fingerprint,
+        cells,
+        sorted(previous.completed),
+        skipped,
+        list(previous.runs),
+        list(previous.tokens),
+        dict(previous.engines),
+        previous.bandwidth,
+        list(previous.load),
+    )
 
 
 def cell_prompt(config: BenchConfig, n_tokens: int) -> list[int]:
@@ -134,13 +156,21 @@ def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> Pre
         raise UsageError(f"{out_dir} holds results that are not from a sweep; {advice}")
     differences = fingerprint_differences(sweep["fingerprint"], fingerprint)
     if differences:
-        raise UsageError(f"{out_dir} holds a sweep with other settings ({'; '.join(differences[:3])}); "
-                         f"run the same command to resume it, or {advice}")
+        raise UsageError(
+            f"{out_dir} holds a sweep with other settings ({'; '.join(differences[:3])}); "
+            f"run the same command to resume it, or {advice}"
+        )
     completed = frozenset((int(p), int(n)) for p, n in sweep.get("completed", []))
     runs, tokens, _ = load_results(out_dir) if runs_path.exists() else ([], [], {})
     # Rows of a cell that was cut short are dropped: that cell runs again from the start.
     runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) in completed]
     kept = {r.run_id for r in runs}
     load = tuple(r for r in load_requests(out_dir) if (r.prompt_tokens, r.new_tokens) in completed)
-    return PreviousSweep(completed, tuple(runs), tuple(t for t in tokens if t.run_id in kept),
-                         dict(environment.get("engines") or {}), environment.get("bandwidth"), load)
+    return PreviousSweep(
+        completed,
+        tuple(runs),
+        tuple(t for t in tokens if t.run_id in kept),
+        dict(environment.get("engines") or {}),
+        environment.get("bandwidth"),
+        load,
+    )

@@ -38,17 +38,22 @@ def create_app(service: Service) -> Starlette:
         finally:
             await asyncio.to_thread(service.close)  # the workers end before the server does
 
-    app = Starlette(routes=[
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-    ], exception_handlers={HTTPException: _http_error, Exception: _server_error}, lifespan=lifespan)
+    app = Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},  # type: ignore[dict-item]
+        lifespan=lifespan,
+    )
     app.state.service = service
     return app
 
 
 # --- plain routes -------------------------------------------------------------------------------
+
 
 async def health(request: Request) -> Response:
     status, body = request.app.state.service.health()
@@ -78,6 +83,7 @@ async def _server_error(_request: Request, exc: Exception) -> Response:
 
 # --- completions --------------------------------------------------------------------------------
 
+
 async def completions(request: Request) -> Response:
     service: Service = request.app.state.service
     arrived = time.perf_counter_ns()
@@ -90,8 +96,12 @@ async def completions(request: Request) -> Response:
     try:
         service.pool.submit(job)
     except Busy as exc:
-        return _refuse(service, RequestError(exc.reason, 503, kind="service_unavailable"), arrived,
-                       {"Retry-After": str(exc.retry_after_s)})
+        return _refuse(
+            service,
+            RequestError(exc.reason, 503, kind="service_unavailable"),
+            arrived,
+            {"Retry-After": str(exc.retry_after_s)},
+        )
     watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
     try:
         if completion.stream:
@@ -149,9 +159,16 @@ async def _whole(service: Service, job: Job) -> Response:
         _log(service, job, CLIENT_GONE)
         return Response(status_code=CLIENT_GONE)
     request = job.request
-    body = completion_body(job.id, service.info.name, int(time.time()), "".join(parts) + detokenizer.flush(),
-                           list(job.token_ids) if request.token_ids else None, item.finish_reason,
-                           len(request.prompt_ids), len(job.token_ids))
+    body = completion_body(
+        job.id,
+        service.info.name,
+        int(time.time()),
+        "".join(parts) + detokenizer.flush(),
+        list(job.token_ids) if request.token_ids else None,
+        item.finish_reason,
+        len(request.prompt_ids),
+        len(job.token_ids),
+    )
     _log(service, job, 200)
     return JSONResponse(body)
 
@@ -164,8 +181,11 @@ class _EventStream(StreamingResponse):
     def __init__(self, service: Service, job: Job, first: JobToken | JobEnd) -> None:
         self.service, self.job, self.first = service, job, first
         self.status = CLIENT_GONE  # until the last event is sent
-        super().__init__(self._events(), media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        super().__init__(
+            self._events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     async def __call__(self, scope, receive, send) -> None:
         try:
@@ -190,11 +210,22 @@ class _EventStream(StreamingResponse):
             return
         if job.cancelled and item.finish_reason == "abort":
             return  # nobody is listening
-        yield _event(chunk_body(job.id, name, created, detokenizer.flush(), [] if request.token_ids else None,
-                                item.finish_reason))
+        yield _event(
+            chunk_body(
+                job.id, name, created, detokenizer.flush(), [] if request.token_ids else None, item.finish_reason
+            )
+        )
         if request.include_usage:
-            yield _event({"id": job.id, "object": "text_completion", "created": created, "model": name,
-                          "choices": [], "usage": usage(len(request.prompt_ids), len(job.token_ids))})
+            yield _event(
+                {
+                    "id": job.id,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": name,
+                    "choices": [],
+                    "usage": usage(len(request.prompt_ids), len(job.token_ids)),
+                }
+            )
         yield "data: [DONE]\n\n"
         self.status = 200
 
@@ -204,8 +235,9 @@ def _event(body: dict) -> str:
 
 
 def _refuse(service: Service, exc: RequestError, arrived: int, headers: dict | None = None) -> Response:
-    service.record(RequestLogEntry(stamp(), exc.status, "-", 0, None, (time.perf_counter_ns() - arrived) / 1e6,
-                                   error=exc.message))
+    service.record(
+        RequestLogEntry(stamp(), exc.status, "-", 0, None, (time.perf_counter_ns() - arrived) / 1e6, error=exc.message)
+    )
     return JSONResponse(exc.body(), exc.status, headers=headers)
 
 
@@ -219,7 +251,16 @@ def _failed(service: Service, job: Job, end: JobEnd) -> Response:
 def _log(service: Service, job: Job, status: int, stream: bool = False, error: str = "") -> None:
     end = job.end
     ttft = (job.token_ns[0] - job.arrived_ns) / 1e6 if job.token_ns else None
-    service.record(RequestLogEntry(stamp(), status, job.id, len(job.token_ids), ttft,
-                                   (time.perf_counter_ns() - job.arrived_ns) / 1e6, stream,
-                                   end.finish_reason if end is not None else "abort", error or (end.error if end else "")))
-
+    service.record(
+        RequestLogEntry(
+            stamp(),
+            status,
+            job.id,
+            len(job.token_ids),
+            ttft,
+            (time.perf_counter_ns() - job.arrived_ns) / 1e6,
+            stream,
+            end.finish_reason if end is not None else "abort",
+            error or (end.error if end else ""),
+        )
+    )

@@ -19,9 +19,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..engine import EngineOptions
 from ..engines.options import EngineSettings
@@ -57,17 +57,37 @@ class ServeColdStart:
         def seconds(value: float | None) -> str:
             return "" if value is None else f"{value:.3f}"
 
-        return [self.engine, self.server, self.status, seconds(self.serve_cold_start_s),
-                seconds(self.engine_cold_start_s), self.note]
+        return [
+            self.engine,
+            self.server,
+            self.status,
+            seconds(self.serve_cold_start_s),
+            seconds(self.engine_cold_start_s),
+            self.note,
+        ]
 
 
-def our_server(name: str, model: ModelFiles, port: int, threads: int,
-               settings: EngineSettings | None = None) -> ServerCommand:
+def our_server(
+    name: str, model: ModelFiles, port: int, threads: int, settings: EngineSettings | None = None
+) -> ServerCommand:
     """`whistle-stop serve --backend NAME` as a user starts it (the same interpreter and package)."""
     from ..cli.engine_flags import flags_of
 
-    argv = [sys.executable, "-m", "whistle_stop.backends.cli.launcher", "serve", "--backend", name, "--model",
-            model.model_id, "--port", str(port), "--threads", str(threads), *flags_of(settings)]
+    argv = [
+        sys.executable,
+        "-m",
+        "whistle_stop.backends.cli.launcher",
+        "serve",
+        "--backend",
+        name,
+        "--model",
+        model.model_id,
+        "--port",
+        str(port),
+        "--threads",
+        str(threads),
+        *flags_of(settings),
+    ]
     return ServerCommand(argv, port, name=OURS)
 
 
@@ -77,16 +97,23 @@ def own_server(spec: EngineSpec, model: ModelFiles, port: int, threads: int) -> 
         return None
     module_name, function_name = spec.own_server.split(":")
     make = getattr(importlib.import_module(module_name), function_name)
-    return make(model, port, threads, **spec.kwargs)
+    return make(model, port, threads, **spec.engine_args)
 
 
-def time_to_first_response(command: ServerCommand, prompt_ids: list[int], model: ModelFiles,
-                           timeout_s: float = TIMEOUT_S) -> tuple[float | None, str]:
+def time_to_first_response(
+    command: ServerCommand, prompt_ids: list[int], model: ModelFiles, timeout_s: float = TIMEOUT_S
+) -> tuple[float | None, str]:
     """(seconds from the process's start to its first completed response, "") or (None, why not)."""
     tail: deque[str] = deque(maxlen=_TAIL)
     began = time.perf_counter()
-    process = subprocess.Popen(command.argv, env={**os.environ, **command.env}, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        command.argv,
+        env={**os.environ, **command.env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     _pump(process, tail)
     try:
         last = ""
@@ -115,15 +142,25 @@ def _stop(process: subprocess.Popen) -> None:
 
 def _one_completion(command: ServerCommand, prompt_ids: list[int], model: ModelFiles) -> bool:
     """One greedy one-token completion through the remote engine's client: True when it came back."""
-    client = RemoteEngine(EngineOptions(1, settings=RemoteOptions(
-        url=f"http://{command.host}:{command.port}/v1", model=command.served_model, connect_timeout_s=2.0,
-        timeout_s=TIMEOUT_S)))
+    client = RemoteEngine(
+        "cold-start client",
+        EngineOptions(
+            1,
+            settings=RemoteOptions(
+                url=f"http://{command.host}:{command.port}/v1",
+                model=command.served_model,
+                connect_timeout_s=2.0,
+                timeout_s=TIMEOUT_S,
+            ),
+        ),
+    )
     client.load(model, lambda *args: None)
     return len(list(client.stream(prompt_ids, 1, Sampler(SamplingParams())))) == 1
 
 
 def _pump(process: subprocess.Popen, tail: deque[str]) -> None:
     """Keep the server's last lines (its pipe must be read or it blocks once full)."""
+
     def run() -> None:
         for raw in iter(process.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").strip()
@@ -137,17 +174,25 @@ def _last_line(tail: deque[str]) -> str:
     return f"; last output: {tail[-1][:200]}" if tail else ""
 
 
-def measure(specs: dict[str, EngineSpec], model: ModelFiles, prompt_ids: list[int], threads: int,
-            settings: dict[str, EngineSettings], engine_cold_starts: dict[str, float | None],
-            say: Callable[[str], None] = lambda line: None, cancelled: Callable[[], bool] = lambda: False,
-            timeout_s: float = TIMEOUT_S) -> list[ServeColdStart]:
+def measure(
+    specs: dict[str, EngineSpec],
+    model: ModelFiles,
+    prompt_ids: list[int],
+    threads: int,
+    settings: dict[str, EngineSettings],
+    engine_cold_starts: dict[str, float],
+    say: Callable[[str], None] = lambda line: None,
+    cancelled: Callable[[], bool] = lambda: False,
+    timeout_s: float = TIMEOUT_S,
+) -> list[ServeColdStart]:
     """Every engine's `serve`, then its own server where it has one: one after another, never two at once."""
     rows: list[ServeColdStart] = []
     for name, spec in specs.items():
         engine_cold = engine_cold_starts.get(name)
         candidates: list[tuple[str, Callable[[int], ServerCommand | None]]] = [
-            (OURS, lambda port, n=name: our_server(n, model, port, threads, settings.get(n))),
-            ("", lambda port, s=spec: own_server(s, model, port, threads))]
+            (OURS, lambda port, n=name: our_server(n, model, port, threads, settings.get(n))),  # type: ignore[misc]
+            ("", lambda port, s=spec: own_server(s, model, port, threads)),  # type: ignore[misc]
+        ]
         for label, make in candidates:
             if cancelled():
                 return rows
@@ -163,8 +208,11 @@ def measure(specs: dict[str, EngineSpec], model: ModelFiles, prompt_ids: list[in
                 continue
             say(f"{name}: starting the {command.name} and timing it to its first completed response…")
             seconds, problem = time_to_first_response(command, prompt_ids, model, timeout_s)
-            rows.append(ServeColdStart(name, command.name, "ok" if seconds is not None else "failed", seconds,
-                                       engine_cold, problem))
+            rows.append(
+                ServeColdStart(
+                    name, command.name, "ok" if seconds is not None else "failed", seconds, engine_cold, problem
+                )
+            )
     return rows
 
 

@@ -27,7 +27,7 @@ class ServeConfig:
     api_key_env: str = ""
     served_model_name: str = ""
 
-    def validate(self) -> "ServeConfig":
+    def validate(self) -> ServeConfig:
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port must be from 0 to 65535, got {self.port}")
         if not 1 <= self.workers <= MAX_WORKERS:

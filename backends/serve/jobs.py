@@ -11,8 +11,8 @@ import asyncio
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..sources.tokenizer import EOS_ID
 from ..worker.events import Token

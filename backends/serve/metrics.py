@@ -14,16 +14,85 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
-from ..engines.server.metrics import (E2E_METRIC, GENERATION_TOKENS_METRIC, ITL_METRICS, PROMPT_TOKENS_METRIC,
-                                      QUEUE_TIME_METRIC, RUNNING_METRIC, SUCCESS_METRIC, TTFT_METRICS,
-                                      WAITING_METRIC)
+from ..engines.server.metrics import (
+    E2E_METRIC,
+    GENERATION_TOKENS_METRIC,
+    ITL_METRICS,
+    PROMPT_TOKENS_METRIC,
+    QUEUE_TIME_METRIC,
+    RUNNING_METRIC,
+    SUCCESS_METRIC,
+    TTFT_METRICS,
+    WAITING_METRIC,
+)
 
-TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0, 160.0)
-ITL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
-               0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
-REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                   120.0, 240.0, 480.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+)
+ITL_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+)
+REQUEST_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+)
 REQUESTS_METRIC = "whistle_stop:http_requests_total"  # every completion request, by HTTP status
 RESTARTS_METRIC = "whistle_stop:worker_restarts_total"
 REJECTED_METRIC = "whistle_stop:requests_rejected_total"  # 503s: queue full or shutting down
@@ -112,26 +181,66 @@ class ServeMetrics:
             out.extend((f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *rows))
 
         with self._lock:
-            metric(RUNNING_METRIC, "gauge", "Requests on an engine worker now.", [f"{RUNNING_METRIC}{{{lb}}} {running}"])
+            metric(
+                RUNNING_METRIC, "gauge", "Requests on an engine worker now.", [f"{RUNNING_METRIC}{{{lb}}} {running}"]
+            )
             metric(WAITING_METRIC, "gauge", "Requests waiting in the queue.", [f"{WAITING_METRIC}{{{lb}}} {waiting}"])
-            metric(WORKERS_METRIC, "gauge", "Engine workers loaded and serving.", [f"{WORKERS_METRIC}{{{lb}}} {serving}"])
-            metric(TTFT_METRICS[0], "histogram", "Time to first token: arrival to the first token's stamp.",
-                   self._ttft.lines(TTFT_METRICS[0], lb))
-            metric(ITL_METRICS[0], "histogram", "Inter-token latency: the gap between two tokens' stamps.",
-                   self._itl.lines(ITL_METRICS[0], lb))
+            metric(
+                WORKERS_METRIC, "gauge", "Engine workers loaded and serving.", [f"{WORKERS_METRIC}{{{lb}}} {serving}"]
+            )
+            metric(
+                TTFT_METRICS[0],
+                "histogram",
+                "Time to first token: arrival to the first token's stamp.",
+                self._ttft.lines(TTFT_METRICS[0], lb),
+            )
+            metric(
+                ITL_METRICS[0],
+                "histogram",
+                "Inter-token latency: the gap between two tokens' stamps.",
+                self._itl.lines(ITL_METRICS[0], lb),
+            )
             metric(E2E_METRIC, "histogram", "Arrival to the last token.", self._e2e.lines(E2E_METRIC, lb))
-            metric(QUEUE_TIME_METRIC, "histogram", "Arrival to the start on a worker.",
-                   self._queue.lines(QUEUE_TIME_METRIC, lb))
-            metric(SUCCESS_METRIC, "counter", "Requests that reached a worker, by how they finished.",
-                   [f'{SUCCESS_METRIC}{{{lb},finished_reason="{r}"}} {n}' for r, n in sorted(self._finished.items())])
-            metric(PROMPT_TOKENS_METRIC, "counter", "Prompt tokens of the requests served.",
-                   [f"{PROMPT_TOKENS_METRIC}{{{lb}}} {self.prompt_tokens}"])
-            metric(GENERATION_TOKENS_METRIC, "counter", "Tokens generated.",
-                   [f"{GENERATION_TOKENS_METRIC}{{{lb}}} {self.generation_tokens}"])
-            metric(REQUESTS_METRIC, "counter", "Completion requests answered, by HTTP status.",
-                   [f'{REQUESTS_METRIC}{{{lb},status="{s}"}} {n}' for s, n in sorted(self._statuses.items())])
-            metric(REJECTED_METRIC, "counter", "Requests refused with 503 (queue full, shutting down).",
-                   [f'{REJECTED_METRIC}{{{lb},reason="{r}"}} {n}' for r, n in sorted(self._rejected.items())])
-            metric(RESTARTS_METRIC, "counter", "Engine workers started again after a crash or a hang.",
-                   [f"{RESTARTS_METRIC}{{{lb}}} {self.restarts}"])
+            metric(
+                QUEUE_TIME_METRIC,
+                "histogram",
+                "Arrival to the start on a worker.",
+                self._queue.lines(QUEUE_TIME_METRIC, lb),
+            )
+            metric(
+                SUCCESS_METRIC,
+                "counter",
+                "Requests that reached a worker, by how they finished.",
+                [f'{SUCCESS_METRIC}{{{lb},finished_reason="{r}"}} {n}' for r, n in sorted(self._finished.items())],
+            )
+            metric(
+                PROMPT_TOKENS_METRIC,
+                "counter",
+                "Prompt tokens of the requests served.",
+                [f"{PROMPT_TOKENS_METRIC}{{{lb}}} {self.prompt_tokens}"],
+            )
+            metric(
+                GENERATION_TOKENS_METRIC,
+                "counter",
+                "Tokens generated.",
+                [f"{GENERATION_TOKENS_METRIC}{{{lb}}} {self.generation_tokens}"],
+            )
+            metric(
+                REQUESTS_METRIC,
+                "counter",
+                "Completion requests answered, by HTTP status.",
+                [f'{REQUESTS_METRIC}{{{lb},status="{s}"}} {n}' for s, n in sorted(self._statuses.items())],
+            )
+            metric(
+                REJECTED_METRIC,
+                "counter",
+                "Requests refused with 503 (queue full, shutting down).",
+                [f'{REJECTED_METRIC}{{{lb},reason="{r}"}} {n}' for r, n in sorted(self._rejected.items())],
+            )
+            metric(
+                RESTARTS_METRIC,
+                "counter",
+                "Engine workers started again after a crash or a hang.",
+                [f"{RESTARTS_METRIC}{{{lb}}} {self.restarts}"],
+            )
         return "\n".join(out) + "\n"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
 
 from ..engine import EngineOptions
 from ..errors import one_line
@@ -58,10 +58,18 @@ class Busy(Exception):
 
 
 class Pool:
-    def __init__(self, spec: EngineSpec, model: ModelFiles, options: EngineOptions, workers: int, queue: int,
-                 metrics: ServeMetrics, timeouts: Timeouts = Timeouts(),
-                 on_fatal: Callable[[str], None] = lambda message: None,
-                 say: Callable[[str], None] = lambda line: None) -> None:
+    def __init__(
+        self,
+        spec: EngineSpec,
+        model: ModelFiles,
+        options: EngineOptions,
+        workers: int,
+        queue: int,
+        metrics: ServeMetrics,
+        timeouts: Timeouts = Timeouts(),
+        on_fatal: Callable[[str], None] = lambda message: None,
+        say: Callable[[str], None] = lambda line: None,
+    ) -> None:
         self.spec, self.model, self.options, self.timeouts = spec, model, options, timeouts
         self.metrics = metrics
         self.scheduler = Scheduler(queue)
@@ -92,8 +100,9 @@ class Pool:
             raise Busy("the server is shutting down", 5, "stopping") from None
         except QueueFull:
             self.metrics.rejected("queue_full")
-            raise Busy(f"the queue is full ({self.scheduler.limit} waiting)", self.retry_after_s(), "queue_full") \
-                from None
+            raise Busy(
+                f"the queue is full ({self.scheduler.limit} waiting)", self.retry_after_s(), "queue_full"
+            ) from None
 
     def _leave(self, job: Job) -> None:
         if self.scheduler.remove(job):
@@ -127,9 +136,9 @@ class Pool:
             job.finish(JobEnd("abort", 503, "the server shut down before this request ran"))
         self._stop.set()
         for slot in self.slots:
-            job = slot.job
-            if job is not None:
-                job.cancel()
+            running = slot.job
+            if running is not None:
+                running.cancel()
         deadline = time.monotonic() + grace_s + self.timeouts.cancel_grace_s
         for slot in self.slots:
             slot.thread.join(max(0.0, deadline - time.monotonic()))
@@ -214,9 +223,11 @@ class _Slot:
         if self.loaded_once:
             pool.metrics.restarted()
         ready = worker.ready
-        pool.say(f"worker {self.index + 1} {'restarted' if self.loaded_once else 'ready'}: {pool.spec.name} "
-                 f"(pid {worker.pid}, {ready.device}, {ready.threads} thread(s), cold start "
-                 f"{(ready.t_ns - worker.spawn_ns) / 1e9:.2f} s)")
+        pool.say(
+            f"worker {self.index + 1} {'restarted' if self.loaded_once else 'ready'}: {pool.spec.name} "
+            f"(pid {worker.pid}, {ready.device}, {ready.threads} thread(s), cold start "
+            f"{(ready.t_ns - worker.spawn_ns) / 1e9:.2f} s)"
+        )
         self.loaded_once = True
         self.state, self.reason = SlotState.SERVING, ""
         return True
@@ -237,8 +248,11 @@ class _Slot:
             self.reason = f"worker {failure.reason.value}: {failure.detail}"
             self.pool.say(f"worker {self.index + 1} lost ({self.reason}): its request failed; restarting")
             self.close_worker(0.0)
-            end = JobEnd("error", 500, f"the engine's worker was lost ({failure.reason.value}: {failure.detail}); "
-                                       "it is being restarted")
+            end = JobEnd(
+                "error",
+                500,
+                f"the engine's worker was lost ({failure.reason.value}: {failure.detail}); it is being restarted",
+            )
         elif isinstance(failure, Failed):
             end = JobEnd("error", 500, f"the engine failed: {failure.message}")
         else:
@@ -246,8 +260,13 @@ class _Slot:
             end = job.outcome()
         ended = time.perf_counter_ns()
         # counted before the client hears of it: /metrics read after a response includes that response
-        self.pool.metrics.finished(end.finish_reason, (job.started_ns - job.arrived_ns) / 1e9,
-                                   (ended - job.arrived_ns) / 1e9, len(request.prompt_ids), len(job.token_ids))
+        self.pool.metrics.finished(
+            end.finish_reason,
+            (job.started_ns - job.arrived_ns) / 1e9,
+            (ended - job.arrived_ns) / 1e9,
+            len(request.prompt_ids),
+            len(job.token_ids),
+        )
         self.pool._served((ended - job.started_ns) / 1e9)
         self.job = None
         job.finish(end)

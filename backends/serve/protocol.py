@@ -26,8 +26,9 @@ OWNER = "whistle-stop"  # /v1/models' owned_by: how a client (the remote engine)
 class RequestError(Exception):
     """A request the server refuses: HTTP `status` with one line saying why."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self, message: str, status: int = 400, param: str | None = None, kind: str = "invalid_request_error"
+    ) -> None:
         super().__init__(message)
         self.message, self.status, self.param, self.kind = message, status, param, kind
 
@@ -63,15 +64,40 @@ class CompletionRequest:
 
 
 # Fields accepted only with a value that changes nothing here (what a plain client sends anyway).
-_NEUTRAL = {
-    "n": (1,), "best_of": (None, 1), "echo": (None, False), "logprobs": (None, 0), "suffix": (None, ""),
-    "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "repetition_penalty": (None, 1),
-    "repeat_penalty": (None, 1), "min_p": (None, 0), "logit_bias": (None, {}), "stop": (None, [], ""),
+_NEUTRAL: dict[str, tuple[object, ...]] = {
+    "n": (1,),
+    "best_of": (None, 1),
+    "echo": (None, False),
+    "logprobs": (None, 0),
+    "suffix": (None, ""),
+    "frequency_penalty": (None, 0),
+    "presence_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "repeat_penalty": (None, 1),
+    "min_p": (None, 0),
+    "logit_bias": (None, {}),
+    "stop": (None, [], ""),
 }
 # Fields that change nothing whatever their value: there is no prefix cache to salt or skip.
 _IGNORED = {"user", "cache_salt", "cache_prompt"}
-_KNOWN = {"model", "prompt", "max_tokens", "n_predict", "temperature", "top_k", "top_p", "seed", "stream",
-          "stream_options", "ignore_eos", "min_tokens", "return_token_ids", "return_tokens", *_NEUTRAL, *_IGNORED}
+_KNOWN = {
+    "model",
+    "prompt",
+    "max_tokens",
+    "n_predict",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "stream",
+    "stream_options",
+    "ignore_eos",
+    "min_tokens",
+    "return_token_ids",
+    "return_tokens",
+    *_NEUTRAL,
+    *_IGNORED,
+}
 
 
 def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
@@ -84,24 +110,35 @@ def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
     for name, allowed in _NEUTRAL.items():
         value = body.get(name)
         if name in body and not any(_same(value, a) for a in allowed):
-            raise RequestError(f"{name}={_show(value)} is not supported by this server "
-                               f"(accepted: {', '.join(_show(a) for a in allowed)})", param=name)
+            raise RequestError(
+                f"{name}={_show(value)} is not supported by this server "
+                f"(accepted: {', '.join(_show(a) for a in allowed)})",
+                param=name,
+            )
     asked = body.get("model")
     if asked is not None and asked != model.name:
-        raise RequestError(f"the model {_show(asked)} does not exist; this server serves {model.name!r}",
-                           status=404, param="model", kind="NotFoundError")
+        raise RequestError(
+            f"the model {_show(asked)} does not exist; this server serves {model.name!r}",
+            status=404,
+            param="model",
+            kind="NotFoundError",
+        )
     ids, was_text = _prompt(body.get("prompt"), model.vocab_size)
-    max_tokens = _integer(body, "max_tokens", None)
-    if max_tokens is None:
+    asked_tokens = _optional_integer(body, "max_tokens")
+    if asked_tokens is not None:
+        max_tokens = asked_tokens
+    else:
         max_tokens = _integer(body, "n_predict", DEFAULT_MAX_TOKENS)  # llama.cpp's name for it
         if max_tokens < 0:
             max_tokens = DEFAULT_MAX_TOKENS
     if max_tokens < 1:
         raise RequestError(f"max_tokens must be >= 1, got {max_tokens}", param="max_tokens")
     if len(ids) + max_tokens > model.context:
-        raise RequestError(f"this model's maximum context length is {model.context} tokens; the request asks for "
-                           f"{len(ids) + max_tokens} ({len(ids)} in the prompt, {max_tokens} in the completion)",
-                           param="prompt")
+        raise RequestError(
+            f"this model's maximum context length is {model.context} tokens; the request asks for "
+            f"{len(ids) + max_tokens} ({len(ids)} in the prompt, {max_tokens} in the completion)",
+            param="prompt",
+        )
     temperature = _number(body, "temperature", 1.0)
     top_p = _number(body, "top_p", 1.0)
     top_k = _integer(body, "top_k", 0)
@@ -111,8 +148,9 @@ def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
     try:
         sampling.validate()
     except UsageError as exc:
-        raise RequestError(str(exc).replace("top-p", "top_p").replace("top-k", "top_k"),
-                           param=_param_of(str(exc))) from None
+        raise RequestError(
+            str(exc).replace("top-p", "top_p").replace("top-k", "top_k"), param=_param_of(str(exc))
+        ) from None
     if sampling.is_greedy:
         sampling = SamplingParams()  # temperature 0: argmax, whatever the other settings say
     options = body.get("stream_options")
@@ -120,12 +158,20 @@ def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
         raise RequestError("stream_options must be an object with at most include_usage", param="stream_options")
     min_tokens = _integer(body, "min_tokens", 0)
     if not 0 <= min_tokens <= max_tokens:
-        raise RequestError(f"min_tokens must be from 0 to max_tokens ({max_tokens}), got {min_tokens}",
-                           param="min_tokens")
+        raise RequestError(
+            f"min_tokens must be from 0 to max_tokens ({max_tokens}), got {min_tokens}", param="min_tokens"
+        )
     return CompletionRequest(
-        ids, max_tokens, sampling, stream=_flag(body, "stream"), stop_at_eos=not _flag(body, "ignore_eos"),
-        min_tokens=min_tokens, token_ids=_flag(body, "return_token_ids") or _flag(body, "return_tokens"),
-        include_usage=_flag(options or {}, "include_usage"), prompt_was_text=was_text)
+        ids,
+        max_tokens,
+        sampling,
+        stream=_flag(body, "stream"),
+        stop_at_eos=not _flag(body, "ignore_eos"),
+        min_tokens=min_tokens,
+        token_ids=_flag(body, "return_token_ids") or _flag(body, "return_tokens"),
+        include_usage=_flag(options or {}, "include_usage"),
+        prompt_was_text=was_text,
+    )
 
 
 def _prompt(prompt: object, vocab_size: int) -> tuple[tuple[int, ...], bool]:
@@ -152,10 +198,15 @@ def _prompt(prompt: object, vocab_size: int) -> tuple[tuple[int, ...], bool]:
     raise RequestError("a prompt must be text or a list of token ids", param="prompt")
 
 
-def _integer(body: dict, name: str, default: int | None) -> int | None:
+def _integer(body: dict, name: str, default: int) -> int:
+    found = _optional_integer(body, name)
+    return default if found is None else found
+
+
+def _optional_integer(body: dict, name: str) -> int | None:
     value = body.get(name)
     if value is None:
-        return default
+        return None
     if isinstance(value, bool) or not (isinstance(value, int) or isinstance(value, float) and value.is_integer()):
         raise RequestError(f"{name} must be a whole number, got {_show(value)}", param=name)
     return int(value)
@@ -187,8 +238,9 @@ def _same(value: object, allowed: object) -> bool:
 
 
 def _param_of(message: str) -> str | None:
-    return next((p for p in ("temperature", "top_p", "top_k", "seed") if p.replace("_", "-") in message
-                 or p in message), None)
+    return next(
+        (p for p in ("temperature", "top_p", "top_k", "seed") if p.replace("_", "-") in message or p in message), None
+    )
 
 
 def _show(value: object) -> str:
@@ -199,17 +251,33 @@ def _show(value: object) -> str:
 
 # --- answers ----------------------------------------------------------------------------------
 
-def completion_body(request_id: str, model: str, created: int, text: str, token_ids: list[int] | None,
-                    finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
+
+def completion_body(
+    request_id: str,
+    model: str,
+    created: int,
+    text: str,
+    token_ids: list[int] | None,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict:
     choice: dict = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
     if token_ids is not None:
         choice["token_ids"] = token_ids
-    return {"id": request_id, "object": "text_completion", "created": created, "model": model,
-            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
 
 
-def chunk_body(request_id: str, model: str, created: int, text: str, token_ids: list[int] | None,
-               finish_reason: str | None) -> dict:
+def chunk_body(
+    request_id: str, model: str, created: int, text: str, token_ids: list[int] | None, finish_reason: str | None
+) -> dict:
     choice: dict = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
     if token_ids is not None:
         choice["token_ids"] = token_ids
@@ -217,13 +285,27 @@ def chunk_body(request_id: str, model: str, created: int, text: str, token_ids: 
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def models_body(model: ModelInfo, root: str, created: int) -> dict:
-    return {"object": "list", "data": [{"id": model.name, "object": "model", "created": created, "owned_by": OWNER,
-                                        "root": root, "max_model_len": model.context}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": model.name,
+                "object": "model",
+                "created": created,
+                "owned_by": OWNER,
+                "root": root,
+                "max_model_len": model.context,
+            }
+        ],
+    }
 
 
 def now() -> int:

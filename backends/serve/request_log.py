@@ -11,9 +11,11 @@ import re
 import time
 from dataclasses import dataclass
 
-_LINE = re.compile(r"^(?P<time>\S+) (?P<status>\d{3}) (?P<id>\S+) tokens=(?P<tokens>\d+) ttft_ms=(?P<ttft>\S+) "
-                   r"total_ms=(?P<total>\S+)(?P<stream> stream)?(?: finish=(?P<finish>\S+))?"
-                   r'(?: error="(?P<error>.*)")?$')
+_LINE = re.compile(
+    r"^(?P<time>\S+) (?P<status>\d{3}) (?P<id>\S+) tokens=(?P<tokens>\d+) ttft_ms=(?P<ttft>\S+) "
+    r"total_ms=(?P<total>\S+)(?P<stream> stream)?(?: finish=(?P<finish>\S+))?"
+    r'(?: error="(?P<error>.*)")?$'
+)
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,10 @@ class RequestLogEntry:
 
     def line(self) -> str:
         ttft = "-" if self.ttft_ms is None else f"{self.ttft_ms:.1f}"
-        text = (f"{self.time} {self.status} {self.request_id} tokens={self.tokens} ttft_ms={ttft} "
-                f"total_ms={self.total_ms:.1f}")
+        text = (
+            f"{self.time} {self.status} {self.request_id} tokens={self.tokens} ttft_ms={ttft} "
+            f"total_ms={self.total_ms:.1f}"
+        )
         if self.stream:
             text += " stream"
         if self.finish:
@@ -52,7 +56,14 @@ def parse(line: str) -> RequestLogEntry | None:
     if match is None:
         return None
     ttft = match.group("ttft")
-    return RequestLogEntry(match.group("time"), int(match.group("status")), match.group("id"),
-                           int(match.group("tokens")), None if ttft == "-" else float(ttft),
-                           float(match.group("total")), bool(match.group("stream")), match.group("finish") or "",
-                           match.group("error") or "")
+    return RequestLogEntry(
+        match.group("time"),
+        int(match.group("status")),
+        match.group("id"),
+        int(match.group("tokens")),
+        None if ttft == "-" else float(ttft),
+        float(match.group("total")),
+        bool(match.group("stream")),
+        match.group("finish") or "",
+        match.group("error") or "",
+    )

@@ -14,7 +14,7 @@ import contextlib
 import signal
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import uvicorn
 
@@ -68,16 +68,30 @@ class _Uvicorn(uvicorn.Server):
 
 
 class ServeServer:
-    def __init__(self, service: Service, host: str = "127.0.0.1", port: int = 8000,
-                 shutdown_timeout_s: float = 10.0, sock: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        service: Service,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        shutdown_timeout_s: float = 10.0,
+        sock: socket.socket | None = None,
+    ) -> None:
         """Listens on `sock` when given (bound by `bind` before the model was resolved)."""
         self.service = service
         self.host = host
         self.socket = sock or bind(host, port)
         self.port = self.socket.getsockname()[1]
-        config = uvicorn.Config(create_app(service), log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=shutdown_timeout_s, loop="asyncio", ws="none",
-                                http="h11", server_header=False)
+        config = uvicorn.Config(
+            create_app(service),
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=shutdown_timeout_s,  # type: ignore[arg-type]  # uvicorn waits on a float
+            loop="asyncio",
+            ws="none",
+            http="h11",
+            server_header=False,
+        )
         self._server = _Uvicorn(config, service.begin_shutdown)
         service.on_fatal = lambda _message: self._exit()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..engine import EngineOptions
 from ..registry import EngineSpec
@@ -20,9 +20,20 @@ LineSink = Callable[[str], None]
 
 
 class Service:
-    def __init__(self, spec: EngineSpec, model: ModelFiles, options: EngineOptions, *, workers: int = 1,
-                 queue: int = 32, served_name: str = "", api_key: str = "", timeouts: Timeouts = Timeouts(),
-                 log: LineSink = lambda line: None, say: LineSink = lambda line: None) -> None:
+    def __init__(
+        self,
+        spec: EngineSpec,
+        model: ModelFiles,
+        options: EngineOptions,
+        *,
+        workers: int = 1,
+        queue: int = 32,
+        served_name: str = "",
+        api_key: str = "",
+        timeouts: Timeouts = Timeouts(),
+        log: LineSink = lambda line: None,
+        say: LineSink = lambda line: None,
+    ) -> None:
         self.spec, self.model = spec, model
         self.info = ModelInfo(served_name or model.model_id, model.context, int(model.config.get("vocab_size", 50257)))
         self.metrics = ServeMetrics(self.info.name)
@@ -57,8 +68,9 @@ class Service:
             return
         given = (authorization or "").encode()
         if not hmac.compare_digest(given, b"Bearer " + self._api_key):
-            raise RequestError("a valid API key is required (Authorization: Bearer <key>)", 401,
-                               kind="authentication_error")
+            raise RequestError(
+                "a valid API key is required (Authorization: Bearer <key>)", 401, kind="authentication_error"
+            )
 
     def record(self, entry: RequestLogEntry) -> None:
         """One request's line in the log, and its status in the metrics."""
@@ -68,8 +80,9 @@ class Service:
     def health(self) -> tuple[int, dict]:
         """200 while a worker serves; 503 with the state and why while none does."""
         slots = self.pool.statuses()
-        workers = [{"state": s.state.value, "busy": s.busy, **({"reason": s.reason} if s.reason else {})}
-                   for s in slots]
+        workers = [
+            {"state": s.state.value, "busy": s.busy, **({"reason": s.reason} if s.reason else {})} for s in slots
+        ]
         if self.pool.fatal:
             return 503, {"status": "failed", "reason": self.pool.fatal, "workers": workers}
         if self.pool.stopping:

@@ -14,8 +14,9 @@ class HubUnreachable(ModelError):
     """Not cached, and the hub could not be asked (offline, DNS, HTTP errors)."""
 
     def __init__(self, repo_id: str, reason: str) -> None:
-        super().__init__(f"unknown model {repo_id!r}: not a local folder, not cached, and the hub could not be "
-                         f"reached ({reason})")
+        super().__init__(
+            f"unknown model {repo_id!r}: not a local folder, not cached, and the hub could not be reached ({reason})"
+        )
         self.reason = reason
 
 

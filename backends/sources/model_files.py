@@ -11,8 +11,8 @@ from pathlib import Path
 from ..errors import ModelError
 from ..gpt2_config import GPT2Config
 from ..progress import ProgressFn  # noqa: F401  (re-exported: the GUI imports it from here)
-from .hub import DownloadCancelled, HubUnreachable  # noqa: F401  (re-exported: callers catch them from here)
 from ..storage.paths import CONFIGS_DIR, cache_dir
+from .hub import DownloadCancelled, HubUnreachable  # noqa: F401  (re-exported: callers catch them from here)
 from .weights import CorruptWeights, check_against_config
 
 RANDOM_PREFIX = "random:"
@@ -60,8 +60,9 @@ def random_config_names() -> list[str]:
     return sorted(p.stem for p in CONFIGS_DIR.glob("*.json"))
 
 
-def resolve_model(spec: str = "auto", progress: ProgressFn | None = None,
-                  cancel: threading.Event | None = None) -> ModelFiles:
+def resolve_model(
+    spec: str = "auto", progress: ProgressFn | None = None, cancel: threading.Event | None = None
+) -> ModelFiles:
     """Turn a `--model` value into files on disk, downloading once if it is a hub id.
 
     Setting `cancel` stops a download with DownloadCancelled (never a fallback to random weights)."""
@@ -124,12 +125,12 @@ def weights_hash(path: Path) -> str:
     except (OSError, json.JSONDecodeError):
         index = {}
     if key not in index:
-        import hashlib  # here, not at the top: OpenSSL's load is ~4 ms of every worker's start, which never hashes
-
-        from ..storage.atomic import atomic_write  # likewise: its tempfile and shutil are ~5 ms of that start
+        # here, not at the top: OpenSSL's load (hashlib) would be part of every worker's start, which never hashes
+        from ..storage.atomic import atomic_write  # likewise: its tempfile and shutil
+        from ..storage.digest import sha256_of
 
         with path.open("rb") as f:
-            index[key] = hashlib.file_digest(f, "sha256").hexdigest()[:16]
+            index[key] = sha256_of(f)[:16]
         with atomic_write(index_path) as f:
             json.dump(index, f, indent=1)
     return index[key]
@@ -190,16 +191,17 @@ def cached_model(spec: str = "auto") -> ModelFiles | None:
             return _from_folder(path, spec, model_id=str(path))
         from .hub import cached_folder
 
-        folder = cached_folder(DEFAULT_HUB_MODEL if spec == "auto" else spec)
-        if folder is not None:
-            return _from_folder(folder, spec, model_id=DEFAULT_HUB_MODEL if spec == "auto" else spec)
+        hub_folder = cached_folder(DEFAULT_HUB_MODEL if spec == "auto" else spec)
+        if hub_folder is not None:
+            return _from_folder(hub_folder, spec, model_id=DEFAULT_HUB_MODEL if spec == "auto" else spec)
         return cached_model(RANDOM_PREFIX + "gpt2") if spec == "auto" else None
     except (ModelError, OSError):
         return None
 
 
-def _from_hub(repo_id: str, asked: str, progress: ProgressFn | None,
-              cancel: threading.Event | None = None) -> ModelFiles:
+def _from_hub(
+    repo_id: str, asked: str, progress: ProgressFn | None, cancel: threading.Event | None = None
+) -> ModelFiles:
     from .hub import fetch_safetensors_model
 
     folder = fetch_safetensors_model(repo_id, progress, cancel)

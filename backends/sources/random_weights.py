@@ -23,14 +23,22 @@ def gpt2_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"wte.weight": (v, d), "wpe.weight": (n, d)}
     for i in range(config["n_layer"]):
         h = f"h.{i}."
-        shapes.update({
-            h + "ln_1.weight": (d,), h + "ln_1.bias": (d,),
-            h + "attn.c_attn.weight": (d, 3 * d), h + "attn.c_attn.bias": (3 * d,),
-            h + "attn.c_proj.weight": (d, d), h + "attn.c_proj.bias": (d,),
-            h + "ln_2.weight": (d,), h + "ln_2.bias": (d,),
-            h + "mlp.c_fc.weight": (d, inner), h + "mlp.c_fc.bias": (inner,),
-            h + "mlp.c_proj.weight": (inner, d), h + "mlp.c_proj.bias": (d,),
-        })
+        shapes.update(
+            {
+                h + "ln_1.weight": (d,),
+                h + "ln_1.bias": (d,),
+                h + "attn.c_attn.weight": (d, 3 * d),
+                h + "attn.c_attn.bias": (3 * d,),
+                h + "attn.c_proj.weight": (d, d),
+                h + "attn.c_proj.bias": (d,),
+                h + "ln_2.weight": (d,),
+                h + "ln_2.bias": (d,),
+                h + "mlp.c_fc.weight": (d, inner),
+                h + "mlp.c_fc.bias": (inner,),
+                h + "mlp.c_proj.weight": (inner, d),
+                h + "mlp.c_proj.bias": (d,),
+            }
+        )
     shapes.update({"ln_f.weight": (d,), "ln_f.bias": (d,)})
     return shapes
 
@@ -48,7 +56,7 @@ def random_gpt2_weights(config: dict, seed: int = SEED) -> dict[str, np.ndarray]
             tensors[name] = np.zeros(shape, np.float32)
         else:
             scale = residual_std if name.endswith("c_proj.weight") else std
-            tensors[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale))
+            tensors[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
     return tensors
 
 
@@ -58,5 +66,7 @@ def write_random_model(config: dict, folder: Path, seed: int = SEED) -> None:
     with atomic_write(folder / "config.json") as f:
         json.dump(config, f, indent=2)
     tmp = folder / ".model.safetensors.partial"
-    save_file(random_gpt2_weights(config, seed), str(tmp), metadata={"format": "pt", "weights": "random", "seed": str(seed)})
+    save_file(
+        random_gpt2_weights(config, seed), str(tmp), metadata={"format": "pt", "weights": "random", "seed": str(seed)}
+    )
     tmp.replace(folder / "model.safetensors")

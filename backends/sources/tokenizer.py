@@ -2,8 +2,8 @@
 
 Encoding uses `tokenizers` (BPE over vocab.json + merges.txt). Decoding needs only each token's
 bytes, which resources/tokenizer/token_bytes.bin holds (derived from vocab.json by
-`build_token_bytes`; a test checks the two agree): reading it takes ~1 ms, where building the BPE
-takes ~100 ms, and a worker pays that in every engine's cold start before its first token.
+`build_token_bytes`; a test checks the two agree): reading it is far quicker than building the
+BPE, which a worker would pay in every engine's cold start before its first token.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..storage.paths import TOKENIZER_DIR
 
@@ -36,6 +37,7 @@ def encode(text: str) -> list[int]:
 
 
 # --- decoding: each token's bytes -----------------------------------------------------------------
+
 
 def byte_alphabet() -> dict[str, int]:
     """Byte-level BPE's printable stand-in for each byte (GPT-2's bytes_to_unicode), inverted:
@@ -74,7 +76,8 @@ def decode(ids: Sequence[int]) -> str:
     offsets, blob = _token_table()
     count = len(offsets) - 1
     return b"".join([blob[offsets[i] : offsets[i + 1]] for i in map(int, ids) if 0 <= i < count]).decode(
-        "utf-8", "replace")
+        "utf-8", "replace"
+    )
 
 
 class IncrementalDetokenizer:

@@ -9,26 +9,31 @@ pid, and whoever waits for it finds the finished folder afterwards instead of bu
 folder, the manifest (sizes, mtimes, sha256 and the settings it was built with) is written
 last, and the folder is renamed into place: a build killed at any point leaves no folder that
 validates, only a hidden one that the next build removes. On load sizes are always checked; a
-file is re-hashed only when its mtime differs from the manifest's (hashing on every load costs
-~1 s per 500 MB, more than some engines take to load).
+file is re-hashed only when its mtime differs from the manifest's (hashing on every load would
+cost more than some engines take to load).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ..progress import ProgressFn, silent
 from .atomic import atomic_write
+from .digest import sha256_of
 from .paths import cache_dir
+
+if TYPE_CHECKING:
+    from ..registry import EngineSpec
+    from ..sources.model_files import ModelFiles
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -62,12 +67,19 @@ class Artifact:
 
     @property
     def cache_state(self) -> str:
-        """"hit" (whole when asked for) or "miss" (built now, here or by another process)."""
+        """ "hit" (whole when asked for) or "miss" (built now, here or by another process)."""
         return "miss" if self.built or self.build_s > 0 else "hit"
 
 
-def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
-           meta: dict | None = None, listed: ListFn | None = None) -> Artifact:
+def ensure(
+    kind: str,
+    key: str,
+    variant: str,
+    build: BuildFn,
+    progress: ProgressFn = silent,
+    meta: dict | None = None,
+    listed: ListFn | None = None,
+) -> Artifact:
     """The folder cache_dir(kind, key)/variant, built by `build(empty folder)` unless it is whole
     and was built with `meta` (a dict of settings that must match, e.g. a format version)."""
     folder = cache_dir(kind, key) / variant
@@ -84,8 +96,9 @@ def ensure(kind: str, key: str, variant: str, build: BuildFn, progress: Progress
         return _timed(_build(folder, f"{kind}/{variant}", build, progress, meta, listed), started)
 
 
-def rebuild(kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent,
-            meta: dict | None = None) -> Artifact:
+def rebuild(
+    kind: str, key: str, variant: str, build: BuildFn, progress: ProgressFn = silent, meta: dict | None = None
+) -> Artifact:
     """Throw the cached folder away and build it again (e.g. it validates but will not open)."""
     folder = cache_dir(kind, key) / variant
     started = time.perf_counter()
@@ -102,18 +115,18 @@ def _timed(artefact: Artifact, started: float) -> Artifact:
     return Artifact(artefact.folder, artefact.manifest, artefact.built, _since(started))
 
 
-def engine_folders(spec, model) -> list[Path]:
+def engine_folders(spec: EngineSpec, model: ModelFiles) -> list[Path]:
     """The cached folders an engine loads its files from, for `model` (built or not yet), without
     importing the engine's packages: the registry names a light function per engine family
     (`EngineSpec.artifacts`, called with the model and the spec's own arguments). [] for an
     engine that builds nothing."""
-    target = getattr(spec, "artifacts", "")
+    target = spec.artifacts
     if not target:
         return []
     import importlib
 
     module_name, function_name = target.split(":")
-    folders = getattr(importlib.import_module(module_name), function_name)(model, **spec.kwargs)
+    folders = getattr(importlib.import_module(module_name), function_name)(model, **spec.engine_args)
     return [Path(f) for f in folders]
 
 
@@ -192,11 +205,12 @@ def _validate(folder: Path, meta: dict | None) -> tuple[dict | None, str]:
 
 def _sha256(path: Path) -> str:
     with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return sha256_of(handle)
 
 
-def _build(folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: dict | None,
-           listed: ListFn | None = None) -> Artifact:
+def _build(
+    folder: Path, what: str, build: BuildFn, progress: ProgressFn, meta: dict | None, listed: ListFn | None = None
+) -> Artifact:
     """Build into a hidden staging folder and rename it into place (the lock is held)."""
     remove_abandoned(folder.parent)
     staging = folder.with_name(f".{folder.name}.build-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -223,7 +237,10 @@ def _write_manifest(folder: Path, meta: dict | None, details: dict, listed: List
     for path in sorted(chosen):
         stat = path.stat()
         files[path.relative_to(folder).as_posix()] = {
-            "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(path)}
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+            "sha256": _sha256(path),
+        }
     manifest = {"format": FORMAT, "files": files, "meta": meta or {}, "build": details}
     with atomic_write(folder / MANIFEST) as handle:
         json.dump(manifest, handle, indent=1)

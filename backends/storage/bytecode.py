@@ -3,8 +3,8 @@
 A spawned worker imports ~30 of the app's modules before it is Ready. A wheel install ships their
 bytecode and a normal interpreter writes it on first import, but a source checkout run with
 PYTHONDONTWRITEBYTECODE=1 (common in containers) has none, so every worker compiles those modules
-from source again: ~30 ms of each engine's cold start on a 2-core EPYC (the numpy worker's imports
-58 against 90 ms, medians of 6 alternating runs). `make install` compiles them, as pip does for a
+from source again, in each engine's cold start (docs/methodology.md). `make install`
+compiles them, as pip does for a
 wheel; `check` says whether that happened, and the bench records it and warns when it did not.
 """
 
@@ -26,8 +26,7 @@ class BytecodeState:
     modules: int
 
     def as_dict(self) -> dict:
-        return {"writes_bytecode": self.writes_bytecode, "uncompiled_modules": self.uncompiled,
-                "modules": self.modules}
+        return {"writes_bytecode": self.writes_bytecode, "uncompiled_modules": self.uncompiled, "modules": self.modules}
 
     @property
     def compiles_in_every_worker(self) -> bool:
@@ -54,14 +53,21 @@ def is_current(source: Path) -> bool:
         return False
     if int.from_bytes(header[4:8], "little") & 1:
         return True
-    return (int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
-            and int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF)
+    return (
+        int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+        and int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF
+    )
 
 
 def check(root: Path | None = None) -> BytecodeState:
     """Count the modules under `root` (the engine room) whose bytecode is missing or stale."""
-    sources = [Path(folder) / name for folder, _, names in os.walk(root or engine_room())
-               if "__pycache__" not in folder for name in names if name.endswith(".py")]
+    sources = [
+        Path(folder) / name
+        for folder, _, names in os.walk(root or engine_room())
+        if "__pycache__" not in folder
+        for name in names
+        if name.endswith(".py")
+    ]
     stale = sum(not is_current(source) for source in sources)
     return BytecodeState(not sys.dont_write_bytecode, stale, len(sources))
 
@@ -71,6 +77,8 @@ def warning(state: BytecodeState) -> str | None:
     if not state.compiles_in_every_worker:
         return None
     verb = "has" if state.uncompiled == 1 else "have"
-    return (f"{state.uncompiled} of the engine room's {state.modules} modules {verb} no current bytecode and "
-            f"PYTHONDONTWRITEBYTECODE is set, so every worker compiles them from source (part of each cold "
-            f"start): `make install`, or `python -m compileall -q {engine_room()}`, compiles them once")
+    return (
+        f"{state.uncompiled} of the engine room's {state.modules} modules {verb} no current bytecode and "
+        f"PYTHONDONTWRITEBYTECODE is set, so every worker compiles them from source (part of each cold "
+        f"start): `make install`, or `python -m compileall -q {engine_room()}`, compiles them once"
+    )

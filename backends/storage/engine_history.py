@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .atomic import atomic_write
 from .paths import cache_dir
@@ -61,8 +61,9 @@ def remember(runs: Sequence, model_hash: str) -> None:
         if s.cold_start_s is not None:
             entry["cold_start_s"] = round(s.cold_start_s, 3)
         if s.runs and s.itl_p50_ms.n:
-            entry.update(ttft_ms=round(s.ttft_ms.median, 3), ms_per_token=round(s.itl_p50_ms.median, 4),
-                         measured_at=now)
+            entry.update(
+                ttft_ms=round(s.ttft_ms.median, 3), ms_per_token=round(s.itl_p50_ms.median, 4), measured_at=now
+            )
         if entry:
             data[_key(s.backend, model_hash)] = entry
     with atomic_write(cache_dir() / HISTORY_JSON, encoding="utf-8") as f:

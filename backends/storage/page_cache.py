@@ -15,10 +15,10 @@ import ctypes.util
 import mmap
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 _PROT_READ = 0x1
 _MAP_SHARED = 0x01

@@ -16,7 +16,7 @@ from ... import resources as _shipped
 
 # Every engine's worker imports this module before it is Ready, so what only some paths need
 # (platformdirs, hashlib, importlib.resources for a zipped install) is imported where it is used:
-# importing them all here cost ~18 ms of each worker's cold start.
+# importing them all here would be part of each worker's cold start.
 
 APP_NAME = "whistle-stop"
 

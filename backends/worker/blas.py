@@ -49,8 +49,13 @@ class OpenBLAS:
             except OSError:
                 pass
         root = Path(np.__file__).parent
-        return [p for folder in (root.parent / "numpy.libs", root / ".dylibs") if folder.is_dir()
-                for p in sorted(folder.iterdir()) if "openblas" in p.name.lower()]
+        return [
+            p
+            for folder in (root.parent / "numpy.libs", root / ".dylibs")
+            if folder.is_dir()
+            for p in sorted(folder.iterdir())
+            if "openblas" in p.name.lower()
+        ]
 
     def _symbol(self, lib, stem: str):
         for prefix in self._PREFIXES:

@@ -9,18 +9,36 @@ import signal
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import Engine, EngineOptions
+from ..engine import Engine, EngineOptions, ServerEngine
 from ..errors import one_line
-from .events import (BATCH_S, Failed, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest,
-                     RunStarted, ScoreDone, ScoreProgress, ScoreRequest, Shutdown, Started, Token, TokenBatch)
-from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
 from ..sampling import Sampler
+from ..sources.model_files import ModelFiles
 from ..sources.tokenizer import IncrementalDetokenizer
+from .events import (
+    BATCH_S,
+    Failed,
+    LoadRequest,
+    LogitsRequest,
+    ProfileCaptured,
+    Progress,
+    Ready,
+    RunDone,
+    RunRequest,
+    RunStarted,
+    ScoreDone,
+    ScoreProgress,
+    ScoreRequest,
+    Shutdown,
+    Started,
+    Token,
+    TokenBatch,
+)
 from .usage import cpu_seconds, peak_rss_mb, reset_peak_rss
 
 if TYPE_CHECKING:
@@ -39,7 +57,11 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         started = time.perf_counter()
         engine = registry.create_from_spec(spec, options)
         imported = time.perf_counter()
-        info = engine.load(model, lambda message, fraction=None: conn.send(Progress(message, fraction)))
+
+        def progress(message: str, fraction: float | None = None) -> None:
+            conn.send(Progress(message, fraction))
+
+        info = engine.load(model, progress)
         loaded = time.perf_counter()
     except BaseException as exc:  # report anything, even SystemExit from a broken engine
         conn.send(Failed(one_line(exc), traceback.format_exc()))
@@ -51,11 +73,24 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
     if not reset_peak_rss():
         notes = "; ".join(n for n in (notes, "peak_rss_mb includes load (this OS cannot reset the peak)") if n)
     build_s = max(0.0, float(info.build_s or 0.0))
-    conn.send(Ready(imported - started, max(0.0, loaded - imported - build_s), time.perf_counter_ns(), info.device,
-                    info.dtype, options.threads, info.weight_bytes_per_token, notes,
-                    kv_bytes_per_position=info.kv_bytes_per_position, build_s=build_s,
-                    artifact_cache=info.artifact_cache, samples_natively=info.samples_natively,
-                    serves_concurrently=info.serves_concurrently, load_peak_rss_mb=load_peak))
+    conn.send(
+        Ready(
+            imported - started,
+            max(0.0, loaded - imported - build_s),
+            time.perf_counter_ns(),
+            info.device,
+            info.dtype,
+            options.threads,
+            info.weight_bytes_per_token,
+            notes,
+            kv_bytes_per_position=info.kv_bytes_per_position,
+            build_s=build_s,
+            artifact_cache=info.artifact_cache,
+            samples_natively=info.samples_natively,
+            serves_concurrently=engine.capabilities.serves_concurrently,
+            load_peak_rss_mb=load_peak,
+        )
+    )
     while True:
         message = conn.recv()
         if isinstance(message, Shutdown):
@@ -70,16 +105,17 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
         elif isinstance(message, LoadRequest):
             from .load_runner import serve_load
 
-            serve_load(conn, cancel, engine, info, message, int(model.config.get("vocab_size", 50257)))
+            serve_load(conn, cancel, engine, message, int(model.config.get("vocab_size", 50257)))
 
 
 def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunRequest) -> None:
     sampler = Sampler(request.sampling)
-    engine.run_notes = ""
+    engine.run_notes = ""  # this run's own notes only
     detokenizer = IncrementalDetokenizer(request.prompt_ids)
-    drives = type(engine).stream is Engine.stream
+    drives = not engine.capabilities.own_loop
     profiler, problem = _profiler(engine, drives) if request.profile_trace else (None, "")
-    server_before = engine.server_metrics()  # a server's own histograms, read before the clock starts
+    # a server's own histograms, read before the clock starts
+    server_before = engine.server_metrics() if isinstance(engine, ServerEngine) else None
     cpu_start = cpu_seconds()
     outbox = _Outbox(conn, request)
     # After the profiler and the sender thread started: their set-up is in no timed span, and
@@ -88,8 +124,11 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     outbox.announce(RunStarted(request.run_id, start))
     stamps: list[int] = []
     try:
-        tokens = (_drive(engine, request, sampler, detokenizer, cancel, start, profiler) if drives
-                  else _relay(engine, request, sampler, detokenizer, cancel, start))
+        tokens = (
+            _drive(engine, request, sampler, detokenizer, cancel, start, profiler)
+            if drives
+            else _relay(engine, request, sampler, detokenizer, cancel, start)
+        )
         for token in tokens:
             outbox.send(token)
             stamps.append(token.t_ns)
@@ -181,6 +220,7 @@ class _Outbox:
 # so the send of token i-1 falls in the gap before token i's stamp (see events.Token). Each stamp
 # is taken once the token id is a Python int, i.e. on the CPU.
 
+
 def _profiler(engine: Engine, drives: bool) -> tuple[EngineProfiler | None, str]:
     """The engine's profiler for a profiled run, or None and why not."""
     if not drives:
@@ -205,13 +245,20 @@ def _capture(profiler: EngineProfiler | None, problem: str, trace_path: str) -> 
         return ProfileCapture(profiler.name, note=f"the profiler failed: {one_line(exc)}")
 
 
-def _drive(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: IncrementalDetokenizer,
-           cancel: threading.Event, start: int, profiler: EngineProfiler | None = None) -> Iterator[Token]:
+def _drive(
+    engine: Engine,
+    request: RunRequest,
+    sampler: Sampler,
+    detokenizer: IncrementalDetokenizer,
+    cancel: threading.Event,
+    start: int,
+    profiler: EngineProfiler | None = None,
+) -> Iterator[Token]:
     """What `Engine.stream` does (same calls, same sampler: the same tokens), with the engine's
     prefill/decode calls timed apart from the harness's work around them (and, in a profiled
     run, each call inside the profiler's step)."""
     previous = start  # the stamp the next gap starts from
-    token = None
+    token = 0  # (decode is called from the second token on, with the token sampled before)
     for index in range(request.new_tokens):
         called = time.perf_counter_ns()
         if profiler is None:
@@ -230,8 +277,14 @@ def _drive(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: I
             return
 
 
-def _relay(engine: Engine, request: RunRequest, sampler: Sampler, detokenizer: IncrementalDetokenizer,
-           cancel: threading.Event, start: int) -> Iterator[Token]:
+def _relay(
+    engine: Engine,
+    request: RunRequest,
+    sampler: Sampler,
+    detokenizer: IncrementalDetokenizer,
+    cancel: threading.Event,
+    start: int,
+) -> Iterator[Token]:
     """An engine with its own `stream` (a server, a native generator): only the time spent outside
     its generator is the harness's; its engine time is not separable (engine_ns None)."""
     outside = start  # when the child last got control back from the generator (the previous stamp)

@@ -22,9 +22,15 @@ if TYPE_CHECKING:
 # Messages are compared by nobody, so they skip the generated __eq__ and __hash__ (identity is
 # enough), and each has a docstring (without one, dataclass builds __doc__ from inspect.signature):
 # every worker creates all these classes before Ready, and on Python 3.11 each generated method is
-# one exec of its source (~0.15-0.3 ms on the 2-core EPYC). Their creation took 12-19 ms against
-# 18-29 ms before (3 alternating runs each). RunContext is a value, compared, and keeps __eq__.
-message = dataclass(frozen=True, eq=False)
+# one exec of its source (docs/methodology.md). RunContext is a value, compared, and
+# keeps __eq__.
+if TYPE_CHECKING:  # the type checker sees a dataclass decorator; the worker does not import typing_extensions
+    from typing_extensions import dataclass_transform
+
+    @dataclass_transform(frozen_default=True, eq_default=False)
+    def message(cls: type) -> type: ...
+else:
+    message = dataclass(frozen=True, eq=False)
 
 
 # Parent -> child
@@ -39,7 +45,7 @@ class RunRequest:
     profile_trace: str = ""  # profile this run with the engine's own profiler, trace written here ("" = not)
     # Each token sent as it comes (warm-ups, race: what a window streams), or, for measured runs, in
     # TokenBatch events sent by a thread every BATCH_S: on a 2-core machine each send wakes the parent,
-    # which cost the engine it timed ~0.2-0.4 ms per token (worker/child.py). Stamps are the child's either way.
+    # which costs the engine it times (worker/child.py; docs/methodology.md). Stamps are the child's either way.
     live: bool = True
 
 
@@ -142,8 +148,8 @@ class Token:
       generator): its calls cannot be seen from outside, so all of its time counts as engine.
     - `harness_ns`: the rest of the gap, i.e. the harness's own per-token work in it: sampling this
       token, and detokenizing + building + sending the previous token's event (nothing for token 0:
-      RunStarted goes out from the sender thread; in a run that is not live, handing it to the batch sender), plus the loop around
-      them. A token's own detokenizing and sending happen after
+      RunStarted goes out from the sender thread; in a run that is not live, handing it to the batch
+      sender), plus the loop around them. A token's own detokenizing and sending happen after
       its stamp, so they are counted in the next token's gap: each gap holds exactly one of each,
       and engine_ns + harness_ns equals the gap (the ITL; TTFT for token 0). For an engine that
       overrides `stream`, it is the time the child spent outside the engine's generator in the gap.
@@ -214,7 +220,7 @@ class ProfileCaptured:
     """Sent before RunDone by a run with `profile_trace`: what the engine's profiler saw."""
 
     run_id: str
-    capture: "ProfileCapture"
+    capture: ProfileCapture
 
 
 @message

@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-from ..engine import Engine, EngineInfo
-from ..errors import one_line
+from ..engine import Engine, ServerEngine
 from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
+from ..errors import one_line
 from ..sampling import Sampler
 from ..sources.prompts import unique_prefix
 from .events import Failed, LoadDone, LoadProgress, LoadRequest, StreamResult
@@ -37,13 +37,12 @@ class _Stream:
         return StreamResult(self.index, self.started_ns, tuple(self.stamps), self.error)
 
 
-def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, request: LoadRequest,
-               vocab_size: int) -> None:
-    if not info.serves_concurrently:
+def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadRequest, vocab_size: int) -> None:
+    if not engine.capabilities.serves_concurrently:
         conn.send(Failed(f"{engine.name} serves one sequence at a time: it has no load runs", "", request.run_id))
         return
     streams = [_Stream(i) for i in range(request.concurrency)]
-    before = engine.server_metrics()
+    before = engine.server_metrics() if isinstance(engine, ServerEngine) else None
     go = threading.Event()
 
     def run(stream: _Stream) -> None:
@@ -68,8 +67,9 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, 
         if not alive:
             break
         alive[0].join(PROGRESS_EVERY_S)
-        conn.send(LoadProgress(request.run_id, sum(len(s.stamps) for s in streams),
-                               sum(not t.is_alive() for t in threads)))
+        conn.send(
+            LoadProgress(request.run_id, sum(len(s.stamps) for s in streams), sum(not t.is_alive() for t in threads))
+        )
     notes = server_cross_check(engine, before, [(s.started_ns, s.stamps) for s in streams])
     cancelled = cancel.is_set() and any(len(s.stamps) < request.new_tokens for s in streams)
     conn.send(LoadDone(request.run_id, started, tuple(s.result() for s in streams), notes, cancelled))
@@ -78,7 +78,7 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, info: EngineInfo, 
 def server_cross_check(engine: Engine, before: ServerMetrics | None, requests: list[tuple[int, list[int]]]) -> str:
     """The server's own mean TTFT and ITL over these requests (start, token stamps) beside the
     client's, once the server has recorded them (at most METRICS_SETTLE_S after the last token)."""
-    if before is None:
+    if before is None or not isinstance(engine, ServerEngine):
         return ""
     served = sum(1 for _, stamps in requests if stamps)
     deadline = time.monotonic() + METRICS_SETTLE_S
@@ -89,5 +89,9 @@ def server_cross_check(engine: Engine, before: ServerMetrics | None, requests: l
     ttft = [(stamps[0] - start) / 1e6 for start, stamps in requests if stamps]
     gaps = [np.diff(np.asarray(stamps, dtype=np.int64)) / 1e6 for _, stamps in requests if len(stamps) > 1]
     pooled = np.concatenate(gaps) if gaps else np.zeros(0)
-    return cross_check_note(before, after, float(np.mean(ttft)) if ttft else float("nan"),
-                            float(pooled.mean()) if pooled.size else float("nan"))
+    return cross_check_note(
+        before,
+        after,
+        float(np.mean(ttft)) if ttft else float("nan"),
+        float(pooled.mean()) if pooled.size else float("nan"),
+    )

@@ -12,17 +12,39 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from ..engine import EngineOptions
 from ..profile.capture import ProfileCapture
-from .events import (Failed, LoadDone, LoadRequest, LogitsRequest, ProfileCaptured, Progress, Ready, RunDone, RunRequest, RunStarted, ScoreDone,
-                     ScoreRequest, Shutdown, Token, TokenBatch, TopLogits, WorkerLost)
-from ..sources.model_files import ModelFiles
 from ..registry import EngineSpec
+from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from .child import child_main
+from .events import (
+    Failed,
+    LoadDone,
+    LoadRequest,
+    LogitsRequest,
+    ProfileCaptured,
+    Progress,
+    Ready,
+    RunDone,
+    RunRequest,
+    RunStarted,
+    ScoreDone,
+    ScoreRequest,
+    Shutdown,
+    Token,
+    TokenBatch,
+    TopLogits,
+    WorkerLost,
+)
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import SpawnProcess
 
 EventSink = Callable[[object], None]
 
@@ -124,15 +146,21 @@ class WorkerError(RuntimeError):
 
 
 class Worker:
-    def __init__(self, spec: EngineSpec, model: ModelFiles, options: EngineOptions,
-                 on_event: EventSink | None = None, timeouts: Timeouts = Timeouts()) -> None:
+    def __init__(
+        self,
+        spec: EngineSpec,
+        model: ModelFiles,
+        options: EngineOptions,
+        on_event: EventSink | None = None,
+        timeouts: Timeouts = Timeouts(),
+    ) -> None:
         self.spec, self.model, self.options, self.timeouts = spec, model, options, timeouts
         self._on_event = on_event or (lambda event: None)
         self._context = mp.get_context("spawn")
         self._cancel = self._context.Event()
         self._cancel_requested_at: float | None = None
-        self._conn = None
-        self._process = None
+        self._conn: Connection | None = None
+        self._process: SpawnProcess | None = None
         self.spawn_ns = 0
         self.ready: Ready | None = None
         self.lost: WorkerLost | None = None
@@ -144,8 +172,10 @@ class Worker:
         parent_conn, child_conn = self._context.Pipe(duplex=True)
         self._conn = parent_conn
         self._process = self._context.Process(
-            target=child_main, args=(child_conn, self._cancel, self.spec, self.model, self.options),
-            name=f"whistle-stop:{self.spec.name}", daemon=True,
+            target=child_main,
+            args=(child_conn, self._cancel, self.spec, self.model, self.options),
+            name=f"whistle-stop:{self.spec.name}",
+            daemon=True,
         )
         with _SPAWN_LOCK:
             saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}

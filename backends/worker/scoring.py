@@ -52,5 +52,9 @@ def top_logits(run_id: str, logits: np.ndarray, k: int) -> TopLogits:
     order = np.argsort(-values, kind="stable")[:k]
     peak = values.max()
     log_z = peak + np.log(np.exp(values - peak).sum())
-    return TopLogits(run_id, tuple(int(i) for i in order), tuple(float(values[i]) for i in order),
-                     tuple(float(values[i] - log_z) for i in order))
+    return TopLogits(
+        run_id,
+        tuple(int(i) for i in order),
+        tuple(float(values[i]) for i in order),
+        tuple(float(values[i] - log_z) for i in order),
+    )

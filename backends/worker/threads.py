@@ -118,8 +118,9 @@ def _cgroup_folders(root: Path) -> list[Path]:
     return folders
 
 
-def resolve_threads(cpus: list[int] | None = None, sysfs: Path = SYSFS_CPU,
-                    cgroup_root: Path = CGROUP_ROOT) -> ThreadsResolution:
+def resolve_threads(
+    cpus: list[int] | None = None, sysfs: Path = SYSFS_CPU, cgroup_root: Path = CGROUP_ROOT
+) -> ThreadsResolution:
     cpus = usable_cpus() if cpus is None else list(cpus)
     cores, source = physical_cores(cpus, sysfs)
     quota, quota_source = cgroup_quota(cgroup_root)

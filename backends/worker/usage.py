@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # a ~70 MB engine read 640 MB). VmHWM belongs to the process's own address space, which exec
 # replaces, and Linux can reset it (clear_refs), so load and serving get a peak each.
 
+
 def _has_children_linux() -> bool | None:
     """Whether any thread of this process has started a child (/proc/self/task/*/children); None
     where the kernel does not say (built without CONFIG_PROC_CHILDREN)."""
@@ -42,7 +43,7 @@ def _has_children_linux() -> bool | None:
 
 
 def _descendants() -> list[psutil.Process]:
-    # Importing psutil takes ~17 ms, which every worker paid before Ready; most have no children.
+    # Importing psutil is a cost every worker paid before Ready; most have no children.
     if sys.platform.startswith("linux") and _has_children_linux() is False:
         return []
     import psutil

@@ -12,33 +12,37 @@ import ctypes
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _logger as llama_logger
 
-from ...storage import artifact_cache
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
+from ...storage import artifact_cache
 from ..artifact_folders import GGUF_FILE, GGUF_KIND
-from . import gguf_export
 from ..llamacpp_options import LlamaCppOptions
+from . import gguf_export
 from .weight_buffers import WeightBuffers, buffer_sizes, choose, describe_sizes, plain_buffers
 
 llama_logger.set_verbose(False)  # llama.cpp logs every tensor at load and quantisation otherwise
 
-_FTYPES = {"f32": llama_cpp.LLAMA_FTYPE_ALL_F32, "f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16,
-           "bf16": llama_cpp.LLAMA_FTYPE_MOSTLY_BF16, "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
-           "q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}
+_FTYPES = {
+    "f32": llama_cpp.LLAMA_FTYPE_ALL_F32,
+    "f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16,
+    "bf16": llama_cpp.LLAMA_FTYPE_MOSTLY_BF16,
+    "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+    "q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0,
+}
 _DTYPES = {"f32": "fp32", "f16": "f16", "bf16": "bf16", "q8_0": "int8", "q4_0": "int4"}
 INFO_FILE = "info.json"
 
 
 class LlamaCppEngine(Engine):
-    def __init__(self, options: EngineOptions, quant: str = "f32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, quant: str = "f32") -> None:
+        super().__init__(name, options)
         if quant not in _FTYPES:
             raise ValueError(f"unsupported llama.cpp quantisation {quant!r}")
         self.quant = quant
@@ -59,25 +63,45 @@ class LlamaCppEngine(Engine):
         settings = self.options.settings if isinstance(self.options.settings, LlamaCppOptions) else LlamaCppOptions()
         buffers = choose(self.folder / GGUF_FILE, self.quant, threads, WeightBuffers(settings.weight_buffers or "auto"))
         with buffer_sizes() as sizes, plain_buffers(not buffers.extra):
-            self.llm = llama_cpp.Llama(model_path=str(self.folder / GGUF_FILE), n_ctx=self.context,
-                                       n_batch=min(512, self.context), n_ubatch=min(512, self.context),
-                                       n_threads=threads, n_threads_batch=threads, logits_all=False, verbose=False, **kv)
+            self.llm = llama_cpp.Llama(
+                model_path=str(self.folder / GGUF_FILE),
+                n_ctx=self.context,
+                n_batch=min(512, self.context),
+                n_ubatch=min(512, self.context),
+                n_threads=threads,
+                n_threads_batch=threads,
+                logits_all=False,
+                verbose=False,
+                **kv,
+            )
         self.n_vocab = self.llm.n_vocab()
         types = ", ".join(f"{n} {t}" for t, n in sorted(info["tensor_types"].items(), key=lambda x: -x[1]))
-        notes = [f"threads={threads}", f"llama-cpp-python {llama_cpp.__version__}", f"tensors: {types}",
-                 f"weight buffers: {describe_sizes(sizes)}", buffers.reason,
-                 "KV cache f32" if kv else "KV cache f16 (llama.cpp default)", "logits per token via llama_decode"]
+        notes = [
+            f"threads={threads}",
+            f"llama-cpp-python {llama_cpp.__version__}",
+            f"tensors: {types}",
+            f"weight buffers: {describe_sizes(sizes)}",
+            buffers.reason,
+            "KV cache f32" if kv else "KV cache f16 (llama.cpp default)",
+            "logits per token via llama_decode",
+        ]
         self.weight_buffers = dict(sizes)
         # The GGUF's tensors as stored (q8_0: 34 bytes per 32 weights, q4_0: 18), see write_info.
-        return EngineInfo(device="cpu", dtype=_DTYPES[self.quant],
-                          weight_bytes_per_token=int(info["weight_bytes_per_token"]),
-                          kv_bytes_per_position=config.kv_bytes_per_position(4 if kv else 2),
-                          build_s=artefact.build_s + buffers.probe_s,
-                          artifact_cache="miss" if buffers.probe_s else artefact.cache_state, notes="; ".join(notes))
+        return EngineInfo(
+            device="cpu",
+            dtype=_DTYPES[self.quant],
+            weight_bytes_per_token=int(info["weight_bytes_per_token"]),
+            kv_bytes_per_position=config.kv_bytes_per_position(4 if kv else 2),
+            build_s=artefact.build_s + buffers.probe_s,
+            artifact_cache="miss" if buffers.probe_s else artefact.cache_state,
+            notes="; ".join(notes),
+        )
 
     def _eval(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.llm.n_tokens + len(token_ids) > self.context:
-            raise ValueError(f"sequence of {self.llm.n_tokens + len(token_ids)} tokens exceeds the context of {self.context}")
+            raise ValueError(
+                f"sequence of {self.llm.n_tokens + len(token_ids)} tokens exceeds the context of {self.context}"
+            )
         self.llm.eval(token_ids)
         pointer = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
         return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).astype(np.float32, copy=True)
@@ -108,6 +132,7 @@ def ensure_gguf(model: ModelFiles, quant: str, threads: int, progress) -> Path:
 
 def gguf_artifact(model: ModelFiles, quant: str, threads: int, progress) -> artifact_cache.Artifact:
     """The GGUF artefact for `quant`, with its cache state and build time."""
+
     def build(out: Path) -> None:
         if quant == "f32":
             progress("writing GGUF (f32)", None)

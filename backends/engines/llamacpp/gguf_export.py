@@ -16,22 +16,32 @@ from pathlib import Path
 import numpy as np
 
 from ...sources.model_files import ModelFiles
-from ...storage.paths import TOKENIZER_DIR
 from ...sources.tokenizer import EOS_ID
 from ...sources.weights import mmap_numpy
+from ...storage.paths import TOKENIZER_DIR
 
 FORMAT = "gguf-1"  # bump when the file layout changes: cached files are then rebuilt
 # Normalised HF name inside a block -> (llama.cpp name inside blk.N, transpose from Conv1D)
 _BLOCK = {
-    "ln_1.weight": ("attn_norm.weight", False), "ln_1.bias": ("attn_norm.bias", False),
-    "attn.c_attn.weight": ("attn_qkv.weight", True), "attn.c_attn.bias": ("attn_qkv.bias", False),
-    "attn.c_proj.weight": ("attn_output.weight", True), "attn.c_proj.bias": ("attn_output.bias", False),
-    "ln_2.weight": ("ffn_norm.weight", False), "ln_2.bias": ("ffn_norm.bias", False),
-    "mlp.c_fc.weight": ("ffn_up.weight", True), "mlp.c_fc.bias": ("ffn_up.bias", False),
-    "mlp.c_proj.weight": ("ffn_down.weight", True), "mlp.c_proj.bias": ("ffn_down.bias", False),
+    "ln_1.weight": ("attn_norm.weight", False),
+    "ln_1.bias": ("attn_norm.bias", False),
+    "attn.c_attn.weight": ("attn_qkv.weight", True),
+    "attn.c_attn.bias": ("attn_qkv.bias", False),
+    "attn.c_proj.weight": ("attn_output.weight", True),
+    "attn.c_proj.bias": ("attn_output.bias", False),
+    "ln_2.weight": ("ffn_norm.weight", False),
+    "ln_2.bias": ("ffn_norm.bias", False),
+    "mlp.c_fc.weight": ("ffn_up.weight", True),
+    "mlp.c_fc.bias": ("ffn_up.bias", False),
+    "mlp.c_proj.weight": ("ffn_down.weight", True),
+    "mlp.c_proj.bias": ("ffn_down.bias", False),
 }
-_TOP = {"wte.weight": "token_embd.weight", "wpe.weight": "position_embd.weight",
-        "ln_f.weight": "output_norm.weight", "ln_f.bias": "output_norm.bias"}
+_TOP = {
+    "wte.weight": "token_embd.weight",
+    "wpe.weight": "position_embd.weight",
+    "ln_f.weight": "output_norm.weight",
+    "ln_f.bias": "output_norm.bias",
+}
 
 
 def gguf_tensors(tensors: dict[str, np.ndarray], n_layer: int) -> dict[str, np.ndarray]:
@@ -56,8 +66,11 @@ def tokenizer_tables(vocab_size: int) -> tuple[list[str], list[int], list[str]]:
     for text, index in vocab.items():
         tokens[index] = text
         types[index] = int(gguf.TokenType.CONTROL if index == EOS_ID else gguf.TokenType.NORMAL)
-    merges = [line for line in (TOKENIZER_DIR / "merges.txt").read_text(encoding="utf-8").splitlines()
-              if line and not line.startswith("#version")]
+    merges = [
+        line
+        for line in (TOKENIZER_DIR / "merges.txt").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#version")
+    ]
     return tokens, types, merges
 
 

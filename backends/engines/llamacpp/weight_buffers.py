@@ -22,12 +22,12 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 from ...results.environment import cpuinfo_field
 from ...storage import artifact_cache
@@ -63,14 +63,19 @@ def choose(gguf: Path, quant: str, threads: int, wanted: WeightBuffers) -> Buffe
     if wanted is WeightBuffers.EXTRA:
         return BufferChoice(True, "llama.cpp's extra weight buffers as asked (not probed)")
     started = time.perf_counter()
-    artefact = artifact_cache.ensure(PROBE_KIND, probe_key(), quant, lambda folder: _probe(gguf, threads, folder),
-                                     meta={"format": PROBE_FORMAT})
+    artefact = artifact_cache.ensure(
+        PROBE_KIND, probe_key(), quant, lambda folder: _probe(gguf, threads, folder), meta={"format": PROBE_FORMAT}
+    )
     result = json.loads((artefact.folder / RESULT_FILE).read_text())
     probe_s = time.perf_counter() - started if artefact.built else 0.0
     if result["extra_ok"]:
         return BufferChoice(True, "llama.cpp's extra weight buffers allowed (a probe ran them on this CPU)", probe_s)
-    return BufferChoice(False, f"extra weight buffers off: a probe of them on this CPU {result['detail']} "
-                               f"({UPSTREAM_BUG}); plain buffers, so no AMX and no repacking", probe_s)
+    return BufferChoice(
+        False,
+        f"extra weight buffers off: a probe of them on this CPU {result['detail']} "
+        f"({UPSTREAM_BUG}); plain buffers, so no AMX and no repacking",
+        probe_s,
+    )
 
 
 def probe_key() -> str:
@@ -119,6 +124,7 @@ def _probe(gguf: Path, threads: int, folder: Path) -> dict:
 
 
 # --- in the engine's process (llama_cpp imported) ---------------------------------------------------
+
 
 @contextmanager
 def plain_buffers(enabled: bool = True) -> Iterator[None]:
@@ -172,8 +178,9 @@ def _run_probe(gguf: str, threads: int) -> None:
     """The child: a batched prompt (the products' GEMM path) and a few single-token steps."""
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=gguf, n_ctx=64, n_batch=64, n_ubatch=64, n_threads=threads,
-                          n_threads_batch=threads, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=gguf, n_ctx=64, n_batch=64, n_ubatch=64, n_threads=threads, n_threads_batch=threads, verbose=False
+    )
     llm.eval(list(range(100, 116)))
     for token in (11, 262, 290):
         llm.eval([token])

@@ -8,7 +8,7 @@ that cache keys and values.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -24,8 +24,8 @@ NOTES = "no KV cache: recomputes the whole sequence for every token (nanoGPT's g
 
 
 class NanoGPTEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         self.model: GPT | None = None
         self._idx: torch.Tensor | None = None  # [1, T]: the whole sequence so far, never cropped (as nanoGPT)
 
@@ -35,9 +35,13 @@ class NanoGPTEngine(Engine):
         config = model.gpt2_config.require_supported(self.name)
         progress("loading safetensors", None)
         self.model = load_gpt(model.safetensors, config)
-        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=config.weight_bytes(4, 4),
-                          kv_bytes_per_position=0,  # nothing is cached: every step reads the weights only
-                          notes=f"{NOTES}; context {config.n_positions}; threads={threads}")
+        return EngineInfo(
+            device="cpu",
+            dtype="fp32",
+            weight_bytes_per_token=config.weight_bytes(4, 4),
+            kv_bytes_per_position=0,  # nothing is cached: every step reads the weights only
+            notes=f"{NOTES}; context {config.n_positions}; threads={threads}",
+        )
 
     @torch.inference_mode()
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:

@@ -41,10 +41,16 @@ class GPTConfig:
     layer_norm_epsilon: float
 
     @classmethod
-    def from_gpt2(cls, config: GPT2Config) -> "GPTConfig":
-        return cls(block_size=config.n_positions, vocab_size=config.vocab_size, n_layer=config.n_layer,
-                   n_head=config.n_head, n_embd=config.n_embd, n_inner=config.n_inner,
-                   layer_norm_epsilon=config.layer_norm_epsilon)
+    def from_gpt2(cls, config: GPT2Config) -> GPTConfig:
+        return cls(
+            block_size=config.n_positions,
+            vocab_size=config.vocab_size,
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            n_embd=config.n_embd,
+            n_inner=config.n_inner,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -94,12 +100,14 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
-            h=nn.ModuleList(Block(config) for _ in range(config.n_layer)),
-            ln_f=nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                h=nn.ModuleList(Block(config) for _ in range(config.n_layer)),
+                ln_f=nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon),
+            )
+        )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
 
@@ -107,7 +115,7 @@ class GPT(nn.Module):
         """idx [B, T] -> logits [B, 1, V] of the last position (nanoGPT's inference path), or
         [B, T, V] of every position with `all_positions` (nanoGPT's training path, for perplexity)."""
         B, T = idx.size()
-        if T > self.config.block_size:
+        if self.config.block_size < T:
             raise ValueError(f"cannot forward a sequence of {T} tokens, block size is only {self.config.block_size}")
         pos = torch.arange(0, T, dtype=torch.long, device=idx.device)  # [T]
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)  # [B, T, C] + [T, C]

@@ -9,7 +9,7 @@ with the machine's C compiler (cached per CPU); without one the engine says so a
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -18,24 +18,28 @@ from ...kernels.native import KernelUnavailable, build_report
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy
 from ..numpy_runtime.model import nest_params
-from .step import NativeGPT2, library
+from .step import TIMERS, NativeGPT2, library
 from .weights import QBLOCK, WeightType
 
 _DTYPES = {"fp32": WeightType.F32, "bf16": WeightType.BF16, "int8": WeightType.I8, "int4": WeightType.Q4}
 _HOW = {
     WeightType.F32: "float32 weights",
     WeightType.BF16: "bf16 weights widened in registers, float32 sums",
-    WeightType.I8: (f"int8 weights (symmetric, a float32 scale per row); activations quantised to int8 per "
-                    f"block of {QBLOCK} for the products (int32 sums), in prefill, decode and scoring alike"),
-    WeightType.Q4: (f"4-bit weights (symmetric, a float32 scale per block of {QBLOCK}); activations quantised "
-                    f"to int8 per block of {QBLOCK} for the products (int32 sums), in prefill, decode and "
-                    f"scoring alike"),
+    WeightType.I8: (
+        f"int8 weights (symmetric, a float32 scale per row); activations quantised to int8 per "
+        f"block of {QBLOCK} for the products (int32 sums), in prefill, decode and scoring alike"
+    ),
+    WeightType.Q4: (
+        f"4-bit weights (symmetric, a float32 scale per block of {QBLOCK}); activations quantised "
+        f"to int8 per block of {QBLOCK} for the products (int32 sums), in prefill, decode and "
+        f"scoring alike"
+    ),
 }
 
 
 class NativeEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(name, options)
         self.dtype = dtype
         self.wtype = _DTYPES[dtype]
         self.model: NativeGPT2 | None = None
@@ -55,13 +59,22 @@ class NativeEngine(Engine):
         params = nest_params(mmap_numpy(model.safetensors), config.n_layer)
         self.model = NativeGPT2(params, config, self.wtype, lib)
         converted = time.perf_counter() - began
-        notes = [_HOW[self.wtype], f"weights laid out at load in {converted:.2f} s",
-                 f"OpenMP threads={lib.gpt2_threads()}", "one C call per token (backends/kernels/gpt2_step.c)"]
+        notes = [
+            _HOW[self.wtype],
+            f"weights laid out at load in {converted:.2f} s",
+            f"OpenMP threads={lib.gpt2_threads()}",
+            "one C call per token (backends/kernels/gpt2_step.c)",
+        ]
         build_s, cache_state = build_report("gpt2_step")  # the kernel's compile on first use: not load
-        return EngineInfo(device="cpu", dtype=self.dtype,
-                          weight_bytes_per_token=self.model.matrix_bytes + config.weight_bytes(0, 4),  # scales included
-                          kv_bytes_per_position=config.kv_bytes_per_position(4), notes="; ".join(notes),
-                          build_s=build_s, artifact_cache=cache_state)
+        return EngineInfo(
+            device="cpu",
+            dtype=self.dtype,
+            weight_bytes_per_token=self.model.matrix_bytes + config.weight_bytes(0, 4),  # scales included
+            kv_bytes_per_position=config.kv_bytes_per_position(4),
+            notes="; ".join(notes),
+            build_s=build_s,
+            artifact_cache=cache_state,
+        )
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         return self.model.prefill(np.asarray(token_ids, dtype=np.int32))
@@ -78,7 +91,7 @@ class NativeEngine(Engine):
     def profiler(self):
         from ...profile.native_timers import NativeStepTimers
 
-        return NativeStepTimers(self.model)
+        return NativeStepTimers(self.model, TIMERS)
 
     def close(self) -> None:
         self.model = None

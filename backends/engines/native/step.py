@@ -13,9 +13,17 @@ import numpy as np
 
 from ...gpt2_config import GPT2Config
 from ...kernels.native import load
+from ...profile.categories import Category
 from .weights import StoredMatrix, WeightType, store
 
-TIMER_CATEGORIES = ("matmul", "attention", "kv_write", "norm_act", "other")  # gpt2_step.c's T_* order
+# gpt2_step.c's timers in its T_* order, each with the profile breakdown's category.
+TIMERS = (
+    ("matmul", Category.MATMUL),
+    ("attention", Category.ATTENTION),
+    ("kv_write", Category.KV_CACHE),
+    ("norm_act", Category.NORM_ACTIVATION),
+    ("other", Category.OTHER_KERNELS),
+)
 
 _P = ctypes.c_void_p
 
@@ -25,16 +33,37 @@ class Mat(ctypes.Structure):
 
 
 class Layer(ctypes.Structure):
-    _fields_ = [("ln1_w", _P), ("ln1_b", _P), ("ln2_w", _P), ("ln2_b", _P),
-                ("qkv", Mat), ("proj", Mat), ("fc", Mat), ("fc2", Mat)]
+    _fields_ = [
+        ("ln1_w", _P),
+        ("ln1_b", _P),
+        ("ln2_w", _P),
+        ("ln2_b", _P),
+        ("qkv", Mat),
+        ("proj", Mat),
+        ("fc", Mat),
+        ("fc2", Mat),
+    ]
 
 
 class Model(ctypes.Structure):
-    _fields_ = [("n_layer", ctypes.c_int64), ("n_head", ctypes.c_int64), ("n_embd", ctypes.c_int64),
-                ("n_inner", ctypes.c_int64), ("vocab", ctypes.c_int64), ("max_seq", ctypes.c_int64),
-                ("wtype", ctypes.c_int64), ("eps", ctypes.c_float),
-                ("wpe", _P), ("lnf_w", _P), ("lnf_b", _P), ("lm_head", Mat),
-                ("layers", ctypes.POINTER(Layer)), ("k_cache", _P), ("v_cache", _P), ("timers", _P)]
+    _fields_ = [
+        ("n_layer", ctypes.c_int64),
+        ("n_head", ctypes.c_int64),
+        ("n_embd", ctypes.c_int64),
+        ("n_inner", ctypes.c_int64),
+        ("vocab", ctypes.c_int64),
+        ("max_seq", ctypes.c_int64),
+        ("wtype", ctypes.c_int64),
+        ("eps", ctypes.c_float),
+        ("wpe", _P),
+        ("lnf_w", _P),
+        ("lnf_b", _P),
+        ("lm_head", Mat),
+        ("layers", ctypes.POINTER(Layer)),
+        ("k_cache", _P),
+        ("v_cache", _P),
+        ("timers", _P),
+    ]
 
 
 def _ptr(array: np.ndarray | None) -> int | None:
@@ -50,18 +79,55 @@ def _mat(m: StoredMatrix) -> Mat:
     return Mat(_ptr(m.data), _ptr(m.scale), _ptr(m.bias))
 
 
+STRUCTS = (Mat, Layer, Model)  # each named as its typedef in gpt2_step.c
+
+
+class LayoutMismatch(RuntimeError):
+    """The ctypes structs here and the C structs of the built step differ: calling it would read the
+    wrong memory."""
+
+
 def library() -> ctypes.CDLL:
-    """The compiled step (KernelUnavailable without a C compiler)."""
+    """The compiled step (KernelUnavailable without a C compiler; LayoutMismatch if its structs differ)."""
     return bind(load("gpt2_step"))
 
 
-def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    """Declare the step's functions on a loaded build of gpt2_step.c."""
+def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS) -> ctypes.CDLL:
+    """Declare the step's functions on a loaded build of gpt2_step.c, once its structs are checked."""
+    lib.gpt2_layout.restype = ctypes.c_char_p
+    check_layout(lib.gpt2_layout().decode(), structs)
     lib.gpt2_forward.restype = ctypes.c_int
     lib.gpt2_forward.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int]
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
     lib.gpt2_threads.restype = ctypes.c_int
     return lib
+
+
+def layout(structs: tuple[type[ctypes.Structure], ...]) -> dict[str, str]:
+    """{"Mat": "24", "Mat.w": "0:8", ...}: each struct's size, each field's offset:size, as
+    gpt2_layout() writes the C ones."""
+    out: dict[str, str] = {}
+    for struct in structs:
+        out[struct.__name__] = str(ctypes.sizeof(struct))
+        for field_name, *_ in struct._fields_:
+            field = getattr(struct, field_name)
+            out[f"{struct.__name__}.{field_name}"] = f"{field.offset}:{field.size}"
+    return out
+
+
+def check_layout(c_layout: str, structs: tuple[type[ctypes.Structure], ...]) -> None:
+    """Raise LayoutMismatch unless every struct's size and every field's offset and size agree with C's."""
+    theirs = dict(item.split("=", 1) for item in c_layout.split(";") if item)
+    ours = layout(structs)
+    differ = [
+        f"{key}: C {theirs.get(key, 'absent')}, ctypes {ours.get(key, 'absent')}"
+        for key in sorted(theirs.keys() | ours.keys())
+        if theirs.get(key) != ours.get(key)
+    ]
+    if differ:
+        raise LayoutMismatch(
+            "the native step's ctypes structs do not match gpt2_step.c's (size, offset:size): " + "; ".join(differ)
+        )
 
 
 @dataclass
@@ -99,13 +165,28 @@ class NativeGPT2:
         # tied: [vocab, d] is already [out, in]; the step reads its rows for the embedding too
         self.lm_head = store(p["wte"], None, self.wtype)
         shape = (c.n_layer, c.n_head, c.n_positions, c.head_dim)
-        self.k_cache, self.v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)  # zero pages until written
+        # zero pages until written
+        self.k_cache, self.v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
         self.matrix_bytes = sum(m.nbytes for m in keep if isinstance(m, StoredMatrix)) + self.lm_head.nbytes
         self._keep = keep
-        self.model = Model(c.n_layer, c.n_head, c.n_embd, c.n_inner, c.vocab_size, c.n_positions, int(self.wtype),
-                           c.layer_norm_epsilon, _ptr(vec(p["wpe"])), _ptr(vec(p["ln_f"]["w"])),
-                           _ptr(vec(p["ln_f"]["b"])), _mat(self.lm_head), self.layers,
-                           _ptr(self.k_cache), _ptr(self.v_cache), None)
+        self.model = Model(
+            c.n_layer,
+            c.n_head,
+            c.n_embd,
+            c.n_inner,
+            c.vocab_size,
+            c.n_positions,
+            int(self.wtype),
+            c.layer_norm_epsilon,
+            _ptr(vec(p["wpe"])),
+            _ptr(vec(p["ln_f"]["w"])),
+            _ptr(vec(p["ln_f"]["b"])),
+            _mat(self.lm_head),
+            self.layers,
+            _ptr(self.k_cache),
+            _ptr(self.v_cache),
+            None,
+        )
         self._forward, self._model_ref = self.lib.gpt2_forward, ctypes.byref(self.model)
         self._one = np.zeros(1, np.int32)  # decode's token
         self._one_address = _ptr(self._one)

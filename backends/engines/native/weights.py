@@ -89,8 +89,11 @@ def quantise_blocks_q4(w: np.ndarray) -> np.ndarray:  # [N, K] -> uint8 [N, K/32
     scale = np.abs(blocks).max(axis=2) / np.float32(7)  # symmetric: -7..7
     scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
     q = (np.clip(np.rint(blocks / scale[:, :, None]), -8, 7) + 8).astype(np.uint8)  # [N, B, 32] in 0..15
-    records = [part for b, g in _q4_groups(k // QBLOCK)
-               for part in (np.ascontiguousarray(scale[:, b:b + g]).view(np.uint8), _pack_q4_group(q[:, b:b + g], g))]
+    records = [
+        part
+        for b, g in _q4_groups(k // QBLOCK)
+        for part in (np.ascontiguousarray(scale[:, b : b + g]).view(np.uint8), _pack_q4_group(q[:, b : b + g], g))
+    ]
     return np.ascontiguousarray(np.concatenate(records, axis=1))
 
 
@@ -99,12 +102,12 @@ def unpack_q4(records: np.ndarray, k: int) -> np.ndarray:  # uint8 [N, K/32 * 20
     n = records.shape[0]
     out = np.empty((n, k), np.float32)
     for b0, group in _q4_groups(k // QBLOCK):
-        record = records[:, b0 * Q4_BLOCK_BYTES:(b0 + group) * Q4_BLOCK_BYTES]
-        scale = np.ascontiguousarray(record[:, :4 * group]).view(np.float32)  # [N, G]
-        words = record[:, 4 * group:].reshape(n, group // 2, 1, QBLOCK)
+        record = records[:, b0 * Q4_BLOCK_BYTES : (b0 + group) * Q4_BLOCK_BYTES]
+        scale = np.ascontiguousarray(record[:, : 4 * group]).view(np.float32)  # [N, G]
+        words = record[:, 4 * group :].reshape(n, group // 2, 1, QBLOCK)
         slots = np.concatenate([words & 15, words >> 4], axis=2).reshape(n, group * QBLOCK)
         values = slots[:, _q4_positions(group)].reshape(n, group, QBLOCK).astype(np.float32) - 8  # [N, G, 32]
-        out[:, b0 * QBLOCK:(b0 + group) * QBLOCK] = (values * scale[:, :, None]).reshape(n, group * QBLOCK)
+        out[:, b0 * QBLOCK : (b0 + group) * QBLOCK] = (values * scale[:, :, None]).reshape(n, group * QBLOCK)
     return out
 
 
@@ -118,5 +121,7 @@ def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> S
     if wtype == WeightType.I8:
         return StoredMatrix(*quantise_rows_i8(w), bias)
     if w.shape[1] % (2 * QBLOCK):
-        raise ValueError(f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} (got {w.shape[1]})")
+        raise ValueError(
+            f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} (got {w.shape[1]})"
+        )
     return StoredMatrix(quantise_blocks_q4(w), None, bias)

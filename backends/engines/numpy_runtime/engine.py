@@ -7,21 +7,21 @@ the OS pages the weights in on the first token. Nothing here may import torch, e
 from __future__ import annotations
 
 import mmap
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from ...worker.blas import OpenBLAS, blas_name
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy, read_header
+from ...worker.blas import OpenBLAS, blas_name
 from .model import GPT2, file_mapping, nest_params
 
 
 def _read_ahead(weight) -> None:
     """Ask the kernel to start reading the whole file now (as llama.cpp does): on a cold page cache
     the I/O then overlaps with the rest of start-up instead of stalling each first touch. It
-    returns at once and costs ~0.03 ms when the file is already cached."""
+    returns at once and costs next to nothing when the file is already cached."""
     mapping = file_mapping(weight)
     if isinstance(mapping, mmap.mmap) and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
         try:
@@ -35,8 +35,8 @@ PROFILED_FUNCTIONS = ("linear", "lm_head", "attention", "softmax", "kv_write", "
 
 
 class NumpyEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         self.model: GPT2 | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
@@ -44,13 +44,21 @@ class NumpyEngine(Engine):
         progress("mapping weights", None)
         flat = mmap_numpy(model.safetensors)
         _read_ahead(flat["wte.weight"])
-        self.model = GPT2(nest_params(flat, config.n_layer), n_head=config.n_head,
-                          eps=np.float32(config.layer_norm_epsilon), max_seq=config.n_positions)
+        self.model = GPT2(
+            nest_params(flat, config.n_layer),
+            n_head=config.n_head,
+            eps=np.float32(config.layer_norm_epsilon),
+            max_seq=config.n_positions,
+        )
         widened = sorted({info.dtype for info in read_header(model.safetensors).values()} - {"F32"})
         notes = ["mmap zero-copy" if not widened else f"{'/'.join(widened)} widened to fp32 (copied)"]
-        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=config.weight_bytes(4, 4),
-                          kv_bytes_per_position=config.kv_bytes_per_position(4),
-                          notes="; ".join(notes + self._set_threads()))
+        return EngineInfo(
+            device="cpu",
+            dtype="fp32",
+            weight_bytes_per_token=config.weight_bytes(4, 4),
+            kv_bytes_per_position=config.kv_bytes_per_position(4),
+            notes="; ".join(notes + self._set_threads()),
+        )
 
     def _set_threads(self) -> list[str]:
         blas = OpenBLAS()
@@ -75,10 +83,11 @@ class NumpyEngine(Engine):
 
     def profiler(self):
         """Timers around the runtime's own functions (numpy has no profiler of its own)."""
+        from ...profile.categories import OpFamily
         from ...profile.timers import FunctionTimers
         from . import model
 
-        return FunctionTimers(model, PROFILED_FUNCTIONS, "numpy")
+        return FunctionTimers(model, PROFILED_FUNCTIONS, OpFamily.NUMPY_FUNCTIONS)
 
     def close(self) -> None:
         self.model = None  # drops the views; the map closes with its last reference

@@ -70,7 +70,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.matmul(softmax(scores), v)  # [H, T, hd]
 
 
-def mha(x: np.ndarray, c_attn: dict, c_proj: dict, n_head: int, cache: "LayerCache | None", pos: int) -> np.ndarray:
+def mha(x: np.ndarray, c_attn: dict, c_proj: dict, n_head: int, cache: LayerCache | None, pos: int) -> np.ndarray:
     """[T, d] -> [T, d]. With a cache, K/V are written at [pos, pos+T) and attention reads [0, pos+T)."""
     t, d = x.shape
     qkv = linear(x, **c_attn)  # [T, 3d]
@@ -83,7 +83,7 @@ def mha(x: np.ndarray, c_attn: dict, c_proj: dict, n_head: int, cache: "LayerCac
     return linear(merged, **c_proj)
 
 
-def kv_write(cache: "LayerCache", k: np.ndarray, v: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
+def kv_write(cache: LayerCache, k: np.ndarray, v: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
     """Write k/v [H, T, hd] at [pos, pos+T) of the cache; the views of [0, pos+T) to attend over."""
     t = k.shape[1]
     cache.k[:, pos : pos + t] = k
@@ -91,15 +91,33 @@ def kv_write(cache: "LayerCache", k: np.ndarray, v: np.ndarray, pos: int) -> tup
     return cache.k[:, : pos + t], cache.v[:, : pos + t]
 
 
-def block(x: np.ndarray, mlp: dict, attn: dict, ln_1: dict, ln_2: dict, n_head: int, eps: np.float32,
-          cache: "LayerCache | None", pos: int) -> np.ndarray:  # [T, d] -> [T, d]
+def block(
+    x: np.ndarray,
+    mlp: dict,
+    attn: dict,
+    ln_1: dict,
+    ln_2: dict,
+    n_head: int,
+    eps: np.float32,
+    cache: LayerCache | None,
+    pos: int,
+) -> np.ndarray:  # [T, d] -> [T, d]
     x += mha(layer_norm(x, **ln_1, eps=eps), **attn, n_head=n_head, cache=cache, pos=pos)  # x is ours
     x += ffn(layer_norm(x, **ln_2, eps=eps), **mlp)
     return x
 
 
-def gpt2_hidden(ids: np.ndarray, wte: np.ndarray, wpe: np.ndarray, blocks: list[dict], ln_f: dict, n_head: int,
-                eps: np.float32, caches: "list[LayerCache] | None", pos: int) -> np.ndarray:
+def gpt2_hidden(
+    ids: np.ndarray,
+    wte: np.ndarray,
+    wpe: np.ndarray,
+    blocks: list[dict],
+    ln_f: dict,
+    n_head: int,
+    eps: np.float32,
+    caches: list[LayerCache] | None,
+    pos: int,
+) -> np.ndarray:
     """Token ids [T] at positions [pos, pos+T) -> final hidden states [T, d] (after ln_f)."""
     x = wte[ids] + wpe[pos : pos + len(ids)]  # [T, d] (fancy indexing copies T rows only)
     for index, params in enumerate(blocks):
@@ -175,10 +193,18 @@ def nest_params(flat: dict[str, np.ndarray], n_layer: int) -> dict:
     def leaf(prefix: str) -> dict:
         return {"w": np.asarray(flat[prefix + ".weight"]), "b": np.asarray(flat[prefix + ".bias"])}
 
-    blocks = [{
-        "ln_1": leaf(f"h.{i}.ln_1"), "ln_2": leaf(f"h.{i}.ln_2"),
-        "attn": {"c_attn": leaf(f"h.{i}.attn.c_attn"), "c_proj": leaf(f"h.{i}.attn.c_proj")},
-        "mlp": {"c_fc": leaf(f"h.{i}.mlp.c_fc"), "c_proj": leaf(f"h.{i}.mlp.c_proj")},
-    } for i in range(n_layer)]
-    return {"wte": np.asarray(flat["wte.weight"]), "wpe": np.asarray(flat["wpe.weight"]),
-            "blocks": blocks, "ln_f": leaf("ln_f")}
+    blocks = [
+        {
+            "ln_1": leaf(f"h.{i}.ln_1"),
+            "ln_2": leaf(f"h.{i}.ln_2"),
+            "attn": {"c_attn": leaf(f"h.{i}.attn.c_attn"), "c_proj": leaf(f"h.{i}.attn.c_proj")},
+            "mlp": {"c_fc": leaf(f"h.{i}.mlp.c_fc"), "c_proj": leaf(f"h.{i}.mlp.c_proj")},
+        }
+        for i in range(n_layer)
+    ]
+    return {
+        "wte": np.asarray(flat["wte.weight"]),
+        "wpe": np.asarray(flat["wpe.weight"]),
+        "blocks": blocks,
+        "ln_f": leaf("ln_f"),
+    }

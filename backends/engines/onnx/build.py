@@ -17,8 +17,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from ...gpt2_config import GPT2Config
 from ...progress import ProgressFn
@@ -31,7 +32,7 @@ def build_fp32(safetensors: Path, config: GPT2Config, out_dir: Path, report: Pro
 
     Not onnxruntime.transformers' optimize_model(model_type="gpt2"): on this export its only
     new fusion is BiasGelu, which drops Gelu's approximate="tanh" and computes the exact erf
-    GELU (logits off by ~2e-3), and it takes ~20 s on GPT-2 small. ORT's session-level fusions
+    GELU (logits off by ~2e-3), and it is slow on GPT-2 small. ORT's session-level fusions
     keep the tanh form, and loading a saved ORT-optimised copy was no faster than optimising.
     """
     report("exporting to ONNX (torch.export)", 0.05)
@@ -50,8 +51,13 @@ def build_int8(source: Path, out_dir: Path, report: ProgressFn) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # No DefaultTensorType needed: that fix is for the ORT optimiser's output, not used here.
-    quantize_dynamic(source, out_dir / MODEL_FILE, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     use_external_data_format=True)
+    quantize_dynamic(
+        source,
+        out_dir / MODEL_FILE,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        use_external_data_format=True,
+    )
     return {"quantisation": "quantize_dynamic QInt8 per-tensor, MatMul only"}
 
 
@@ -101,6 +107,7 @@ def stored_weight_bytes(model_file: Path) -> int:
 
 def _exit_when_parent_goes(stdin: TextIO) -> None:
     """The parent holds our stdin open; EOF means it is gone (or wants us gone)."""
+
     def watch() -> None:
         try:
             stdin.read()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,8 +28,19 @@ KIND = "onnx"
 FORMAT_VERSION = 3  # bump when the export changes: older caches are then rebuilt (3: weight bytes in the manifest)
 VARIANTS = ("fp32", "int8", "int4")
 # The config keys the exported graph depends on (the weights hash covers the rest).
-_GRAPH_KEYS = ("n_embd", "n_head", "n_layer", "n_positions", "vocab_size", "n_inner", "activation_function",
-               "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn")
+_GRAPH_KEYS = (
+    "n_embd",
+    "n_head",
+    "n_layer",
+    "n_positions",
+    "vocab_size",
+    "n_inner",
+    "activation_function",
+    "layer_norm_epsilon",
+    "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx",
+    "reorder_and_upcast_attn",
+)
 
 
 class OnnxBuildError(RuntimeError):
@@ -56,8 +66,12 @@ def variant_dir(model: ModelFiles, variant: str) -> Path:
 def meta(model: ModelFiles, variant: str, format_version: int = FORMAT_VERSION) -> dict:
     """What a cached variant must have been built with to be used (`format_version`: the export's,
     which each family that builds from this export bumps on its own)."""
-    return {"format": format_version, "variant": variant, "weights_hash": model.weights_hash,
-            "config_digest": config_digest(model.config)}
+    return {
+        "format": format_version,
+        "variant": variant,
+        "weights_hash": model.weights_hash,
+        "config_digest": config_digest(model.config),
+    }
 
 
 def model_path(artefact: Artifact) -> Path:
@@ -66,14 +80,24 @@ def model_path(artefact: Artifact) -> Path:
 
 def ensure(model: ModelFiles, variant: str, progress: ProgressFn) -> Artifact:
     """The cached artefact if it is whole and current, else a freshly built one."""
-    return _ready(artifact_cache.ensure(KIND, _key(model), variant, _builder(model, variant, progress),
-                                        progress, meta(model, variant)), variant, progress)
+    return _ready(
+        artifact_cache.ensure(
+            KIND, _key(model), variant, _builder(model, variant, progress), progress, meta(model, variant)
+        ),
+        variant,
+        progress,
+    )
 
 
 def rebuild(model: ModelFiles, variant: str, progress: ProgressFn) -> Artifact:
     """Throw the cached artefact away and build it again (its session would not open)."""
-    return _ready(artifact_cache.rebuild(KIND, _key(model), variant, _builder(model, variant, progress),
-                                         progress, meta(model, variant)), variant, progress)
+    return _ready(
+        artifact_cache.rebuild(
+            KIND, _key(model), variant, _builder(model, variant, progress), progress, meta(model, variant)
+        ),
+        variant,
+        progress,
+    )
 
 
 def _ready(artefact: Artifact, variant: str, progress: ProgressFn) -> Artifact:
@@ -102,15 +126,15 @@ def _builder(model: ModelFiles, variant: str, progress: ProgressFn) -> BuildFn:
     return build
 
 
-def run_builder(args: list[str], progress: ProgressFn, variant: str,
-                 module: str = "whistle_stop.backends.engines.onnx.build") -> dict:
+def run_builder(
+    args: list[str], progress: ProgressFn, variant: str, module: str = "whistle_stop.backends.engines.onnx.build"
+) -> dict:
     """Run onnx/build.py (or another builder `module` speaking its protocol, e.g. concat_build)
     in a child process, relaying its progress lines; return its details."""
     command = [sys.executable, "-m", module, *args]
     details: dict | None = None
     with tempfile.TemporaryFile() as log:
-        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                 text=True)
+        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
             for line in child.stdout:
                 try:
@@ -132,8 +156,9 @@ def run_builder(args: list[str], progress: ProgressFn, variant: str,
             log.seek(0)
             tail = log.read().decode("utf-8", "replace").strip().splitlines()[-15:]
             last = next((line for line in reversed(tail) if line.strip()), "no output")
-            raise OnnxBuildError(f"building the ONNX {variant} model failed (exit code {code}): {last}\n"
-                                 + "\n".join(tail))
+            raise OnnxBuildError(
+                f"building the ONNX {variant} model failed (exit code {code}): {last}\n" + "\n".join(tail)
+            )
     return details
 
 

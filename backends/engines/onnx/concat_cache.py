@@ -29,20 +29,32 @@ def variant_dir(model: ModelFiles) -> Path:
 
 def meta(model: ModelFiles) -> dict:
     """What the cached export must have been built with to be used."""
-    return {"format": FORMAT_VERSION, "variant": VARIANT, "weights_hash": model.weights_hash,
-            "config_digest": onnx_cache.config_digest(model.config)}
+    return {
+        "format": FORMAT_VERSION,
+        "variant": VARIANT,
+        "weights_hash": model.weights_hash,
+        "config_digest": onnx_cache.config_digest(model.config),
+    }
 
 
 def ensure(model: ModelFiles, progress: ProgressFn) -> Artifact:
     """The cached export if it is whole and current, else a freshly built one."""
-    return _ready(artifact_cache.ensure(onnx_cache.KIND, onnx_cache._key(model), VARIANT, _builder(model, progress),
-                                        progress, meta(model)), progress)
+    return _ready(
+        artifact_cache.ensure(
+            onnx_cache.KIND, onnx_cache._key(model), VARIANT, _builder(model, progress), progress, meta(model)
+        ),
+        progress,
+    )
 
 
 def rebuild(model: ModelFiles, progress: ProgressFn) -> Artifact:
     """Throw the cached export away and build it again (its session would not open)."""
-    return _ready(artifact_cache.rebuild(onnx_cache.KIND, onnx_cache._key(model), VARIANT, _builder(model, progress),
-                                         progress, meta(model)), progress)
+    return _ready(
+        artifact_cache.rebuild(
+            onnx_cache.KIND, onnx_cache._key(model), VARIANT, _builder(model, progress), progress, meta(model)
+        ),
+        progress,
+    )
 
 
 def _ready(artefact: Artifact, progress: ProgressFn) -> Artifact:

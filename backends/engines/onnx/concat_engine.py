@@ -11,7 +11,7 @@ the shared cache (concat_cache.py), built in a child process when missing.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -28,8 +28,8 @@ NOTE = "past/present concatenated per step (ORT's classic GPT-2 export): the cac
 
 
 class OnnxConcatEngine(Engine):
-    def __init__(self, options: EngineOptions) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions) -> None:
+        super().__init__(name, options)
         self.session: ort.InferenceSession | None = None
         self._past: list[np.ndarray] = []  # the last step's presents: the next step's past
         self._length = 0  # positions in the past
@@ -41,23 +41,36 @@ class OnnxConcatEngine(Engine):
         self._empty = np.zeros((1, config.n_head, 0, config.head_dim), np.float32)
 
         self.session, artefact, build_s = open_cached(
-            lambda: concat_cache.ensure(model, progress), lambda: concat_cache.rebuild(model, progress),
-            self.options.threads, "classic past/present", progress)
+            lambda: concat_cache.ensure(model, progress),
+            lambda: concat_cache.rebuild(model, progress),
+            self.options.threads,
+            "classic past/present",
+            progress,
+        )
         self._artefact = artefact
         # Names from the graph itself (concat_export.py's, in its order): importing that module
         # would import torch into the worker.
         self._past_names = [i.name for i in self.session.get_inputs() if i.name not in ("input_ids", "logit_index")]
         self._outputs = [o.name for o in self.session.get_outputs()]  # logits, then present_{i}_k/v
-        notes = [f"providers={','.join(self.session.get_providers())}", "opt=ORT_ENABLE_ALL at load",
-                 f"cache={'built' if artefact.built else 'hit'}", f"threads={self.options.threads or 'ort default'}",
-                 NOTE]
+        notes = [
+            f"providers={','.join(self.session.get_providers())}",
+            "opt=ORT_ENABLE_ALL at load",
+            f"cache={'built' if artefact.built else 'hit'}",
+            f"threads={self.options.threads or 'ort default'}",
+            NOTE,
+        ]
         if self.options.device not in ("", "cpu"):
             notes.append(f"device={self.options.device} not honoured: CPU execution provider only")
         weight_bytes = int(artefact.details.get("weight_bytes_per_token") or config.weight_bytes(4, 4))
-        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=weight_bytes,
-                          kv_bytes_per_position=config.kv_bytes_per_position(4),
-                          build_s=build_s, artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
-                          notes="; ".join(notes))
+        return EngineInfo(
+            device="cpu",
+            dtype="fp32",
+            weight_bytes_per_token=weight_bytes,
+            kv_bytes_per_position=config.kv_bytes_per_position(4),
+            build_s=build_s,
+            artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
+            notes="; ".join(notes),
+        )
 
     @property
     def past(self) -> tuple[np.ndarray, ...]:
@@ -91,8 +104,9 @@ class OnnxConcatEngine(Engine):
             raise RuntimeError("the engine is not loaded")
         return token_array(token_ids, self._context)
 
-    def _run(self, ids: np.ndarray, rows: np.ndarray,
-             past: list[np.ndarray] | None) -> tuple[np.ndarray, list[np.ndarray]]:
+    def _run(
+        self, ids: np.ndarray, rows: np.ndarray, past: list[np.ndarray] | None
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One session.run: (logits [K, vocab], presents). `past` None: a new sequence."""
         feed = {"input_ids": ids, "logit_index": rows}
         feed.update(zip(self._past_names, past if past is not None else [self._empty] * len(self._past_names)))

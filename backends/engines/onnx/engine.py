@@ -9,7 +9,7 @@ written in place). Logits land in a preallocated buffer.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -26,8 +26,8 @@ _MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
 
 
 class OnnxEngine(Engine):
-    def __init__(self, options: EngineOptions, variant: str = "fp32") -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, variant: str = "fp32") -> None:
+        super().__init__(name, options)
         if variant not in onnx_cache.VARIANTS:
             raise UsageError(f"unknown ONNX variant {variant!r}; known: {', '.join(onnx_cache.VARIANTS)}")
         self.variant = variant
@@ -54,12 +54,20 @@ class OnnxEngine(Engine):
 
         self.session, artefact, build_s = open_cached(
             lambda: onnx_cache.ensure(model, self.variant, progress),
-            lambda: onnx_cache.rebuild(model, self.variant, progress), self.options.threads, self.variant, progress)
+            lambda: onnx_cache.rebuild(model, self.variant, progress),
+            self.options.threads,
+            self.variant,
+            progress,
+        )
         self._artefact = artefact
         build = artefact.details
-        notes = [f"providers={','.join(self.session.get_providers())}", "opt=ORT_ENABLE_ALL at load",
-                 f"cache={'built' if artefact.built else 'hit'}", f"threads={self.options.threads or 'ort default'}",
-                 "iobinding, in-place KV cache (GroupQueryAttention)"]
+        notes = [
+            f"providers={','.join(self.session.get_providers())}",
+            "opt=ORT_ENABLE_ALL at load",
+            f"cache={'built' if artefact.built else 'hit'}",
+            f"threads={self.options.threads or 'ort default'}",
+            "iobinding, in-place KV cache (GroupQueryAttention)",
+        ]
         if "quantisation" in build:
             notes.append(build["quantisation"])
         if self.options.device not in ("", "cpu"):
@@ -67,10 +75,15 @@ class OnnxEngine(Engine):
         # The initializers as stored (scales and zero points included); the estimate from the
         # shapes only for a manifest without the figure.
         weight_bytes = int(build.get("weight_bytes_per_token") or config.weight_bytes(_MATRIX_BYTES[self.variant], 4))
-        return EngineInfo(device="cpu", dtype=self.variant, weight_bytes_per_token=weight_bytes,
-                          kv_bytes_per_position=config.kv_bytes_per_position(4),  # fp32 KV buffers for every variant
-                          build_s=build_s, artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
-                          notes="; ".join(notes))
+        return EngineInfo(
+            device="cpu",
+            dtype=self.variant,
+            weight_bytes_per_token=weight_bytes,
+            kv_bytes_per_position=config.kv_bytes_per_position(4),  # fp32 KV buffers for every variant
+            build_s=build_s,
+            artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
+            notes="; ".join(notes),
+        )
 
     def profiler(self):
         """ORT's own session profiling, on a second session opened for the profiled run."""

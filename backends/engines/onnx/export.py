@@ -11,8 +11,8 @@ Graph signature (L layers, H heads, D head size, C cache capacity >= P + T):
   -> logits [K, vocab] float32, present_{i}_k / present_{i}_v [1, H, C, D] float32
 Attention is onnxruntime's GroupQueryAttention (com.microsoft; here plain multi-head, causal):
 when the caller binds the same buffer as past and present it writes the T new positions in
-place, so a decode step never copies the cache (a Concat per layer cost ~1.5 ms per token at
-P=100, a third of an int8 step). Prefill and decode pass logit_index = [T-1] (the lm_head runs
+place, so a decode step never copies the cache (a Concat per layer is a large part of an int8
+step: docs/engines.md). Prefill and decode pass logit_index = [T-1] (the lm_head runs
 for one row); scoring a whole sequence passes arange(T).
 """
 
@@ -54,10 +54,13 @@ class GPT2WithPast(nn.Module):
         # the lm_head (a plain MatMul, which the quantisers recognise; a transposed use would not be).
         self.wte_t = param(weights["wte.weight"].T)
         self.wpe = param(weights["wpe.weight"])
-        self.p = nn.ParameterDict({
-            name.replace(".", "_"): param(array)
-            for name, array in weights.items() if name.startswith(("h.", "ln_f."))
-        })
+        self.p = nn.ParameterDict(
+            {
+                name.replace(".", "_"): param(array)
+                for name, array in weights.items()
+                if name.startswith(("h.", "ln_f."))
+            }
+        )
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return nn.functional.layer_norm(x, (self.d,), self.p[name + "_weight"], self.p[name + "_bias"], self.eps)
@@ -78,22 +81,25 @@ class GPT2WithPast(nn.Module):
                 "com.microsoft::GroupQueryAttention",
                 [q[None], k[None], v[None], past_k, past_v, seqlens_k, total_length],
                 {"num_heads": self.n_head, "kv_num_heads": self.n_head, "scale": scale},
-                dtypes=[torch.float32] * 3, shapes=[[1, t, self.d], past_k.shape, past_v.shape], version=1,
+                dtypes=[torch.float32] * 3,
+                shapes=[[1, t, self.d], past_k.shape, past_v.shape],
+                version=1,
             )
             return out[0], present_k, present_v
         # Eager reference with the same in-place semantics (what the exported op computes).
         start = int(past_length[0])
         present_k, present_v = past_k.clone(), past_v.clone()
-        present_k[:, :, start:start + t], present_v[:, :, start:start + t] = self._heads(k), self._heads(v)
-        keys, values = present_k[:, :, :start + t], present_v[:, :, :start + t]
+        present_k[:, :, start : start + t], present_v[:, :, start : start + t] = self._heads(k), self._heads(v)
+        keys, values = present_k[:, :, : start + t], present_v[:, :, : start + t]
         scores = (self._heads(q) @ keys.transpose(2, 3)) * scale
         blocked = torch.arange(start + t)[None, :] > torch.arange(start, start + t)[:, None]
         scores = scores.masked_fill(blocked, torch.finfo(torch.float32).min)
         out = (torch.softmax(scores, dim=-1) @ values)[0].transpose(0, 1).reshape(t, self.d)
         return out, present_k, present_v
 
-    def forward(self, input_ids: torch.Tensor, logit_index: torch.Tensor, past_length: torch.Tensor,
-                *past: torch.Tensor):
+    def forward(
+        self, input_ids: torch.Tensor, logit_index: torch.Tensor, past_length: torch.Tensor, *past: torch.Tensor
+    ):
         t = input_ids.shape[1]
         positions = past_length + torch.arange(t, dtype=torch.long)
         total = past_length + t  # [1]
@@ -103,11 +109,13 @@ class GPT2WithPast(nn.Module):
             h = f"h_{i}_"
             q, k, v = self._linear(self._norm(x, h + "ln_1"), h + "attn_c_attn").split(self.d, dim=1)
             attended, present_k, present_v = self._attention(
-                q, k, v, past[2 * i], past[2 * i + 1], past_length, total, self.scale)
+                q, k, v, past[2 * i], past[2 * i + 1], past_length, total, self.scale
+            )
             presents += [present_k, present_v]
             x = x + self._linear(attended, h + "attn_c_proj")
             m = self._linear(self._norm(x, h + "ln_2"), h + "mlp_c_fc")
-            x = x + self._linear(nn.functional.gelu(m, approximate="tanh"), h + "mlp_c_proj")  # all admitted activations
+            # all admitted activations
+            x = x + self._linear(nn.functional.gelu(m, approximate="tanh"), h + "mlp_c_proj")
         x = self._norm(torch.index_select(x, 0, logit_index), "ln_f")
         return (x @ self.wte_t, *presents)
 
@@ -135,7 +143,12 @@ def export_gpt2(safetensors: Path, config: GPT2Config, out: Path) -> None:
     # The dynamo exporter, not TorchScript: TorchScript export is deprecated in torch 2.x and
     # stores a tied weight once per use; dynamo keeps this module's single wte copy once too.
     program = torch.onnx.export(
-        module, (ids, logit_index, past_length, *past), dynamo=True, dynamic_shapes=dynamic,
-        input_names=input_names(n_layer), output_names=output_names(n_layer), verbose=False,
+        module,
+        (ids, logit_index, past_length, *past),
+        dynamo=True,
+        dynamic_shapes=dynamic,
+        input_names=input_names(n_layer),
+        output_names=output_names(n_layer),
+        verbose=False,
     )
     program.save(str(out), external_data=True)

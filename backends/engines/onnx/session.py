@@ -3,8 +3,8 @@ so engines built on different exports differ only in their graphs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnxruntime as ort
@@ -30,8 +30,9 @@ def open_session(model_path: Path, threads: int, profile_prefix: str = "") -> or
     return ort.InferenceSession(str(model_path), options, providers=[PROVIDER])
 
 
-def open_cached(ensure: Callable[[], Artifact], rebuild: Callable[[], Artifact], threads: int, label: str,
-                progress: ProgressFn) -> tuple[ort.InferenceSession, Artifact, float]:
+def open_cached(
+    ensure: Callable[[], Artifact], rebuild: Callable[[], Artifact], threads: int, label: str, progress: ProgressFn
+) -> tuple[ort.InferenceSession, Artifact, float]:
     """(session, artefact, build seconds) for a cached export: a cached file ORT cannot read is
     rebuilt once; a file built just now that ORT cannot read is an error."""
     artefact = ensure()

@@ -53,19 +53,23 @@ def build(model: ModelFiles, out: Path, weight_format: str, progress) -> dict:
     progress("converting the GPT-2 tokenizer to OpenVINO", None)
     write_tokenizers(out)
     shutil.copyfile(model.folder / "config.json", out / "config.json")
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "do_sample": False}, indent=1))
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "do_sample": False}, indent=1)
+    )
     import openvino_tokenizers
 
-    return {"openvino_tokenizers": openvino_tokenizers.__version__,
-            "int4_group": INT4_GROUP if weight_format == "int4" else None}
+    return {
+        "openvino_tokenizers": openvino_tokenizers.__version__,
+        "int4_group": INT4_GROUP if weight_format == "int4" else None,
+    }
 
 
 def adapt_for_genai(model: ov.Model) -> None:
     """Our graph -> GenAI's interface: add an `attention_mask` input (batch 1 needs none: the
     causal mask comes from position_ids) and make `logits` [1, 1, vocab]."""
-    result = next(r for r in model.get_results() if "logits" in r.output(0).get_names()
-                  or r.get_friendly_name() == "logits")
+    result = next(
+        r for r in model.get_results() if "logits" in r.output(0).get_names() or r.get_friendly_name() == "logits"
+    )
     source = result.input_value(0)
     source.get_tensor().set_names(set())
     logits = ops.unsqueeze(source, _i64(1))
@@ -110,8 +114,11 @@ def compress_int4(model: ov.Model, config: GPT2Config, keep: list) -> None:
 
 
 def _compress_tied_table(model: ov.Model, vocab: int, d: int) -> None:
-    table = next(op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"
-                 and tuple(op.get_output_shape(0)) == (vocab, d))
+    table = next(
+        op
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant" and tuple(op.get_output_shape(0)) == (vocab, d)
+    )
     q, scale = quantize_rows(np.asarray(table.get_data(), dtype=np.float32))
     q_node, scale_node = ops.constant(q), ops.constant(scale)
     for target in list(table.output(0).get_target_inputs()):

@@ -38,10 +38,17 @@ def build_quantised(variant: str, source: Path, config: GPT2Config, out: Path) -
     import onnx
     from onnxruntime.quantization import matmul_nbits_quantizer as nbits
 
-    algo = nbits.DefaultWeightOnlyQuantConfig(block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=4,
-                                              bits=BITS[variant])
-    quantizer = nbits.MatMulNBitsQuantizer(onnx.load(str(source)), bits=BITS[variant], block_size=BLOCK_SIZE,
-                                           is_symmetric=True, accuracy_level=4, algo_config=algo)
+    algo = nbits.DefaultWeightOnlyQuantConfig(
+        block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=4, bits=BITS[variant]
+    )
+    quantizer = nbits.MatMulNBitsQuantizer(
+        onnx.load(str(source)),
+        bits=BITS[variant],
+        block_size=BLOCK_SIZE,
+        is_symmetric=True,
+        accuracy_level=4,
+        algo_config=algo,
+    )
     quantizer.process()
     quantizer.model.save_model_to_file(str(out / MODEL_FILE), use_external_data_format=True)
     return {"quantisation": quantisation_note(variant)}

@@ -32,14 +32,16 @@ def meta(model: ModelFiles, variant: str) -> dict:
 
 def ensure(model: ModelFiles, variant: str, progress: ProgressFn) -> Artifact:
     """The cached artefact if it is whole and current, else a freshly built one."""
-    return artifact_cache.ensure(ORTGENAI_KIND, model.weights_hash, variant, _builder(model, variant, progress),
-                                 progress, meta(model, variant))
+    return artifact_cache.ensure(
+        ORTGENAI_KIND, model.weights_hash, variant, _builder(model, variant, progress), progress, meta(model, variant)
+    )
 
 
 def rebuild(model: ModelFiles, variant: str, progress: ProgressFn) -> Artifact:
     """Throw the cached artefact away and build it again (GenAI would not open it)."""
-    return artifact_cache.rebuild(ORTGENAI_KIND, model.weights_hash, variant, _builder(model, variant, progress),
-                                  progress, meta(model, variant))
+    return artifact_cache.rebuild(
+        ORTGENAI_KIND, model.weights_hash, variant, _builder(model, variant, progress), progress, meta(model, variant)
+    )
 
 
 def _builder(model: ModelFiles, variant: str, progress: ProgressFn) -> BuildFn:
@@ -55,7 +57,9 @@ def _builder(model: ModelFiles, variant: str, progress: ProgressFn) -> BuildFn:
             source = ensure(model, "fp32", scaled(progress, 0.0, 0.7))
             args += ["--source", str(source.folder / MODEL_FILE)]
             span = (0.7, 1.0)
-        details = onnx_cache.run_builder(args + ["--out", str(out)], scaled(progress, *span), f"GenAI {variant}", _BUILDER)
+        details = onnx_cache.run_builder(
+            args + ["--out", str(out)], scaled(progress, *span), f"GenAI {variant}", _BUILDER
+        )
         return {**details, "model_id": model.model_id, "onnxruntime": _version("onnxruntime")}
 
     return build

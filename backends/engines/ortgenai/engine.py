@@ -11,12 +11,12 @@ Threads are overlaid on genai_config.json's session options at load (the cached 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from importlib.metadata import version
-from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...engine import Engine, EngineInfo, EngineOptions
+from ...engine import Capabilities, Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
 from ...progress import ProgressFn
 from ...sampling import Sampler
@@ -30,8 +30,10 @@ _MATRIX_BYTES = {"fp32": 4, "int8": 1 + 4 / 32, "int4": 0.5 + 4 / 32}  # fallbac
 
 
 class OrtGenAIEngine(Engine):
-    def __init__(self, options: EngineOptions, variant: str = "fp32") -> None:
-        super().__init__(options)
+    capabilities = Capabilities(own_loop=True)  # GenAI's C++ loop makes the tokens
+
+    def __init__(self, name: str, options: EngineOptions, variant: str = "fp32") -> None:
+        super().__init__(name, options)
         if variant not in genai_cache.VARIANTS:
             raise UsageError(f"unknown GenAI variant {variant!r}; known: {', '.join(genai_cache.VARIANTS)}")
         import onnxruntime_genai as og  # here, not at import: the registry lists engines without it
@@ -61,19 +63,30 @@ class OrtGenAIEngine(Engine):
             self.model = self._open(artefact)
         self.folder = artefact.folder
         threads = self.options.threads
-        notes = [f"onnxruntime-genai {version('onnxruntime-genai')}", "CPU provider",
-                 f"threads={threads or 'ort default'} (intra-op, genai_config session options)",
-                 "KV cache: past/present concatenated per step", "tokens from GenAI's own loop"]
+        notes = [
+            f"onnxruntime-genai {version('onnxruntime-genai')}",
+            "CPU provider",
+            f"threads={threads or 'ort default'} (intra-op, genai_config session options)",
+            "KV cache: past/present concatenated per step",
+            "tokens from GenAI's own loop",
+        ]
         if self.variant != "fp32":
             notes.append(quantisation_note(self.variant))
         if self.options.device not in ("", "cpu"):
             notes.append(f"device={self.options.device} not honoured: CPU provider only")
-        weight_bytes = int(artefact.details.get("weight_bytes_per_token")
-                           or config.weight_bytes(_MATRIX_BYTES[self.variant], 4))
-        return EngineInfo(device="cpu", dtype=self.variant, weight_bytes_per_token=weight_bytes,
-                          kv_bytes_per_position=config.kv_bytes_per_position(4),  # fp32 KV for every variant
-                          build_s=build_s, artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
-                          samples_natively=True, notes="; ".join(notes))
+        weight_bytes = int(
+            artefact.details.get("weight_bytes_per_token") or config.weight_bytes(_MATRIX_BYTES[self.variant], 4)
+        )
+        return EngineInfo(
+            device="cpu",
+            dtype=self.variant,
+            weight_bytes_per_token=weight_bytes,
+            kv_bytes_per_position=config.kv_bytes_per_position(4),  # fp32 KV for every variant
+            build_s=build_s,
+            artifact_cache="miss" if build_s > 0 or artefact.built else "hit",
+            samples_natively=True,
+            notes="; ".join(notes),
+        )
 
     def _open(self, artefact: Artifact):
         config = self.og.Config(str(artefact.folder))
@@ -81,8 +94,9 @@ class OrtGenAIEngine(Engine):
         config.overlay(threads_overlay(self.options.threads))
         return self.og.Model(config)
 
-    def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
-               cancel: threading.Event | None = None) -> Iterator[int]:
+    def stream(
+        self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
+    ) -> Iterator[int]:
         if self.model is None:
             raise RuntimeError("the engine is not loaded")
         ids = np.asarray(list(token_ids), dtype=np.int32)
@@ -93,10 +107,17 @@ class OrtGenAIEngine(Engine):
         self.run_notes = ""  # a greedy run after a sampled one is the shared argmax again
         options = {"max_length": length, "min_length": length, "num_beams": 1, "do_sample": False, "top_k": 1}
         if not params.is_greedy:
-            options.update(do_sample=True, top_k=params.top_k or self._vocab, top_p=params.top_p,
-                           temperature=params.temperature, random_seed=params.seed)
-            self.run_notes = ("sampled by GenAI's own sampler (same temperature/top-k/top-p/seed, "
-                              "its own random numbers: tokens differ from the shared sampler's)")
+            options.update(
+                do_sample=True,
+                top_k=params.top_k or self._vocab,
+                top_p=params.top_p,
+                temperature=params.temperature,
+                random_seed=params.seed,
+            )
+            self.run_notes = (
+                "sampled by GenAI's own sampler (same temperature/top-k/top-p/seed, "
+                "its own random numbers: tokens differ from the shared sampler's)"
+            )
         search = self.og.GeneratorParams(self.model)
         search.set_search_options(**options)
         generator = self.og.Generator(self.model, search)

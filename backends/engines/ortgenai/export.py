@@ -59,7 +59,12 @@ def export_decoder(safetensors: Path, config: GPT2Config, out: Path) -> None:
     cached = torch.export.Dim("P", min=0, max=context - 1)
     dynamic = ({1: new}, tuple({2: cached} for _ in past))
     program = torch.onnx.export(
-        module, (ids, *past), dynamo=True, dynamic_shapes=dynamic,
-        input_names=input_names(n_layer), output_names=output_names(n_layer), verbose=False,
+        module,
+        (ids, *past),
+        dynamo=True,
+        dynamic_shapes=dynamic,
+        input_names=input_names(n_layer),
+        output_names=output_names(n_layer),
+        verbose=False,
     )
     program.save(str(out), external_data=True)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 GRACE_S = 5.0
 
@@ -47,7 +47,7 @@ def stop_group(pgid: int, grace_s: float = GRACE_S, reap: Callable[[], object] |
 
 
 def main(argv: list[str]) -> int:
-    command = argv[argv.index("--") + 1:] if "--" in argv else argv
+    command = argv[argv.index("--") + 1 :] if "--" in argv else argv
     if not command:
         print("guard: no server command", file=sys.stderr)
         return 2

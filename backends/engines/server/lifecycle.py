@@ -79,9 +79,14 @@ class ManagedServer:
         if self.command.log_path is not None:
             self.command.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_handle = open(self.command.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
-        self.guard = subprocess.Popen([sys.executable, str(GUARD), "--", *self.command.argv], env=env,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        self.guard = subprocess.Popen(
+            [sys.executable, str(GUARD), "--", *self.command.argv],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             first = self.guard.stdout.readline().decode("utf-8", "replace").strip()
             self.pid = int(first)
@@ -103,18 +108,24 @@ class ManagedServer:
             if cancel is not None and cancel.is_set():
                 raise ServerError(f"cancelled while the {self.command.name} was starting")
             if self.guard.poll() is not None:
-                raise ServerError(f"the {self.command.name} exited while starting (exit code "
-                                  f"{self.guard.returncode}){self._tail_text()}")
+                raise ServerError(
+                    f"the {self.command.name} exited while starting (exit code "
+                    f"{self.guard.returncode}){self._tail_text()}"
+                )
             if self.answers(self.command.ready_path):
                 return
             elapsed = time.monotonic() - began
             if elapsed > timeout_s:
-                raise ServerError(f"the {self.command.name} did not answer on {self.command.host}:{self.command.port} "
-                                  f"within {timeout_s:g} s{self._tail_text()}")
+                raise ServerError(
+                    f"the {self.command.name} did not answer on {self.command.host}:{self.command.port} "
+                    f"within {timeout_s:g} s{self._tail_text()}"
+                )
             if elapsed - last_report >= _PROGRESS_EVERY_S:
                 last_report = elapsed
                 line = self._tail[-1] if self._tail else ""
-                progress(f"starting the {self.command.name}: {elapsed:.0f} s" + (f" ({line[:120]})" if line else ""), None)
+                progress(
+                    f"starting the {self.command.name}: {elapsed:.0f} s" + (f" ({line[:120]})" if line else ""), None
+                )
             time.sleep(_POLL_S)
 
     def answers(self, path: str, timeout_s: float = 2.0) -> bool:

@@ -35,7 +35,7 @@ class HistogramTotals:
     total_s: float
     count: float
 
-    def minus(self, before: "HistogramTotals") -> "HistogramTotals":
+    def minus(self, before: HistogramTotals) -> HistogramTotals:
         return HistogramTotals(self.total_s - before.total_s, self.count - before.count)
 
     @property
@@ -59,57 +59,6 @@ def parse(text: str) -> ServerMetrics:
             count = value(found, name + "_count")
             if count is not None:
                 return HistogramTotals(value(found, name + "_sum") or 0.0, count)
-        return None
-
-    return ServerMetrics(first(TTFT_METRICS), first(ITL_METRICS))
-
-
-@dataclass(frozen=True)
-class HistogramTotals:
-    """Sum (seconds) and count of one histogram, over all its label sets."""
-
-    total_s: float
-    count: float
-
-    def minus(self, before: "HistogramTotals") -> "HistogramTotals":
-        return HistogramTotals(self.total_s - before.total_s, self.count - before.count)
-
-    @property
-    def mean_ms(self) -> float:
-        return self.total_s * 1e3 / self.count if self.count > 0 else math.nan
-
-
-@dataclass(frozen=True)
-class ServerMetrics:
-    """The histograms a cross-check needs, at one moment (None where the server has none)."""
-
-    ttft: HistogramTotals | None
-    itl: HistogramTotals | None
-
-
-def parse(text: str) -> ServerMetrics:
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        name, value = match.group(1), match.group(3)
-        try:
-            number = float(value)
-        except ValueError:
-            continue
-        if name.endswith("_sum"):
-            sums[name[:-4]] = sums.get(name[:-4], 0.0) + number
-        elif name.endswith("_count"):
-            counts[name[:-6]] = counts.get(name[:-6], 0.0) + number
-
-    def first(names: tuple[str, ...]) -> HistogramTotals | None:
-        for name in names:
-            if name in counts:
-                return HistogramTotals(sums.get(name, 0.0), counts[name])
         return None
 
     return ServerMetrics(first(TTFT_METRICS), first(ITL_METRICS))
@@ -172,7 +121,9 @@ def histogram(found: dict[str, list[tuple[str, float]]], name: str) -> Histogram
         if match:
             bound = math.inf if match.group(1) in ("+Inf", "Inf") else float(match.group(1))
             bounds[bound] = bounds.get(bound, 0.0) + count
-    return Histogram(tuple(sorted(bounds.items())), value(found, name + "_sum") or 0.0, value(found, name + "_count") or 0.0)
+    return Histogram(
+        tuple(sorted(bounds.items())), value(found, name + "_sum") or 0.0, value(found, name + "_count") or 0.0
+    )
 
 
 def settled(before: ServerMetrics, after: ServerMetrics, requests: int) -> bool:
@@ -182,8 +133,9 @@ def settled(before: ServerMetrics, after: ServerMetrics, requests: int) -> bool:
     return after.ttft.count - before.ttft.count >= requests
 
 
-def cross_check_note(before: ServerMetrics | None, after: ServerMetrics | None, client_ttft_ms: float,
-                     client_itl_ms: float) -> str:
+def cross_check_note(
+    before: ServerMetrics | None, after: ServerMetrics | None, client_ttft_ms: float, client_itl_ms: float
+) -> str:
     """One note: the server's own mean TTFT and ITL over the span, beside the client's means."""
     if before is None or after is None or before.ttft is None or after.ttft is None:
         return ""

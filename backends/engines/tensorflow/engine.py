@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before tensorflow is imported (by .model)
 
@@ -23,7 +23,7 @@ from ...engine import Engine, EngineInfo, EngineOptions  # noqa: E402
 from ...errors import UsageError  # noqa: E402
 from ...sources.model_files import ModelFiles  # noqa: E402
 from ...worker.threads import default_threads  # noqa: E402
-from .model import GPT2, load_variables  # noqa: E402  (imports tensorflow: 2-3 s, counted as import time)
+from .model import GPT2, load_variables  # noqa: E402  (imports tensorflow: counted as import time)
 
 
 def set_threads(threads: int) -> tuple[int, int, str]:
@@ -44,8 +44,8 @@ def set_threads(threads: int) -> tuple[int, int, str]:
 
 
 class TFEngine(Engine):
-    def __init__(self, options: EngineOptions, xla: bool = False) -> None:
-        super().__init__(options)
+    def __init__(self, name: str, options: EngineOptions, xla: bool = False) -> None:
+        super().__init__(name, options)
         self.xla = xla
         self.model = None
         self._length = 0  # positions filled in the cache
@@ -65,16 +65,26 @@ class TFEngine(Engine):
         self.decode(0)
         self._length = 0
         warm_s = time.perf_counter() - started
-        notes = [f"TensorFlow {tf.__version__}",
-                 "decode: one tf.function per token, " + ("XLA (jit_compile), masked attention over the whole "
-                                                          f"{config.n_positions}-slot cache" if self.xla else
-                                                          "plain graph, attention over the filled cache slots"),
-                 "prefill: plain graph" + (" (not XLA)" if self.xla else ""),
-                 f"static KV cache {config.n_positions} positions",
-                 f"trace{'+compile' if self.xla else ''}_s={warm_s:.2f}",
-                 f"threads={intra} (inter-op {inter}){threads_note}"]
-        return EngineInfo(device="cpu", dtype="fp32", weight_bytes_per_token=config.weight_bytes(4),
-                          kv_bytes_per_position=config.kv_bytes_per_position(4), notes="; ".join(notes))
+        notes = [
+            f"TensorFlow {tf.__version__}",
+            "decode: one tf.function per token, "
+            + (
+                f"XLA (jit_compile), masked attention over the whole {config.n_positions}-slot cache"
+                if self.xla
+                else "plain graph, attention over the filled cache slots"
+            ),
+            "prefill: plain graph" + (" (not XLA)" if self.xla else ""),
+            f"static KV cache {config.n_positions} positions",
+            f"trace{'+compile' if self.xla else ''}_s={warm_s:.2f}",
+            f"threads={intra} (inter-op {inter}){threads_note}",
+        ]
+        return EngineInfo(
+            device="cpu",
+            dtype="fp32",
+            weight_bytes_per_token=config.weight_bytes(4),
+            kv_bytes_per_position=config.kv_bytes_per_position(4),
+            notes="; ".join(notes),
+        )
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         count = len(token_ids)

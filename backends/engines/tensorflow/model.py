@@ -17,8 +17,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before the import: silence TF's start-up logs
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Iterator  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -31,6 +31,7 @@ _MASKED = -1e10  # OpenAI's `w * b - 1e10 * (1 - b)`: finite, so an all-stale ro
 
 
 # --- the model: pure functions ---------------------------------------------------------------
+
 
 def gelu_new(x: tf.Tensor) -> tf.Tensor:  # [..., n] -> [..., n]
     """GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
@@ -46,7 +47,7 @@ def layer_norm(x: tf.Tensor, w: tf.Variable, b: tf.Variable, eps: float) -> tf.T
 
 def linear(x: tf.Tensor, w: tf.Variable, b: tf.Variable) -> tf.Tensor:  # [T, n] @ [n, m] -> [T, m]
     # matmul + b, not tf.nn.bias_add: Grappler then fuses MatMul + BiasAdd (+ GELU) into oneDNN's
-    # _FusedMatMul, which decoded random:gpt2 slower here (~70 vs ~55-63 ms/token, 2-core EPYC).
+    # _FusedMatMul, which decodes slower (docs/engines.md).
     return tf.matmul(x, w) + b
 
 
@@ -88,8 +89,9 @@ def kv_write(cache: tuple[tf.Variable, tf.Variable], k: tf.Tensor, v: tf.Tensor,
     cache[1].scatter_nd_update(slots, v)
 
 
-def mha(x: tf.Tensor, c_attn: dict, c_proj: dict, n_head: int, cache, slots: tf.Tensor | None, pos: tf.Tensor,
-        keys: str) -> tf.Tensor:
+def mha(
+    x: tf.Tensor, c_attn: dict, c_proj: dict, n_head: int, cache, slots: tf.Tensor | None, pos: tf.Tensor, keys: str
+) -> tf.Tensor:
     """[T, d] -> [T, d]. `keys` says what the new queries attend to:
     "new": only the T new tokens, causally (a sequence from position 0: prefill, scoring);
     "prefix": the cache's first pos + 1 slots (decode, dynamic length: plain graphs only);
@@ -108,14 +110,35 @@ def mha(x: tf.Tensor, c_attn: dict, c_proj: dict, n_head: int, cache, slots: tf.
     return linear(merge_heads(out), **c_proj)
 
 
-def block(x: tf.Tensor, ln_1: dict, attn: dict, ln_2: dict, mlp: dict, n_head: int, eps: float, cache,
-          slots: tf.Tensor | None, pos: tf.Tensor, keys: str) -> tf.Tensor:  # [T, d] -> [T, d]
+def block(
+    x: tf.Tensor,
+    ln_1: dict,
+    attn: dict,
+    ln_2: dict,
+    mlp: dict,
+    n_head: int,
+    eps: float,
+    cache,
+    slots: tf.Tensor | None,
+    pos: tf.Tensor,
+    keys: str,
+) -> tf.Tensor:  # [T, d] -> [T, d]
     x = x + mha(layer_norm(x, **ln_1, eps=eps), **attn, n_head=n_head, cache=cache, slots=slots, pos=pos, keys=keys)
     return x + ffn(layer_norm(x, **ln_2, eps=eps), **mlp)
 
 
-def gpt2_hidden(ids: tf.Tensor, pos: tf.Tensor, wte_t, wpe, blocks: list[dict], ln_f: dict, n_head: int, eps: float,
-                caches: list | None, keys: str) -> tf.Tensor:
+def gpt2_hidden(
+    ids: tf.Tensor,
+    pos: tf.Tensor,
+    wte_t,
+    wpe,
+    blocks: list[dict],
+    ln_f: dict,
+    n_head: int,
+    eps: float,
+    caches: list | None,
+    keys: str,
+) -> tf.Tensor:
     """Token ids [T] at positions [pos, pos + T) -> final hidden states [T, d] (after ln_f)."""
     t = tf.shape(ids)[0]
     x = tf.transpose(tf.gather(wte_t, ids, axis=1)) + tf.gather(wpe, pos + tf.range(t))  # [T, d]
@@ -132,6 +155,7 @@ def lm_head(h: tf.Tensor, wte_t) -> tf.Tensor:  # [T, d] @ [d, V] -> [T, V]
 
 # --- weights ----------------------------------------------------------------------------------
 
+
 def iter_weights(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     """(normalised name, float32 array) one tensor at a time, read with safetensors.numpy (never a
     pickle). numpy has no bfloat16, so a bf16 file is widened by the project's own reader."""
@@ -142,7 +166,7 @@ def iter_weights(path: Path) -> Iterator[tuple[str, np.ndarray]]:
             yield name, np.ascontiguousarray(array, dtype=np.float32)
         return
     with safe_open(str(path), framework="np") as f:
-        for name in f.keys():
+        for name in f.keys():  # noqa: SIM118 - safetensors' safe_open is no dict: keys() is its API
             key = normalise_name(name)
             if key is not None:
                 yield key, np.ascontiguousarray(f.get_tensor(name), dtype=np.float32)
@@ -154,8 +178,8 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
 
 def load_variables(path: Path) -> dict[str, tf.Variable]:
     """Every weight as a tf.Variable, one tensor read at a time (the load's peak memory stays near
-    one copy). The tied embedding is kept once, transposed to `wte_t` [d, V]: TF 2.21's CPU MatMul
-    read gpt2's lm_head in 11 ms as [d, V] and 18 ms with transpose_b=True (XLA: 8 vs 12 ms), and
+    one copy). The tied embedding is kept once, transposed to `wte_t` [d, V]: TF's CPU MatMul reads
+    the lm_head faster as [d, V] than with transpose_b=True (with XLA too; docs/engines.md), and
     the embedding lookup gathers T columns of it instead of T rows."""
     variables = {}
     for name, array in iter_weights(path):
@@ -172,15 +196,20 @@ def nest_params(flat: dict[str, tf.Variable], n_layer: int) -> dict:
     def leaf(prefix: str) -> dict:
         return {"w": flat[prefix + ".weight"], "b": flat[prefix + ".bias"]}
 
-    blocks = [{
-        "ln_1": leaf(f"h.{i}.ln_1"), "ln_2": leaf(f"h.{i}.ln_2"),
-        "attn": {"c_attn": leaf(f"h.{i}.attn.c_attn"), "c_proj": leaf(f"h.{i}.attn.c_proj")},
-        "mlp": {"c_fc": leaf(f"h.{i}.mlp.c_fc"), "c_proj": leaf(f"h.{i}.mlp.c_proj")},
-    } for i in range(n_layer)]
+    blocks = [
+        {
+            "ln_1": leaf(f"h.{i}.ln_1"),
+            "ln_2": leaf(f"h.{i}.ln_2"),
+            "attn": {"c_attn": leaf(f"h.{i}.attn.c_attn"), "c_proj": leaf(f"h.{i}.attn.c_proj")},
+            "mlp": {"c_fc": leaf(f"h.{i}.mlp.c_fc"), "c_proj": leaf(f"h.{i}.mlp.c_proj")},
+        }
+        for i in range(n_layer)
+    ]
     return {"wte_t": flat["wte_t"], "wpe": flat["wpe.weight"], "blocks": blocks, "ln_f": leaf("ln_f")}
 
 
 # --- the graphs -------------------------------------------------------------------------------
+
 
 class GPT2(tf.Module):
     """Weights and one sequence's static cache as tf.Variables, and three tf.functions:
@@ -194,9 +223,13 @@ class GPT2(tf.Module):
         self.params = nest_params(variables, config.n_layer)
         shape = (config.n_head, config.n_positions, config.head_dim)  # [H, S, hd]
         # Zeros, not uninitialised: masked stale slots must hold finite values.
-        self.caches = [(tf.Variable(tf.zeros(shape), trainable=False, name=f"k_{i}"),
-                        tf.Variable(tf.zeros(shape), trainable=False, name=f"v_{i}"))
-                       for i in range(config.n_layer)]
+        self.caches = [
+            (
+                tf.Variable(tf.zeros(shape), trainable=False, name=f"k_{i}"),
+                tf.Variable(tf.zeros(shape), trainable=False, name=f"v_{i}"),
+            )
+            for i in range(config.n_layer)
+        ]
         self.decode_keys = "masked" if xla else "prefix"
         ids = tf.TensorSpec([None], tf.int32)
         scalar = tf.TensorSpec([], tf.int32)
@@ -206,8 +239,9 @@ class GPT2(tf.Module):
 
     def _hidden(self, ids: tf.Tensor, pos: tf.Tensor, caches, keys: str) -> tf.Tensor:
         p, c = self.params, self.config
-        return gpt2_hidden(ids, pos, p["wte_t"], p["wpe"], p["blocks"], p["ln_f"], c.n_head,
-                           c.layer_norm_epsilon, caches, keys)
+        return gpt2_hidden(
+            ids, pos, p["wte_t"], p["wpe"], p["blocks"], p["ln_f"], c.n_head, c.layer_norm_epsilon, caches, keys
+        )
 
     def _prefill(self, ids: tf.Tensor) -> tf.Tensor:  # [T] -> [V]: fills cache slots [0, T)
         h = self._hidden(ids, tf.constant(0), self.caches, "new")  # [T, d]

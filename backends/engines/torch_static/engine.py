@@ -14,7 +14,7 @@ quantisation.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -23,9 +23,9 @@ from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
 from ...kernels.native import build_report
 from ...sources.model_files import ModelFiles
+from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 from .gemv_linear import enable_kernels, use_gemv_linears
 from .model import GPT2, decode_masked, decode_one, forward_all, load_gpt2, prefill
-from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
 MATRIX_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}
@@ -33,9 +33,10 @@ CUDA_GRAPH_WARMUPS = 3  # cudagraph trees: warm-up run, record, then replay
 
 
 class TorchStaticEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32", compile: bool = False,
-                 device: str | None = None) -> None:
-        super().__init__(options)
+    def __init__(
+        self, name: str, options: EngineOptions, dtype: str = "fp32", compile: bool = False, device: str | None = None
+    ) -> None:
+        super().__init__(name, options)
         if dtype not in DTYPES:
             raise UsageError(f"torch-static dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
         self.dtype = dtype
@@ -56,8 +57,10 @@ class TorchStaticEngine(Engine):
             raise UsageError(f"{self.name} runs on 'cpu' or 'cuda', not {self.device!r}")
         if device.type == "cuda":
             if not torch.cuda.is_available():
-                raise UsageError(f"{self.name} needs a CUDA GPU, but torch {torch.__version__} sees none "
-                                 "(install a CUDA build of torch on a machine with an NVIDIA GPU)")
+                raise UsageError(
+                    f"{self.name} needs a CUDA GPU, but torch {torch.__version__} sees none "
+                    "(install a CUDA build of torch on a machine with an NVIDIA GPU)"
+                )
             if self.dtype == "int8":
                 raise UsageError(f"{self.name}: torch dynamic int8 runs on the CPU only")
         return device
@@ -96,10 +99,15 @@ class TorchStaticEngine(Engine):
         build_s, cache_state = build_report("gemv")  # "none" where the own GEMV kernel is not used
         cache_dtype = net.h[0].attn.kv_cache.k.dtype
         other_bytes = torch.finfo(net.ln_f.weight.dtype).bits // 8  # norms, biases, positions
-        return EngineInfo(device=device.type, dtype=self.dtype,
-                          weight_bytes_per_token=config.weight_bytes(MATRIX_BYTES[self.dtype], other_bytes),
-                          kv_bytes_per_position=config.kv_bytes_per_position(cache_dtype.itemsize),
-                          notes="; ".join(notes), build_s=build_s, artifact_cache=cache_state)
+        return EngineInfo(
+            device=device.type,
+            dtype=self.dtype,
+            weight_bytes_per_token=config.weight_bytes(MATRIX_BYTES[self.dtype], other_bytes),
+            kv_bytes_per_position=config.kv_bytes_per_position(cache_dtype.itemsize),
+            notes="; ".join(notes),
+            build_s=build_s,
+            artifact_cache=cache_state,
+        )
 
     def _compile(self, device: torch.device) -> str:
         """Compile decode and run it until it is warm (and captured, on CUDA); return a note."""
@@ -156,7 +164,7 @@ class TorchStaticEngine(Engine):
         if self.device.startswith("cuda"):  # fixed shapes for CUDA graphs
             return self._decode_compiled(self.model, self._token, self._pos)
         # Only the guards that tell the three graphs apart (kv_len 1, the full cache, any other)
-        # are checked: dynamo's full check of every parameter cost ~0.46 ms a token, and nothing
+        # are checked: dynamo's full check of every parameter is a large part of a token, and nothing
         # it guards (the module, its weights, the buffers' addresses) changes after load.
         with torch.compiler.set_stance(skip_guard_eval_unsafe=not compiling):
             return self._decode_compiled(self.model, self._token, self._pos, pos + 1)
@@ -164,8 +172,9 @@ class TorchStaticEngine(Engine):
     @torch.inference_mode()
     def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
         if not 0 < len(token_ids) <= self.model.config.n_positions:
-            raise UsageError(f"cannot score {len(token_ids)} tokens; this model takes 1 to "
-                             f"{self.model.config.n_positions}")
+            raise UsageError(
+                f"cannot score {len(token_ids)} tokens; this model takes 1 to {self.model.config.n_positions}"
+            )
         ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self._token.device)
         return logits_to_numpy(forward_all(self.model, ids))
 

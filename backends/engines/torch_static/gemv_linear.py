@@ -1,10 +1,10 @@
 """Linears whose one-row products (decode) run on the project's GEMV kernels, on the CPU.
 
 Decode multiplies one row by every matrix, so it is bound by how fast the weights stream from
-memory. PyTorch's own CPU kernels stream them slowly on a 2-core AMD EPYC: the float32 linear
-(MKL) read GPT-2's matrices at ~12 GB/s, 37-39 ms of a 42 ms step; its bf16 linear computes in
-bf16 and, without native bf16 (AVX2), converts more than it reads. backends/kernels/gemv.c
-reads them in four streams per core (float32: 17-19 ms for the 49 products; bf16: ~10.6 ms).
+memory. PyTorch's own CPU kernels stream them slowly: the float32 linear (MKL) reads well below
+the machine's bandwidth, and its bf16 linear computes in bf16 and, without native bf16 (AVX2),
+converts more than it reads. backends/kernels/gemv.c reads them in four streams per core
+(docs/engines.md has the figures).
 
 float32: the weights stay as they are; one row -> f32 kernel, more rows (prefill, scoring) ->
 F.linear. bf16 (what llama.cpp's bf16 and most CPU runtimes do): the matrices (the four per layer
@@ -16,8 +16,6 @@ Without a C compiler, the kernels are unavailable and torch's own kernels run (n
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -39,26 +37,33 @@ def enable_kernels() -> str:
     return "decode GEMV: own kernel (backends/kernels/gemv.c, float32 sums)"
 
 
-def _gemv(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+def _gemv(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     # x [..., K] float32 (one row in decode); weight [N, K] float32 or bf16; bias [N] float32 -> [..., N]
     x = x.contiguous()
     n, k = weight.shape
     y = torch.empty((*x.shape[:-1], n), dtype=torch.float32)
-    _KERNELS[weight.dtype](weight.data_ptr(), x.data_ptr(), bias.data_ptr() if bias is not None else None,
-                           y.data_ptr(), x.numel() // k, n, k)
+    _KERNELS[weight.dtype](
+        weight.data_ptr(),
+        x.data_ptr(),
+        bias.data_ptr() if bias is not None else None,
+        y.data_ptr(),
+        x.numel() // k,
+        n,
+        k,
+    )
     return y
 
 
 # The kernel as an opaque op inside compiled graphs (dynamo cannot trace a ctypes call). A plain
-# Library op: torch.library.custom_op's Python wrapper cost ~37 us a call against ~11 us here,
-# and decode makes 49 of them per token.
+# Library op: torch.library.custom_op's Python wrapper costs several times more per call, and
+# decode makes 49 of them per token.
 _LIBRARY = torch.library.Library("whistle_stop_kernels", "DEF")  # not "whistle_stop::", the profiler's phase marks
 _LIBRARY.define("gemv(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
 _LIBRARY.impl("gemv", _gemv, "CPU")
 
 
 @torch.library.register_fake("whistle_stop_kernels::gemv")
-def _(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+def _(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 

@@ -11,8 +11,8 @@ Shapes: B batch (1), T new tokens, S cache length (n_positions), C n_embd, H hea
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -25,8 +25,12 @@ from ...sources.weights import normalised_header
 # HF Conv1D weights, stored [in, out]: transposed to nn.Linear's [out, in] on load.
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # numpy stand-ins for reading; bf16 is read as int16 and reinterpreted by torch.
-_READ = {"F32": (np.float32, None), "F16": (np.float16, None), "BF16": (np.int16, torch.bfloat16),
-         "F64": (np.float64, None)}
+_READ = {
+    "F32": (np.float32, None),
+    "F16": (np.float16, None),
+    "BF16": (np.int16, torch.bfloat16),
+    "F64": (np.float64, None),
+}
 
 
 class KVCache(nn.Module):
@@ -61,8 +65,9 @@ class Attention(nn.Module):
         y = self._attend(q, k, v, input_pos, kv_len, mask)  # [B, H, T, D]
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, input_pos: Tensor | None, kv_len: int | None,
-                mask: Tensor | None) -> Tensor:
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, input_pos: Tensor | None, kv_len: int | None, mask: Tensor | None
+    ) -> Tensor:
         if self.kv_cache is None or input_pos is None:  # scoring a whole sequence: no cache
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         k_all, v_all = self.kv_cache.update(input_pos, k, v)  # [1, H, S, D]
@@ -114,16 +119,23 @@ class GPT2(nn.Module):
         cfg = self.config
         weight = self.wpe.weight
         for block in self.h:
-            block.attn.kv_cache = KVCache(cfg.n_head, max_seq or cfg.n_positions, cfg.head_dim,
-                                          weight.dtype, weight.device)
+            block.attn.kv_cache = KVCache(
+                cfg.n_head, max_seq or cfg.n_positions, cfg.head_dim, weight.dtype, weight.device
+            )
 
     @property
     def max_seq(self) -> int:
         cache = self.h[0].attn.kv_cache
         return cache.k.shape[2] if cache is not None else self.config.n_positions
 
-    def forward(self, idx: Tensor, input_pos: Tensor | None = None, kv_len: int | None = None,
-                mask: Tensor | None = None, last_only: bool = False) -> Tensor:
+    def forward(
+        self,
+        idx: Tensor,
+        input_pos: Tensor | None = None,
+        kv_len: int | None = None,
+        mask: Tensor | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
         # idx [B, T]; input_pos [T] (None: positions 0..T-1, no cache) -> logits [B, T or 1, V]
         pos = torch.arange(idx.shape[1], device=idx.device) if input_pos is None else input_pos
         x = self.wte(idx) + self.wpe(pos)  # [B, T, C]
@@ -168,8 +180,9 @@ def read_tensors(path: Path) -> Iterator[tuple[str, Tensor]]:
             yield key, tensor.view(torch_view) if torch_view is not None else tensor
 
 
-def load_gpt2(safetensors: Path, config: GPT2Config, dtype: torch.dtype = torch.float32,
-              device: str | torch.device = "cpu") -> GPT2:
+def load_gpt2(
+    safetensors: Path, config: GPT2Config, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> GPT2:
     """Build the module from HF safetensors (hub or `transformer.`-prefixed keys, any float dtype)."""
     state: dict[str, Tensor] = {}
     for key, tensor in read_tensors(safetensors):

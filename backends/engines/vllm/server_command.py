@@ -27,8 +27,10 @@ def flavour() -> str:
 def head_size_problem(model: ModelFiles, flavour_name: str) -> str:
     head_dim = model.gpt2_config.head_dim
     if flavour_name == "cpu" and head_dim not in CPU_HEAD_SIZES:
-        return (f"vLLM's CPU attention supports head sizes {', '.join(map(str, CPU_HEAD_SIZES))}; "
-                f"{model.model_id} has {head_dim} (try random:tiny-h32 or a real GPT-2)")
+        return (
+            f"vLLM's CPU attention supports head sizes {', '.join(map(str, CPU_HEAD_SIZES))}; "
+            f"{model.model_id} has {head_dim} (try random:tiny-h32 or a real GPT-2)"
+        )
     return ""
 
 
@@ -36,7 +38,7 @@ def cpu_binding(threads: int) -> str:
     """VLLM_CPU_OMP_THREADS_BIND for `threads` threads: the first usable CPUs, as ranges (by
     default vLLM reserves a core for its frontend and leaves one of two cores idle)."""
     usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    chosen = usable[:max(1, threads)]
+    chosen = usable[: max(1, threads)]
     runs: list[list[int]] = []
     for cpu in chosen:
         if runs and cpu == runs[-1][-1] + 1:
@@ -46,18 +48,48 @@ def cpu_binding(threads: int) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
-def server_command(model: ModelFiles, environment: VllmEnvironment, folder: Path, flavour_name: str, dtype: str,
-                   threads: int, port: int, log: Path | None) -> ServerCommand:
+def server_command(
+    model: ModelFiles,
+    environment: VllmEnvironment,
+    folder: Path,
+    flavour_name: str,
+    dtype: str,
+    threads: int,
+    port: int,
+    log: Path | None,
+) -> ServerCommand:
     """On 127.0.0.1:`port` with the run's threads (bound to the first usable CPUs on a CPU), dtype,
     a 1 GiB KV cache on a CPU, offline, with a private cache folder."""
-    env = {"HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "VLLM_CACHE_ROOT": str(cache_dir("vllm", "cache")), "OMP_NUM_THREADS": str(threads)}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_CACHE_ROOT": str(cache_dir("vllm", "cache")),
+        "OMP_NUM_THREADS": str(threads),
+    }
     if flavour_name == "cpu":
         env.update(VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GB), VLLM_CPU_OMP_THREADS_BIND=cpu_binding(threads))
     name = f"whistle-stop-{model.weights_hash}"
-    argv = [str(environment.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-            "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), "--dtype", DTYPES[dtype][0],
-            "--max-model-len", str(model.context), "--seed", "0"]
+    argv = [
+        str(environment.python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--served-model-name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        DTYPES[dtype][0],
+        "--max-model-len",
+        str(model.context),
+        "--seed",
+        "0",
+    ]
     return ServerCommand(argv, port, env, ready_path="/health", name="vLLM server", log_path=log, served_model=name)
 
 

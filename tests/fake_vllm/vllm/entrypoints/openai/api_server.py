@@ -84,10 +84,12 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, "application/json", json.dumps(body).encode())
         elif self.path == "/metrics":
             s = SCHEDULER
-            text = (f'vllm:time_to_first_token_seconds_sum{{model_name="m"}} {s.ttft[0]}\n'
-                    f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {s.ttft[1]}\n'
-                    f'vllm:inter_token_latency_seconds_sum{{model_name="m"}} {s.itl[0]}\n'
-                    f'vllm:inter_token_latency_seconds_count{{model_name="m"}} {s.itl[1]}\n')
+            text = (
+                f'vllm:time_to_first_token_seconds_sum{{model_name="m"}} {s.ttft[0]}\n'
+                f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {s.ttft[1]}\n'
+                f'vllm:inter_token_latency_seconds_sum{{model_name="m"}} {s.itl[0]}\n'
+                f'vllm:inter_token_latency_seconds_count{{model_name="m"}} {s.itl[1]}\n'
+            )
             self._send(200, "text/plain; version=0.0.4", text.encode())
         else:
             self._send(404, "application/json", b'{"error": {"message": "not found"}}')
