@@ -96,7 +96,7 @@ def test_presets_filter_and_groups_in_the_engine_picker(window, monkeypatch):
     monkeypatch.setattr(registry, "available", lambda name: (True, "") if name in here else (False, "not here"))
     from whistle_stop.gui.engine_picker import EnginePicker
 
-    picker = EnginePicker(list(registry.ENGINES.values()), set())
+    picker = EnginePicker(list(registry.ENGINES.values()))
     choice = picker.apply_preset("best-of-family")
     assert set(picker.selected()) == set(choice.engines) <= here and picker.selected()[0] == "hf"
     assert "skipped" in picker.preset_note.text() and "skipped nanogpt: not here" in picker.preset_note.toolTip()
