@@ -74,12 +74,14 @@ def test_one_reference_one_calibration_engine_and_the_servers():
 def test_the_cli_defaults_and_help_come_from_the_registry(capsys):
     from whistle_stop.backends.cli.parser import build_parser
 
-    assert build_parser().parse_args(["bench"]).backends == registry.reference()
+    from whistle_stop.backends.cli.common import config_from_args
+
+    assert config_from_args(build_parser().parse_args(["bench"])).backends == (registry.reference(),)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert all(name in help_text for name in registry.serving_concurrently())
-    assert f"(default: {registry.reference()})" in help_text
+    assert f"(see `main.py backends`; default: {registry.reference()})" in help_text
 
 
 def test_rows_are_typed_and_short():
