@@ -10,13 +10,21 @@ concurrency (c streams really overlap), not this machine's speed.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.results.export import LOAD_CSV, LOAD_REQUESTS_CSV, read_csv, write_results
-from whistle_stop.backends.results.load import LoadRequestRecord, Slo, load_levels, load_rows, requests_from_runs
+from whistle_stop.backends.results.load import (
+    LOAD_HEADERS,
+    LoadRequestRecord,
+    Slo,
+    load_levels,
+    load_rows,
+    requests_from_runs,
+)
 from whistle_stop.backends.results.reader import load_requests
 from whistle_stop.backends.runs.bench import BenchSession
 from whistle_stop.backends.runs.config import BenchConfig
@@ -162,3 +170,16 @@ def test_sweep_over_concurrency_writes_and_resumes(tiny_model, tmp_path):
         again = SweepSession(config, SweepGrid((8, 16), (4,)), tmp_path, measure_bandwidth=False)
         plan = again.prepare()
         assert plan.cells == [] and len(plan.previous_load) == len(result.load)  # nothing left: all read back
+
+
+def test_requests_that_end_early_are_counted_apart_and_never_meet_the_slo():
+    """A server that interrupts one stream for another (llama-cpp-python's server does by default) or
+    stops at end-of-text ends requests early without an error: the table says how many."""
+    full = _request(100, 20)
+    early = replace(_request(100, 20), tokens_generated=1)
+    level = load_levels([full, early], Slo(ttft_ms=200, itl_ms=50))[0]
+    assert (level.requests, level.failed, level.short) == (2, 0, 1)
+    assert level.slo_met_pct == pytest.approx(50.0)  # the one that sent 1 of 4 tokens does not count
+    assert "1 of 2 requests ended early" in level.notes
+    row = dict(zip(LOAD_HEADERS, load_rows([level])[0]))
+    assert (row["failed"], row["short"]) == ("0", "1")

@@ -39,6 +39,8 @@ def server_command(model: ModelFiles, port: int, threads: int, quant: str = "f32
         str(threads),
         "--n_threads_batch",
         str(threads),
+        "--interrupt_requests",  # its default cuts a running stream short when another request comes
+        "False",
     ]
     if quant == "f32":
         argv += ["--type_k", "0", "--type_v", "0"]  # GGML_TYPE_F32

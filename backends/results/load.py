@@ -33,7 +33,7 @@ class Slo:
         return self.ttft_ms is not None or self.itl_ms is not None
 
     def met(self, request: LoadRequestRecord) -> bool:
-        if request.status != RunStatus.OK or request.ttft_ms is None:
+        if request.status != RunStatus.OK or request.ttft_ms is None or request.tokens_generated < request.new_tokens:
             return False
         if self.ttft_ms is not None and request.ttft_ms > self.ttft_ms:
             return False
@@ -88,6 +88,9 @@ class LoadLevel:
     kind: str  # "server" or "batch 1" (a local engine: its bench runs)
     requests: int
     failed: int
+    # Ended without error or cancel but with fewer tokens than asked (a server that stopped at
+    # end-of-text, or interrupted one stream for another): counted apart, never as met SLOs.
+    short: int
     duration_s: float
     output_tok_s: float  # every generated token over the level's duration
     request_s: float
@@ -230,12 +233,20 @@ def load_levels(
         rounds = {r.run_id: r.round_s for r in group if r.round_s is not None}
         duration = float(sum(rounds.values()))
         ok = [r for r in group if r.status == RunStatus.OK]
+        short = [r for r in ok if r.tokens_generated < r.new_tokens]
         generated = sum(r.tokens_generated for r in group)
         ttft = _percentiles([r.ttft_ms for r in ok])
         itl = _percentiles([g for r in ok for g in r.gaps])
         tpot = _percentiles([r.tpot_ms for r in ok])
         good = sum(slo.met(r) for r in group)
-        notes = _cross_check_notes(group)
+        notes = "; ".join(
+            n
+            for n in (
+                f"{len(short)} of {len(group)} requests ended early (fewer tokens than asked)" if short else "",
+                _cross_check_notes(group),
+            )
+            if n
+        )
         levels.append(
             LoadLevel(
                 backend,
@@ -245,6 +256,7 @@ def load_levels(
                 "server" if backend in servers else "batch 1",
                 len(group),
                 len(group) - len(ok),
+                len(short),
                 duration,
                 generated / duration if duration > 0 else math.nan,
                 len(group) / duration if duration > 0 else math.nan,
@@ -299,6 +311,7 @@ LOAD_HEADERS = [
     "kind",
     "requests",
     "failed",
+    "short",
     "output tok/s",
     "req/s",
     "TTFT p50 ms",
@@ -325,6 +338,7 @@ def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
             lv.kind,
             str(lv.requests),
             str(lv.failed),
+            str(lv.short),
             f(lv.output_tok_s),
             f(lv.request_s, 2),
             f(lv.ttft_p50_ms),
