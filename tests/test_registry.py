@@ -72,9 +72,8 @@ def test_one_reference_one_calibration_engine_and_the_servers():
 
 
 def test_the_cli_defaults_and_help_come_from_the_registry(capsys):
-    from whistle_stop.backends.cli.parser import build_parser
-
     from whistle_stop.backends.cli.common import config_from_args
+    from whistle_stop.backends.cli.parser import build_parser
 
     assert config_from_args(build_parser().parse_args(["bench"])).backends == (registry.reference(),)
     with pytest.raises(SystemExit):
