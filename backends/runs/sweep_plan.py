@@ -14,6 +14,7 @@ from ..results.export import ENVIRONMENT_JSON, RUNS_CSV
 from ..results.load import LoadRequestRecord
 from ..results.reader import load_requests, load_results
 from ..results.records import RunRecord, TokenRecord
+from ..results.roofline_curves import ENVIRONMENT_KEY
 from ..sources.model_files import ModelFiles
 from ..sources.prompts import prompt_of_length
 from ..sources.tokenizer import encode
@@ -42,6 +43,34 @@ class SweepGrid:
 
 
 @dataclass(frozen=True)
+class NamedGrid:
+    grid: SweepGrid
+    help: str
+
+
+# Grids with a purpose (`sweep --grid NAME`, the Sweep tab's Grid menu).
+GRIDS: dict[str, NamedGrid] = {
+    "ttft-vs-length": NamedGrid(
+        SweepGrid((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1023), (1,)),
+        "TTFT against prompt length, 1 to 1,023 tokens, one new token each (the longest prompt that leaves "
+        "room for the token it yields); the chart draws prefill's roofline",
+    ),
+    "long-context": NamedGrid(
+        SweepGrid((16,), (1000,)),
+        "ms/token against position: a 16-token prompt and 1,000 new tokens (positions up to 1,015), where "
+        "the KV cache read grows to rival the weights; the chart draws the floor with it",
+    ),
+}
+
+
+def named_grid(name: str) -> SweepGrid:
+    try:
+        return GRIDS[name.strip()].grid
+    except KeyError:
+        raise UsageError(f"unknown grid {name!r}; grids: {', '.join(GRIDS)}") from None
+
+
+@dataclass(frozen=True)
 class SkippedCell:
     prompt_tokens: int
     new_tokens: int
@@ -58,6 +87,8 @@ class PreviousSweep:
     engines: dict = field(default_factory=dict)
     bandwidth: dict | None = None
     load: tuple[LoadRequestRecord, ...] = ()
+    compute_peaks: dict | None = None
+    curves: tuple[dict, ...] = ()
 
 
 @dataclass
@@ -72,6 +103,8 @@ class SweepPlan:
     previous_engines: dict = field(default_factory=dict)
     previous_bandwidth: dict | None = None
     previous_load: list[LoadRequestRecord] = field(default_factory=list)
+    previous_compute_peaks: dict | None = None
+    previous_curves: list[dict] = field(default_factory=list)
 
 
 def cell_tag(prompt_tokens: int, new_tokens: int) -> str:
@@ -129,6 +162,8 @@ def plan_sweep(
         dict(previous.engines),
         previous.bandwidth,
         list(previous.load),
+        previous.compute_peaks,
+        list(previous.curves),
     )
 
 
@@ -173,4 +208,6 @@ def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> Pre
         dict(environment.get("engines") or {}),
         environment.get("bandwidth"),
         load,
+        environment.get("compute_peaks"),
+        tuple(environment.get(ENVIRONMENT_KEY) or ()),
     )
