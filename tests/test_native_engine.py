@@ -272,3 +272,35 @@ def test_the_kernels_first_build_is_build_time_not_load(tiny_model, monkeypatch,
         second = engine.info
     assert first.artifact_cache == "miss" and first.build_s > 0.05
     assert second.artifact_cache == "hit" and second.build_s == 0.0
+
+
+@pytest.mark.parametrize("name", ["native", "native-int8"])
+def test_an_8_bit_kv_cache_reads_a_quarter_and_stays_close(name, tiny_model, prompt_ids, hf_reference):
+    """--native-kv int8: each head's row of keys or values in 8 bits with a float32 scale. The engine
+    says so, counts its bytes per position (a byte a value and the scales), and its logits stay
+    within its weights' tolerance of transformers' (agreement is reported like any precision's)."""
+    from whistle_stop.backends.engine import EngineOptions
+    from whistle_stop.backends.engines.native_options import NativeOptions
+
+    from .engine_process import EngineProcess
+
+    options = EngineOptions(threads=2, settings=NativeOptions(kv="int8"))
+    with EngineProcess(name, tiny_model, options=options) as engine:
+        config = tiny_model.gpt2_config
+        assert engine.info.kv_bytes_per_position == config.n_layer * 2 * (config.n_embd + config.n_head * 4)
+        assert "KV cache int8" in engine.info.notes
+        tokens, logits = greedy_logits(engine, prompt_ids, 12)  # prefill's tiled attention, then decode's
+        reference = hf_reference.logits(prompt_ids + tokens)[len(prompt_ids) - 1 :]
+        assert np.abs(logits - reference).max() < max(TOLERANCE[name], 0.3)
+        scored = engine.forward_logits(prompt_ids + tokens)
+        assert np.abs(scored - hf_reference.logits(prompt_ids + tokens)).max() < max(TOLERANCE[name], 0.3)
+
+
+def test_the_kv_setting_is_checked_and_a_cli_flag():
+    from whistle_stop.backends.cli.parser import build_parser
+    from whistle_stop.backends.engines.native_options import NativeOptions
+
+    assert NativeOptions(kv="int4").problem().startswith("--native-kv must be one of fp32, int8")
+    assert NativeOptions(kv="int8").problem() == "" and NativeOptions().problem() == ""
+    args = build_parser().parse_args(["bench", "--backends", "native-int8", "--native-kv", "int8"])
+    assert args.native_kv == "int8"
