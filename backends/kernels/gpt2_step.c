@@ -379,9 +379,9 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
 #include "attention.h" /* one head's attention: decode's stream, prefill's tiles */
 #define ATT_MIN_TILED 8 /* fewer queries (a few drafted tokens) read the cache query by query */
 
-#ifndef PF_F32
-/* Plain C (no AVX2): two weight rows x four tokens per inner loop, each widened weight used 4 times
- * from registers. */
+#ifndef PF_PANELS
+/* Without AVX-512: two weight rows x four tokens per inner loop, each widened weight used 4 times
+ * from registers (plain C that the compiler vectorises). */
 static void float_rows_2x4(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y,
                            const float *bias, int64_t M, int64_t N, int64_t K, int64_t lo, int64_t hi,
                            float *restrict buf) {
@@ -515,8 +515,6 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
 #endif
         const PfTokens tokens = {x, kind == PK_BF16_DP ? (const void *)sc->xb : (const void *)x, NULL, NULL};
         panel_product(m, kind, &tokens, y, M, N, K, sc->panel);
-#elif defined(PF_F32)
-        pf_gemm_dots(wtype == WT_BF16, m->w, x, y, bias, M, N, K, lo, hi, buf);
 #else
         float_rows_2x4(m, wtype, x, y, bias, M, N, K, lo, hi, buf);
 #endif
@@ -606,9 +604,10 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
         }
 }
 
-/* Each thread's float scratch, in rows of the widest K: decode's widened row and x de-interleaved
- * (2), a tile of widened bf16 rows in an AVX2 prefill (PF_ROWS = 3). */
-#define BUF_ROWS 8
+/* Each thread's float scratch, in rows of the widest K: decode's widened row and x de-interleaved,
+ * or two widened rows of the plain tiles. (Larger, it came from mmap, and its page faults landed on
+ * every decoded token.) */
+#define BUF_ROWS 2
 #ifdef PF_PANELS
 #define PANEL_BYTES(K) pf_panel_scratch(K)
 #define ATT_BYTES(S, hd) att_scratch(S, hd)
@@ -748,20 +747,16 @@ const char *gpt2_paths(int wtype) {
     case WT_F32:
 #if defined(PF_PANELS)
         return "prefill: avx512f float32 GEMM (panels of 32 rows, tiles of up to 12 tokens); decode: float32 row streams";
-#elif defined(PF_F32)
-        return "prefill: avx2+fma float32 GEMM (dot tiles of 4 tokens x 3 rows); decode: float32 row streams";
 #else
-        return "prefill: plain C float32 tiles (2 rows x 4 tokens); decode: float32 row streams";
+        return "prefill: float32 tiles of 2 rows x 4 tokens (no AVX-512 on this CPU); decode: float32 row streams";
 #endif
     case WT_BF16:
 #if defined(PF_BF16)
         return "prefill: avx512-bf16 GEMM (vdpbf16ps, tokens rounded to bf16, float32 sums); decode: " DECODE_BF16_PATH;
 #elif defined(PF_PANELS)
         return "prefill: avx512f GEMM, bf16 pairs widened to float32 in registers (no BF16 products on this CPU); decode: " DECODE_BF16_PATH;
-#elif defined(PF_F32)
-        return "prefill: bf16 rows widened to float32, avx2+fma GEMM (no BF16 products on this CPU); decode: " DECODE_BF16_PATH;
 #else
-        return "prefill: plain C, bf16 widened to float32; decode: " DECODE_BF16_PATH;
+        return "prefill: bf16 rows widened to float32, tiles of 2 rows x 4 tokens (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
 #endif
     default:
 #if defined(PF_VNNI)

@@ -10,11 +10,9 @@
  * kernel is built for it (-march=native; the build is cached per CPU flags, so it only runs where
  * it was built):
  *
- *   float32 weights   AVX-512F `vfmadd231ps`, 12 tokens x 32 rows per tile; with AVX2 only, dot
- *                     products along K (4 tokens x 3 rows per tile, lanes summed at the end)
+ *   float32 weights   AVX-512F `vfmadd231ps`, 12 tokens x 32 rows per tile
  *   bf16 weights      AVX-512 BF16 `vdpbf16ps` (the tokens rounded to bf16 once per product, float32
- *                     sums); without it the pairs are widened to float32 in registers (AVX-512F) or
- *                     a tile of rows into scratch (AVX2)
+ *                     sums); without it the pairs are widened to float32 in registers (AVX-512F)
  *   int8 / 4-bit      AVX-512 VNNI `vpdpbusd` (int8 as value + 128, 4-bit as value + 8, unsigned),
  *                     int32 sums per block of 32 started at -shift x the block's sum of x, then one
  *                     scaled float add per block; the activations are decode's (int8 per block of
@@ -28,8 +26,11 @@
  * once per process and a tile configuration per shape. It is not here: no AMX CPU has tested it,
  * and an untested kernel is not shipped (PF_AMX, tested before PF_VNNI, is the extension point).
  *
- * Included by gpt2_step.c only (it uses its q4 helpers); each build (AVX-512 with and without BF16
- * and VNNI, AVX2, plain C) is tested against the float32 reference in spawned children. */
+ * Without AVX-512 (AVX2 CPUs) gpt2_step.c keeps its plain-C tiles, which the compiler vectorises:
+ * dot products along K with AVX2 (4 tokens x 3 rows, lanes summed at the end) were 1.08-1.11x
+ * slower (docs/native-runtime.md). Included by gpt2_step.c only (it uses its q4 helpers); each build
+ * (AVX-512 with and without BF16 and VNNI, AVX2, plain C) is tested against its reference in
+ * spawned children (tests/test_native_prefill.py). */
 #ifndef WHISTLE_STOP_PREFILL_H
 #define WHISTLE_STOP_PREFILL_H
 
@@ -41,9 +42,6 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define PF_PANELS 1 /* 32-row panels, 12-token tiles */
-#define PF_F32 "avx512f"
-#elif defined(__AVX2__) && defined(__FMA__)
-#define PF_F32 "avx2+fma"
 #endif
 #if defined(PF_PANELS) && defined(__AVX512BF16__)
 #define PF_BF16 1
@@ -55,71 +53,6 @@
 #define PF_STR_(x) #x
 #define PF_STR(x) PF_STR_(x)
 
-/* ---- AVX2 only: float32 dot products along K ---------------------------------------------------- */
-#if defined(PF_F32) && !defined(PF_PANELS)
-#define PF_TOKENS 4
-#define PF_ROWS 3 /* 12 accumulators + 4 tokens in 16 registers */
-
-static inline __m256 pf_load_tail(const float *p, int n) {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes));
-}
-static inline float pf_sum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* out[r][c] = x[r] . w[c] over K (a short tile repeats its last row or token: the caller keeps only
- * the real ones). */
-static inline __attribute__((always_inline)) void pf_tile_f32(const float *const w[PF_ROWS], const float *const x[PF_TOKENS],
-                                                              int64_t K, float out[PF_TOKENS][PF_ROWS]) {
-    __m256 acc[PF_TOKENS][PF_ROWS];
-    for (int r = 0; r < PF_TOKENS; r++)
-        for (int c = 0; c < PF_ROWS; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k += 8) {
-        const int n = K - k < 8 ? (int)(K - k) : 8;
-        __m256 xv[PF_TOKENS];
-        for (int r = 0; r < PF_TOKENS; r++) xv[r] = n == 8 ? _mm256_loadu_ps(x[r] + k) : pf_load_tail(x[r] + k, n);
-        for (int c = 0; c < PF_ROWS; c++) {
-            const __m256 wv = n == 8 ? _mm256_loadu_ps(w[c] + k) : pf_load_tail(w[c] + k, n);
-            for (int r = 0; r < PF_TOKENS; r++) acc[r][c] = _mm256_fmadd_ps(wv, xv[r], acc[r][c]);
-        }
-    }
-    for (int r = 0; r < PF_TOKENS; r++)
-        for (int c = 0; c < PF_ROWS; c++) out[r][c] = pf_sum(acc[r][c]);
-}
-
-/* Rows [lo, hi) of W [N][K] against x [M][K]; bf16 rows are widened a tile at a time into `buf`
- * [PF_ROWS][K]. */
-static void pf_gemm_dots(int bf16, const void *W, const float *x, float *y, const float *bias, int64_t M, int64_t N,
-                         int64_t K, int64_t lo, int64_t hi, float *restrict buf) {
-    for (int64_t n0 = lo; n0 < hi; n0 += PF_ROWS) {
-        const int rows = hi - n0 < PF_ROWS ? (int)(hi - n0) : PF_ROWS;
-        const float *w[PF_ROWS];
-        for (int c = 0; c < PF_ROWS; c++) {
-            const int64_t n = n0 + (c < rows ? c : rows - 1);
-            if (!bf16) {
-                w[c] = (const float *)W + n * K;
-                continue;
-            }
-            const uint16_t *src = (const uint16_t *)W + n * K;
-            for (int64_t k = 0; k < K; k++) buf[c * K + k] = bf16_to_f32(src[k]);
-            w[c] = buf + c * K;
-        }
-        for (int64_t t0 = 0; t0 < M; t0 += PF_TOKENS) {
-            const float *xr[PF_TOKENS];
-            const int tokens = M - t0 < PF_TOKENS ? (int)(M - t0) : PF_TOKENS;
-            for (int r = 0; r < PF_TOKENS; r++) xr[r] = x + (t0 + (r < tokens ? r : tokens - 1)) * K;
-            float out[PF_TOKENS][PF_ROWS];
-            pf_tile_f32(w, xr, K, out);
-            for (int r = 0; r < tokens; r++)
-                for (int c = 0; c < rows; c++) y[(t0 + r) * N + n0 + c] = out[r][c] + (bias ? bias[n0 + c] : 0.0f);
-        }
-    }
-}
-#endif
-
 /* ---- AVX-512: panels ---------------------------------------------------------------------------- */
 #ifdef PF_PANELS
 #define PF_PANEL 32   /* rows per panel: two vectors of 16 lanes */
@@ -130,7 +63,9 @@ static void pf_gemm_dots(int bf16, const void *W, const float *x, float *y, cons
 #define PF_HINT _MM_HINT_T1
 #endif
 #define PF_FTOKENS 12 /* tokens per float tile: 24 accumulators */
-#define PF_QTOKENS 6  /* tokens per integer tile: 12 int32 + 12 float accumulators */
+#ifndef PF_QTOKENS
+#define PF_QTOKENS 6 /* tokens per integer tile: 12 int32 + 12 float accumulators */
+#endif
 
 enum { PK_F32 = 0, PK_BF16_DP = 1, PK_BF16_WIDEN = 2, PK_I8 = 3, PK_Q4 = 4 };
 
