@@ -29,7 +29,7 @@ from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import RUNS_CSV
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
-from whistle_stop.backends.runs.sweep_plan import GRIDS
+from whistle_stop.backends.runs.sweep_grid import GRIDS
 from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
 

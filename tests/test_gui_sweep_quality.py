@@ -134,7 +134,7 @@ def test_sweep_skips_what_does_not_fit_runs_alone_and_plots(qtbot, make_window, 
 
 
 def test_a_named_grid_fills_the_lengths(qtbot, make_window):
-    from whistle_stop.backends.runs.sweep_plan import GRIDS
+    from whistle_stop.backends.runs.sweep_grid import GRIDS
 
     tab = make_window().sweep_tab
     tab.grid_choice.setCurrentText("ttft-vs-length")

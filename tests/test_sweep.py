@@ -172,7 +172,7 @@ def test_the_ttft_grid_draws_prefill_s_roofline(capsys, tmp_path, monkeypatch):
     from whistle_stop.backends.report.figures import ttft_vs_prompt
     from whistle_stop.backends.results.reader import load_results
     from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
-    from whistle_stop.backends.runs.sweep_plan import GRIDS
+    from whistle_stop.backends.runs.sweep_grid import GRIDS
     from whistle_stop.backends.sources.model_files import resolve_model
 
     monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))

@@ -154,7 +154,7 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
     if sweep:
-        from ..runs.sweep_plan import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS, GRIDS
+        from ..runs.sweep_grid import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS, GRIDS
 
         p.add_argument(
             "--prompt-tokens",

@@ -103,7 +103,7 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 def sweep_grid(args: argparse.Namespace):
     """The grid of a sweep command: a named one (--grid), or the lengths given (or the defaults)."""
-    from ..runs.sweep_plan import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS, SweepGrid, named_grid
+    from ..runs.sweep_grid import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS, SweepGrid, named_grid
 
     if args.grid:
         if args.prompt_tokens or args.new_tokens:
