@@ -49,6 +49,9 @@ class EngineInfo:
     build_s: float = 0.0  # part of load spent building cached artefacts (export, conversion, quantisation)
     artifact_cache: str = "none"  # "hit", "miss" (built now) or "none" (the engine builds nothing)
     samples_natively: bool = False  # picks tokens in its own code (not the shared Sampler): sampled timings differ
+    # The numbers its prefill's matrix products multiply ("fp32", "bf16", "int8": results/roofline.py's
+    # Arithmetic); "" for its precision's fastest. Prefill's roofline divides by that arithmetic's peak.
+    prefill_arithmetic: str = ""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ _PEERS = 'pip install -e ".[peers]"'
 _ENGINES = "whistle_stop.backends.engines."
 _FILES = _ENGINES + "artifact_folders:"  # where each family's cached files live
 _LLAMA_OPTIONS = _ENGINES + "llamacpp_options:LlamaCppOptions"
+_NATIVE_OPTIONS = _ENGINES + "native_options:NativeOptions"
 
 
 def _family(
@@ -89,7 +90,7 @@ _ORT_MODULES, _ORT_PACKAGES = ("onnxruntime", "onnx", "torch"), ("onnxruntime", 
 _ONNX = _family("onnx.engine:OnnxEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx")
 _ONNX_CONCAT = _family("onnx.concat_engine:OnnxConcatEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx_concat")
 _NUMPY = _family("numpy_runtime.engine:NumpyEngine", ("numpy",), ("numpy",))
-_NATIVE = _family("native.engine:NativeEngine", ("numpy",), ("numpy",))
+_NATIVE = replace(_family("native.engine:NativeEngine", ("numpy",), ("numpy",)), options=_NATIVE_OPTIONS)
 _NULL = _family("null_engine:NullEngine", ("numpy",), ("numpy",))
 _LLAMA = replace(
     _family(

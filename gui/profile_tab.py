@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.profile.files import write_profile
-from whistle_stop.backends.profile.table import HEADERS, NOTE, profile_row
+from whistle_stop.backends.profile.table import HEADERS, NOTE, headers, profile_row
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
@@ -97,7 +97,7 @@ class ProfileTab(QWidget):
         self.phase = QComboBox()
         self.phase.addItems(["decode", "prefill"])
         self.phase.setToolTip("which step the table and the chart break down")
-        self.phase.currentTextChanged.connect(lambda _phase: self.show_results())
+        self.phase.currentTextChanged.connect(self._phase_changed)
         form = QFormLayout()
         form.addRow("Folder", self.out)
         form.addRow("Step", self.phase)
@@ -212,6 +212,10 @@ class ProfileTab(QWidget):
         self.finished.emit(result)
 
     # --- results ---------------------------------------------------------------------------------
+    def _phase_changed(self, phase: str) -> None:
+        self.table.setHorizontalHeaderLabels(headers(phase))  # prefill's columns: its roofline
+        self.show_results()
+
     def show_results(self) -> None:
         if self.result is None:
             return

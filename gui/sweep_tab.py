@@ -29,6 +29,7 @@ from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import RUNS_CSV
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
+from whistle_stop.backends.runs.sweep_grid import GRIDS
 from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
 
@@ -92,6 +93,13 @@ class SweepTab(QWidget):
     def _build(self) -> None:
         self.prompt_lengths = QLineEdit("16, 64, 256, 512")
         self.new_lengths = QLineEdit("16, 64, 256")
+        self.grid_choice = QComboBox()
+        self.grid_choice.addItem("custom")
+        for name, named in GRIDS.items():
+            self.grid_choice.addItem(name)
+            self.grid_choice.setItemData(self.grid_choice.count() - 1, named.help, Qt.ItemDataRole.ToolTipRole)
+        self.grid_choice.setToolTip("a named grid fills the lengths (as `sweep --grid NAME`)")
+        self.grid_choice.currentTextChanged.connect(self._grid_chosen)
         for edit, what in ((self.prompt_lengths, "prompt"), (self.new_lengths, "generated")):
             edit.setToolTip(f"{what} lengths in tokens, separated by commas")
             edit.textChanged.connect(self.refresh)
@@ -106,14 +114,22 @@ class SweepTab(QWidget):
         browse.clicked.connect(self._choose_folder)
         self.restart = QCheckBox("Start over (discard the sweep in this folder)")
         self.restart.toggled.connect(self.refresh)
-        self.measure = QCheckBox("Measure memory bandwidth (limit lines; once per machine)")
+        self.measure = QCheckBox("Measure memory bandwidth and arithmetic peaks (limit lines; once per machine)")
         self.measure.setChecked(True)
         self.job = JobControls(
             self.jobs,
             JobKind.SWEEP,
             WORDING,
             "",
-            (self.prompt_lengths, self.new_lengths, self.prompt_source, self.folder, self.restart, self.measure),
+            (
+                self.grid_choice,
+                self.prompt_lengths,
+                self.new_lengths,
+                self.prompt_source,
+                self.folder,
+                self.restart,
+                self.measure,
+            ),
             self.refresh,
             self.message.emit,
             self.error.emit,
@@ -124,6 +140,7 @@ class SweepTab(QWidget):
         self.run_button.clicked.connect(self.start)
 
         form = QFormLayout()
+        form.addRow("Grid", self.grid_choice)
         form.addRow("Prompt tokens", self.prompt_lengths)
         form.addRow("New tokens", self.new_lengths)
         form.addRow("Prompt text", self.prompt_source)
@@ -146,6 +163,14 @@ class SweepTab(QWidget):
         middle.setSizes([170, 120])
         self.figures = FigureGrid(3)
         three_panes(self, (controls, middle, self.figures), stretch=2, sizes=(330, 250, 1000))
+
+    def _grid_chosen(self, name: str) -> None:
+        """A named grid's lengths into the fields (they stay editable: an edit makes it custom)."""
+        named = GRIDS.get(name)
+        if named is None:
+            return
+        self.prompt_lengths.setText(", ".join(map(str, named.grid.prompt_tokens)))
+        self.new_lengths.setText(", ".join(map(str, named.grid.new_tokens)))
 
     # --- reading the inputs ---------------------------------------------------------------------
     def lengths(self) -> tuple[tuple[int, ...], tuple[int, ...], str]:

@@ -119,7 +119,7 @@ def test_a_sized_probe_reads_that_many_bytes_and_leaves_the_cached_figure(monkey
         return bw.Bandwidth(10.0, 9.0, n_bytes or 1 << 30, threads, 5, "cpu", "now", probe_pid=1)
 
     monkeypatch.setattr(bw, "measure_bandwidth", fake)
-    monkeypatch.setattr(bw, "_read_cache", lambda: {})
+    monkeypatch.setattr(bw, "read_probe_cache", lambda file_name: {})
     monkeypatch.setattr(bw, "probe_bandwidth", lambda *a, **k: pytest.fail("a sized probe must not touch the cache"))
     assert bw.fresh_bandwidth(2, 77_000_000).bytes == 77_000_000
     assert bw.fresh_bandwidth(2, 1000).bytes == bw.MIN_SIZED_BYTES  # a tiny model: a read long enough to time

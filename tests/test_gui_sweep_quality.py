@@ -111,8 +111,10 @@ def test_sweep_skips_what_does_not_fit_runs_alone_and_plots(qtbot, make_window, 
     assert "skipped: prompt 1000, new 30" in tab.log.toPlainText()
     for plot, figure in zip(tab.figures.plots, tab.figures.figures):
         points = [item for item in plot.listDataItems() if item.getData()[0] is not None and len(item.getData()[0])]
-        assert len(points) == 2, figure.name  # one curve per engine
-        assert any(isinstance(item, pg.InfiniteLine) for item in plot.items), figure.name  # the bandwidth limit
+        curves = [limit for limit in figure.limits if limit.x]  # drawn as data: prefill's roofline
+        assert len(points) == 2 + len(curves), figure.name  # one curve per engine
+        assert curves or any(isinstance(item, pg.InfiniteLine) for item in plot.items), figure.name  # the limit
+    assert [limit.label.split(" (")[0] for limit in tab.figures.figures[0].limits] == ["fp32 roofline"]
     assert window.actions.run.isEnabled() and window.quality_tab.reason.text() == ""
 
     report = window.export_report(tmp_path / "report")  # the sweep folder is in it
@@ -129,6 +131,18 @@ def test_sweep_skips_what_does_not_fit_runs_alone_and_plots(qtbot, make_window, 
     with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS):
         assert tab.start()
     assert len(_measured_rows(tmp_path / "sweep")) == 3 * 2 * 2  # started over: 3 cells, 2 engines, 2 repeats
+
+
+def test_a_named_grid_fills_the_lengths(qtbot, make_window):
+    from whistle_stop.backends.runs.sweep_grid import GRIDS
+
+    tab = make_window().sweep_tab
+    tab.grid_choice.setCurrentText("ttft-vs-length")
+    grid = GRIDS["ttft-vs-length"].grid
+    assert tab.lengths() == (grid.prompt_tokens, grid.new_tokens, "")
+    assert tab.grid.states[(1023, 1)] == "to run" and not tab.grid.count("skipped")
+    tab.grid_choice.setCurrentText("long-context")
+    assert tab.lengths()[:2] == ((16,), (1000,))
 
 
 def test_closing_the_window_mid_sweep_leaves_no_child_process(qtbot, make_window, tmp_path):
@@ -320,7 +334,7 @@ def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path)
     """The Profile tab runs the same session as `main.py profile`: its table rows are the
     command's rows, the files land in the chosen folder, the charts and top operations show."""
     from tests.fake_engines import phased_spec
-    from whistle_stop.backends.profile.table import profile_row
+    from whistle_stop.backends.profile.table import PREFILL_HEADERS, profile_row
 
     window = make_window({"phased": phased_spec()})
     configure(window, ["phased"], new_tokens=10, repeats=1, warmup=1)
@@ -332,6 +346,11 @@ def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path)
     (profile,) = result.profiles
     assert profile.status == "ok" and tab.table.rowCount() == 1
     assert [tab.table.item(0, c).text() for c in range(tab.table.columnCount())] == profile_row(profile)
+    tab.phase.setCurrentText("prefill")  # prefill's table: TTFT against its roofline
+    labels = [tab.table.horizontalHeaderItem(c).text() for c in range(tab.table.columnCount())]
+    assert labels == PREFILL_HEADERS and "roofline share" in labels
+    assert [tab.table.item(0, c).text() for c in range(tab.table.columnCount())] == profile_row(profile, "prefill")
+    tab.phase.setCurrentText("decode")
     assert tab.ops.rowCount() == len(profile.top_ops) > 0 and tab.ops.item(0, 1).text() == "linear"
     assert all(figure is not None for figure in tab.charts.figures)
     for name in ("breakdown.csv", "top_ops.csv", "profile.json", "runs.csv", "phased.trace.json"):

@@ -13,10 +13,13 @@ from tests.fake_engines import phased_spec
 from whistle_stop.backends import registry
 from whistle_stop.backends.profile.categories import KERNELS, Category, OpFamily, classify
 from whistle_stop.backends.results.bandwidth import Bandwidth
+from whistle_stop.backends.results.compute_peak import ComputePeaks
+from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.profile import ProfileSession
 
 BANDWIDTH = Bandwidth(gb_s=10.0, median_gb_s=10.0, bytes=1, threads=1, passes=1, cpu="test", measured_at="now")
+PEAKS = ComputePeaks(peaks={"fp32": {"gops": 0.5, "median_gops": 0.4, "isa": "test fma"}}, threads=1, cpu="test")
 
 
 def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
@@ -30,7 +33,12 @@ def _profile(tmp_path, backends, specs=None, new_tokens=12, repeats=1):
         threads=1,
     )
     with registry.use((specs or {}).values()):  # the session takes its engines' specs now
-        session = ProfileSession(config, tmp_path / "prof", bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
+        session = ProfileSession(
+            config,
+            tmp_path / "prof",
+            bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH,
+            compute_peaks=lambda threads: PEAKS,
+        )
     return session.run()
 
 
@@ -59,6 +67,33 @@ def test_known_costs_land_in_their_categories(tmp_path):
     names = {e["name"] for e in _trace_events(profile.trace_file)}
     assert {"linear", "attention", "whistle_stop::decode", "whistle_stop::prefill"} <= names
     assert profile.top_ops[0].name == "linear" and profile.top_ops[0].phase == "decode"
+
+
+def test_the_prefill_is_held_to_its_roofline(tmp_path):
+    """TTFT against the larger of the prompt's FLOPs over its arithmetic's peak (here fp32's: the
+    phased engine says none, and fp32 is its precision's) and its bytes over the bandwidth; the peak
+    and its instructions go to environment.json, the figures to the prefill table and the files."""
+    from whistle_stop.backends.profile.files import read_profile, write_profile
+    from whistle_stop.backends.profile.table import PREFILL_HEADERS, prefill_row
+
+    result = _profile(tmp_path, ["phased"], {"phased": phased_spec()})
+    (profile,) = result.profiles
+    prompt = len(result.bench.prompt_ids)
+    config = result.bench.model.gpt2_config
+    assert profile.prefill_arithmetic == "fp32" and profile.peak_gops == 0.5 and profile.peak_isa == "test fma"
+    assert profile.prefill_flops == prefill_flops(config, prompt)
+    assert profile.prefill_bytes == prefill_bytes(1_000_000, 0, prompt)  # the phased engine's 1 MB, no KV
+    compute_ms, memory_ms = profile.prefill_flops / 0.5e6, profile.prefill_bytes / 10e6
+    assert profile.roofline_ms == pytest.approx(max(compute_ms, memory_ms))
+    assert profile.ttft_share == pytest.approx(profile.roofline_ms / profile.prefill_ms)
+    assert result.bench.environment["compute_peaks"]["peaks"]["fp32"]["isa"] == "test fma"
+    row = dict(zip(PREFILL_HEADERS, prefill_row(profile)))
+    assert row["roofline"] == f"{profile.roofline_ms:.1f}" and row["roofline share"].endswith("%")
+    assert row["peak G/s"] == "0" and row["arithmetic"] == "fp32"
+    write_profile(tmp_path / "files", result.profiles, {})
+    (read_back,) = read_profile(tmp_path / "files")
+    assert read_back.roofline_ms == pytest.approx(profile.roofline_ms)
+    assert "ttft_share" in (tmp_path / "files" / "breakdown.csv").read_text().splitlines()[0]
 
 
 @pytest.mark.parametrize(
@@ -228,6 +263,7 @@ def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, 
     monkeypatch.setattr(
         "whistle_stop.backends.runs.profile.fresh_bandwidth", lambda threads, n_bytes=None, device="cpu": BANDWIDTH
     )
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.probe_compute_peaks", lambda threads, refresh: PEAKS)
     out = tmp_path / "prof"
     code = main(
         [
@@ -249,6 +285,7 @@ def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, 
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert "numpy" in printed.out and "matmul" in printed.out
+    assert "roofline share" in printed.out and "fp32 0 G/s (test fma)" in printed.out
     for name in ("breakdown.csv", "top_ops.csv", "profile.json", "runs.csv", "profile_decode.png", "numpy.trace.json"):
         assert (out / name).exists(), name
     rows = (out / "breakdown.csv").read_text().splitlines()

@@ -91,14 +91,41 @@ def test_sweep_figures_hold_medians_intervals_and_limits():
     assert fg.itl_vs_position(runs, [], gb_s=None).empty
 
 
+def test_the_position_chart_draws_decode_s_floor_growing_with_the_kv_cache():
+    """ms/token against position: (weights + KV bytes per position x position) / bandwidth, one line
+    per precision, and apart for two cache sizes of one precision (an 8-bit cache beside float32)."""
+    runs, tokens = _records()
+    environment = {
+        "engines": {
+            "hf": {"dtype": "fp32", "weight_bytes_per_token": 4e8, "kv_bytes_per_position": 1e5},
+            "hf-int8": {"dtype": "int8", "weight_bytes_per_token": 1e8, "kv_bytes_per_position": 1e5},
+        }
+    }
+    figure = fg.itl_vs_position(runs, tokens, gb_s=10.0, environment=environment)
+    last = max(run.prompt_tokens + index for run in runs for index in range(run.new_tokens)) + 1
+    fp32, int8 = sorted(figure.limits, key=lambda limit: -limit.y[0])
+    assert fp32.x == [0.0, float(last)] and fp32.y == pytest.approx([40.0, (4e8 + 1e5 * last) / 1e7])
+    assert int8.y == pytest.approx([10.0, (1e8 + 1e5 * last) / 1e7]) and "int8 floor" in int8.label
+    assert "KV cache up to that position" in figure.note
+    environment["engines"]["hf"] = {"dtype": "int8", "weight_bytes_per_token": 1e8, "kv_bytes_per_position": 2.5e4}
+    two = fg.itl_vs_position(runs, tokens, gb_s=10.0, environment=environment).limits
+    assert len(two) == 2 and {"KV 100 kB/position", "KV 25 kB/position"} <= {
+        label.split(", ")[1].split(":")[0] for label in (limit.label for limit in two)
+    }
+
+
 def test_plots_render_offscreen_to_pngs_of_the_right_size(tmp_path):
     from PySide6.QtGui import QImage
 
     from whistle_stop.backends.report.plots import render_png
 
     runs, tokens = _records()
+    roofline = {
+        "prefill_roofline": [{"arithmetic": "fp32", "peak_gops": 9.0, "isa": "x", "points": [[1, 1.0], [64, 9.0]]}]
+    }
     figures = [
         fg.ttft_vs_prompt(runs, 10.0),
+        fg.ttft_vs_prompt(runs, 10.0, roofline),
         fg.itl_vs_position(runs, tokens, 10.0),
         fg.bench_bars(runs),
         fg.speed_vs_quality([{"backend": "hf", "decode_tok_s": 50.0, "perplexity": 30.0}]),

@@ -11,6 +11,7 @@ from whistle_stop.backends import registry
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.results.bandwidth import Bandwidth
+from whistle_stop.backends.results.compute_peak import ComputePeaks
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepSession
 from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest
@@ -127,6 +128,7 @@ def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
         "whistle_stop.backends.runs.sweep.probe_bandwidth",
         lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
     )
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
     out = tmp_path / "sweep"
     code = main(
         [
@@ -158,6 +160,49 @@ def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
     bad = ["sweep", "--model", "random:tiny", "--backends", "a", "--prompt-tokens", "4,x", "--out", str(out)]
     assert main(bad) == 2
     assert "comma-separated whole numbers" in capsys.readouterr().err
+
+
+PEAKS = ComputePeaks(peaks={"fp32": {"gops": 2.0, "median_gops": 2.0, "isa": "test fma"}}, threads=1, cpu="test")
+
+
+def test_the_ttft_grid_draws_prefill_s_roofline(capsys, tmp_path, monkeypatch):
+    """`sweep --grid ttft-vs-length`: prompts of 1 to 1,023 tokens with one new token each; the
+    roofline per arithmetic (here fp32's, the fake engine's precision) kept in environment.json
+    and drawn as a dashed curve on the TTFT chart."""
+    from whistle_stop.backends.report.figures import ttft_vs_prompt
+    from whistle_stop.backends.results.reader import load_results
+    from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
+    from whistle_stop.backends.runs.sweep_grid import GRIDS
+    from whistle_stop.backends.sources.model_files import resolve_model
+
+    monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
+    monkeypatch.setattr(registry, "available", lambda name: (True, ""))
+    monkeypatch.setattr(
+        "whistle_stop.backends.runs.sweep.probe_bandwidth",
+        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
+    )
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
+    out = tmp_path / "sweep"
+    args = ["sweep", "--model", "random:tiny", "--backends", "a", "--repeats", "1", "--warmup", "0", "--threads", "1"]
+    assert main([*args, "--grid", "ttft-vs-length", "--prompt-tokens", "4", "--out", str(out)]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main([*args, "--grid", "ttft-vs-length", "--no-plots", "--out", str(out)]) == 0, capsys.readouterr().err
+    environment = _environment(out)
+    assert environment["sweep"]["prompt_tokens"] == list(GRIDS["ttft-vs-length"].grid.prompt_tokens)
+    assert environment["sweep"]["prompt_tokens"][0] == 1 and environment["sweep"]["prompt_tokens"][-1] == 1023
+    assert environment["sweep"]["new_tokens"] == [1] and not environment["sweep"]["skipped"]
+    assert environment["compute_peaks"]["peaks"]["fp32"]["isa"] == "test fma"
+    (curve,) = environment["prefill_roofline"]
+    assert curve["arithmetic"] == "fp32" and curve["engines"] == ["a"]
+    config = resolve_model("random:tiny").gpt2_config
+    weight_bytes = environment["engines"]["a"]["weight_bytes_per_token"]
+    for tokens, ms in curve["points"]:
+        expected = max(prefill_flops(config, tokens) / 2e6, prefill_bytes(weight_bytes, 0, tokens) / 10e6)
+        assert ms == pytest.approx(expected, rel=1e-3)
+    runs, _, _ = load_results(out)
+    (limit,) = ttft_vs_prompt(runs, 10.0, environment).limits
+    assert limit.x == [p[0] for p in curve["points"]] and limit.y == [p[1] for p in curve["points"]]
+    assert "fp32 roofline" in limit.label and "test fma" in limit.label
 
 
 def test_a_worker_lost_in_one_cell_is_restarted_for_the_next(tiny_model, tmp_path):

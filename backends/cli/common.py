@@ -122,13 +122,18 @@ def charts(render: Callable[[], list[Path]], err: Console) -> list[Path]:
         return []
 
 
-def add_cached_bandwidth(environment: dict, threads: int) -> None:
-    """Record the machine's bandwidth if a sweep or quality run measured it before (never measures here)."""
+def add_cached_probes(environment: dict, threads: int) -> None:
+    """Record the machine's bandwidth and arithmetic peaks if a sweep, quality run or profile measured
+    them before (never measures here)."""
     from ..results.bandwidth import cached_bandwidth
+    from ..results.compute_peak import cached_compute_peaks
 
     cached = cached_bandwidth(threads)
     if cached is not None:
         environment.setdefault("bandwidth", cached.as_dict())
+    peaks = cached_compute_peaks(threads)
+    if peaks is not None:
+        environment.setdefault("compute_peaks", peaks.as_dict())
 
 
 class Cancellable(Protocol):

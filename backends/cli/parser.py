@@ -154,10 +154,24 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
     if sweep:
+        from ..runs.sweep_grid import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS, GRIDS
+
         p.add_argument(
-            "--prompt-tokens", type=_int_list, default=[16, 64, 256, 512], help="prompt lengths, e.g. 16,64,256,512"
+            "--prompt-tokens",
+            type=_int_list,
+            help=f"prompt lengths, e.g. 16,64,256,512 (default: {','.join(map(str, DEFAULT_PROMPT_TOKENS))})",
         )
-        p.add_argument("--new-tokens", type=_int_list, default=[16, 64, 256], help="output lengths, e.g. 16,64,256")
+        p.add_argument(
+            "--new-tokens",
+            type=_int_list,
+            help=f"output lengths, e.g. 16,64,256 (default: {','.join(map(str, DEFAULT_NEW_TOKENS))})",
+        )
+        p.add_argument(
+            "--grid",
+            choices=list(GRIDS),
+            help="a named grid instead of the lengths: "
+            + "; ".join(f"{name}: {grid.help}" for name, grid in GRIDS.items()),
+        )
     else:
         p.add_argument("--prompt-tokens", type=int, default=50, help="length of the bundled prompt in tokens")
         p.add_argument("--new-tokens", type=int, default=100, help="tokens to generate (no early stop)")

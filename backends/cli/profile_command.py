@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..profile.files import write_profile
-from ..profile.table import HEADERS, NOTE, profile_row, shown_columns, top_ops_line
+from ..profile.table import NOTE, headers, profile_row, shown_columns, top_ops_line
 from ..results.export import write_results
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
 from ..status import RunStatus
@@ -104,11 +104,17 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
         table = Table(
             title=f"{phase} step, {unit}"
             + (f" (floor: {probe}, probed around each engine)" if phase == "decode" else "")
+            + (
+                f" (roofline's peaks: {result.compute_peaks.label})"
+                if phase == "prefill" and result.compute_peaks
+                else ""
+            )
         )
         rows = [profile_row(p, phase) for p in result.profiles]
         columns = shown_columns(rows)
+        names = headers(phase)
         for index in columns:
-            table.add_column(HEADERS[index], justify="left" if HEADERS[index] in ("engine", "profiler") else "right")
+            table.add_column(names[index], justify="left" if names[index] in ("engine", "profiler") else "right")
         for row in rows:
             table.add_row(*(row[i] for i in columns))
         console.print(table)

@@ -12,7 +12,7 @@ from rich.table import Table
 from ..errors import UsageError
 from ..results.verdict import verdict
 from .common import (
-    add_cached_bandwidth,
+    add_cached_probes,
     cancelled,
     charts,
     check_reference,
@@ -52,7 +52,7 @@ def quality_command(args: argparse.Namespace) -> int:
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     quality = session.quality
     assert quality is not None  # run() made it
-    add_cached_bandwidth(result.environment, session.threads)
+    add_cached_probes(result.environment, session.threads)
     paths = write_quality(out, result, quality)
 
     def render() -> list[Path]:

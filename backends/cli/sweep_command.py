@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import UsageError
 from ..results.records import runs_of
 from ..runs.bench import BenchResult
 from .common import (
@@ -28,15 +29,15 @@ from .main import EXIT_OK, EXIT_RUN_FAILED
 
 def sweep_command(args: argparse.Namespace) -> int:
     from ..report.figures import decode_vs_output, itl_vs_position, ttft_vs_prompt
-    from ..runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepSession
+    from ..runs.sweep import CellDone, CellStarted, SweepNote, SweepSession
 
     err = stderr_console()
+    grid = sweep_grid(args)
     first = argparse.Namespace(
-        **{**vars(args), "prompt_tokens": args.prompt_tokens[0], "new_tokens": args.new_tokens[0]}
+        **{**vars(args), "prompt_tokens": grid.prompt_tokens[0], "new_tokens": grid.new_tokens[0]}
     )
     config = config_from_args(first)
     check_reference(config)
-    grid = SweepGrid(tuple(args.prompt_tokens), tuple(args.new_tokens)).validate()
     out = out_dir(args.out)
     printer = progress_printer(err)
 
@@ -98,6 +99,18 @@ def sweep_command(args: argparse.Namespace) -> int:
             "run the same command again to resume",
         )
     return EXIT_RUN_FAILED if result.failed else EXIT_OK
+
+
+def sweep_grid(args: argparse.Namespace):
+    """The grid of a sweep command: a named one (--grid), or the lengths given (or the defaults)."""
+    from ..runs.sweep_grid import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS, SweepGrid, named_grid
+
+    if args.grid:
+        if args.prompt_tokens or args.new_tokens:
+            raise UsageError("give --grid or --prompt-tokens/--new-tokens, not both")
+        return named_grid(args.grid).validate()
+    prompts, news = args.prompt_tokens or DEFAULT_PROMPT_TOKENS, args.new_tokens or DEFAULT_NEW_TOKENS
+    return SweepGrid(tuple(prompts), tuple(news)).validate()
 
 
 def _print_sweep(result: BenchResult, console: Console) -> None:

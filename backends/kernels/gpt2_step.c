@@ -66,8 +66,10 @@ typedef struct {
     const float *lnf_w, *lnf_b;
     Mat lm_head;              /* [V][d] at the stored type: the tied embedding too (rows widened) */
     const Layer *layers;      /* [n_layer] */
-    float *k_cache, *v_cache; /* [L][H][max_seq][hd] each */
+    float *k_cache, *v_cache; /* [L][H][max_seq][hd] each (NULL with an 8-bit cache) */
     int64_t *timers;          /* [T_COUNT] ns, or NULL */
+    int8_t *kq_cache, *vq_cache; /* the 8-bit cache instead: [L][H][max_seq][hd] each, or NULL */
+    float *k_scale, *v_scale;    /* its scale per row: [L][H][max_seq] each */
 } Model;
 
 static inline int64_t now_ns(void) {
@@ -82,11 +84,13 @@ typedef struct {
     int8_t *q;     /* [K] */
     float *scale;  /* [K/32] */
     float *offset; /* [K/32]: 8 * scale * sum(q of the block) */
+    int32_t *sum;  /* [K/32]: sum(q of the block), or NULL (prefill's VNNI products need it) */
 } QuantX;
 
 /* Row r of x quantised, in scratch that holds M rows of K. */
 static inline QuantX quant_row(const QuantX *qx, int64_t r, int64_t K) {
-    const QuantX row = {qx->q + r * K, qx->scale + r * (K / QBLOCK), qx->offset + r * (K / QBLOCK)};
+    const QuantX row = {qx->q + r * K, qx->scale + r * (K / QBLOCK), qx->offset + r * (K / QBLOCK),
+                        qx->sum ? qx->sum + r * (K / QBLOCK) : NULL};
     return row;
 }
 
@@ -146,6 +150,7 @@ static void quantise_block(const float *restrict x, const QuantX *qx, int64_t bl
     }
     qx->scale[b] = scale;
     qx->offset[b] = 8.0f * scale * (float)sum;
+    if (qx->sum) qx->sum[b] = sum;
 }
 #else
 /* Block b of x quantised (of `blocks` per row); `q4_order` writes its values where q4_position
@@ -164,6 +169,7 @@ static void quantise_block(const float *restrict x, const QuantX *qx, int64_t bl
     }
     qx->scale[b] = scale;
     qx->offset[b] = 8.0f * scale * (float)sum;
+    if (qx->sum) qx->sum[b] = sum;
 }
 #endif
 
@@ -369,11 +375,73 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
     }
 }
 
+#include "prefill.h"   /* prefill's GEMMs: float tiles, BF16 and VNNI products */
+#include "attention.h" /* one head's attention: decode's stream, prefill's tiles */
+#define ATT_MIN_TILED 8 /* fewer queries (a few drafted tokens) read the cache query by query */
+
+#ifndef PF_PANELS
+/* Without AVX-512: two weight rows x four tokens per inner loop, each widened weight used 4 times
+ * from registers (plain C that the compiler vectorises). */
+static void float_rows_2x4(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y,
+                           const float *bias, int64_t M, int64_t N, int64_t K, int64_t lo, int64_t hi,
+                           float *restrict buf) {
+    for (int64_t n = lo; n < hi; n += 2) {
+        const int two = n + 1 < hi;
+        const float *w0 = widen_row(m, wtype, n, K, buf);
+        const float *w1 = two ? widen_row(m, wtype, n + 1, K, buf + K) : w0;
+        const float b0 = bias ? bias[n] : 0.0f, b1 = bias && two ? bias[n + 1] : 0.0f;
+        int64_t r = 0;
+        for (; r + 4 <= M; r += 4) {
+            const float *x0 = x + r * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+            float a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const float u = w0[k], v = w1[k];
+                a00 += u * x0[k]; a01 += u * x1[k]; a02 += u * x2[k]; a03 += u * x3[k];
+                a10 += v * x0[k]; a11 += v * x1[k]; a12 += v * x2[k]; a13 += v * x3[k];
+            }
+            y[r * N + n] = a00 + b0; y[(r + 1) * N + n] = a01 + b0;
+            y[(r + 2) * N + n] = a02 + b0; y[(r + 3) * N + n] = a03 + b0;
+            if (two) {
+                y[r * N + n + 1] = a10 + b1; y[(r + 1) * N + n + 1] = a11 + b1;
+                y[(r + 2) * N + n + 1] = a12 + b1; y[(r + 3) * N + n + 1] = a13 + b1;
+            }
+        }
+        for (; r < M; r++) {
+            y[r * N + n] = dot_f32(w0, x + r * K, K) + b0;
+            if (two) y[r * N + n + 1] = dot_f32(w1, x + r * K, K) + b1;
+        }
+    }
+}
+#endif
+
+/* Scratch of one forward call: `qx` shared (x quantised for the integer types), `xb` shared (x in
+ * bf16 for BF16 products; NULL in decode), `buf` this thread's [8][K] floats, `panel` this thread's
+ * bytes for the integer panels (NULL in decode). */
+typedef struct {
+    const QuantX *qx;
+    uint16_t *xb;
+    float *buf;
+    uint8_t *panel;
+} Scratch;
+
+#ifdef PF_PANELS
+/* This thread's panels of a product (whole panels of PF_PANEL rows, split evenly). */
+static void panel_product(const Mat *m, int kind, const PfTokens *tokens, float *y, int64_t M, int64_t N, int64_t K,
+                          uint8_t *panel) {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t panels = (N + PF_PANEL - 1) / PF_PANEL;
+    const int64_t lo = panels * t / threads * PF_PANEL, hi = panels * (t + 1) / threads * PF_PANEL;
+    pf_gemm_panels(kind, m->w, m->scale, tokens, y, m->bias, M, N, K, lo, hi < N ? hi : N, panel);
+}
+#endif
+
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
- * parallel region, each taking its block of rows of W; ends with a barrier. `qx` is shared
- * scratch for the integer types (x quantised by one thread first); `buf` is this thread's [2][K]. */
+ * parallel region, each taking its block of rows of W; ends with a barrier. One token (decode)
+ * streams W once; more (prefill, scoring) take prefill.h's GEMMs where this CPU has them. */
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
-                   int64_t N, int64_t K, const QuantX *qx, float *restrict buf) {
+                   int64_t N, int64_t K, const Scratch *sc) {
+    const QuantX *qx = sc->qx;
+    float *restrict buf = sc->buf;
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
     const float *bias = m->bias;
@@ -412,6 +480,15 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
         if (bias)
             for (int64_t n = lo; n < hi; n++) y[n] += bias[n];
     } else if (wtype == WT_I8 || wtype == WT_Q4) {
+#ifdef PF_VNNI
+        #pragma omp for schedule(static) /* x quantised as decode does, in plain order, with its sums */
+        for (int64_t r = 0; r < M; r++) {
+            const QuantX row = quant_row(qx, r, K);
+            quantise_blocks(x + r * K, &row, K, 0);
+        } /* implied barrier */
+        const PfTokens tokens = {x, qx->q, qx->scale, qx->sum};
+        panel_product(m, wtype == WT_I8 ? PK_I8 : PK_Q4, &tokens, y, M, N, K, sc->panel);
+#else
         /* the products decode makes, row by row: prefill, decode and scoring compute alike */
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < M; r++) {
@@ -425,34 +502,22 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
                 y[r * N + n] = quant_dot(m, wtype, n, K, &row) + b0;
             }
         }
+#endif
     } else {
-        /* two weight rows x four tokens per inner loop: each widened weight is used 4 times from registers */
-        for (int64_t n = lo; n < hi; n += 2) {
-            const int two = n + 1 < hi;
-            const float *w0 = widen_row(m, wtype, n, K, buf);
-            const float *w1 = two ? widen_row(m, wtype, n + 1, K, buf + K) : w0;
-            const float b0 = bias ? bias[n] : 0.0f, b1 = bias && two ? bias[n + 1] : 0.0f;
-            int64_t r = 0;
-            for (; r + 4 <= M; r += 4) {
-                const float *x0 = x + r * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
-                float a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
-                for (int64_t k = 0; k < K; k++) {
-                    const float u = w0[k], v = w1[k];
-                    a00 += u * x0[k]; a01 += u * x1[k]; a02 += u * x2[k]; a03 += u * x3[k];
-                    a10 += v * x0[k]; a11 += v * x1[k]; a12 += v * x2[k]; a13 += v * x3[k];
-                }
-                y[r * N + n] = a00 + b0; y[(r + 1) * N + n] = a01 + b0;
-                y[(r + 2) * N + n] = a02 + b0; y[(r + 3) * N + n] = a03 + b0;
-                if (two) {
-                    y[r * N + n + 1] = a10 + b1; y[(r + 1) * N + n + 1] = a11 + b1;
-                    y[(r + 2) * N + n + 1] = a12 + b1; y[(r + 3) * N + n + 1] = a13 + b1;
-                }
-            }
-            for (; r < M; r++) {
-                y[r * N + n] = dot_f32(w0, x + r * K, K) + b0;
-                if (two) y[r * N + n + 1] = dot_f32(w1, x + r * K, K) + b1;
-            }
+#if defined(PF_PANELS)
+        int kind = wtype == WT_F32 ? PK_F32 : PK_BF16_WIDEN;
+#ifdef PF_BF16
+        if (wtype == WT_BF16) {
+            kind = PK_BF16_DP;
+            #pragma omp for schedule(static) /* the tokens rounded to bf16 once for every row's products */
+            for (int64_t r = 0; r < M; r++) pf_to_bf16_row(x + r * K, sc->xb + r * K, K);
         }
+#endif
+        const PfTokens tokens = {x, kind == PK_BF16_DP ? (const void *)sc->xb : (const void *)x, NULL, NULL};
+        panel_product(m, kind, &tokens, y, M, N, K, sc->panel);
+#else
+        float_rows_2x4(m, wtype, x, y, bias, M, N, K, lo, hi, buf);
+#endif
     }
     #pragma omp barrier
 }
@@ -477,60 +542,86 @@ static void gelu(float *restrict x, int64_t n) {
     }
 }
 
+/* A head's keys or values in the cache (float32, or 8-bit rows with a scale each). */
+static KvHead kv_head(const Model *md, int values, int64_t layer, int64_t h) {
+    const int64_t H = md->n_head, hd = md->n_embd / H, S = md->max_seq, row0 = (layer * H + h) * S;
+    if (md->kq_cache) {
+        const KvHead kv = {NULL, (values ? md->vq_cache : md->kq_cache) + row0 * hd, (values ? md->v_scale : md->k_scale) + row0};
+        return kv;
+    }
+    const KvHead kv = {(values ? md->v_cache : md->k_cache) + row0 * hd, NULL, NULL};
+    return kv;
+}
+
 /* Causal attention for T queries at positions [pos, pos+T), heads split across threads.
- * qkv [T][3d] (q | k | v, each head's hd contiguous), out [T][d]; scores scratch [threads][max_seq]. */
+ * qkv [T][3d] (q | k | v, each head's hd contiguous), out [T][d]; scores scratch [threads][max_seq];
+ * `tiles` each thread's att_scratch (NULL in decode). */
 static void attention(const Model *md, int64_t layer, const float *restrict qkv, float *restrict out,
-                      int64_t T, int64_t pos, float *scores_all) {
+                      int64_t T, int64_t pos, float *scores_all, uint8_t *tiles) {
     const int64_t d = md->n_embd, H = md->n_head, hd = d / H, S = md->max_seq;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scores = scores_all + omp_get_thread_num() * S;
     #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; h++) {
-        const float *kc = md->k_cache + ((layer * H + h) * S) * hd;
-        const float *vc = md->v_cache + ((layer * H + h) * S) * hd;
+        const KvHead k = kv_head(md, 0, layer, h), v = kv_head(md, 1, layer, h);
         if (T == 1) { /* short streams from DRAM: ask for all of this head's keys and values at once */
-            const int64_t bytes = (pos + 1) * hd * (int64_t)sizeof(float);
+            const int64_t bytes = (pos + 1) * hd * (md->kq_cache ? 1 : (int64_t)sizeof(float));
+            const char *kb = k.q8 ? (const char *)k.q8 : (const char *)k.f32, *vb = v.q8 ? (const char *)v.q8 : (const char *)v.f32;
             for (int64_t off = 0; off < bytes; off += 64) {
-                __builtin_prefetch((const char *)kc + off, 0, 3);
-                __builtin_prefetch((const char *)vc + off, 0, 2);
+                __builtin_prefetch(kb + off, 0, 3);
+                __builtin_prefetch(vb + off, 0, 2);
             }
         }
-        for (int64_t t = 0; t < T; t++) {
-            const float *q = qkv + t * 3 * d + h * hd;
-            const int64_t keys = pos + t + 1;
-            int64_t j = 0;
-            for (; j + 4 <= keys; j += 4) /* four keys at once: independent sums */
-                rows4_f32(kc + j * hd, kc + (j + 1) * hd, kc + (j + 2) * hd, kc + (j + 3) * hd, q, hd, scores + j);
-            for (; j < keys; j++) scores[j] = dot_f32(q, kc + j * hd, hd);
-            float best = -INFINITY;
-            for (j = 0; j < keys; j++) {
-                scores[j] *= scale;
-                best = fmaxf(best, scores[j]);
-            }
-            float total = 0.0f;
-            for (j = 0; j < keys; j++) { scores[j] = expf(scores[j] - best); total += scores[j]; }
-            float *o = out + t * d + h * hd;
-            for (int64_t e = 0; e < hd; e++) o[e] = 0.0f;
-            const float inv_total = 1.0f / total;
-            for (j = 0; j < keys; j++) {
-                const float p = scores[j] * inv_total;
-                const float *v = vc + j * hd;
-                for (int64_t e = 0; e < hd; e++) o[e] += p * v[e];
-            }
+#ifdef PF_PANELS
+        if (tiles && T >= ATT_MIN_TILED) {
+            att_head_tiles(&k, &v, qkv + h * hd, 3 * d, out + h * hd, d, T, pos, hd, scale,
+                           tiles + omp_get_thread_num() * att_scratch(S, hd), S);
+            continue;
         }
+#else
+        (void)tiles;
+#endif
+        for (int64_t t = 0; t < T; t++)
+            att_query(&k, &v, qkv + t * 3 * d + h * hd, pos + t + 1, hd, scale, scores, out + t * d + h * hd);
     }
 }
 
-/* Keys and values of T tokens into the cache at [pos, pos+T). */
+/* Keys and values of T tokens into the cache at [pos, pos+T) (an 8-bit cache: each row quantised). */
 static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, int64_t T, int64_t pos) {
     const int64_t d = md->n_embd, H = md->n_head, hd = d / H, S = md->max_seq;
     #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; h++)
         for (int64_t t = 0; t < T; t++) {
-            memcpy(md->k_cache + ((layer * H + h) * S + pos + t) * hd, qkv + t * 3 * d + d + h * hd, hd * sizeof(float));
-            memcpy(md->v_cache + ((layer * H + h) * S + pos + t) * hd, qkv + t * 3 * d + 2 * d + h * hd, hd * sizeof(float));
+            const int64_t row = (layer * H + h) * S + pos + t;
+            const float *key = qkv + t * 3 * d + d + h * hd, *value = qkv + t * 3 * d + 2 * d + h * hd;
+            if (md->kq_cache) {
+                kv_quantise_row(key, md->kq_cache + row * hd, md->k_scale + row, hd);
+                kv_quantise_row(value, md->vq_cache + row * hd, md->v_scale + row, hd);
+            } else {
+                memcpy(md->k_cache + row * hd, key, hd * sizeof(float));
+                memcpy(md->v_cache + row * hd, value, hd * sizeof(float));
+            }
         }
 }
+
+/* Each thread's float scratch, in rows of the widest K: decode's widened row and x de-interleaved,
+ * or two widened rows of the plain tiles. (Larger, it came from mmap, and its page faults landed on
+ * every decoded token.) */
+#define BUF_ROWS 2
+#ifdef PF_PANELS
+#define PANEL_BYTES(K) pf_panel_scratch(K)
+#define ATT_BYTES(S, hd) att_scratch(S, hd)
+#else
+#define PANEL_BYTES(K) ((size_t)0)
+#define ATT_BYTES(S, hd) ((size_t)0)
+#endif
+
+#define DECODE_BF16_PATH "bf16 widened in registers, float32 sums"
+#if defined(__AVX2__) && defined(__FMA__)
+#define DECODE_INT_PATH "avx2 maddubs row streams (int8 activations per block of 32)"
+#else
+#define DECODE_INT_PATH "plain C integer row streams (int8 activations per block of 32)"
+#endif
 
 /* ---- the step -------------------------------------------------------------------------------- */
 
@@ -550,17 +641,26 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     float *x = malloc(sizeof(float) * T * d), *h = malloc(sizeof(float) * T * d);
     float *big = malloc(sizeof(float) * T * widest), *att = malloc(sizeof(float) * T * d);
     float *scores = malloc(sizeof(float) * threads * md->max_seq);
-    float *bufs = malloc(sizeof(float) * threads * 2 * widest);
+    float *bufs = malloc(sizeof(float) * threads * BUF_ROWS * widest);
     const int64_t blocks = T * (widest / QBLOCK) + 1; /* x quantised: T rows of up to `widest` */
-    QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks)};
-    int failed = !x || !h || !big || !att || !scores || !bufs || !qx.q || !qx.scale || !qx.offset;
+    QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
+                 T > 1 ? malloc(sizeof(int32_t) * blocks) : NULL};
+    /* prefill only (a decode step allocates nothing more): x in bf16, each thread's integer panel */
+    uint16_t *xb = T > 1 ? malloc(sizeof(uint16_t) * T * widest) : NULL;
+    const size_t panel_bytes = T > 1 ? PANEL_BYTES(inner > d ? inner : d) : 0;
+    uint8_t *panels = T > 1 ? malloc(panel_bytes * threads) : NULL;
+    const size_t tile_bytes = T >= ATT_MIN_TILED ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
+    uint8_t *tiles = tile_bytes ? malloc(tile_bytes * threads) : NULL;
+    int failed = !x || !h || !big || !att || !scores || !bufs || !qx.q || !qx.scale || !qx.offset ||
+                 (T > 1 && (!qx.sum || !xb || (panel_bytes && !panels))) || (tile_bytes && !tiles);
     if (!failed) {
         const int timing = md->timers != NULL;
         #pragma omp parallel
         {
             int64_t t0 = timing ? now_ns() : 0;
             const int main_thread = omp_get_thread_num() == 0;
-            float *buf = bufs + omp_get_thread_num() * 2 * widest;
+            float *buf = bufs + omp_get_thread_num() * BUF_ROWS * widest;
+            const Scratch sc = {&qx, xb, buf, panels ? panels + omp_get_thread_num() * panel_bytes : NULL};
             #pragma omp for schedule(static)
             for (int64_t t = 0; t < T; t++) { /* the embedding is the lm_head's row, at its stored type */
                 const float *row = widen_row(&md->lm_head, wt, ids[t], d, buf);
@@ -572,13 +672,13 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) layer_norm(x + t * d, h + t * d, ly->ln1_w, ly->ln1_b, d, md->eps);
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->qkv, wt, h, big, T, 3 * d, d, &qx, buf);
+                matmul(&ly->qkv, wt, h, big, T, 3 * d, d, &sc);
                 if (main_thread) TICK(T_MATMUL);
                 kv_write(md, l, big, T, pos);
                 if (main_thread) TICK(T_KV);
-                attention(md, l, big, att, T, pos, scores);
+                attention(md, l, big, att, T, pos, scores, tiles);
                 if (main_thread) TICK(T_ATTENTION);
-                matmul(&ly->proj, wt, att, h, T, d, d, &qx, buf);
+                matmul(&ly->proj, wt, att, h, T, d, d, &sc);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) {
@@ -586,12 +686,12 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
                     layer_norm(x + t * d, h + t * d, ly->ln2_w, ly->ln2_b, d, md->eps);
                 }
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc, wt, h, big, T, inner, d, &qx, buf);
+                matmul(&ly->fc, wt, h, big, T, inner, d, &sc);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) gelu(big + t * inner, inner);
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc2, wt, big, h, T, d, inner, &qx, buf);
+                matmul(&ly->fc2, wt, big, h, T, d, inner, &sc);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++)
@@ -602,17 +702,78 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             #pragma omp for schedule(static)
             for (int64_t t = first; t < T; t++) layer_norm(x + t * d, h + (t - first) * d, md->lnf_w, md->lnf_b, d, md->eps);
             if (main_thread) TICK(T_NORM_ACT);
-            matmul(&md->lm_head, wt, h, logits, rows_out, V, d, &qx, buf);
+            matmul(&md->lm_head, wt, h, logits, rows_out, V, d, &sc);
             if (main_thread) TICK(T_MATMUL);
         }
     }
     free(x); free(h); free(big); free(att); free(scores); free(bufs); free(qx.q); free(qx.scale); free(qx.offset);
+    free(qx.sum); free(xb); free(panels); free(tiles);
+    return failed ? -1 : 0;
+}
+
+/* One matrix product y [M][N] = x [M][K] W^T + b as the step makes it (decode's products for one
+ * row, prefill's for more), in a parallel region of its own: tests hold each path to a reference on
+ * any shape. Returns 0, or -1 when scratch memory could not be had. */
+int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M, int64_t N, int64_t K) {
+    const int threads = omp_get_max_threads();
+    const int64_t blocks = M * (K / QBLOCK) + 1;
+    const size_t panel_bytes = PANEL_BYTES(K);
+    float *bufs = malloc(sizeof(float) * threads * BUF_ROWS * K);
+    QuantX qx = {malloc(M * K + 64), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
+                 malloc(sizeof(int32_t) * blocks)};
+    uint16_t *xb = malloc(sizeof(uint16_t) * M * K + 64);
+    uint8_t *panels = panel_bytes ? malloc(panel_bytes * threads) : NULL;
+    const int failed = !bufs || !qx.q || !qx.scale || !qx.offset || !qx.sum || !xb || (panel_bytes && !panels);
+    if (!failed) {
+        #pragma omp parallel
+        {
+            const int t = omp_get_thread_num();
+            const Scratch sc = {&qx, xb, bufs + t * BUF_ROWS * K, panels ? panels + t * panel_bytes : NULL};
+            matmul(m, wtype, x, y, M, N, K, &sc);
+        }
+    }
+    free(bufs); free(qx.q); free(qx.scale); free(qx.offset); free(qx.sum); free(xb); free(panels);
     return failed ? -1 : 0;
 }
 
 /* The threads this library's OpenMP runtime will use (set before the first call). */
 void gpt2_set_threads(int threads) { if (threads > 0) omp_set_num_threads(threads); }
 int gpt2_threads(void) { return omp_get_max_threads(); }
+
+/* Which instructions this build's products use for a weight type (the engine's notes say it), and the
+ * arithmetic of its prefill: 0 float32, 1 bf16, 2 int8 (the roofline's peak is that arithmetic's). */
+const char *gpt2_paths(int wtype) {
+    switch (wtype) {
+    case WT_F32:
+#if defined(PF_PANELS)
+        return "prefill: avx512f float32 GEMM (panels of 32 rows, tiles of up to 12 tokens); decode: float32 row streams";
+#else
+        return "prefill: float32 tiles of 2 rows x 4 tokens (no AVX-512 on this CPU); decode: float32 row streams";
+#endif
+    case WT_BF16:
+#if defined(PF_BF16)
+        return "prefill: avx512-bf16 GEMM (vdpbf16ps, tokens rounded to bf16, float32 sums); decode: " DECODE_BF16_PATH;
+#elif defined(PF_PANELS)
+        return "prefill: avx512f GEMM, bf16 pairs widened to float32 in registers (no BF16 products on this CPU); decode: " DECODE_BF16_PATH;
+#else
+        return "prefill: bf16 rows widened to float32, tiles of 2 rows x 4 tokens (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
+#endif
+    default:
+#if defined(PF_VNNI)
+        return "prefill: avx512-vnni GEMM (vpdpbusd, panels of 32 rows, int32 sums per block); decode: " DECODE_INT_PATH;
+#else
+        return "prefill: decode's integer products token by token (no AVX-512 VNNI on this CPU); decode: " DECODE_INT_PATH;
+#endif
+    }
+}
+
+int gpt2_prefill_arithmetic(int wtype) {
+    if (wtype == WT_I8 || wtype == WT_Q4) return 2;
+#ifdef PF_BF16
+    if (wtype == WT_BF16) return 1;
+#endif
+    return 0;
+}
 
 /* Each struct's size, each field's offset and size, as this compiler lays them out ("Mat=24;Mat.w=0:8;..."):
  * the ctypes side (engines/native/step.py) compares them with its own at load, so a struct edited on
@@ -635,7 +796,8 @@ const char *gpt2_layout(void) {
     STRUCT(Model); FIELD(Model, n_layer); FIELD(Model, n_head); FIELD(Model, n_embd); FIELD(Model, n_inner);
     FIELD(Model, vocab); FIELD(Model, max_seq); FIELD(Model, wtype); FIELD(Model, eps); FIELD(Model, wpe);
     FIELD(Model, lnf_w); FIELD(Model, lnf_b); FIELD(Model, lm_head); FIELD(Model, layers); FIELD(Model, k_cache);
-    FIELD(Model, v_cache); FIELD(Model, timers);
+    FIELD(Model, v_cache); FIELD(Model, timers); FIELD(Model, kq_cache); FIELD(Model, vq_cache);
+    FIELD(Model, k_scale); FIELD(Model, v_scale);
 #undef STRUCT
 #undef FIELD
     return text;

@@ -13,8 +13,10 @@ averaged over the phase's steps:
 
 The floor is the time the memory system alone needs per decoded token: the bytes that must
 move (weights at their stored size + the KV cache read at that position) over the measured
-bandwidth. Profiled runs are never benchmark records: the unprofiled run's ms/token stands
-beside the profiled one, and the difference is the profiler's own overhead.
+bandwidth. Prefill's is a roofline (results/roofline.py): the larger of its FLOPs over the CPU's
+peak for the engine's arithmetic and its bytes over the same bandwidth. Profiled runs are never
+benchmark records: the unprofiled run's ms/token stands beside the profiled one, and the
+difference is the profiler's own overhead.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..results.bandwidth import limit_ms_per_token
+from ..results.roofline import Roofline
 from ..status import RunStatus
 from .capture import ProfileCapture
 from .categories import ORDER, Category
@@ -76,6 +79,12 @@ class EngineProfile:
     slower_bandwidth_gb_s: float | None = None  # the slower of the two: how far the machine moved in the engine's slot
     compute_gflops: float | None = None  # the cores' GEMM rate at the same two probes (the faster): a slow phase shows
     floor_note: str = ""  # set when the weights fit in the last-level cache: DRAM does not bound the engine
+    prefill_arithmetic: str = ""  # what its prefill multiplies (EngineInfo's, or its precision's fastest)
+    peak_arithmetic: str = ""  # whose peak holds it: its own, or fp32's where the CPU has no instructions for it
+    peak_gops: float | None = None  # that peak, 1e9 operations per second
+    peak_isa: str = ""  # the instructions the peak ran
+    prefill_flops: float | None = None  # the prompt's matrix products and attention (results.roofline.prefill_flops)
+    prefill_bytes: float | None = None  # the weights once and the prompt's keys and values written
     decode: PhaseBreakdown | None = None
     prefill: PhaseBreakdown | None = None
     top_ops: list[OpShare] = field(default_factory=list)
@@ -86,6 +95,24 @@ class EngineProfile:
         if not self.bytes_per_token or not self.bandwidth_gb_s:
             return None
         return limit_ms_per_token(self.bytes_per_token, self.bandwidth_gb_s)
+
+    @property
+    def roofline(self) -> Roofline | None:
+        if not self.prefill_flops or not self.peak_gops:
+            return None
+        return Roofline(self.prefill_flops, self.prefill_bytes or 0.0, self.peak_gops, self.bandwidth_gb_s or 0.0)
+
+    @property
+    def roofline_ms(self) -> float | None:
+        """The shortest this prompt's prefill can take at the probed peak and bandwidth."""
+        roofline = self.roofline
+        return roofline.ms if roofline else None
+
+    @property
+    def ttft_share(self) -> float | None:
+        """Roofline / measured TTFT: how close the prefill runs to the machine's limit (decode's floor share's twin)."""
+        roofline = self.roofline_ms
+        return roofline / self.prefill_ms if roofline and self.prefill_ms else None
 
     @property
     def overhead_pct(self) -> float | None:

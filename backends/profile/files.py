@@ -36,6 +36,14 @@ BREAKDOWN_COLUMNS = (
         "cpu_ms_per_token",
         "steps",
         "step_ms",
+        "ttft_ms",
+        "prefill_arithmetic",
+        "peak_gops",
+        "peak_isa",
+        "prefill_flops",
+        "prefill_bytes",
+        "roofline_ms",
+        "ttft_share",
     ]
     + [f"{c.value.replace(' ', '_').replace('+', 'and')}_ms" for c in ORDER]
     + ["unattributed_share", "status", "error", "trace_file", "note"]
@@ -71,6 +79,14 @@ def breakdown_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
                     _num(p.cpu_ms_per_token),
                     str(b.steps) if b else "",
                     _num(b.step_ms) if b else "",
+                    _num(p.prefill_ms),
+                    p.prefill_arithmetic,
+                    _num(p.peak_gops, 1),
+                    p.peak_isa,
+                    _num(p.prefill_flops, 0),
+                    _num(p.prefill_bytes, 0),
+                    _num(p.roofline_ms),
+                    _num(p.ttft_share),
                     *values,
                     _num(unattributed),
                     p.status,
@@ -117,6 +133,8 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
                 overhead_pct=p.overhead_pct,
                 floor_share=p.floor_share,
                 floor_share_at_slower=p.floor_share_at_slower,
+                roofline_ms=p.roofline_ms,
+                ttft_share=p.ttft_share,
             )
             for p in profiles
         ],

@@ -22,6 +22,23 @@ HEADERS = (
     + [SHORT[c] for c in ORDER]
     + ["profiler"]
 )
+# The prefill table's: the same columns, prefill's figures (its roofline where decode has its floor).
+PREFILL_HEADERS = [
+    "engine",
+    "TTFT ms",
+    "profiled",
+    "roofline",
+    "GB/s",
+    "roofline share",
+    "peak G/s",
+    "arithmetic",
+] + HEADERS[len(HEADERS) - len(ORDER) - 1 :]
+
+
+def headers(phase: str) -> list[str]:
+    return PREFILL_HEADERS if phase == "prefill" else HEADERS
+
+
 NOTE = (
     "categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
     "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
@@ -35,7 +52,11 @@ NOTE = (
     "the machine; "
     "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
     "minus every category; (LLC): the weights fit in the last-level cache (a probe of their size reads from "
-    "the cache too, at least 4 MB: a floor of the cache, not of DRAM)"
+    "the cache too, at least 4 MB: a floor of the cache, not of DRAM). Prefill: TTFT is the median of the "
+    "unprofiled runs; roofline: the larger of the prompt's FLOPs (matrix products, causal attention, the "
+    "lm_head of the last position) over the CPU's peak for the engine's arithmetic (probed in registers "
+    "with the instructions named in environment.json; fp32's where the CPU has none for it) and its bytes "
+    "(weights once, the prompt's keys and values) over the GB/s; roofline share: roofline / TTFT"
 )
 
 
@@ -63,10 +84,40 @@ def _share_cell(p: EngineProfile) -> str:
     )
 
 
+def _arithmetic_cell(p: EngineProfile) -> str:
+    """Its prefill's arithmetic, and the peak's where another holds it (bf16 without BF16 products: "bf16 (fp32)")."""
+    if not p.prefill_arithmetic:
+        return "-"
+    shown = p.peak_arithmetic and p.peak_arithmetic != p.prefill_arithmetic
+    return p.prefill_arithmetic + (f" ({p.peak_arithmetic})" if shown else "")
+
+
+def prefill_row(p: EngineProfile) -> list[str]:
+    """The prefill table's row: TTFT against its roofline."""
+    breakdown = p.prefill
+    share = "-" if p.ttft_share is None else f"{100 * p.ttft_share:.0f}%"
+    head = [
+        p.engine,
+        _ms(p.prefill_ms, 1),
+        _ms(breakdown.step_ms, 1) if breakdown and p.status == RunStatus.OK else "-",
+        _ms(p.roofline_ms, 1),
+        _ms(p.bandwidth_gb_s, 1),
+        share,
+        _ms(p.peak_gops, 0),
+        _arithmetic_cell(p),
+    ]
+    if p.status != RunStatus.OK or breakdown is None:
+        return head + ["-"] * len(ORDER) + [str(p.status) if p.status != RunStatus.OK else p.profiler]
+    return head + [_ms(breakdown.categories.get(c.value)) for c in ORDER] + [p.profiler]
+
+
 def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
-    breakdown = getattr(p, phase)
+    """The row of the decode table (per decoded token, against the memory floor) or the prefill table."""
+    if phase == "prefill":
+        return prefill_row(p)
+    breakdown = p.decode
     share, bandwidth = _share_cell(p), _bandwidth_cell(p)
-    head = [p.engine, _ms(p.ms_per_token if phase == "decode" else p.prefill_ms)]
+    head = [p.engine, _ms(p.ms_per_token)]
     if p.status != RunStatus.OK or breakdown is None:
         return (
             head
@@ -74,21 +125,18 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
             + ["-"] * len(ORDER)
             + [str(p.status) if p.status != RunStatus.OK else p.profiler]
         )
-    profiled = p.profiled_ms_per_token if phase == "decode" else None
-    overhead = "" if p.overhead_pct is None or phase != "decode" else f" ({p.overhead_pct:+.0f}%)"
-    cells = [_ms(breakdown.categories.get(c.value)) for c in ORDER]
-    decode = phase == "decode"  # the floor, its share and CPU per token are per decoded token
+    overhead = "" if p.overhead_pct is None else f" ({p.overhead_pct:+.0f}%)"
     return (
         head
         + [
-            _ms(profiled) + overhead,
-            _ms(p.floor_ms) if decode else "-",
-            bandwidth if decode else "-",
-            share if decode else "-",
-            _ms(p.compute_gflops, 0) if decode else "-",
-            _ms(p.cpu_ms_per_token) if decode else "-",
+            _ms(p.profiled_ms_per_token) + overhead,
+            _ms(p.floor_ms),
+            bandwidth,
+            share,
+            _ms(p.compute_gflops, 0),
+            _ms(p.cpu_ms_per_token),
         ]
-        + cells
+        + [_ms(breakdown.categories.get(c.value)) for c in ORDER]
         + [p.profiler]
     )
 

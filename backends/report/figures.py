@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..results.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
 from ..results.records import RunRecord, TokenRecord, runs_of
+from ..results.roofline_curves import ENVIRONMENT_KEY as ROOFLINE_KEY
 from ..results.stats import Summary, summarize
 from ..results.summary import interval_levels, is_measured
 
@@ -37,10 +38,13 @@ class Series:
 
 @dataclass
 class Limit:
-    """A dashed horizontal line: what memory bandwidth allows for one precision."""
+    """A dashed line: what the machine allows. Horizontal at `value` (one read of one precision's
+    weights), or a curve through (x, y) (a roofline against prompt length, a floor against position)."""
 
     label: str
     value: float
+    x: list[float] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -214,6 +218,15 @@ def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environ
         "TTFT (ms)",
         "ttft_vs_prompt",
     )
+    figure.limits = roofline_limits(environment)
+    if figure.limits:
+        figure.note = _noted(
+            "dashed: prefill's roofline per arithmetic, the larger of the prompt's FLOPs over the CPU's peak "
+            "for it (the instructions named) and its bytes over the measured bandwidth",
+            runs,
+            environment,
+        )
+        return figure
     figure.limits = limits(
         weight_bytes_by_backend(runs, environment),
         gb_s,
@@ -224,6 +237,20 @@ def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environ
         "dashed: one read of the weights at the measured bandwidth (a floor for prefill)", runs, environment
     )
     return figure
+
+
+def roofline_limits(environment: dict | None) -> list[Limit]:
+    """The sweep's prefill rooflines (environment.json's, results/roofline_curves.py) as dashed curves."""
+    out = []
+    for curve in (environment or {}).get(ROOFLINE_KEY) or []:
+        points = curve.get("points") or []
+        if not points:
+            continue
+        held = curve.get("peak_arithmetic") or curve["arithmetic"]
+        peak = f"{held} peak {curve.get('peak_gops', 0):.0f} G/s, {curve.get('isa', '')}"
+        label = f"{curve['arithmetic']} roofline ({peak})"
+        out.append(Limit(label, float(points[-1][1]), [float(p[0]) for p in points], [float(p[1]) for p in points]))
+    return out
 
 
 def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, environment: dict | None = None) -> Figure:
@@ -268,17 +295,16 @@ def itl_vs_position(
         data[t.run_id].prompt_tokens + t.token_index for t in tokens if t.run_id in data and t.itl_ms is not None
     ]
     figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
-    figure.limits = limits(
-        weight_bytes_by_backend(runs, environment),
-        gb_s,
-        "ms",
-        ((environment or {}).get("bandwidth") or {}).get("label", ""),
-    )
     figure.note = _noted(
-        "dashed: one read of the weights per token at the measured bandwidth (decode's floor)", runs, environment
+        "dashed: decode's floor per precision, one read of the weights and of the KV cache up to that position "
+        "per token at the measured bandwidth",
+        runs,
+        environment,
     )
     if not positions:
+        figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
         return figure
+    figure.limits = floor_curves(environment, runs, gb_s, max(positions) + 1)
     width = max(1, math.ceil((max(positions) + 1) / bins))
     per_run: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for t in tokens:
@@ -292,6 +318,27 @@ def itl_vs_position(
             _add(series, (b + 0.5) * width, s)
         figure.series.append(series)
     return figure
+
+
+def floor_curves(environment: dict | None, runs: Sequence[RunRecord], gb_s: float | None, last: int) -> list[Limit]:
+    """Decode's floor against position, per precision and KV cache size: (weights + KV bytes per
+    position x position) / bandwidth, a line from 0 to `last`. Without the KV bytes (an older
+    folder) the weights' horizontal line."""
+    if not gb_s or gb_s <= 0:
+        return []
+    engines = (environment or {}).get("engines") or {}
+    kv = {name: float(info.get("kv_bytes_per_position") or 0) for name, info in engines.items()}
+    groups: dict[tuple[str, float], float] = {}
+    for name, (dtype, n_bytes) in weight_bytes_by_backend(runs, environment).items():
+        groups.setdefault((dtype or "?", kv.get(name, 0.0)), n_bytes)
+    several = len({dtype for dtype, _ in groups}) < len(groups)  # one precision with two cache sizes
+    out = []
+    for (dtype, per_position), n_bytes in sorted(groups.items(), key=lambda kv_: -kv_[1]):
+        start, end = limit_ms_per_token(n_bytes, gb_s), limit_ms_per_token(n_bytes + per_position * last, gb_s)
+        cache = f", KV {per_position / 1e3:.0f} kB/position" if several and per_position else ""
+        label = f"{dtype} floor{cache}: {start:.3g} -> {end:.3g} ms at {gb_s:.0f} GB/s"
+        out.append(Limit(label, end, [0.0, float(last)], [start, end]) if per_position else Limit(label, start))
+    return out
 
 
 def speed_vs_quality(rows: Sequence[dict], random_weights: bool = False) -> Figure:
@@ -342,16 +389,22 @@ def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
         "ms per step",
         kind="stacked",
         categories=[p.engine for p in shown],
-        note="stacked: the profiled run's mean step by category; tick: the memory floor "
-        "(weights + KV read per token / measured bandwidth)",
+        note="stacked: the profiled run's mean step by category; tick: "
+        + (
+            "the memory floor (weights + KV read per token / measured bandwidth)"
+            if phase == "decode"
+            else "the roofline (the larger of FLOPs / the arithmetic's peak and bytes / bandwidth)"
+        ),
     )
     for category in ORDER:
         values = [max(0.0, getattr(p, phase).categories.get(category.value, 0.0)) for p in shown]
         if any(v > 0 for v in values):
             figure.series.append(Series(category.value, list(range(len(shown))), values))
-    floors = [(i, p.floor_ms) for i, p in enumerate(shown) if phase == "decode" and p.floor_ms]
+    floors = [(i, p.floor_ms if phase == "decode" else p.roofline_ms) for i, p in enumerate(shown)]
+    floors = [(i, f) for i, f in floors if f]
     if floors:
-        figure.markers.append(Series("memory floor", [float(i) for i, _ in floors], [f for _, f in floors]))
+        name = "memory floor" if phase == "decode" else "roofline"
+        figure.markers.append(Series(name, [float(i) for i, _ in floors], [f for _, f in floors]))
     return figure
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..profile.files import read_profile
-from ..profile.table import HEADERS as PROFILE_HEADERS
 from ..profile.table import NOTE as PROFILE_NOTE
+from ..profile.table import headers as profile_headers
 from ..profile.table import profile_row
 from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_rows, session_levels
 from ..results.reader import load_requests, load_results
@@ -287,7 +287,7 @@ def _profile_html(data: FolderData) -> str:
     parts = []
     for phase in ("decode", "prefill"):
         parts.append(f"<h3>Profile: {phase} step</h3>")
-        parts.append(_table(PROFILE_HEADERS, [profile_row(p, phase) for p in data.profiles]))
+        parts.append(_table(profile_headers(phase), [profile_row(p, phase) for p in data.profiles]))
     parts.append(f"<p class=note>{html.escape(PROFILE_NOTE)}</p>")
     parts.append(_top_ops_html(data.profiles))
     traces = [p.trace_file for p in data.profiles if p.trace_file]

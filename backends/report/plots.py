@@ -100,6 +100,11 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
                 pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5))
             )
     for index, limit in enumerate(figure.limits):
+        if limit.x:  # a curve: dashed through its points, named in the legend (curves may lie close)
+            styles = (QtCore.Qt.PenStyle.DashLine, QtCore.Qt.PenStyle.DotLine, QtCore.Qt.PenStyle.DashDotLine)
+            pen = pg.mkPen(LIMIT_COLOUR, width=1.5, style=styles[index % len(styles)])
+            plot_item.plot(np.asarray(limit.x, float), np.asarray(limit.y, float), pen=pen, name=limit.label)
+            continue
         line = pg.InfiniteLine(
             pos=limit.value,
             angle=0,
@@ -195,7 +200,7 @@ def _fit_range(plot_item, figure: Figure) -> None:
             for x, y in zip(s.x, s.y):
                 tops[x] = tops.get(x, 0.0) + y
         ys = [top * 1.45 for top in tops.values()]  # room for the legend above the bars
-    ys += [limit.value for limit in figure.limits] + [y for s in figure.markers for y in s.y]
+    ys += [max(limit.y or [limit.value]) for limit in figure.limits] + [y for s in figure.markers for y in s.y]
     xs = [x for s in figure.series for x in s.x] + [e for s in figure.series for ends in s.x_whiskers for e in ends]
     labelled = any(s.labels for s in figure.series)
     if figure.kind == "scatter":

@@ -146,9 +146,16 @@ def measure_bandwidth(threads: int, n_bytes: int | None = None, passes: int = 5)
 def measure_in_child(measure: Callable[..., Bandwidth], *args) -> Bandwidth:
     """`measure(*args)` (a module-level function) in a spawned process of its own: the parent
     never holds the probe's buffer, nor (for a GPU probe) a CUDA context."""
+    return Bandwidth(**run_in_child(measure, *args))
+
+
+def run_in_child(measure: Callable, *args) -> dict:
+    """`measure(*args)`, a module-level function returning a dataclass, in a spawned process of its
+    own (a probe's buffers, threads and libraries never land in the app's process): its fields."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_child, args=(send, measure, args), name="whistle-stop-bandwidth", daemon=True)
+    name = f"whistle-stop-{measure.__module__.rsplit('.', 1)[-1].replace('_', '-')}"
+    child = context.Process(target=_probe_child, args=(send, measure, args), name=name, daemon=True)
     child.start()
     send.close()
     try:
@@ -159,8 +166,8 @@ def measure_in_child(measure: Callable[..., Bandwidth], *args) -> Bandwidth:
         receive.close()
         child.join()
     if answer[0] != "ok":
-        raise RuntimeError(f"bandwidth probe failed: {answer[1]} (exit code {child.exitcode})")
-    return Bandwidth(**answer[1])
+        raise RuntimeError(f"{child.name} probe failed: {answer[1]} (exit code {child.exitcode})")
+    return answer[1]
 
 
 def _probe_child(conn, measure: Callable[..., Bandwidth], args: tuple) -> None:
@@ -271,21 +278,31 @@ def _kernel_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: 
     return _timed_passes(product, matrix, passes)
 
 
-def _key(threads: int) -> str:
+def probe_key(threads: int) -> str:
+    """A machine probe's cache key: the CPU model and the thread count."""
     return f"{cpu_model()}|threads={max(1, threads)}"
 
 
-def _read_cache() -> dict:
+def read_probe_cache(file_name: str) -> dict:
+    """A probe's cache file in cache_dir(): key -> entry ({} when absent or unreadable)."""
     try:
-        data = json.loads((cache_dir() / CACHE_FILE).read_text(encoding="utf-8"))
+        data = json.loads((cache_dir() / file_name).read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
 
 
+def write_probe_cache(file_name: str, key: str, entry: dict) -> None:
+    """One entry into a probe's cache file, the others kept (written atomically)."""
+    cache = read_probe_cache(file_name)
+    cache[key] = entry
+    with atomic_write(cache_dir() / file_name, encoding="utf-8") as f:
+        json.dump(cache, f, indent=1)
+
+
 def cached_bandwidth(threads: int) -> Bandwidth | None:
     """The cached probe for this CPU and thread count, or None (never measures)."""
-    entry = _read_cache().get(_key(threads))
+    entry = read_probe_cache(CACHE_FILE).get(probe_key(threads))
     if not isinstance(entry, dict):
         return None
     try:
@@ -327,10 +344,7 @@ def probe_bandwidth(threads: int, n_bytes: int | None = None, refresh: bool = Fa
         if cached is not None:
             return cached
     result = measure_bandwidth(threads, n_bytes)
-    cache = _read_cache()
-    cache[_key(threads)] = {k: v for k, v in asdict(result).items() if k != "cached"}
-    with atomic_write(cache_dir() / CACHE_FILE, encoding="utf-8") as f:
-        json.dump(cache, f, indent=1)
+    write_probe_cache(CACHE_FILE, probe_key(threads), {k: v for k, v in asdict(result).items() if k != "cached"})
     return result
 
 

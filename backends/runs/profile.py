@@ -13,7 +13,9 @@ of a working set a few times their size, so a 77 MB int4 model streams faster th
 does, and only a read of the same size is a floor the engine cannot beat. The slower of the two
 probes is kept too: the floor share it would have given shows how much of a gap is the machine
 moving. The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow
-phase slows arithmetic too.
+phase slows arithmetic too. Prefill's roofline divides the prompt's FLOPs by the CPU's peak for the
+engine's arithmetic (results/compute_peak.py, probed once per profile in a process of its own, the
+instructions it ran recorded) and its bytes by the engine's faster bandwidth probe.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from pathlib import Path
 
 from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
+from ..results.compute_peak import ComputePeaks, probe_compute_peaks
 from ..results.records import RunRecord, decode_bytes_per_token, runs_of
+from ..results.roofline import arithmetic_of, prefill_bytes, prefill_flops
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from .bench import BenchResult, bench_cell, finish_bench
@@ -52,6 +56,7 @@ class ProfileResult:
     bench: BenchResult  # the unprofiled measured runs (what ms/token comes from)
     profiles: list[EngineProfile] = field(default_factory=list)
     bandwidth: Bandwidth | None = None
+    compute_peaks: ComputePeaks | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -67,14 +72,17 @@ class ProfileSession:
         trace_dir: Path,
         on_event: EventSink | None = None,
         bandwidth: Callable[..., Bandwidth | None] | None = None,
+        compute_peaks: Callable[[int], ComputePeaks | None] | None = None,
     ) -> None:
         """`bandwidth(threads, n_bytes)`: one probe of the floor's bandwidth over n_bytes (None: the
-        machine's default size; default: measured afresh)."""
+        machine's default size; default: measured afresh). `compute_peaks(threads)`: the arithmetic
+        peaks of prefill's roofline (default: measured afresh, and cached as the machine's)."""
         self.config = config.validate()
         self.trace_dir = Path(trace_dir)
         self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         self._bandwidth = bandwidth
+        self._compute_peaks = compute_peaks or (lambda threads: probe_compute_peaks(threads, refresh=True))
 
     def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:
         return prepare_bench(self.config, self._orchestrator.specs, progress, cancel)
@@ -89,6 +97,7 @@ class ProfileSession:
         result = ProfileResult(BenchResult(self.config, model, list(prompt_ids)))
         cell = bench_cell(self.config, list(prompt_ids))
         orchestrator, names = self._orchestrator, self.config.backends
+        result.compute_peaks = self._peaks()
         with orchestrator.session(result.bench):
             for index, name in enumerate(names, start=1):
                 if orchestrator.cancelled:
@@ -96,6 +105,7 @@ class ProfileSession:
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
                 profile, probes = self._profile_one(name, cell, result)
                 probe = set_floor(profile, *probes)
+                set_roofline(profile, result.compute_peaks)
                 if probe is not None and probe.device == "cpu":  # the run's figure is the host's
                     result.bandwidth = faster(result.bandwidth, probe)
                 result.profiles.append(profile)
@@ -103,7 +113,15 @@ class ProfileSession:
         finish_bench(result.bench, self.threads, orchestrator.cancelled)
         if result.bandwidth is not None:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
+        if result.compute_peaks is not None:
+            result.bench.environment["compute_peaks"] = result.compute_peaks.as_dict()
         return result
+
+    def _peaks(self) -> ComputePeaks | None:
+        try:
+            return self._compute_peaks(self.threads)
+        except Exception:  # no roofline is better than no profile (no C compiler, a failed probe)
+            return None
 
     def _probe(self, n_bytes: float | None, device: str) -> Bandwidth | None:
         """A probe over n_bytes by the memory the engine reads from: the host's, or its GPU's."""
@@ -144,6 +162,7 @@ class ProfileSession:
             return _failed(profile, result.bench.runs, name)
         outcome = orchestrator.run_profiled(name, cell, str(self.trace_dir / f"{name}.trace.json"))
         _fill_measured(profile, measured, orchestrator.ready(name), len(cell.prompt_ids), cell.new_tokens)
+        _fill_prefill_work(profile, orchestrator.ready(name), result.bench.model, len(cell.prompt_ids))
         if outcome.status != RunStatus.OK:
             profile.status, profile.error = outcome.status, outcome.error
             return profile
@@ -183,6 +202,27 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
         profile.floor_device = fastest.device
     profile.compute_gflops = max((p.compute_gflops for p in probes if p.compute_gflops), default=None)
     return probes[-1] if probes else None
+
+
+def set_roofline(profile: EngineProfile, peaks: ComputePeaks | None) -> None:
+    """The peak prefill's roofline holds the engine to: its arithmetic's, or fp32's where the CPU has
+    no instructions for it (its products then run in fp32)."""
+    if peaks is None or not profile.prefill_arithmetic:
+        return
+    found = peaks.peak(arithmetic_of(profile.prefill_arithmetic, profile.precision))
+    if found is not None:
+        arithmetic, peak = found
+        profile.peak_arithmetic, profile.peak_gops, profile.peak_isa = arithmetic.value, peak.gops, peak.isa
+
+
+def _fill_prefill_work(profile: EngineProfile, ready, model: ModelFiles, prompt_tokens: int) -> None:
+    """The prompt's FLOPs and bytes, and the arithmetic the engine says its prefill uses."""
+    if ready is None:
+        return
+    profile.prefill_arithmetic = arithmetic_of(ready.prefill_arithmetic, profile.precision).value
+    profile.prefill_flops = prefill_flops(model.gpt2_config, prompt_tokens)
+    if ready.weight_bytes_per_token:
+        profile.prefill_bytes = prefill_bytes(ready.weight_bytes_per_token, ready.kv_bytes_per_position, prompt_tokens)
 
 
 def _fill_measured(

@@ -16,8 +16,10 @@ from pathlib import Path
 from ..errors import UsageError
 from ..results.agreement import fill_agreement
 from ..results.bandwidth import Bandwidth, cached_bandwidth, probe_bandwidth
+from ..results.compute_peak import ComputePeaks, cached_compute_peaks, probe_compute_peaks
 from ..results.environment import collect_environment
 from ..results.export import write_results
+from ..results.roofline_curves import ENVIRONMENT_KEY, prefill_curves
 from ..sources.model_files import resolve_model
 from .config import BenchConfig, Cell
 from .events import CellDone, CellStarted, EventSink, SessionStarted, SweepNote
@@ -55,6 +57,7 @@ class SweepSession:
         self.measure_bandwidth = measure_bandwidth
         self.plan: SweepPlan | None = None
         self.bandwidth: Bandwidth | None = None
+        self.compute_peaks: ComputePeaks | None = None
         self._completed: list[tuple[int, int]] = []
         self._engines: dict[str, dict] = {}
         self._base_environment: dict = {}
@@ -97,6 +100,7 @@ class SweepSession:
                 if cached_bandwidth(self.threads) is None:
                     self._orchestrator.emit(SweepNote("measuring memory bandwidth (once per machine and thread count)"))
                 self.bandwidth = probe_bandwidth(self.threads)
+                self.compute_peaks = self._peaks()
             self._base_environment = collect_environment(plan.model, self.config.as_dict())
             self._save(result)  # the plan (and any skipped cells) is on disk before the first run
             if plan.cells:
@@ -114,6 +118,9 @@ class SweepSession:
                     "dtype": ready.dtype,
                     "weight_bytes_per_token": ready.weight_bytes_per_token,
                     "device": ready.device,
+                    "precision": self._orchestrator.specs[name].precision,
+                    "kv_bytes_per_position": ready.kv_bytes_per_position,
+                    "prefill_arithmetic": ready.prefill_arithmetic,
                 }
         if not loaded:
             return
@@ -154,6 +161,18 @@ class SweepSession:
             if self._orchestrator.usable(name):
                 self._orchestrator.warm_up(name, cell)
 
+    def _peaks(self) -> ComputePeaks | None:
+        """The arithmetic peaks of prefill's roofline, cached like the bandwidth (None: no C compiler)."""
+        if cached_compute_peaks(self.threads) is None:
+            self._orchestrator.emit(
+                SweepNote("measuring the CPU's arithmetic peaks (once per machine and thread count)")
+            )
+        try:
+            return probe_compute_peaks(self.threads)
+        except Exception as exc:  # no roofline is better than no sweep
+            self._orchestrator.emit(SweepNote(f"no prefill roofline: {exc}"))
+            return None
+
     # --- records -----------------------------------------------------------------------------
     def environment(self, result: BenchResult) -> dict:
         plan = self.plan
@@ -173,9 +192,21 @@ class SweepSession:
             SWEEP_KEY: sweep,
             "engines": self._engines,
             "bandwidth": self.bandwidth.as_dict() if self.bandwidth else plan.previous_bandwidth,
+            "compute_peaks": self.compute_peaks.as_dict() if self.compute_peaks else plan.previous_compute_peaks,
+            ENVIRONMENT_KEY: self._curves(plan),
             "cancelled": self._orchestrator.cancelled,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+
+    def _curves(self, plan: SweepPlan | None) -> list[dict]:
+        """Prefill's roofline over the grid's prompt lengths (or the one an earlier run of the sweep kept)."""
+        if plan is None:
+            return []
+        gb_s = self.bandwidth.gb_s if self.bandwidth else (plan.previous_bandwidth or {}).get("gb_s")
+        curves = prefill_curves(
+            plan.model.gpt2_config, self._engines, self.compute_peaks, gb_s, list(self.grid.prompt_tokens)
+        )
+        return curves or list(plan.previous_curves)
 
     def _save(self, result: BenchResult) -> None:
         # Runs are added on this thread only (a sweep is never a race), so the records hold still here.

@@ -14,31 +14,14 @@ from ..results.export import ENVIRONMENT_JSON, RUNS_CSV
 from ..results.load import LoadRequestRecord
 from ..results.reader import load_requests, load_results
 from ..results.records import RunRecord, TokenRecord
+from ..results.roofline_curves import ENVIRONMENT_KEY
 from ..sources.model_files import ModelFiles
 from ..sources.prompts import prompt_of_length
 from ..sources.tokenizer import encode
 from .config import BenchConfig, Cell
+from .sweep_grid import SweepGrid
 
-DEFAULT_PROMPT_TOKENS = (16, 64, 256, 512)
-DEFAULT_NEW_TOKENS = (16, 64, 256)
 SWEEP_KEY = "sweep"  # environment.json's section for the sweep
-
-
-@dataclass(frozen=True)
-class SweepGrid:
-    prompt_tokens: tuple[int, ...] = DEFAULT_PROMPT_TOKENS
-    new_tokens: tuple[int, ...] = DEFAULT_NEW_TOKENS
-
-    def validate(self) -> SweepGrid:
-        for label, values in (("--prompt-tokens", self.prompt_tokens), ("--new-tokens", self.new_tokens)):
-            if not values:
-                raise UsageError(f"{label} needs at least one length")
-            if min(values) < 1:
-                raise UsageError(f"{label} lengths must be >= 1, got {min(values)}")
-        return self
-
-    def keys(self) -> list[tuple[int, int]]:
-        return [(p, n) for p in sorted(set(self.prompt_tokens)) for n in sorted(set(self.new_tokens))]
 
 
 @dataclass(frozen=True)
@@ -58,6 +41,8 @@ class PreviousSweep:
     engines: dict = field(default_factory=dict)
     bandwidth: dict | None = None
     load: tuple[LoadRequestRecord, ...] = ()
+    compute_peaks: dict | None = None
+    curves: tuple[dict, ...] = ()
 
 
 @dataclass
@@ -72,6 +57,8 @@ class SweepPlan:
     previous_engines: dict = field(default_factory=dict)
     previous_bandwidth: dict | None = None
     previous_load: list[LoadRequestRecord] = field(default_factory=list)
+    previous_compute_peaks: dict | None = None
+    previous_curves: list[dict] = field(default_factory=list)
 
 
 def cell_tag(prompt_tokens: int, new_tokens: int) -> str:
@@ -129,6 +116,8 @@ def plan_sweep(
         dict(previous.engines),
         previous.bandwidth,
         list(previous.load),
+        previous.compute_peaks,
+        list(previous.curves),
     )
 
 
@@ -173,4 +162,6 @@ def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> Pre
         dict(environment.get("engines") or {}),
         environment.get("bandwidth"),
         load,
+        environment.get("compute_peaks"),
+        tuple(environment.get(ENVIRONMENT_KEY) or ()),
     )

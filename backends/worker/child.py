@@ -89,6 +89,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
             samples_natively=info.samples_natively,
             serves_concurrently=engine.capabilities.serves_concurrently,
             load_peak_rss_mb=load_peak,
+            prefill_arithmetic=info.prefill_arithmetic,
         )
     )
     while True:

@@ -126,6 +126,7 @@ class Ready:
     samples_natively: bool = False
     serves_concurrently: bool = False  # a server: load runs may send it several streams at once
     load_peak_rss_mb: float | None = None  # the worker's own high-water mark at Ready (VmHWM on Linux)
+    prefill_arithmetic: str = ""  # EngineInfo's: what its prefill multiplies ("" its precision's fastest)
 
 
 @message

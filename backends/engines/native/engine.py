@@ -17,14 +17,20 @@ from ...engine import Engine, EngineInfo, EngineOptions
 from ...kernels.native import KernelUnavailable, build_report
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy
+from ..native_options import NativeOptions
 from ..numpy_runtime.model import nest_params
-from .step import TIMERS, NativeGPT2, library
+from .step import TIMERS, KvCache, NativeGPT2, library
 from .weights import QBLOCK, WeightType
 
 _DTYPES = {"fp32": WeightType.F32, "bf16": WeightType.BF16, "int8": WeightType.I8, "int4": WeightType.Q4}
+_ARITHMETIC = ("fp32", "bf16", "int8")  # gpt2_prefill_arithmetic's values
+_KV_NOTE = {
+    KvCache.F32: "KV cache float32",
+    KvCache.I8: "KV cache int8 (each head's row of keys or values with a float32 scale; --native-kv int8)",
+}
 _HOW = {
     WeightType.F32: "float32 weights",
-    WeightType.BF16: "bf16 weights widened in registers, float32 sums",
+    WeightType.BF16: "bf16 weights",
     WeightType.I8: (
         f"int8 weights (symmetric, a float32 scale per row); activations quantised to int8 per "
         f"block of {QBLOCK} for the products (int32 sums), in prefill, decode and scoring alike"
@@ -42,12 +48,16 @@ class NativeEngine(Engine):
         super().__init__(name, options)
         self.dtype = dtype
         self.wtype = _DTYPES[dtype]
+        settings = options.settings if isinstance(options.settings, NativeOptions) else NativeOptions()
+        self.kv = KvCache(settings.kv or KvCache.F32.value)
         self.model: NativeGPT2 | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         config = model.gpt2_config.require_supported(self.name)
         if self.wtype == WeightType.Q4 and (config.n_embd % (2 * QBLOCK) or config.n_inner % (2 * QBLOCK)):
             raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {2 * QBLOCK}")
+        if self.wtype == WeightType.I8 and (config.n_embd % QBLOCK or config.n_inner % QBLOCK):
+            raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {QBLOCK}")
         progress("preparing the native step (built on first use only)", None)
         try:
             lib = library()
@@ -57,10 +67,12 @@ class NativeEngine(Engine):
         progress("mapping weights", None)
         began = time.perf_counter()
         params = nest_params(mmap_numpy(model.safetensors), config.n_layer)
-        self.model = NativeGPT2(params, config, self.wtype, lib)
+        self.model = NativeGPT2(params, config, self.wtype, lib, kv=self.kv)
         converted = time.perf_counter() - began
         notes = [
             _HOW[self.wtype],
+            lib.gpt2_paths(int(self.wtype)).decode(),
+            _KV_NOTE[self.kv],
             f"weights laid out at load in {converted:.2f} s",
             f"OpenMP threads={lib.gpt2_threads()}",
             "one C call per token (backends/kernels/gpt2_step.c)",
@@ -70,7 +82,8 @@ class NativeEngine(Engine):
             device="cpu",
             dtype=self.dtype,
             weight_bytes_per_token=self.model.matrix_bytes + config.weight_bytes(0, 4),  # scales included
-            kv_bytes_per_position=config.kv_bytes_per_position(4),
+            kv_bytes_per_position=self.model.kv_bytes_per_position,
+            prefill_arithmetic=_ARITHMETIC[lib.gpt2_prefill_arithmetic(int(self.wtype))],
             notes="; ".join(notes),
             build_s=build_s,
             artifact_cache=cache_state,

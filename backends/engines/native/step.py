@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import InitVar, dataclass, field
+from enum import Enum
 
 import numpy as np
 
@@ -26,6 +27,13 @@ TIMERS = (
 )
 
 _P = ctypes.c_void_p
+
+
+class KvCache(str, Enum):
+    """How the step keeps its keys and values: float32, or int8 rows of a head with a float32 scale each."""
+
+    F32 = "fp32"
+    I8 = "int8"
 
 
 class Mat(ctypes.Structure):
@@ -63,6 +71,10 @@ class Model(ctypes.Structure):
         ("k_cache", _P),
         ("v_cache", _P),
         ("timers", _P),
+        ("kq_cache", _P),
+        ("vq_cache", _P),
+        ("k_scale", _P),
+        ("v_scale", _P),
     ]
 
 
@@ -100,6 +112,12 @@ def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS
     lib.gpt2_forward.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int]
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
     lib.gpt2_threads.restype = ctypes.c_int
+    lib.gpt2_paths.restype = ctypes.c_char_p
+    lib.gpt2_paths.argtypes = [ctypes.c_int]
+    lib.gpt2_prefill_arithmetic.restype = ctypes.c_int
+    lib.gpt2_prefill_arithmetic.argtypes = [ctypes.c_int]
+    lib.gpt2_matmul.restype = ctypes.c_int
+    lib.gpt2_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_int64, _P, _P] + [ctypes.c_int64] * 3
     return lib
 
 
@@ -141,6 +159,7 @@ class NativeGPT2:
     lib: ctypes.CDLL = field(default_factory=library)
     pos: int = 0
     timers: np.ndarray | None = None  # int64 [5] ns per category while a profile reads them
+    kv: KvCache = KvCache.F32
 
     def __post_init__(self, p: dict) -> None:
         c = self.config
@@ -165,8 +184,11 @@ class NativeGPT2:
         # tied: [vocab, d] is already [out, in]; the step reads its rows for the embedding too
         self.lm_head = store(p["wte"], None, self.wtype)
         shape = (c.n_layer, c.n_head, c.n_positions, c.head_dim)
-        # zero pages until written
-        self.k_cache, self.v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+        # zero pages until written; one cache or the other
+        f32 = self.kv == KvCache.F32
+        self.k_cache, self.v_cache = (np.zeros(shape if f32 else 0, np.float32) for _ in range(2))
+        self.kq_cache, self.vq_cache = (np.zeros(0 if f32 else shape, np.int8) for _ in range(2))
+        self.k_scale, self.v_scale = (np.zeros(0 if f32 else shape[:3], np.float32) for _ in range(2))
         self.matrix_bytes = sum(m.nbytes for m in keep if isinstance(m, StoredMatrix)) + self.lm_head.nbytes
         self._keep = keep
         self.model = Model(
@@ -183,13 +205,26 @@ class NativeGPT2:
             _ptr(vec(p["ln_f"]["b"])),
             _mat(self.lm_head),
             self.layers,
-            _ptr(self.k_cache),
-            _ptr(self.v_cache),
+            _ptr(self.k_cache) if f32 else None,
+            _ptr(self.v_cache) if f32 else None,
             None,
+            None if f32 else _ptr(self.kq_cache),
+            None if f32 else _ptr(self.vq_cache),
+            None if f32 else _ptr(self.k_scale),
+            None if f32 else _ptr(self.v_scale),
         )
         self._forward, self._model_ref = self.lib.gpt2_forward, ctypes.byref(self.model)
         self._one = np.zeros(1, np.int32)  # decode's token
         self._one_address = _ptr(self._one)
+
+    @property
+    def kv_bytes_per_position(self) -> int:
+        """What one decode step reads per cached position: every layer's key and value rows, and an
+        8-bit cache's scale per head and row."""
+        c = self.config
+        if self.kv == KvCache.F32:
+            return c.kv_bytes_per_position(4)
+        return c.kv_bytes_per_position(1) + c.n_layer * 2 * c.n_head * 4
 
     def set_timers(self, timers: np.ndarray | None) -> None:
         self.timers = timers

@@ -1,0 +1,132 @@
+"""The CPU's arithmetic peaks: the compute side of prefill's roofline (results/roofline.py).
+
+For each arithmetic a prefill can use (fp32, bf16, int8), the probe times the best multiply-add
+this CPU has for it (kernels/peak.c, built for this CPU: AVX-512F or AVX2 FMAs, AVX-512 BF16,
+AVX-512 VNNI, AVX-VNNI or AVX2's maddubs) in registers, on the engines' thread count, and records
+which instructions ran: a peak is only meaningful with its instruction set. As the bandwidth
+probe, it runs in a spawned process of its own and is cached per CPU model and thread count; its
+passes take the best, since a shared machine's slow phases only ever lower a peak. Without a C
+compiler there is no probe, and no roofline.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from .bandwidth import probe_key, read_probe_cache, run_in_child, write_probe_cache
+from .environment import cpu_model
+from .roofline import Arithmetic
+
+CACHE_FILE = "compute-peaks-v1.json"
+_KIND = {Arithmetic.FP32: 0, Arithmetic.BF16: 1, Arithmetic.INT8: 2}  # kernels/peak.c's PEAK_*
+ROUNDS = 1_500_000  # rounds of 12 chains per thread and pass: ~5-20 ms on a 2020s core
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One arithmetic's peak: the best pass, the passes' median, and the instructions it ran."""
+
+    gops: float  # 1e9 operations (a multiply and an add are two) per second, all threads
+    median_gops: float
+    isa: str  # e.g. "avx512-vnni vpdpbusd zmm"
+
+
+@dataclass(frozen=True)
+class ComputePeaks:
+    peaks: dict = field(default_factory=dict)  # arithmetic value -> Peak's fields; absent: no instructions for it
+    threads: int = 1
+    passes: int = 0
+    cpu: str = ""
+    measured_at: str = ""
+    cached: bool = False
+    probe_pid: int = 0
+
+    def peak(self, arithmetic: Arithmetic) -> tuple[Arithmetic, Peak] | None:
+        """The peak a prefill of this arithmetic is held to, and whose it is: its own, or fp32's
+        where the CPU has no instructions for it (its products then run as fp32's); None without
+        either."""
+        for candidate in (arithmetic, Arithmetic.FP32):
+            entry = self.peaks.get(candidate.value)
+            if entry and entry.get("gops"):
+                return candidate, Peak(**entry)
+        return None
+
+    @property
+    def label(self) -> str:
+        """One line: each arithmetic's peak and instructions."""
+        return "; ".join(f"{name} {entry['gops']:.0f} G/s ({entry['isa']})" for name, entry in self.peaks.items())
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "label": self.label}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ComputePeaks:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def measure_here(threads: int, passes: int = 5, rounds: int = ROUNDS) -> ComputePeaks:
+    """Each arithmetic's passes in this process (its kernel built on first use)."""
+    from ..kernels.native import load
+
+    lib = load("peak")
+    lib.peak_isa.restype = ctypes.c_char_p
+    lib.peak_isa.argtypes = [ctypes.c_int]
+    lib.peak_gops.restype = ctypes.c_double
+    lib.peak_gops.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]
+    threads = max(1, threads)
+    sink = ctypes.c_float()
+    peaks = {}
+    for arithmetic, kind in _KIND.items():
+        isa = lib.peak_isa(kind).decode()
+        if not isa:
+            continue
+        rates = [lib.peak_gops(kind, rounds, threads, ctypes.byref(sink)) for _ in range(max(1, passes))]
+        peaks[arithmetic.value] = asdict(Peak(round(max(rates), 1), round(statistics.median(rates), 1), isa))
+    return ComputePeaks(
+        peaks, threads, max(1, passes), cpu_model(), time.strftime("%Y-%m-%dT%H:%M:%S%z"), probe_pid=os.getpid()
+    )
+
+
+def measure_compute_peaks(threads: int, passes: int = 5) -> ComputePeaks:
+    """The probe, in a spawned process of its own."""
+    return ComputePeaks(**run_in_child(measure_here, threads, passes))
+
+
+def cached_compute_peaks(threads: int) -> ComputePeaks | None:
+    """The cached probe for this CPU and thread count, or None (never measures)."""
+    entry = read_probe_cache(CACHE_FILE).get(probe_key(threads))
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return ComputePeaks.from_dict({**entry, "cached": True})
+    except TypeError:
+        return None
+
+
+def probe_compute_peaks(threads: int, refresh: bool = False) -> ComputePeaks:
+    """The cached peaks if there are some, else measured once and cached. `refresh` measures again
+    and keeps, per arithmetic, the faster of the new and the cached figure (same instructions): a
+    busy machine's pass only lowers a peak, and a roofline from a low one is a bound an engine beats."""
+    cached = cached_compute_peaks(threads)
+    if cached is not None and not refresh:
+        return cached
+    result = faster_peaks(measure_compute_peaks(threads), cached)
+    write_probe_cache(CACHE_FILE, probe_key(threads), {k: v for k, v in asdict(result).items() if k != "cached"})
+    return result
+
+
+def faster_peaks(new: ComputePeaks, old: ComputePeaks | None) -> ComputePeaks:
+    """`new`, each arithmetic's peak replaced by `old`'s where that was faster with the same instructions."""
+    if old is None:
+        return new
+    peaks = dict(new.peaks)
+    for name, entry in old.peaks.items():
+        mine = peaks.get(name)
+        if mine and mine.get("isa") == entry.get("isa") and entry.get("gops", 0) > mine.get("gops", 0):
+            peaks[name] = entry
+    return replace(new, peaks=peaks)
