@@ -210,7 +210,7 @@ def progress_printer(console: Console) -> Callable[[object], None]:
             if r.status == "ok":
                 console.print(
                     f"  {r.run_id}{' (warm-up)' if r.is_warmup else ''}: TTFT {r.ttft_ms or 0:.1f} ms, "
-                    f"{r.itl_p50_ms or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s"
+                    f"{r.ms_per_token or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s"
                 )
             else:
                 console.print(f"  [red]{r.run_id}: {r.status}[/] {escape(r.error)}")

@@ -194,7 +194,7 @@ def _fill_measured(
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else None
 
-    profile.ms_per_token = median(r.itl_p50_ms for r in measured)
+    profile.ms_per_token = median(r.ms_per_token for r in measured)
     profile.prefill_ms = median(r.ttft_ms for r in measured)
     cpu = median(r.cpu_s_per_token for r in measured)
     profile.cpu_ms_per_token = None if cpu is None else cpu * 1e3
