@@ -90,6 +90,10 @@ _ONNX = _family("onnx.engine:OnnxEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts
 _ONNX_CONCAT = _family("onnx.concat_engine:OnnxConcatEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx_concat")
 _NUMPY = _family("numpy_runtime.engine:NumpyEngine", ("numpy",), ("numpy",))
 _NATIVE = _family("native.engine:NativeEngine", ("numpy",), ("numpy",))
+_NATIVE_SPEC = replace(
+    _family("native.speculative:NativeSpeculativeEngine", ("numpy",), ("numpy",)),
+    options=_ENGINES + "speculative_options:SpeculativeOptions",
+)
 _NULL = _family("null_engine:NullEngine", ("numpy",), ("numpy",))
 _LLAMA = replace(
     _family(
@@ -244,6 +248,20 @@ _BUILT_IN: tuple[EngineSpec, ...] = (
         precision="int4",
         engine_args={"dtype": "int4"},
         description="own C runtime, 4-bit weights (blocks of 32), int8 activations in the products",
+    ),
+    replace(
+        _NATIVE_SPEC,
+        name="native-spec",
+        engine_args={"target": "native", "draft": "native-int8"},
+        description="own C runtime, speculative: native-int8 drafts, native (fp32) checks them in one pass "
+        "(greedy output = native's)",
+    ),
+    replace(
+        _NATIVE_SPEC,
+        name="native-bf16-spec",
+        precision="bf16",
+        engine_args={"target": "native-bf16", "draft": "native-int4"},
+        description="own C runtime, speculative: native-int4 drafts, native-bf16 checks them (output = native-bf16's)",
     ),
     replace(
         _NULL,
