@@ -17,14 +17,9 @@ from whistle_stop.backends.sampling import Sampler, SamplingParams
 from whistle_stop.backends.sources.tokenizer import encode
 
 from .engine_process import EngineProcess, in_child
+from .prompt_set import PROMPTS
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
-
-PROMPTS = {
-    "code": "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nprint([fib(i) for i in range(10)])",
-    "accents, CJK, emoji": "Ça coûte 3 € à Zürich — 東京の天気は晴れ、서울은 비 🌧️🚀 naïve façade",
-    "plain": "The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of times.",
-}
 
 
 class FixedLength(DraftLength):
