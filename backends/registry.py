@@ -135,6 +135,7 @@ _OVGENAI = _family(
 _VLLM = replace(
     _family("vllm.engine:VllmEngine", (), ()),
     needs="linux",
+    options=_ENGINES + "vllm_options:VllmOptions",
     serves_concurrently=True,
     own_server=_ENGINES + "vllm.server_command:own_server",
 )
@@ -155,6 +156,14 @@ _BUILT_IN: tuple[EngineSpec, ...] = (
         description="transformers, Conv1D->Linear, torch dynamic int8",
         precision="int8",
         engine_args={"dtype": "int8"},
+    ),
+    replace(
+        _HF,
+        name="hf-assisted",
+        target=_ENGINES + "hf:HFAssistedEngine",
+        options=_ENGINES + "hf_options:AssistedOptions",
+        description="transformers' assisted generation: the int8 dynamic copy drafts, the fp32 model checks "
+        "(speculative, in transformers' own loop)",
     ),
     replace(
         _HF,
@@ -308,6 +317,15 @@ _BUILT_IN: tuple[EngineSpec, ...] = (
         engine_args={"quant": "q4_0"},
         options=_LLAMA_OPTIONS,
         description="llama.cpp, GGUF q4_0 (llama.cpp's quantiser)",
+    ),
+    replace(
+        _LLAMA,
+        name="llamacpp-lookup",
+        target=_ENGINES + "llamacpp.lookup:LlamaCppLookupEngine",
+        engine_args={"quant": "f32"},
+        options=_LLAMA_OPTIONS,
+        description="llama.cpp f32 with prompt-lookup decoding (llama-cpp-python's LlamaPromptLookupDecoding): "
+        "pays where the text repeats itself",
     ),
     replace(
         _CT2, name="ctranslate2", engine_args={"compute_type": "float32"}, description="CTranslate2 generator, float32"

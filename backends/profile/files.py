@@ -117,6 +117,7 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
                 overhead_pct=p.overhead_pct,
                 floor_share=p.floor_share,
                 floor_share_at_slower=p.floor_share_at_slower,
+                single_token_floor_ms=p.single_token_floor_ms,
             )
             for p in profiles
         ],

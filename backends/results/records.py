@@ -99,6 +99,7 @@ class RunRecord:
     spec_tokens_per_pass: float | None = None
     spec_draft_ms_per_token: float | None = None
     spec_verify_ms_per_token: float | None = None
+    spec_bytes_per_token: float | None = None  # weights + KV both models read per decoded token (the effective floor's)
 
     def __post_init__(self) -> None:
         # A record built by hand or from an older file may carry a plain word: make it the enum.

@@ -114,6 +114,7 @@ def fill_speculation(record: RunRecord, stats: SpeculationStats | None) -> None:
     record.spec_tokens_per_pass = stats.tokens_per_pass
     record.spec_draft_ms_per_token = stats.draft_ms_per_token
     record.spec_verify_ms_per_token = stats.verify_ms_per_token
+    record.spec_bytes_per_token = stats.bytes_per_token
 
 
 def cold_start_s(ready: Ready, spawn_ns: int, ttft_ms: float | None) -> float:
