@@ -130,3 +130,14 @@ def test_assisted_greedy_equals_generate_and_reports_what_it_drafted(tiny_model,
     assert AssistedOptions(assistant_tokens="x").problem()
     assert AssistedOptions(assistant_confidence="0.2").assistant_confidence == 0.2  # the form gives text
     engine.close()
+
+
+def test_assisted_says_when_its_confidence_threshold_cut_the_drafts_short(tiny_model, prompt_ids, hf_reference):
+    from whistle_stop.backends.sampling import Sampler
+
+    engine = registry.create("hf-assisted", EngineOptions(threads=1))  # transformers' defaults: threshold 0.4
+    engine.load(tiny_model, lambda *a: None)
+    assert list(engine.stream(prompt_ids, 30, Sampler(SamplingParams()))) == hf_reference.greedy(prompt_ids, 30)
+    assert engine.speculation.drafted <= 1.5 * engine.speculation.target_passes
+    assert "--hf-assistant-confidence 0" in engine.run_notes
+    engine.close()

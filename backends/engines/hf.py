@@ -215,8 +215,23 @@ class HFAssistedEngine(HFEngine):
             thread.join()
             timing.remove()
             self.speculation = timing.stats(streamer, count, self._bytes)
+            self.run_notes = "; ".join(n for n in (self.run_notes, self._short_drafts_note()) if n)
         if failure:
             raise failure[0]
+
+    def _short_drafts_note(self) -> str:
+        """Why few tokens came per pass, where the assistant's confidence threshold cut its drafts short."""
+        stats = self.speculation
+        if stats is None or not stats.target_passes or self.confidence <= 0:
+            return ""
+        per_pass = stats.drafted / stats.target_passes
+        if per_pass > 1.5:
+            return ""
+        return (
+            f"the assistant drafted {per_pass:.2f} tokens per pass of the {self.assistant_tokens} allowed: its "
+            f"confidence threshold ({self.confidence:g}) stops it at the first token it is less sure of (random "
+            "weights' flat logits: nearly every one); --hf-assistant-confidence 0 turns the threshold off"
+        )
 
     def close(self) -> None:
         super().close()
