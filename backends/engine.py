@@ -21,6 +21,7 @@ from .engines.options import EngineSettings
 from .progress import ProgressFn
 from .sampling import Sampler
 from .sources.model_files import ModelFiles
+from .speculation import SpeculationStats
 
 if TYPE_CHECKING:
     from .engines.server.metrics import ServerMetrics
@@ -52,6 +53,9 @@ class EngineInfo:
     # The numbers its prefill's matrix products multiply ("fp32", "bf16", "int8": results/roofline.py's
     # Arithmetic); "" for its precision's fastest. Prefill's roofline divides by that arithmetic's peak.
     prefill_arithmetic: str = ""
+    # Several tokens per step (speculative decoding): its tokens arrive in bursts, so its median
+    # gap falls inside a burst and its ms/token is TPOT instead (docs/methodology.md).
+    multi_token_steps: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class Engine(ABC):
         # Set during a run when the engine could not honour a setting (e.g. a server ignored `seed`);
         # it travels with the run's record in the `notes` column. The worker empties it before each run.
         self.run_notes = ""
+        # A speculative engine's counts for the run (RunDone carries them); emptied before each run too.
+        self.speculation: SpeculationStats | None = None
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

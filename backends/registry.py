@@ -91,6 +91,10 @@ _ONNX = _family("onnx.engine:OnnxEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts
 _ONNX_CONCAT = _family("onnx.concat_engine:OnnxConcatEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx_concat")
 _NUMPY = _family("numpy_runtime.engine:NumpyEngine", ("numpy",), ("numpy",))
 _NATIVE = replace(_family("native.engine:NativeEngine", ("numpy",), ("numpy",)), options=_NATIVE_OPTIONS)
+_NATIVE_SPEC = replace(
+    _family("native.speculative:NativeSpeculativeEngine", ("numpy",), ("numpy",)),
+    options=_ENGINES + "speculative_options:SpeculativeOptions",
+)
 _NULL = _family("null_engine:NullEngine", ("numpy",), ("numpy",))
 _LLAMA = replace(
     _family(
@@ -132,6 +136,7 @@ _OVGENAI = _family(
 _VLLM = replace(
     _family("vllm.engine:VllmEngine", (), ()),
     needs="linux",
+    options=_ENGINES + "vllm_options:VllmOptions",
     serves_concurrently=True,
     own_server=_ENGINES + "vllm.server_command:own_server",
 )
@@ -152,6 +157,14 @@ _BUILT_IN: tuple[EngineSpec, ...] = (
         description="transformers, Conv1D->Linear, torch dynamic int8",
         precision="int8",
         engine_args={"dtype": "int8"},
+    ),
+    replace(
+        _HF,
+        name="hf-assisted",
+        target=_ENGINES + "hf:HFAssistedEngine",
+        options=_ENGINES + "hf_options:AssistedOptions",
+        description="transformers' assisted generation: the int8 dynamic copy drafts, the fp32 model checks "
+        "(speculative, in transformers' own loop)",
     ),
     replace(
         _HF,
@@ -247,6 +260,20 @@ _BUILT_IN: tuple[EngineSpec, ...] = (
         description="own C runtime, 4-bit weights (blocks of 32), int8 activations in the products",
     ),
     replace(
+        _NATIVE_SPEC,
+        name="native-spec",
+        engine_args={"target": "native", "draft": "native-int8"},
+        description="own C runtime, speculative: native-int8 drafts, native (fp32) checks them in one pass "
+        "(greedy output = native's)",
+    ),
+    replace(
+        _NATIVE_SPEC,
+        name="native-bf16-spec",
+        precision="bf16",
+        engine_args={"target": "native-bf16", "draft": "native-int4"},
+        description="own C runtime, speculative: native-int4 drafts, native-bf16 checks them (output = native-bf16's)",
+    ),
+    replace(
         _NULL,
         name="null",
         role=Role.CALIBRATION,
@@ -291,6 +318,15 @@ _BUILT_IN: tuple[EngineSpec, ...] = (
         engine_args={"quant": "q4_0"},
         options=_LLAMA_OPTIONS,
         description="llama.cpp, GGUF q4_0 (llama.cpp's quantiser)",
+    ),
+    replace(
+        _LLAMA,
+        name="llamacpp-lookup",
+        target=_ENGINES + "llamacpp.lookup:LlamaCppLookupEngine",
+        engine_args={"quant": "f32"},
+        options=_LLAMA_OPTIONS,
+        description="llama.cpp f32 with prompt-lookup decoding (llama-cpp-python's LlamaPromptLookupDecoding): "
+        "pays where the text repeats itself",
     ),
     replace(
         _CT2, name="ctranslate2", engine_args={"compute_type": "float32"}, description="CTranslate2 generator, float32"

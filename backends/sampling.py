@@ -69,6 +69,31 @@ class Sampler:
         scaled = np.divide(logits, np.float32(self.params.temperature), out=self._scratch.get("scaled", logits.size))
         return self._sample(scaled)
 
+    def probabilities(self, logits: np.ndarray) -> np.ndarray:
+        """The distribution `__call__` draws from, float64 over the vocabulary: one-hot at the argmax
+        when greedy; otherwise softmax(logits / temperature) kept to the top-k (ties: the lowest ids),
+        then to the nucleus (the fewest tokens by falling probability, ties by lower id, whose mass
+        reaches top-p), renormalised. A speculative engine's accept/reject rule compares these (with a
+        full sort: slower than a draw, which needs none)."""
+        logits = np.asarray(logits, dtype=np.float32).reshape(-1)
+        out = np.zeros(logits.size, dtype=np.float64)
+        if self.params.is_greedy:
+            out[int(np.argmax(logits))] = 1.0
+            return out
+        p = self.params
+        scaled = logits if p.temperature == 1 else logits / np.float32(p.temperature)
+        ids = _top_k_ids(scaled, p.top_k, self._scratch) if 0 < p.top_k < logits.size else np.arange(logits.size)
+        values = scaled[ids].astype(np.float64)
+        probs = np.exp(values - values.max())
+        probs /= probs.sum()
+        if p.top_p < 1:
+            order = np.lexsort((ids, -probs))  # falling probability, ties by token id
+            cut = int(np.searchsorted(np.cumsum(probs[order]), p.top_p, side="left"))
+            keep = order[: min(cut + 1, order.size)]
+            ids, probs = ids[keep], probs[keep] / probs[keep].sum()
+        out[ids] = probs
+        return out
+
     def _sample(self, logits: np.ndarray) -> int:
         p = self.params
         ids = _top_k_ids(logits, p.top_k, self._scratch) if 0 < p.top_k < logits.size else None

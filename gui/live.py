@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
-from whistle_stop.backends.results.stats import run_metrics
+from whistle_stop.backends.results.stats import ms_per_token, run_metrics
 from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
 from whistle_stop.backends.sources.prompts import prompt_text
 from whistle_stop.backends.worker.events import (
@@ -47,7 +47,7 @@ def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float 
 
 def record_status(record: RunRecord) -> str:
     return status_line(
-        record.ttft_ms, record.itl_p50_ms, record.decode_tok_s, record.tokens_generated, record.new_tokens
+        record.ttft_ms, record.ms_per_token, record.decode_tok_s, record.tokens_generated, record.new_tokens
     )
 
 
@@ -98,6 +98,7 @@ class LiveView:
         self._labels: dict[str, str] = {}  # from RunRequest, shown when its run starts
         self._totals: dict[str, int] = {}
         self._failed: set[str] = set()
+        self._multi_token: dict[str, bool] = {}  # from Ready: tokens come several per step (ms/token is TPOT)
         # Fair mode: measured runs are drawn when they end (the job runner keeps the window still
         # while they are timed); their panes say so meanwhile.
         self.quiet_measured = False
@@ -157,6 +158,7 @@ class LiveView:
             pane.set_status(f"{event.message}{percent}")
             pane.set_progress(int((event.fraction or 0) * 100), 100 if event.fraction is not None else 0)
         elif isinstance(event, Ready):
+            self._multi_token[name] = event.multi_token_steps
             pane.set_tag("loaded")
             pane.set_status(f"loaded · import {event.import_s:.2f} s · load {event.load_s:.2f} s · {event.dtype}")
             pane.set_progress(0, 1)
@@ -203,9 +205,8 @@ class LiveView:
         pane = self.grid.panes[name]
         pane.append(texts)
         metrics = run_metrics(trace.start_ns, trace.stamps.view().tolist())
-        pane.set_status(
-            status_line(metrics.ttft_ms, metrics.itl_p50_ms, metrics.decode_tok_s, metrics.tokens, trace.total)
-        )
+        per_token = ms_per_token(metrics.itl_p50_ms, metrics.tpot_ms, self._multi_token.get(name, False))
+        pane.set_status(status_line(metrics.ttft_ms, per_token, metrics.decode_tok_s, metrics.tokens, trace.total))
         pane.set_progress(metrics.tokens, max(1, trace.total))
         self.latency.set_series(name, trace.latency_ms(), trace.texts)
         self.race.set_series(name, trace.seconds())

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.profile.files import write_profile
-from whistle_stop.backends.profile.table import HEADERS, NOTE, headers, profile_row
+from whistle_stop.backends.profile.table import HEADERS, NOTE, headers, profile_row, speculation_line
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
@@ -223,6 +223,8 @@ class ProfileTab(QWidget):
         for profile in self.result.profiles:
             self._add_row(profile)
         self.charts.show_figures([figures.profile_breakdown(self.result.profiles, self.phase.currentText())])
+        lines = [speculation_line(p) for p in self.result.profiles]  # how a speculative engine beats its target's floor
+        self.note.setText("\n".join([NOTE, *(line for line in lines if line)]))
         if self.result.profiles:
             self.table.selectRow(0)
 

@@ -24,6 +24,7 @@ from whistle_stop.backends.results.summary import (
     harness_note,
     interval_note,
     sampling_notes,
+    speculation_notes,
     summary_rows,
 )
 from whistle_stop.backends.results.verdict import Verdict
@@ -35,7 +36,7 @@ Metric = Callable[[BackendSummary], "Summary | float | None"]
 METRICS: list[tuple[str, Metric, int]] = [  # title, value, decimals
     ("load (s)", lambda s: s.load_s, 2),
     ("TTFT (ms)", lambda s: s.ttft_ms, 1),
-    ("ms / token (p50 ITL)", lambda s: s.itl_p50_ms, 2),
+    ("ms / token", lambda s: s.ms_per_token, 2),
     ("decode tok/s", lambda s: s.decode_tok_s, 0),
     ("peak RSS (MB)", lambda s: s.peak_rss_mb, 0),
 ]
@@ -209,8 +210,11 @@ class SummaryView(QWidget):
                 name = summaries[r].backend
                 if c == 0 and name in colours:
                     item.setForeground(colours[name])
-                if c == 0 and not summaries[r].comparable:
-                    item.setToolTip("\n".join(sampling_notes([summaries[r]])))
+                tips = (sampling_notes([summaries[r]]) if not summaries[r].comparable else []) + speculation_notes(
+                    [summaries[r]]
+                )
+                if c == 0 and tips:
+                    item.setToolTip("\n".join(tips))
                 left = SUMMARY_HEADERS[c] in ("backend", "weights", "dtype", "agree", "status")
                 item.setTextAlignment(
                     (Qt.AlignmentFlag.AlignLeft if left else Qt.AlignmentFlag.AlignRight)
@@ -218,7 +222,7 @@ class SummaryView(QWidget):
                 )
                 self.table.setItem(r, c, item)
         note = _BARS_NOTE + "  Table: " + interval_note(summaries) + "."
-        for line in sampling_notes(summaries):
+        for line in sampling_notes(summaries) + speculation_notes(summaries):
             note += "  " + line + "."
         if harness_note(harness):
             note += "  " + harness_note(harness) + "."

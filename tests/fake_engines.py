@@ -176,3 +176,53 @@ def own_loop_spec(name: str = "own-loop", **kwargs) -> EngineSpec:
         description="scripted engine with its own loop",
         engine_args=kwargs,
     )
+
+
+# --- An engine whose steps make several tokens (speculative decoding; tests/test_speculation_records.py)
+
+
+class BurstEngine(ScriptedEngine):
+    """Tokens in bursts of `burst`: one `step_s` wait per burst, then its tokens back to back, as a
+    speculative engine's target pass decides several at once; it reports its counts as one would."""
+
+    capabilities = Capabilities(own_loop=True)
+
+    def __init__(self, name: str, options: EngineOptions, burst: int = 4, step_s: float = 0.02) -> None:
+        super().__init__(name, options)
+        self.burst, self.step_s = burst, step_s
+
+    def load(self, model, progress) -> EngineInfo:
+        info = super().load(model, progress)
+        info.multi_token_steps = True
+        return info
+
+    def stream(self, token_ids, new_tokens, sampler, cancel=None):
+        from whistle_stop.backends.speculation import SpeculationStats
+
+        busy_wait(self.step_s)  # the prefill
+        yield 100
+        passes = 0
+        for start in range(1, new_tokens, self.burst):
+            busy_wait(self.step_s)
+            passes += 1
+            for index in range(start, min(start + self.burst, new_tokens)):
+                yield 100 + index
+        decoded = new_tokens - 1
+        self.speculation = SpeculationStats(
+            tokens=decoded,
+            target_passes=passes,
+            drafted=passes * self.burst,
+            accepted=decoded - passes,
+            draft_ns=int(0.3 * passes * self.step_s * 1e9),
+            verify_ns=int(0.7 * passes * self.step_s * 1e9),
+            bytes_read=decoded * 250_000,
+        )
+
+
+def burst_spec(name: str = "burst", **kwargs) -> EngineSpec:
+    return EngineSpec(
+        name=name,
+        target="tests.fake_engines:BurstEngine",
+        description="scripted engine with bursts",
+        engine_args=kwargs,
+    )

@@ -127,3 +127,24 @@ def test_parsing_imports_no_engine():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_speculative_flags_and_the_bundled_repeating_prompt():
+    from whistle_stop.backends.engines.speculative_options import SpeculativeOptions
+    from whistle_stop.backends.sources.prompts import example_prompt
+
+    config = _config("--backends", "native-spec,native-bf16-spec", "--spec-draft", "native-int4", "--spec-k", "5")
+    for name in ("native-spec", "native-bf16-spec"):  # one settings class: its flags apply to both
+        assert config.engine_options[name] == SpeculativeOptions(draft="native-int4", k=5)
+    with pytest.raises(UsageError, match="--spec-k must be"):
+        _config("--backends", "native-spec", "--spec-k", "0")
+    assert (
+        _config("--backends", "hf-assisted", "--hf-assistant-confidence", "0")
+        .engine_options["hf-assisted"]
+        .assistant_confidence
+        == 0.0
+    )
+    repeating = _config("--prompt-example", "repeating-code").prompt
+    assert repeating == example_prompt("Repeating code") and repeating.count("def __init__") == 4
+    with pytest.raises(UsageError, match="unknown example prompt"):
+        _config("--prompt-example", "sonnet")

@@ -44,3 +44,17 @@ def test_form_round_trip_keeps_everything_but_the_secret(qtbot, monkeypatch):
     assert again.params() == params and again.edits["api_key"].text() == ""
     again.set_params("not a dict")
     assert again.params() == params
+
+
+def test_the_speculative_engines_settings_come_as_a_form_with_numbers_from_text(qtbot):
+    from whistle_stop.backends.engines.speculative_options import SpeculativeOptions
+
+    form = EngineOptionsForm(SpeculativeOptions)
+    qtbot.addWidget(form)
+    assert form.title() == "Speculative decoding" and list(form.edits) == ["target", "draft", "draft_model", "k"]
+    assert form.settings() == SpeculativeOptions() and form.problem() == ""
+    form.edits["draft"].setText("native-int4")
+    form.edits["k"].setText(" 6 ")
+    assert form.settings() == SpeculativeOptions(draft="native-int4", k=6)
+    form.edits["k"].setText("lots")
+    assert "--spec-k must be" in form.problem()

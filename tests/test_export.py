@@ -86,6 +86,7 @@ def test_schema_of_the_three_files(result, tmp_path):
     assert float(tpot["median_ci_level"]) == 0.5
     assert set(summary) == {
         "ttft_ms",
+        "ms_per_token",
         "itl_p50_ms",
         "tpot_ms",
         "decode_tok_s",

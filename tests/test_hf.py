@@ -1,5 +1,7 @@
 """The transformers engines against transformers' own `generate`."""
 
+import threading
+
 import pytest
 import torch
 
@@ -100,3 +102,42 @@ def test_hf_uses_transformers_supported_cache_api(tiny_model, prompt_ids, hf_ref
     ]
     assert deprecations == []
     assert tokens == hf_reference.greedy(prompt_ids, N)
+
+
+def test_assisted_greedy_equals_generate_and_reports_what_it_drafted(tiny_model, hf_reference):
+    """hf-assisted: transformers' assisted generation with the int8 copy as assistant. Greedy tokens
+    equal the model's own (code, accents/CJK/emoji, plain); tokens come several per target pass."""
+    from tests.prompt_set import PROMPTS
+    from whistle_stop.backends.engines.hf_options import AssistedOptions
+    from whistle_stop.backends.sampling import Sampler
+    from whistle_stop.backends.sources.tokenizer import encode
+
+    engine = registry.create("hf-assisted", EngineOptions(threads=1, settings=AssistedOptions(assistant_confidence=0)))
+    info = engine.load(tiny_model, lambda *a: None)
+    assert info.multi_token_steps and info.samples_natively and "int8 linears" in info.notes
+    for text in PROMPTS.values():
+        ids = encode(text)
+        assert list(engine.stream(ids, 40, Sampler(SamplingParams()))) == hf_reference.greedy(ids, 40)
+        stats = engine.speculation
+        assert stats.drafted > 0 and 0 < stats.tokens < 40
+        assert stats.tokens_per_pass > 1.0 and 0 < stats.accepted <= stats.drafted
+    cancel = threading.Event()
+    tokens = []
+    for token in engine.stream(encode(PROMPTS["plain"]), 40, Sampler(SamplingParams()), cancel):
+        tokens.append(token)
+        cancel.set()
+    assert 1 <= len(tokens) < 40  # stops within a pass
+    assert AssistedOptions(assistant_tokens="x").problem()
+    assert AssistedOptions(assistant_confidence="0.2").assistant_confidence == 0.2  # the form gives text
+    engine.close()
+
+
+def test_assisted_says_when_its_confidence_threshold_cut_the_drafts_short(tiny_model, prompt_ids, hf_reference):
+    from whistle_stop.backends.sampling import Sampler
+
+    engine = registry.create("hf-assisted", EngineOptions(threads=1))  # transformers' defaults: threshold 0.4
+    engine.load(tiny_model, lambda *a: None)
+    assert list(engine.stream(prompt_ids, 30, Sampler(SamplingParams()))) == hf_reference.greedy(prompt_ids, 30)
+    assert engine.speculation.drafted <= 1.5 * engine.speculation.target_passes
+    assert "--hf-assistant-confidence 0" in engine.run_notes
+    engine.close()

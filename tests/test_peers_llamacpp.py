@@ -229,3 +229,35 @@ def test_the_weight_buffers_option_is_checked_in_one_line():
 
     assert LlamaCppOptions(weight_buffers="plain").problem() == ""
     assert "one of auto, extra, plain" in LlamaCppOptions(weight_buffers="amx").problem()
+
+
+def _lookup_run(engine, ids: list[int], new_tokens: int) -> tuple[list[int], object]:
+    from whistle_stop.backends.sampling import Sampler
+
+    tokens = [int(t) for t in engine.stream(ids, new_tokens, Sampler(SamplingParams()))]
+    return tokens, engine.speculation
+
+
+def test_prompt_lookup_keeps_llamacpps_greedy_tokens_and_finds_the_repeats(tiny_model):
+    """llamacpp-lookup (llama-cpp-python's LlamaPromptLookupDecoding as the draft model): its greedy
+    tokens are llamacpp's, on the prompt set and on the bundled repeating one, where the lookup's
+    proposals are kept several at a time; a second run starts afresh (no prefix reused)."""
+    from tests.prompt_set import PROMPTS
+    from whistle_stop.backends.sources.prompts import example_prompt
+    from whistle_stop.backends.sources.tokenizer import encode
+
+    prompts = [encode(text) for text in PROMPTS.values()] + [encode(example_prompt("repeating-code"))]
+    expected = [engine_tokens("llamacpp", tiny_model, ids, 60) for ids in prompts]
+    engine = load_engine_in_worker("llamacpp-lookup", tiny_model)
+    try:
+        assert engine.info.multi_token_steps and "prompt lookup" in engine.info.notes
+        for ids, want in zip(prompts, expected):
+            tokens, stats = engine.apply(_lookup_run, ids, 60)
+            assert tokens == want
+        again, again_stats = engine.apply(_lookup_run, prompts[-1], 60)
+        counts = ("tokens", "target_passes", "drafted", "accepted")
+        assert again == expected[-1]  # the same passes: nothing cached between runs
+        assert [getattr(again_stats, c) for c in counts] == [getattr(stats, c) for c in counts]
+        assert stats.accepted > 0 and stats.tokens_per_pass > 1.0 and stats.drafted >= stats.accepted
+    finally:
+        engine.close()

@@ -309,3 +309,28 @@ def test_report_includes_a_profile_folder(tmp_path):
     page = build_report([folder], tmp_path / "report").read_text(encoding="utf-8")
     assert "Profile: decode step" in page and "Most expensive operations" in page and "linear" in page
     assert (tmp_path / "report" / "1-profile_decode.png").exists() and "Where a decode step goes" in page
+
+
+def test_a_speculative_engine_is_judged_per_decoded_token_and_says_how_it_beats_the_single_token_floor(tmp_path):
+    """Its floor is the bytes target and draft read per decoded token (what it counted), beside its
+    target's single-token floor, which it may run below; the profile says how."""
+    from tests.fake_engines import burst_spec
+    from whistle_stop.backends.profile.files import read_profile, write_profile
+    from whistle_stop.backends.profile.table import speculation_line
+
+    slow = replace(BANDWIDTH, gb_s=0.1, median_gb_s=0.1)  # 1 MB of weights: a 10 ms single-token floor
+    config = BenchConfig(model="random:tiny", backends=("burst",), prompt_tokens=4, new_tokens=21, repeats=2, threads=1)
+    with registry.use([burst_spec("burst", burst=4, step_s=0.02)]):
+        session = ProfileSession(config, tmp_path / "prof", bandwidth=lambda threads, n_bytes, device="cpu": slow)
+    (profile,) = session.run().profiles
+    assert profile.status == "ok", profile.error
+    assert profile.bytes_per_token == pytest.approx(250_000) and profile.single_token_bytes >= 1_000_000
+    assert profile.floor_ms == pytest.approx(2.5) and profile.single_token_floor_ms >= 10.0
+    assert profile.spec_tokens_per_pass == pytest.approx(4.0) and profile.spec_acceptance == pytest.approx(0.75)
+    line = speculation_line(profile)
+    assert "4.00 tokens per target pass" in line and "below the single-token floor" in line
+    assert profile.ms_per_token < profile.single_token_floor_ms
+    assert profile.profiled_ms_per_token > 3.0  # its TPOT too, not the ~0 median gap inside a burst
+    write_profile(tmp_path / "again", [profile], {})
+    (read,) = read_profile(tmp_path / "again")
+    assert read.single_token_bytes == profile.single_token_bytes and speculation_line(read) == line

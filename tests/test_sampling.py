@@ -200,3 +200,21 @@ def test_sampler_probe_times_every_setting_and_the_floor():
     results = measure(rounds=1, count=3)
     assert set(results) == set(SETTINGS) | {"floor (max, subtract, exp, sum)"}
     assert all(value > 0 for value in results.values())
+
+
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 40, 1.0), (1.2, 0, 0.9), (0.8, 40, 0.95), (1.0, 3000, 0.8)]
+)
+def test_probabilities_are_the_distribution_the_sampler_draws_from(temperature, top_k, top_p):
+    """What a speculative engine's accept/reject rule compares: the nucleus the sorting reference keeps,
+    at its renormalised odds; one-hot at the argmax when greedy."""
+    rng = np.random.default_rng(9)
+    logits = (rng.standard_normal(50257) * 3).astype(np.float32)
+    params = SamplingParams("sample", temperature, top_k, top_p, 1)
+    probs = Sampler(params).probabilities(logits)
+    nucleus = _ReferenceSampler(params).nucleus(logits)
+    assert set(np.flatnonzero(probs).tolist()) == set(nucleus)
+    np.testing.assert_allclose(probs[list(nucleus)], list(nucleus.values()), rtol=1e-5)
+    assert probs.sum() == pytest.approx(1.0)
+    greedy = Sampler(SamplingParams()).probabilities(logits)
+    assert greedy[int(np.argmax(logits))] == 1.0 and greedy.sum() == 1.0

@@ -232,3 +232,37 @@ def test_an_environment_that_cannot_be_made_is_one_clear_line(monkeypatch, isola
     assert messages and "creating vLLM's own environment" in messages[0]
     folder = isolated_cache / environment.KIND / "cpu"
     assert not (folder / "venv").exists()  # the half-made environment is gone; the next use starts afresh
+
+
+def test_ngram_speculation_reaches_the_server_and_its_bursts_are_timed_per_token(h32_model, fake_env):
+    """--vllm-ngram-tokens passes vLLM's speculative config on its command line (the fake server refuses
+    one it does not know, as vLLM would), tokens then come several per step, so ms/token is the TPOT, and
+    the run's acceptance comes from the server's spec_decode counters. The real vLLM was not run here."""
+    from whistle_stop.backends.engines.vllm.environment import VllmEnvironment
+    from whistle_stop.backends.engines.vllm.server_command import server_command
+    from whistle_stop.backends.engines.vllm_options import VllmOptions
+
+    options = VllmOptions(ngram_tokens=3)
+    assert options.speculative_config() == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    assert VllmOptions(ngram_tokens="x").problem() and VllmOptions().speculative_config() is None
+    environment = VllmEnvironment(Path(sys.executable), "cpu", "0.0-fake")
+    argv = server_command(
+        h32_model, environment, h32_model.folder, "cpu", "fp32", 1, 8000, None, {"method": "ngram"}
+    ).argv
+    assert argv[argv.index("--speculative-config") + 1] == '{"method": "ngram"}'
+    assert (
+        "--speculative-config"
+        not in server_command(h32_model, environment, h32_model.folder, "cpu", "fp32", 1, 8000, None).argv
+    )
+    config = BenchConfig(
+        model=MODEL, backends=("vllm",), prompt_tokens=8, new_tokens=13, repeats=2, engine_options={"vllm": options}
+    )
+    result = BenchSession(config).run()
+    measured = [r for r in result.runs if not r.is_warmup]
+    assert [r.status for r in measured] == [RunStatus.OK, RunStatus.OK]
+    for record in measured:
+        assert record.multi_token_steps and record.ms_per_token == record.tpot_ms
+        assert '"num_speculative_tokens": 3' in record.notes
+        assert record.spec_tokens_per_pass == pytest.approx(4.0) and record.spec_acceptance == 1.0
+    gaps = [t.itl_ms for t in result.tokens if t.itl_ms is not None and not t.is_warmup]
+    assert sum(g < 1.0 for g in gaps) >= len(gaps) // 2  # three of every four tokens come with the step's first

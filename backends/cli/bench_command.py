@@ -14,6 +14,7 @@ from ..results.summary import (
     harness_note,
     interval_note,
     sampling_notes,
+    speculation_notes,
     summarize_backends,
     summary_rows,
 )
@@ -120,7 +121,7 @@ def print_summary(result: BenchResult, console: Console) -> None:
     console.print(table)
     console.print(interval_note(summaries), markup=False, end="")
     console.print("; [bold]random weights - timing only[/]" if result.model.is_random else "")
-    for note in sampling_notes(summaries):
+    for note in sampling_notes(summaries) + speculation_notes(summaries):
         console.print(note, markup=False)
     harness = harness_note(result.environment.get("harness"))
     if harness:

@@ -22,6 +22,7 @@ from ..results.verdict import Verdict
 from ..runs.bench import BenchConfig, RunRecorded
 from ..runs.events import LoadRecorded
 from ..sampling import SamplingParams
+from ..sources.prompts import example_prompt
 from ..storage.atomic import check_writable_dir
 from ..worker.events import BackendEvent, Progress, Ready
 from ..worker.process import Timeouts
@@ -42,6 +43,8 @@ def stdout_console() -> Console:
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     prompt = args.prompt
+    if getattr(args, "prompt_example", None):
+        prompt = example_prompt(args.prompt_example)
     if args.prompt_file is not None:
         try:
             prompt = args.prompt_file.read_text(encoding="utf-8")
@@ -215,7 +218,7 @@ def progress_printer(console: Console) -> Callable[[object], None]:
             if r.status == "ok":
                 console.print(
                     f"  {r.run_id}{' (warm-up)' if r.is_warmup else ''}: TTFT {r.ttft_ms or 0:.1f} ms, "
-                    f"{r.itl_p50_ms or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s"
+                    f"{r.ms_per_token or 0:.2f} ms/token, {r.decode_tok_s or 0:.1f} tok/s"
                 )
             else:
                 console.print(f"  [red]{r.run_id}: {r.status}[/] {escape(r.error)}")

@@ -10,6 +10,7 @@ from typing import NoReturn
 from .. import __version__, registry
 from ..errors import UsageError
 from ..presets import preset_names
+from ..sources.prompts import example_key, example_prompts
 from .engine_flags import add_engine_flags
 
 
@@ -153,6 +154,12 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     )
     p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
     p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
+    p.add_argument(
+        "--prompt-example",
+        help="one of the bundled example prompts (the window's list), by name: "
+        + ", ".join(example_key(name) for name in example_prompts())
+        + " (repeating-code repeats itself: what prompt lookup finds)",
+    )
     if sweep:
         from ..runs.sweep_grid import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS, GRIDS
 

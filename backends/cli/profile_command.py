@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..profile.files import write_profile
-from ..profile.table import NOTE, headers, profile_row, shown_columns, top_ops_line
+from ..profile.table import NOTE, headers, profile_row, shown_columns, speculation_line, top_ops_line
 from ..results.export import write_results
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
 from ..status import RunStatus
@@ -127,5 +127,7 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
             continue
         if top_ops_line(p):
             console.print(top_ops_line(p), markup=False)
+        if speculation_line(p):
+            console.print(speculation_line(p), markup=False)
         if p.note:
             console.print(f"{p.engine}: {p.profiler}: {p.note}", markup=False)

@@ -24,6 +24,8 @@
  * widens two float32/bf16 weight rows at a time into a thread's buffer and multiplies them with
  * four tokens at once (compute-bound: each weight is used T times); int8/q4 prefill makes
  * decode's integer products token by token, so prefill, decode and scoring compute alike.
+ * A verify pass (`exact`, speculative decoding) makes decode's own products for each of its T
+ * tokens, reading each group of rows once for all of them (decode_products).
  *
  * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
  * inner loops for the CPU at hand; the hand-written AVX2 parts (the int8 and q4 x int8 products,
@@ -435,50 +437,183 @@ static void panel_product(const Mat *m, int kind, const PfTokens *tokens, float 
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* Tokens multiplied with four rows at once: their sums, the rows' vectors and x's in registers. */
+#ifdef __AVX512F__
+#define TILE_TOKENS 4 /* 16 sums in 32 vector registers */
+#else
+#define TILE_TOKENS 2 /* 8 sums in 16 */
+#endif
+#define PREFETCH_BYTES 4096 /* how far ahead of its loads a verify pass asks for each row (into L2) */
+
+/* Four rows against J tokens (token j's x at x + j * K): y[j * ldy + r * q] = w[r] . x[j]. Each
+ * weight vector is loaded once for all J tokens; every row and token keeps its own eight-lane sum,
+ * added in k order and reduced by hsum8: the same operations whatever J, so a token's products
+ * among several equal a one-token decode's bit for bit. f32: K % 8 == 0; bf16 pairs against x
+ * de-interleaved (even weights `pair << 16`, odd ones `pair & 0xffff0000`): K % 16 == 0. */
+static inline __attribute__((always_inline)) void rows4_tile(int64_t wtype, const void *const w[4],
+                                                             const float *restrict x, const int J, int64_t K,
+                                                             float *restrict y, int64_t ldy, int64_t q,
+                                                             int prefetch) {
+    __m256 sum[TILE_TOKENS][4];
+    for (int j = 0; j < J; j++)
+        for (int r = 0; r < 4; r++) sum[j][r] = _mm256_setzero_ps();
+    if (wtype == WT_F32) {
+        const float *const *wf = (const float *const *)w;
+        for (int64_t k = 0; k < K; k += 8) {
+            if (prefetch && (k & 15) == 0) /* a line of each row, PREFETCH_BYTES ahead, into L2 */
+                for (int r = 0; r < 4; r++) __builtin_prefetch((const char *)(wf[r] + k) + PREFETCH_BYTES, 0, 1);
+            const __m256 w0 = _mm256_loadu_ps(wf[0] + k), w1 = _mm256_loadu_ps(wf[1] + k);
+            const __m256 w2 = _mm256_loadu_ps(wf[2] + k), w3 = _mm256_loadu_ps(wf[3] + k);
+            for (int j = 0; j < J; j++) {
+                __m256 xv = _mm256_loadu_ps(x + j * K + k);
+                __asm__("" : "+x"(xv)); /* x loaded once per token and kept (not folded into each row's FMA) */
+                sum[j][0] = _mm256_fmadd_ps(w0, xv, sum[j][0]);
+                sum[j][1] = _mm256_fmadd_ps(w1, xv, sum[j][1]);
+                sum[j][2] = _mm256_fmadd_ps(w2, xv, sum[j][2]);
+                sum[j][3] = _mm256_fmadd_ps(w3, xv, sum[j][3]);
+            }
+        }
+    } else {
+        const __m256i high = _mm256_set1_epi32((int)0xffff0000);
+        const int64_t half = K / 2;
+        for (int64_t p = 0; p < half; p += 8) { /* eight pairs of each row */
+            if (prefetch && (p & 15) == 0)
+                for (int r = 0; r < 4; r++)
+                    __builtin_prefetch((const char *)((const uint16_t *)w[r] + 2 * p) + PREFETCH_BYTES, 0, 1);
+            __m256 even[4], odd[4];
+            for (int r = 0; r < 4; r++) {
+                const __m256i pairs = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w[r] + 2 * p));
+                even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+                odd[r] = _mm256_castsi256_ps(_mm256_and_si256(pairs, high));
+            }
+            for (int j = 0; j < J; j++) {
+                __m256 xe = _mm256_loadu_ps(x + j * K + p), xo = _mm256_loadu_ps(x + j * K + half + p);
+                __asm__("" : "+x"(xe), "+x"(xo));
+                for (int r = 0; r < 4; r++) sum[j][r] = _mm256_fmadd_ps(odd[r], xo, _mm256_fmadd_ps(even[r], xe, sum[j][r]));
+            }
+        }
+    }
+    for (int j = 0; j < J; j++)
+        for (int r = 0; r < 4; r++) y[j * ldy + r * q] = hsum8(sum[j][r]);
+}
+
+/* rows4_tile for M tokens, in chunks of at most TILE_TOKENS (even ones: 3 + 2, not 4 + 1), each
+ * chunk size compiled apart. From three tokens on, the first chunk asks for the rows' next lines
+ * ahead of its loads: with that much arithmetic per weight the core stops running far enough ahead
+ * for the memory stream, and the products then add to the stream's time instead of hiding in it. */
+static void rows4_tokens(int64_t wtype, const void *const w[4], const float *restrict x, int64_t M, int64_t K,
+                         float *restrict y, int64_t ldy, int64_t q) {
+    const int64_t chunks = (M + TILE_TOKENS - 1) / TILE_TOKENS;
+    for (int64_t c = 0, j = 0; c < chunks; c++) {
+        const int J = (int)(M / chunks + (c < M % chunks)), pf = c == 0 && M >= 3;
+        const float *xj = x + j * K;
+        float *yj = y + j * ldy;
+        switch (J) {
+        case 1: rows4_tile(wtype, w, xj, 1, K, yj, ldy, q, pf); break;
+        case 2: rows4_tile(wtype, w, xj, 2, K, yj, ldy, q, pf); break;
+#if TILE_TOKENS > 2
+        case 3: rows4_tile(wtype, w, xj, 3, K, yj, ldy, q, pf); break;
+        default: rows4_tile(wtype, w, xj, 4, K, yj, ldy, q, pf); break;
+#else
+        default: break;
+#endif
+        }
+        j += J;
+    }
+}
+#endif
+
+/* Decode's products for M tokens (rows of x [M][K]): each thread takes its block of rows of W and
+ * walks four quarters of it at once (four memory streams per core, as kernels/gemv.c); each group
+ * of four rows comes from memory once and meets every token while it sits in the cache. Each
+ * token's products are the ones a one-token decode makes, bit for bit (M == 1 is decode itself):
+ * a speculative verify pass checks M drafted tokens for about one token's weight traffic.
+ * `qx` holds M rows of x quantised (integer types); `buf` is this thread's [M + 1][K]: a widened
+ * row, then each token's x de-interleaved (bf16 pairs). Called by every thread of the region. */
+static void decode_products(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
+                            int64_t N, int64_t K, const QuantX *qx, float *restrict buf) {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
+    const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
+    const float *bias = m->bias;
+    float out[4];
+    if (wtype == WT_I8 || wtype == WT_Q4) {
+        const int64_t blocks = K / QBLOCK;
+        #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
+        for (int64_t rb = 0; rb < M * blocks; rb++) {
+            const QuantX row = quant_row(qx, rb / blocks, K);
+            quantise_block(x + rb / blocks * K, &row, blocks, rb % blocks, wtype == WT_Q4);
+        }
+        for (int64_t i = lo; i < lo + q; i++)
+            for (int64_t r = 0; r < M; r++) {
+                const QuantX row = quant_row(qx, r, K);
+                quant_dot4(m, wtype, i, q, K, &row, out);
+                for (int64_t j = 0; j < 4; j++) y[r * N + i + j * q] = out[j];
+            }
+        for (int64_t n = lo + 4 * q; n < hi; n++)
+            for (int64_t r = 0; r < M; r++) {
+                const QuantX row = quant_row(qx, r, K);
+                y[r * N + n] = quant_dot(m, wtype, n, K, &row);
+            }
+    } else {
+        const int pairs = wtype == WT_BF16 && K % 2 == 0;
+        float *xd = buf + K; /* each token's x de-interleaved (widen_row uses buf[0, K)) */
+        if (pairs)
+            for (int64_t r = 0; r < M; r++) bf16_deinterleave(x + r * K, xd + r * K, K);
+#if defined(__AVX2__) && defined(__FMA__)
+        const int tiled = wtype == WT_F32 ? K % 8 == 0 : pairs && K % 16 == 0; /* decode's products, any M */
+#else
+        const int tiled = 0;
+#endif
+        for (int64_t i = lo; i < lo + q && tiled; i++) {
+#if defined(__AVX2__) && defined(__FMA__)
+            const size_t bytes = wtype == WT_F32 ? sizeof(float) : sizeof(uint16_t);
+            const void *w[4];
+            for (int j = 0; j < 4; j++) w[j] = (const char *)m->w + (i + j * q) * K * bytes;
+            rows4_tokens(wtype, w, wtype == WT_F32 ? x : xd, M, K, y + i, N, q);
+#endif
+        }
+        for (int64_t i = lo; i < lo + q && !tiled; i++) {
+            const int64_t r0 = i, r1 = i + q, r2 = i + 2 * q, r3 = i + 3 * q;
+            for (int64_t r = 0; r < M; r++) {
+                if (wtype == WT_F32) {
+                    const float *w = (const float *)m->w;
+                    rows4_f32(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x + r * K, K, out);
+                } else if (pairs) {
+                    const uint16_t *w = (const uint16_t *)m->w;
+                    rows4_bf16_pairs(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, xd + r * K, K, out);
+                } else {
+                    const uint16_t *w = (const uint16_t *)m->w;
+                    rows4_bf16(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x + r * K, K, out);
+                }
+                float *yr = y + r * N;
+                yr[r0] = out[0]; yr[r1] = out[1]; yr[r2] = out[2]; yr[r3] = out[3];
+            }
+        }
+        for (int64_t n = lo + 4 * q; n < hi; n++) {
+            const float *w = widen_row(m, wtype, n, K, buf);
+            for (int64_t r = 0; r < M; r++) y[r * N + n] = dot_f32(w, x + r * K, K);
+        }
+    }
+    if (bias)
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t n = lo; n < hi; n++) y[r * N + n] += bias[n];
+}
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
  * parallel region, each taking its block of rows of W; ends with a barrier. One token (decode)
- * streams W once; more (prefill, scoring) take prefill.h's GEMMs where this CPU has them. */
+ * streams W once; more (prefill, scoring) take prefill.h's GEMMs where this CPU has them.
+ * `exact`: decode's products for every row of x (decode_products; `sc->buf` then holds [M + 1][K]). */
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
-                   int64_t N, int64_t K, const Scratch *sc) {
+                   int64_t N, int64_t K, const Scratch *sc, int exact) {
     const QuantX *qx = sc->qx;
     float *restrict buf = sc->buf;
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
     const float *bias = m->bias;
-    if (M == 1) {
-        const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
-        if (wtype == WT_I8 || wtype == WT_Q4) {
-            #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
-            for (int64_t b = 0; b < K / QBLOCK; b++) quantise_block(x, qx, K / QBLOCK, b, wtype == WT_Q4);
-            float out[4];
-            for (int64_t i = lo; i < lo + q; i++) {
-                quant_dot4(m, wtype, i, q, K, qx, out);
-                for (int64_t r = 0; r < 4; r++) y[i + r * q] = out[r];
-            }
-            for (int64_t n = lo + 4 * q; n < hi; n++) y[n] = quant_dot(m, wtype, n, K, qx);
-        } else {
-            float out[4];
-            const int pairs = wtype == WT_BF16 && K % 2 == 0;
-            float *xd = buf + K; /* this thread's copy of x de-interleaved (widen_row uses buf[0, K)) */
-            if (pairs) bf16_deinterleave(x, xd, K);
-            for (int64_t i = lo; i < lo + q; i++) {
-                const int64_t r0 = i, r1 = i + q, r2 = i + 2 * q, r3 = i + 3 * q;
-                if (wtype == WT_F32) {
-                    const float *w = (const float *)m->w;
-                    rows4_f32(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
-                } else if (pairs) {
-                    const uint16_t *w = (const uint16_t *)m->w;
-                    rows4_bf16_pairs(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, xd, K, out);
-                } else {
-                    const uint16_t *w = (const uint16_t *)m->w;
-                    rows4_bf16(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x, K, out);
-                }
-                y[r0] = out[0]; y[r1] = out[1]; y[r2] = out[2]; y[r3] = out[3];
-            }
-            for (int64_t n = lo + 4 * q; n < hi; n++) y[n] = dot_f32(widen_row(m, wtype, n, K, buf), x, K);
-        }
-        if (bias)
-            for (int64_t n = lo; n < hi; n++) y[n] += bias[n];
+    (void)lo; (void)hi; (void)bias; /* the plain paths' (builds without AVX-512 panels) */
+    if (M == 1 || exact) {
+        decode_products(m, wtype, x, y, M, N, K, qx, buf);
     } else if (wtype == WT_I8 || wtype == WT_Q4) {
 #ifdef PF_VNNI
         #pragma omp for schedule(static) /* x quantised as decode does, in plain order, with its sums */
@@ -631,8 +766,12 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
     } while (0)
 
 /* T tokens `ids` at positions [pos, pos+T) -> logits [T][V] (`all_logits`) or [V] for the last
- * position. Returns 0, or -1 when scratch memory could not be had. The caller checks the range. */
-int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, float *logits, int all_logits) {
+ * position. `exact`: every token's products made as decode makes them (decode_products) and its
+ * attention read query by query, so each position's logits equal a one-token decode's bit for bit
+ * (a speculative verify pass); otherwise T > 1 takes prefill's products and tiles. Returns 0, or -1
+ * when scratch memory could not be had. The caller checks the range. */
+int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, float *logits, int all_logits,
+                 int exact) {
     const int64_t d = md->n_embd, inner = md->n_inner, V = md->vocab, wt = md->wtype;
     const int64_t widest = inner > 3 * d ? inner : 3 * d;
     const int64_t rows_out = all_logits ? T : 1;
@@ -641,7 +780,8 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     float *x = malloc(sizeof(float) * T * d), *h = malloc(sizeof(float) * T * d);
     float *big = malloc(sizeof(float) * T * widest), *att = malloc(sizeof(float) * T * d);
     float *scores = malloc(sizeof(float) * threads * md->max_seq);
-    float *bufs = malloc(sizeof(float) * threads * BUF_ROWS * widest);
+    const int64_t per_thread = (exact ? T + 1 : BUF_ROWS) * widest; /* matmul's buf */
+    float *bufs = malloc(sizeof(float) * threads * per_thread);
     const int64_t blocks = T * (widest / QBLOCK) + 1; /* x quantised: T rows of up to `widest` */
     QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
                  T > 1 ? malloc(sizeof(int32_t) * blocks) : NULL};
@@ -649,7 +789,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     uint16_t *xb = T > 1 ? malloc(sizeof(uint16_t) * T * widest) : NULL;
     const size_t panel_bytes = T > 1 ? PANEL_BYTES(inner > d ? inner : d) : 0;
     uint8_t *panels = T > 1 ? malloc(panel_bytes * threads) : NULL;
-    const size_t tile_bytes = T >= ATT_MIN_TILED ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
+    const size_t tile_bytes = T >= ATT_MIN_TILED && !exact ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
     uint8_t *tiles = tile_bytes ? malloc(tile_bytes * threads) : NULL;
     int failed = !x || !h || !big || !att || !scores || !bufs || !qx.q || !qx.scale || !qx.offset ||
                  (T > 1 && (!qx.sum || !xb || (panel_bytes && !panels))) || (tile_bytes && !tiles);
@@ -659,7 +799,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
         {
             int64_t t0 = timing ? now_ns() : 0;
             const int main_thread = omp_get_thread_num() == 0;
-            float *buf = bufs + omp_get_thread_num() * BUF_ROWS * widest;
+            float *buf = bufs + omp_get_thread_num() * per_thread;
             const Scratch sc = {&qx, xb, buf, panels ? panels + omp_get_thread_num() * panel_bytes : NULL};
             #pragma omp for schedule(static)
             for (int64_t t = 0; t < T; t++) { /* the embedding is the lm_head's row, at its stored type */
@@ -672,13 +812,13 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) layer_norm(x + t * d, h + t * d, ly->ln1_w, ly->ln1_b, d, md->eps);
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->qkv, wt, h, big, T, 3 * d, d, &sc);
+                matmul(&ly->qkv, wt, h, big, T, 3 * d, d, &sc, exact);
                 if (main_thread) TICK(T_MATMUL);
                 kv_write(md, l, big, T, pos);
                 if (main_thread) TICK(T_KV);
                 attention(md, l, big, att, T, pos, scores, tiles);
                 if (main_thread) TICK(T_ATTENTION);
-                matmul(&ly->proj, wt, att, h, T, d, d, &sc);
+                matmul(&ly->proj, wt, att, h, T, d, d, &sc, exact);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) {
@@ -686,12 +826,12 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
                     layer_norm(x + t * d, h + t * d, ly->ln2_w, ly->ln2_b, d, md->eps);
                 }
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc, wt, h, big, T, inner, d, &sc);
+                matmul(&ly->fc, wt, h, big, T, inner, d, &sc, exact);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) gelu(big + t * inner, inner);
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc2, wt, big, h, T, d, inner, &sc);
+                matmul(&ly->fc2, wt, big, h, T, d, inner, &sc, exact);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++)
@@ -702,7 +842,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             #pragma omp for schedule(static)
             for (int64_t t = first; t < T; t++) layer_norm(x + t * d, h + (t - first) * d, md->lnf_w, md->lnf_b, d, md->eps);
             if (main_thread) TICK(T_NORM_ACT);
-            matmul(&md->lm_head, wt, h, logits, rows_out, V, d, &sc);
+            matmul(&md->lm_head, wt, h, logits, rows_out, V, d, &sc, exact);
             if (main_thread) TICK(T_MATMUL);
         }
     }
@@ -729,7 +869,7 @@ int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M
         {
             const int t = omp_get_thread_num();
             const Scratch sc = {&qx, xb, bufs + t * BUF_ROWS * K, panels ? panels + t * panel_bytes : NULL};
-            matmul(m, wtype, x, y, M, N, K, &sc);
+            matmul(m, wtype, x, y, M, N, K, &sc, 0);
         }
     }
     free(bufs); free(qx.q); free(qx.scale); free(qx.offset); free(qx.sum); free(xb); free(panels);

@@ -85,6 +85,14 @@ class EngineProfile:
     peak_isa: str = ""  # the instructions the peak ran
     prefill_flops: float | None = None  # the prompt's matrix products and attention (results.roofline.prefill_flops)
     prefill_bytes: float | None = None  # the weights once and the prompt's keys and values written
+    # A speculative engine (medians of its measured runs): bytes_per_token is then what target and
+    # draft read per decoded token (the effective floor's), and this the target's own per token (the
+    # single-token floor's, which such an engine may beat)
+    single_token_bytes: float | None = None
+    spec_acceptance: float | None = None
+    spec_tokens_per_pass: float | None = None
+    spec_draft_ms_per_token: float | None = None
+    spec_verify_ms_per_token: float | None = None
     decode: PhaseBreakdown | None = None
     prefill: PhaseBreakdown | None = None
     top_ops: list[OpShare] = field(default_factory=list)
@@ -115,6 +123,13 @@ class EngineProfile:
         return roofline / self.prefill_ms if roofline and self.prefill_ms else None
 
     @property
+    def single_token_floor_ms(self) -> float | None:
+        """A speculative engine's target alone: its bytes per token over the same bandwidth."""
+        if not self.single_token_bytes or not self.bandwidth_gb_s:
+            return None
+        return limit_ms_per_token(self.single_token_bytes, self.bandwidth_gb_s)
+
+    @property
     def overhead_pct(self) -> float | None:
         if not self.ms_per_token or self.profiled_ms_per_token is None:
             return None
@@ -135,10 +150,13 @@ class EngineProfile:
         return self.floor_share * self.bandwidth_gb_s / self.slower_bandwidth_gb_s
 
 
-def median_decode_ms(tokens: Sequence) -> float | None:
-    """Median inter-token gap of the decode steps (tokens 1..N-1), ms: the ms/token of bench."""
+def median_decode_ms(tokens: Sequence, multi_token_steps: bool = False) -> float | None:
+    """The ms/token of bench from one run's stamps: the median inter-token gap of the decode steps
+    (tokens 1..N-1), or their mean (TPOT) for an engine that makes several tokens per step."""
     gaps = [(b.t_ns - a.t_ns) / 1e6 for a, b in zip(tokens, tokens[1:])]
-    return statistics.median(gaps) if gaps else None
+    if not gaps:
+        return None
+    return statistics.fmean(gaps) if multi_token_steps else statistics.median(gaps)
 
 
 def phase_breakdowns(tokens: Sequence, capture: ProfileCapture, start_ns: int) -> dict[str, PhaseBreakdown]:

@@ -135,6 +135,7 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
                 floor_share_at_slower=p.floor_share_at_slower,
                 roofline_ms=p.roofline_ms,
                 ttft_share=p.ttft_share,
+                single_token_floor_ms=p.single_token_floor_ms,
             )
             for p in profiles
         ],

@@ -50,7 +50,9 @@ NOTE = (
     "cores computed at those probes (an in-cache float32 GEMM, the faster; a CUDA engine's: its GPU's float32 "
     "GEMM): a low figure marks a slow phase of "
     "the machine; "
-    "engine*: the engine's call where its runtime reports no per-op times; unattr.: the measured step "
+    "engine*: the engine's call where its runtime reports no per-op times; a speculative engine's floor: what "
+    "target and draft read per decoded token (the target reads its weights once per pass of several tokens), "
+    "so its ms/token may fall below its target's single-token floor; unattr.: the measured step "
     "minus every category; (LLC): the weights fit in the last-level cache (a probe of their size reads from "
     "the cache too, at least 4 MB: a floor of the cache, not of DRAM). Prefill: TTFT is the median of the "
     "unprofiled runs; roofline: the larger of the prompt's FLOPs (matrix products, causal attention, the "
@@ -149,6 +151,33 @@ def shown_columns(rows: list[list[str]]) -> list[int]:
         for i in range(len(HEADERS))
         if i < fixed or i == len(HEADERS) - 1 or any(row[i] not in ("-", "0.00", "-0.00") for row in rows)
     ]
+
+
+def speculation_line(p: EngineProfile) -> str:
+    """How a speculative engine can run below its target's single-token floor without beating memory:
+    one target pass reads the weights once for several tokens, so the bytes per decoded token, and the
+    floor they set, fall with the tokens per pass."""
+    if p.spec_tokens_per_pass is None:
+        return ""
+    line = f"{p.engine}: speculative, {p.spec_tokens_per_pass:.2f} tokens per target pass"
+    if p.spec_acceptance is not None:
+        line += f" (acceptance {100 * p.spec_acceptance:.0f}%)"
+    if p.spec_draft_ms_per_token is not None and p.spec_verify_ms_per_token is not None:
+        line += f", draft {p.spec_draft_ms_per_token:.2f} + verify {p.spec_verify_ms_per_token:.2f} ms per token"
+    single, floor = p.single_token_floor_ms, p.floor_ms
+    if single is not None and floor is not None and p.bytes_per_token and p.single_token_bytes:
+        line += (
+            f"; its floor is per decoded token: {p.bytes_per_token / 1e6:.0f} MB read per token (target and draft) "
+            f"against the target's {p.single_token_bytes / 1e6:.0f} MB alone, {floor:.2f} ms against a single-token "
+            f"floor of {single:.2f} ms"
+        )
+        if p.ms_per_token is not None and p.ms_per_token < single:
+            line += (
+                f"; at {p.ms_per_token:.2f} ms/token it is below the single-token floor "
+                f"({p.ms_per_token / single:.2f}x): each target pass reads the weights once for several tokens, "
+                "so no memory limit is broken"
+            )
+    return line
 
 
 def top_ops_line(p: EngineProfile, count: int = 5) -> str:

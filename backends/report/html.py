@@ -34,6 +34,7 @@ from ..results.summary import (
     harness_note,
     interval_note,
     sampling_notes,
+    speculation_notes,
     summarize_backends,
     summary_rows,
 )
@@ -375,6 +376,7 @@ def _folder_html(index: int, data: FolderData, images: list[str], load: str = ""
             if line
         ]
         parts += [f"<p class=warn>{html.escape(line)}</p>" for line in sampling_notes(summaries)]
+        parts += [f"<p class=note>{html.escape(line)}</p>" for line in speculation_notes(summaries)]
     if data.quality:
         parts.append(_quality_html(data))
     if data.profiles:

@@ -17,7 +17,15 @@ from .records import RUN_COLUMNS, TOKEN_COLUMNS, RunRecord, TokenRecord
 TOKENS_CSV, RUNS_CSV, ENVIRONMENT_JSON = "tokens.csv", "runs.csv", "environment.json"
 LOAD_REQUESTS_CSV, LOAD_CSV = "load_requests.csv", "load.csv"
 SUMMARY_CSV = "summary.csv"
-SUMMARY_METRICS = ("ttft_ms", "itl_p50_ms", "tpot_ms", "decode_tok_s", "bandwidth_gb_s", "cpu_s_per_token")
+SUMMARY_METRICS = (
+    "ttft_ms",
+    "ms_per_token",
+    "itl_p50_ms",
+    "tpot_ms",
+    "decode_tok_s",
+    "bandwidth_gb_s",
+    "cpu_s_per_token",
+)
 # median_ci_*: the median's distribution-free interval (order statistics) and its exact level, the
 # interval every view shows with the median; mean_ci95_*: the mean's Student t 95% interval (was
 # ci95_low/ci95_high, renamed: beside the median it read as the median's). The metric
@@ -95,11 +103,13 @@ def write_results(
 def summary_rows(runs: list[RunRecord], tokens: list[TokenRecord] | None = None) -> list[dict]:
     """One row per engine and metric: the spread of that metric across measured runs, then the
     inter-token gaps of those runs pooled (itl_ms_pooled)."""
-    from .summary import sampling_note, summarize_backends
+    from .summary import sampling_note, speculation_note, summarize_backends
 
     rows = []
     for backend in summarize_backends(runs, tokens=tokens):
-        note = sampling_note(backend) if not backend.comparable else ""
+        note = "; ".join(
+            n for n in (sampling_note(backend) if not backend.comparable else "", speculation_note(backend)) if n
+        )
         for metric in SUMMARY_METRICS + ("itl_ms_pooled",):
             summary = backend.itl_pooled_ms if metric == "itl_ms_pooled" else getattr(backend, metric)
             if metric == "itl_ms_pooled" and not summary.n:

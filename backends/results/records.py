@@ -9,7 +9,7 @@ from typing import Protocol, TypeVar
 
 from ..status import RunStatus
 from ..worker.events import Token
-from .stats import run_metrics
+from .stats import ms_per_token, run_metrics
 
 
 class _OfAnEngine(Protocol):
@@ -89,10 +89,23 @@ class RunRecord:
     harness_ms_per_token: float | None = None  # median harness time per token (sampling, detokenizing, sending)
     native_sampling: bool = False  # the engine samples in its own code: sampled timings are not comparable
     idle_cpu_pct: float | None = None  # CPU the other, idle workers used during this run, % of its wall time
+    # ms per decoded token, what every view ranks by: the median ITL, or the TPOT of an engine whose
+    # steps make several tokens (multi_token_steps: speculative decoding; its median gap is inside a burst)
+    ms_per_token: float | None = None
+    multi_token_steps: bool = False
+    # Speculative decoding (speculation.SpeculationStats): accepted / drafted tokens, decoded tokens per
+    # target pass, and the draft's and the target's forward time per decoded token
+    spec_acceptance: float | None = None
+    spec_tokens_per_pass: float | None = None
+    spec_draft_ms_per_token: float | None = None
+    spec_verify_ms_per_token: float | None = None
+    spec_bytes_per_token: float | None = None  # weights + KV both models read per decoded token (the effective floor's)
 
     def __post_init__(self) -> None:
         # A record built by hand or from an older file may carry a plain word: make it the enum.
         self.status = RunStatus.parse(self.status)
+        if self.ms_per_token is None:  # a file from before the column, or a record built by hand
+            self.ms_per_token = ms_per_token(self.itl_p50_ms, self.tpot_ms, self.multi_token_steps)
 
 
 TOKEN_COLUMNS = [f.name for f in fields(TokenRecord)]
@@ -141,10 +154,16 @@ def decode_bytes_per_token(
 
 
 def fill_metrics(
-    record: RunRecord, start_ns: int, tokens: list[Token], weight_bytes_per_token: int, kv_bytes_per_position: int = 0
+    record: RunRecord,
+    start_ns: int,
+    tokens: list[Token],
+    weight_bytes_per_token: int,
+    kv_bytes_per_position: int = 0,
+    bytes_per_token: float | None = None,
 ) -> None:
-    """vLLM's metrics from the token stamps; GB/s = (weight bytes + the mean KV bytes per decode
-    step, at record.prompt_tokens) x decode tokens/s, with a note when the weights fit in the
+    """vLLM's metrics from the token stamps, and ms/token; GB/s = (weight bytes + the mean KV bytes
+    per decode step, at record.prompt_tokens) x decode tokens/s, or `bytes_per_token` (what a
+    speculative engine counted it read) x decode tokens/s, with a note when the weights fit in the
     last-level cache (the DRAM limit does not bound them)."""
     metrics = run_metrics(start_ns, [t.t_ns for t in tokens])
     record.tokens_generated = metrics.tokens
@@ -155,8 +174,9 @@ def fill_metrics(
     record.itl_p99_ms = _finite(metrics.itl_p99_ms)
     record.decode_tok_s = _finite(metrics.decode_tok_s)
     record.e2e_s = _finite(metrics.e2e_s)
-    if record.decode_tok_s and weight_bytes_per_token:
-        per_token = decode_bytes_per_token(
+    record.ms_per_token = ms_per_token(record.itl_p50_ms, record.tpot_ms, record.multi_token_steps)
+    if record.decode_tok_s and (weight_bytes_per_token or bytes_per_token):
+        per_token = bytes_per_token or decode_bytes_per_token(
             weight_bytes_per_token, kv_bytes_per_position, record.prompt_tokens, metrics.tokens
         )
         record.bandwidth_gb_s = per_token * record.decode_tok_s / 1e9

@@ -52,7 +52,7 @@ def _per_repeat(runs: Sequence[RunRecord], backend: str, metric: str) -> dict[tu
     return out
 
 
-def speedup(runs: Sequence[RunRecord], backend: str, reference: str, metric: str = "itl_p50_ms") -> Ratio | None:
+def speedup(runs: Sequence[RunRecord], backend: str, reference: str, metric: str = "ms_per_token") -> Ratio | None:
     """`backend`'s speed-up over `reference` (ratios of a time metric: reference / engine), paired by
     repeat; None when no repeat has a measured run of both."""
     mine, theirs = _per_repeat(runs, backend, metric), _per_repeat(runs, reference, metric)

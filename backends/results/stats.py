@@ -44,6 +44,13 @@ def run_metrics(start_ns: int, token_ns: Sequence[int]) -> RunMetrics:
     return RunMetrics(n, ttft_ms, e2e_s, tpot_ms, tuple(itl.tolist()), float(p50), float(p90), float(p99), tok_s)
 
 
+def ms_per_token(itl_p50_ms: float | None, tpot_ms: float | None, multi_token_steps: bool) -> float | None:
+    """A run's ms per decoded token: its median inter-token gap, robust to a slow step; its TPOT when
+    the engine makes several tokens per step (speculative decoding), whose tokens arrive in bursts
+    and whose median gap falls inside a burst."""
+    return tpot_ms if multi_token_steps else itl_p50_ms
+
+
 @dataclass(frozen=True)
 class Summary:
     """A metric across repeats. The figure shown is the median, with the median's own interval:

@@ -10,6 +10,7 @@ an engine's measured runs (as vLLM reports them), beside the median of the per-r
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -32,7 +33,7 @@ class BackendSummary:
     load_s: float | None
     cold_start_s: float | None
     ttft_ms: Summary
-    itl_p50_ms: Summary  # the per-run medians across runs
+    itl_p50_ms: Summary  # the per-run median ITLs across runs
     tpot_ms: Summary
     decode_tok_s: Summary
     bandwidth_gb_s: Summary
@@ -48,6 +49,15 @@ class BackendSummary:
     cpu_s_per_token: Summary = pooled_summary([])  # worker user + system CPU seconds per token, across runs
     load_peak_rss_mb: float | None = None  # the worker's own peak at Ready (load transients included)
     build_s: float | None = None  # one-time artefact building (export, conversion, kernel): not in cold_start_s
+    # ms per decoded token across runs (RunRecord.ms_per_token: the median ITL, or the TPOT of an
+    # engine that makes several tokens per step): what the table's ms/token and every ranking show
+    ms_per_token: Summary = pooled_summary([])
+    multi_token_steps: bool = False
+    # speculative decoding, medians across runs (None: the engine does not speculate)
+    spec_acceptance: float | None = None
+    spec_tokens_per_pass: float | None = None
+    spec_draft_ms_per_token: float | None = None
+    spec_verify_ms_per_token: float | None = None
 
     @property
     def comparable(self) -> bool:
@@ -117,9 +127,20 @@ def summarize_backends(
                     (r.load_peak_rss_mb for r in mine if r.load_peak_rss_mb is not None), default=None
                 ),
                 build_s=max((r.build_s for r in mine if r.build_s is not None), default=None),
+                ms_per_token=summarize([r.ms_per_token for r in measured]),
+                multi_token_steps=any(r.multi_token_steps for r in mine),
+                spec_acceptance=_median([r.spec_acceptance for r in measured]),
+                spec_tokens_per_pass=_median([r.spec_tokens_per_pass for r in measured]),
+                spec_draft_ms_per_token=_median([r.spec_draft_ms_per_token for r in measured]),
+                spec_verify_ms_per_token=_median([r.spec_verify_ms_per_token for r in measured]),
             )
         )
     return out
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(present) if present else None
 
 
 def _sampled(run: RunRecord) -> bool:
@@ -192,7 +213,7 @@ def summary_rows(summaries: list[BackendSummary], reference: str | None = None) 
                 fmt(s.cold_start_s, 2),
                 fmt(s.build_s, 2),
                 fmt_interval(s.ttft_ms),
-                fmt_interval(s.itl_p50_ms, 2),
+                fmt_interval(s.ms_per_token, 2),
                 fmt_interval(s.tpot_ms, 2),
                 fmt_interval(s.decode_tok_s),
                 _cpu_ms(s.cpu_s_per_token),
@@ -228,7 +249,7 @@ def interval_levels(ns: Iterable[int]) -> str:
 
 def interval_note(summaries: list[BackendSummary]) -> str:
     """What the table's figures and brackets are, with the interval's real confidence level."""
-    levels = interval_levels(m.n for s in summaries for m in (s.ttft_ms, s.itl_p50_ms, s.tpot_ms, s.decode_tok_s))
+    levels = interval_levels(m.n for s in summaries for m in (s.ttft_ms, s.ms_per_token, s.tpot_ms, s.decode_tok_s))
     text = (
         "medians of measured runs (warm-ups excluded); [low–high]: distribution-free interval of the median "
         "across repeats (order statistics)"
@@ -238,7 +259,8 @@ def interval_note(summaries: list[BackendSummary]) -> str:
     return (
         text + "; cold start = worker spawned to first token with the artefacts cached; build s = the one-time "
         "export, conversion or compile this run had to make first (0: cached); ms/token = median of the runs' "
-        "median inter-token latency; ITL p50/p90/p99: every "
+        "median inter-token latency (of their TPOT for an engine that makes several tokens per step: speculative "
+        "decoding); ITL p50/p90/p99: every "
         "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token "
         "(with the processes it started: a managed server's); GB/s = (weights + KV cache read) per token x tok/s; "
         "peak RSS = the worker's own peak (plus its processes' peaks) while running / at load"
@@ -261,10 +283,27 @@ def sampling_notes(summaries: list[BackendSummary]) -> list[str]:
     return [note for note in (sampling_note(s) for s in summaries) if note]
 
 
+def speculation_note(s: BackendSummary) -> str:
+    """A speculative engine's line under the table: how much of its draft the target kept, the tokens
+    each target pass made, and where its time went (medians across runs); "" for other engines."""
+    if s.spec_tokens_per_pass is None:
+        return ""
+    parts = [f"{s.spec_tokens_per_pass:.2f} tokens per target pass"]
+    if s.spec_acceptance is not None:
+        parts.insert(0, f"acceptance {100 * s.spec_acceptance:.1f}%")
+    if s.spec_draft_ms_per_token is not None and s.spec_verify_ms_per_token is not None:
+        parts.append(f"draft {s.spec_draft_ms_per_token:.2f} + verify {s.spec_verify_ms_per_token:.2f} ms per token")
+    return f"{s.backend} (speculative): " + ", ".join(parts) + "; ms/token is its TPOT (tokens come in bursts)"
+
+
+def speculation_notes(summaries: list[BackendSummary]) -> list[str]:
+    return [note for note in (speculation_note(s) for s in summaries) if note]
+
+
 def markdown_table(summaries: list[BackendSummary], reference: str | None = None, harness: dict | None = None) -> str:
     lines = ["| " + " | ".join(SUMMARY_HEADERS) + " |", "|" + "---|" * len(SUMMARY_HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(summaries, reference)]
-    lines += ["", interval_note(summaries)] + sampling_notes(summaries)
+    lines += ["", interval_note(summaries)] + sampling_notes(summaries) + speculation_notes(summaries)
     lines += [note for note in [harness_note(harness)] if note]
     return "\n".join(lines)
 

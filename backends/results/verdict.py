@@ -213,7 +213,7 @@ def verdict(
         and math.isfinite(row["ppl_diff_pct"])
         and row.get("reference") in (None, "", reference)
     }
-    ranked = [s for s in summaries if s.runs > 0 and s.itl_p50_ms.n > 0 and s.comparable]
+    ranked = [s for s in summaries if s.runs > 0 and s.ms_per_token.n > 0 and s.comparable]
     reference_measured = any(s.backend == reference for s in ranked)
     engines = {s.backend: _finding(s, runs, reference if reference_measured else "", ppl) for s in ranked}
     order = sorted(engines.values(), key=lambda f: f.ms_per_token.median)
@@ -246,7 +246,7 @@ def _finding(s: BackendSummary, runs: Sequence[RunRecord], reference: str, ppl: 
     return EngineFinding(
         s.backend,
         group,
-        s.itl_p50_ms,
+        s.ms_per_token,
         ratio,
         s.agree_tokens,
         s.new_tokens,

@@ -174,7 +174,8 @@ class ProfileSession:
         profile.profiler, profile.note, profile.trace_file = capture.profiler, capture.note, capture.trace_file
         profile.decode, profile.prefill = phases.get("decode"), phases.get("prefill")
         profile.top_ops = top_ops(capture, phases)
-        profile.profiled_ms_per_token = median_decode_ms(outcome.tokens)
+        ready = orchestrator.ready(name)
+        profile.profiled_ms_per_token = median_decode_ms(outcome.tokens, bool(ready and ready.multi_token_steps))
         return profile
 
 
@@ -234,13 +235,20 @@ def _fill_measured(
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else None
 
-    profile.ms_per_token = median(r.itl_p50_ms for r in measured)
+    profile.ms_per_token = median(r.ms_per_token for r in measured)
     profile.prefill_ms = median(r.ttft_ms for r in measured)
     cpu = median(r.cpu_s_per_token for r in measured)
     profile.cpu_ms_per_token = None if cpu is None else cpu * 1e3
     profile.bytes_per_token = bytes_per_token(ready, prompt_tokens, new_tokens)
     if profile.bytes_per_token:
         profile.floor_note = fits_in_cache_note(ready.weight_bytes_per_token, ready.device or "cpu")
+    effective = median(r.spec_bytes_per_token for r in measured)
+    if effective is not None:  # a speculative engine: its floor is per decoded token, target and draft together
+        profile.single_token_bytes, profile.bytes_per_token = profile.bytes_per_token, effective
+    profile.spec_acceptance = median(r.spec_acceptance for r in measured)
+    profile.spec_tokens_per_pass = median(r.spec_tokens_per_pass for r in measured)
+    profile.spec_draft_ms_per_token = median(r.spec_draft_ms_per_token for r in measured)
+    profile.spec_verify_ms_per_token = median(r.spec_verify_ms_per_token for r in measured)
 
 
 def bytes_per_token(ready, prompt_tokens: int, new_tokens: int) -> float | None:

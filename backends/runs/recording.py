@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..results.records import RunRecord, TokenRecord, fill_metrics, token_records
 from ..sources.model_files import ModelFiles
+from ..speculation import SpeculationStats
 from ..status import RunStatus
 from ..worker.events import Ready
 from ..worker.process import RunOutcome, WorkerError, outcome_status
@@ -61,6 +62,7 @@ def base_record(
         build_s=ready.build_s if ready else None,
         artifact_cache=ready.artifact_cache if ready else "",
         native_sampling=ready.samples_natively if ready else False,
+        multi_token_steps=ready.multi_token_steps if ready else False,
     )
 
 
@@ -86,15 +88,33 @@ def run_records(
             record.notes = "; ".join(n for n in (record.notes, done.notes) if n)
         if done.cpu_s is not None and done.tokens > 0:
             record.cpu_s_per_token = done.cpu_s / done.tokens
+        fill_speculation(record, done.speculation)
     tokens = token_records(record.run_id, name, repeat, is_warmup, outcome.started_ns, outcome.tokens)
     harness = [t.harness_ms for t in tokens if t.harness_ms is not None]
     if harness:
         record.harness_ms_per_token = statistics.median(harness)
     if outcome.tokens:
+        speculation = done.speculation if done is not None else None
         fill_metrics(
-            record, outcome.started_ns, outcome.tokens, ready.weight_bytes_per_token, ready.kv_bytes_per_position
+            record,
+            outcome.started_ns,
+            outcome.tokens,
+            ready.weight_bytes_per_token,
+            ready.kv_bytes_per_position,
+            speculation.bytes_per_token if speculation is not None else None,
         )
     return record, tokens
+
+
+def fill_speculation(record: RunRecord, stats: SpeculationStats | None) -> None:
+    """The run's speculation rates (runs.csv's spec_* columns) from its engine's counts."""
+    if stats is None:
+        return
+    record.spec_acceptance = stats.acceptance
+    record.spec_tokens_per_pass = stats.tokens_per_pass
+    record.spec_draft_ms_per_token = stats.draft_ms_per_token
+    record.spec_verify_ms_per_token = stats.verify_ms_per_token
+    record.spec_bytes_per_token = stats.bytes_per_token
 
 
 def cold_start_s(ready: Ready, spawn_ns: int, ttft_ms: float | None) -> float:

@@ -38,6 +38,20 @@ def example_prompts() -> dict[str, str]:
     return json.loads((PROMPTS_DIR / "examples.json").read_text(encoding="utf-8"))
 
 
+def example_key(name: str) -> str:
+    """An example's name as the command line takes it: "Repeating code" -> "repeating-code"."""
+    return "-".join(name.lower().split())
+
+
+def example_prompt(key: str) -> str:
+    """The bundled example prompt named `key` (as example_key writes it, or as the window shows it)."""
+    examples = {example_key(name): text for name, text in example_prompts().items()}
+    try:
+        return examples[example_key(key)]
+    except KeyError:
+        raise UsageError(f"unknown example prompt {key!r}; examples: {', '.join(examples)}") from None
+
+
 def prompt_text(ids: list[int]) -> str:
     return decode(ids)
 

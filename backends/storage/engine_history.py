@@ -60,9 +60,9 @@ def remember(runs: Sequence, model_hash: str) -> None:
             entry["build_s"] = round(s.build_s, 3)
         if s.cold_start_s is not None:
             entry["cold_start_s"] = round(s.cold_start_s, 3)
-        if s.runs and s.itl_p50_ms.n:
+        if s.runs and s.ms_per_token.n:
             entry.update(
-                ttft_ms=round(s.ttft_ms.median, 3), ms_per_token=round(s.itl_p50_ms.median, 4), measured_at=now
+                ttft_ms=round(s.ttft_ms.median, 3), ms_per_token=round(s.ms_per_token.median, 4), measured_at=now
             )
         if entry:
             data[_key(s.backend, model_hash)] = entry

@@ -88,6 +88,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
             artifact_cache=info.artifact_cache,
             samples_natively=info.samples_natively,
             serves_concurrently=engine.capabilities.serves_concurrently,
+            multi_token_steps=info.multi_token_steps,
             load_peak_rss_mb=load_peak,
             prefill_arithmetic=info.prefill_arithmetic,
         )
@@ -111,7 +112,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
 
 def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunRequest) -> None:
     sampler = Sampler(request.sampling)
-    engine.run_notes = ""  # this run's own notes only
+    engine.run_notes, engine.speculation = "", None  # this run's own notes and counts only
     detokenizer = IncrementalDetokenizer(request.prompt_ids)
     drives = not engine.capabilities.own_loop
     profiler, problem = _profiler(engine, drives) if request.profile_trace else (None, "")
@@ -147,7 +148,7 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     from .load_runner import server_cross_check
 
     notes = "; ".join(n for n in (engine.run_notes, server_cross_check(engine, server_before, [(start, stamps)])) if n)
-    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, notes, cpu_s))
+    conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, notes, cpu_s, engine.speculation))
 
 
 class _Outbox:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..sampling import SamplingParams
+from ..speculation import SpeculationStats
 from ..status import RunStatus
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ class Ready:
     artifact_cache: str = "none"  # "hit", "miss" or "none"
     samples_natively: bool = False
     serves_concurrently: bool = False  # a server: load runs may send it several streams at once
+    multi_token_steps: bool = False  # its tokens come several per step (EngineInfo.multi_token_steps)
     load_peak_rss_mb: float | None = None  # the worker's own high-water mark at Ready (VmHWM on Linux)
     prefill_arithmetic: str = ""  # EngineInfo's: what its prefill multiplies ("" its precision's fastest)
 
@@ -184,6 +186,7 @@ class RunDone:
     cancelled: bool = False
     notes: str = ""  # what the engine could not honour in this run
     cpu_s: float | None = None  # the worker's user + system CPU seconds (all its threads) over the run
+    speculation: SpeculationStats | None = None  # a speculative engine's counts (Engine.speculation)
 
 
 @message

@@ -73,6 +73,7 @@ class LlamaCppEngine(Engine):
                 logits_all=False,
                 verbose=False,
                 **kv,
+                **self.llama_args(),
             )
         self.n_vocab = self.llm.n_vocab()
         types = ", ".join(f"{n} {t}" for t, n in sorted(info["tensor_types"].items(), key=lambda x: -x[1]))
@@ -96,6 +97,10 @@ class LlamaCppEngine(Engine):
             artifact_cache="miss" if buffers.probe_s else artefact.cache_state,
             notes="; ".join(notes),
         )
+
+    def llama_args(self) -> dict:
+        """More arguments for llama_cpp.Llama (a draft model, for prompt lookup)."""
+        return {}
 
     def _eval(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.llm.n_tokens + len(token_ids) > self.context:

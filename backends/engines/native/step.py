@@ -109,7 +109,15 @@ def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS
     lib.gpt2_layout.restype = ctypes.c_char_p
     check_layout(lib.gpt2_layout().decode(), structs)
     lib.gpt2_forward.restype = ctypes.c_int
-    lib.gpt2_forward.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int]
+    lib.gpt2_forward.argtypes = [
+        ctypes.POINTER(Model),
+        _P,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        _P,
+        ctypes.c_int,
+        ctypes.c_int,
+    ]
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
     lib.gpt2_threads.restype = ctypes.c_int
     lib.gpt2_paths.restype = ctypes.c_char_p
@@ -230,18 +238,23 @@ class NativeGPT2:
         self.timers = timers
         self.model.timers = _ptr(timers)
 
-    def forward(self, ids: np.ndarray, pos: int, all_logits: bool) -> np.ndarray:
-        """Token ids [T] at positions [pos, pos+T) -> logits [T, V] or [V] (the last position)."""
+    def forward(self, ids: np.ndarray, pos: int, all_logits: bool, exact: bool = False) -> np.ndarray:
+        """Token ids [T] at positions [pos, pos+T) -> logits [T, V] or [V] (the last position).
+        `exact`: each position's logits are the ones a one-token decode there gives, bit for bit,
+        with the weights read once for all T (a speculative verify pass); otherwise T > 1 takes
+        prefill's products. The KV cache is written at [pos, pos+T); `pos` is not moved."""
         ids = np.ascontiguousarray(ids, dtype=np.int32)
         if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
             raise ValueError(f"token id out of range 0..{self.config.vocab_size - 1}")
         if not 0 < len(ids) <= self.config.n_positions - pos:
             raise ValueError(f"{pos + len(ids)} tokens; this model takes 1 to {self.config.n_positions}")
         out = np.empty((len(ids), self.config.vocab_size) if all_logits else self.config.vocab_size, np.float32)
-        return self._call(_ptr(ids), len(ids), pos, out, all_logits)
+        return self._call(_ptr(ids), len(ids), pos, out, all_logits, exact)
 
-    def _call(self, ids_address: int, count: int, pos: int, out: np.ndarray, all_logits: bool) -> np.ndarray:
-        if self._forward(self._model_ref, ids_address, count, pos, out.ctypes.data, int(all_logits)):
+    def _call(
+        self, ids_address: int, count: int, pos: int, out: np.ndarray, all_logits: bool, exact: bool = False
+    ) -> np.ndarray:
+        if self._forward(self._model_ref, ids_address, count, pos, out.ctypes.data, int(all_logits), int(exact)):
             raise MemoryError("the native step could not allocate its scratch memory")
         return out
 

@@ -23,6 +23,12 @@ WAITING_METRIC = "vllm:num_requests_waiting"
 SUCCESS_METRIC = "vllm:request_success_total"
 PROMPT_TOKENS_METRIC = "vllm:prompt_tokens_total"
 GENERATION_TOKENS_METRIC = "vllm:generation_tokens_total"
+# vLLM's speculative decoding counters (V1): verify steps, tokens proposed, tokens kept
+SPEC_METRICS = (
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
 CROSS_CHECK_PREFIX = "server's own /metrics"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LE = re.compile(r'le="([^"]+)"')
@@ -44,11 +50,28 @@ class HistogramTotals:
 
 
 @dataclass(frozen=True)
+class SpecCounters:
+    """vLLM's speculative decoding counters at one moment (cumulative)."""
+
+    drafts: float  # verify steps that checked proposals
+    draft_tokens: float
+    accepted_tokens: float
+
+    def minus(self, before: SpecCounters) -> SpecCounters:
+        return SpecCounters(
+            self.drafts - before.drafts,
+            self.draft_tokens - before.draft_tokens,
+            self.accepted_tokens - before.accepted_tokens,
+        )
+
+
+@dataclass(frozen=True)
 class ServerMetrics:
     """The histograms a cross-check needs, at one moment (None where the server has none)."""
 
     ttft: HistogramTotals | None
     itl: HistogramTotals | None
+    spec: SpecCounters | None = None  # where the server speculates (vLLM with a speculative config)
 
 
 def parse(text: str) -> ServerMetrics:
@@ -61,7 +84,9 @@ def parse(text: str) -> ServerMetrics:
                 return HistogramTotals(value(found, name + "_sum") or 0.0, count)
         return None
 
-    return ServerMetrics(first(TTFT_METRICS), first(ITL_METRICS))
+    counts = [value(found, name) for name in SPEC_METRICS]
+    spec = SpecCounters(*(c or 0.0 for c in counts)) if any(c is not None for c in counts) else None
+    return ServerMetrics(first(TTFT_METRICS), first(ITL_METRICS), spec)
 
 
 @dataclass(frozen=True)

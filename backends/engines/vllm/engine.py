@@ -10,6 +10,7 @@ a guard that stops its whole process group when the worker ends, however it ends
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -20,11 +21,13 @@ from ...engine import EngineInfo, EngineOptions, ServerEngine
 from ...errors import ModelError
 from ...sampling import Sampler
 from ...sources.model_files import ModelFiles
+from ...speculation import SpeculationStats
 from ...storage.paths import cache_dir
 from ..remote_engine import CLIENT_USAGE_NOTE, SERVER_SETTINGS_NOTE, RemoteEngine
 from ..remote_options import RemoteOptions
 from ..server.lifecycle import ManagedServer, free_port
 from ..server.metrics import ServerMetrics
+from ..vllm_options import VllmOptions
 from .environment import ensure_environment
 from .model_folder import ensure_model_folder
 from .server_command import DTYPES, KV_CACHE_GB, cpu_binding, head_size_problem, server_command
@@ -44,6 +47,8 @@ class VllmEngine(ServerEngine):
     def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
         super().__init__(name, options)
         self.dtype = dtype
+        self.settings = options.settings if isinstance(options.settings, VllmOptions) else VllmOptions()
+        self._spec_before: ServerMetrics | None = None
         self.server: ManagedServer | None = None
         self.client: RemoteEngine | None = None
 
@@ -60,7 +65,10 @@ class VllmEngine(ServerEngine):
         port = free_port()
         binding = cpu_binding(threads) if flavour == "cpu" else ""
         log = cache_dir("vllm", "logs") / f"{self.name}-{port}.log"
-        command = server_command(model, environment, folder.folder, flavour, self.dtype, threads, port, log)
+        speculative = self.settings.speculative_config()
+        command = server_command(
+            model, environment, folder.folder, flavour, self.dtype, threads, port, log, speculative
+        )
         name = command.served_model
         self.server = ManagedServer(command)
         start_s = self.server.start(START_TIMEOUT_S, progress)
@@ -82,6 +90,12 @@ class VllmEngine(ServerEngine):
             f"server log {log}",
             *client_notes(client_info.notes),
         ]
+        if speculative:
+            notes.append(
+                f"vLLM's n-gram speculation: --speculative-config {json.dumps(speculative)} (several tokens per "
+                "step; acceptance from the server's spec_decode counters)"
+            )
+        self._spec_before = self.server_metrics()  # the counters are cumulative: each run takes its part
         return EngineInfo(
             device=f"vLLM {environment.version} {flavour} at 127.0.0.1:{port}",
             dtype=self.dtype,
@@ -90,19 +104,39 @@ class VllmEngine(ServerEngine):
             build_s=build_s,
             artifact_cache=cache,
             samples_natively=True,
+            multi_token_steps=speculative is not None,
             notes="; ".join(n for n in notes if n),
         )
 
     def stream(
         self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
     ) -> Iterator[int]:
+        count = 0
         try:
-            yield from self.client.stream(token_ids, new_tokens, sampler, cancel)
+            for token in self.client.stream(token_ids, new_tokens, sampler, cancel):
+                count += 1
+                yield token
         finally:
             self.run_notes = self.client.run_notes
+            if self.settings.speculative_config():  # read after the last token: outside every timed gap
+                self.speculation = self._spec_since_last(count)
 
     def server_metrics(self) -> ServerMetrics | None:
         return self.client.server_metrics() if self.client is not None else None
+
+    def _spec_since_last(self, tokens: int) -> SpeculationStats | None:
+        """This run's part of the server's speculation counters (one stream at a time: bench runs)."""
+        before, after = self._spec_before, self.server_metrics()
+        self._spec_before = after
+        if after is None or after.spec is None:
+            return None
+        spec = after.spec.minus(before.spec) if before is not None and before.spec is not None else after.spec
+        return SpeculationStats(
+            tokens=max(0, tokens - 1),
+            target_passes=int(spec.drafts),
+            drafted=int(spec.draft_tokens),
+            accepted=int(spec.accepted_tokens),
+        )
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         raise NotImplementedError("a vLLM server streams tokens, not logits; use stream()")

@@ -4,6 +4,7 @@ already made: it never installs ~3.5 GB for a measurement)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -57,9 +58,11 @@ def server_command(
     threads: int,
     port: int,
     log: Path | None,
+    speculative: dict | None = None,
 ) -> ServerCommand:
     """On 127.0.0.1:`port` with the run's threads (bound to the first usable CPUs on a CPU), dtype,
-    a 1 GiB KV cache on a CPU, offline, with a private cache folder."""
+    a 1 GiB KV cache on a CPU, offline, with a private cache folder; `speculative`: vLLM's
+    --speculative-config (its n-gram speculation), if any."""
     env = {
         "HF_HUB_OFFLINE": "1",
         "VLLM_HOST_IP": "127.0.0.1",
@@ -90,6 +93,8 @@ def server_command(
         "--seed",
         "0",
     ]
+    if speculative:
+        argv += ["--speculative-config", json.dumps(speculative)]
     return ServerCommand(argv, port, env, ready_path="/health", name="vLLM server", log_path=log, served_model=name)
 
 

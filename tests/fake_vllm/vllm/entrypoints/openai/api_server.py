@@ -8,6 +8,9 @@ process (like vLLM's engine core) to check that a whole process group is stopped
 Other switches (environment): FAKE_VLLM_FAIL_REQUEST=k answers the k-th completion (1-based) with
 an HTTP 500; FAKE_VLLM_EXIT_AT_START=1 exits before listening; FAKE_VLLM_PIDS=path appends the
 server's and its helper's pids to that file.
+With --speculative-config (vLLM's JSON; method "ngram" only, as the app passes it) each step after
+a request's first grants num_speculative_tokens + 1 tokens, sent as one event with all their ids (as vLLM streams a
+speculative step), every proposal kept, and /metrics carries vLLM's spec_decode counters.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ FAIL_REQUEST = int(os.environ.get("FAKE_VLLM_FAIL_REQUEST", "0"))
 
 
 class Scheduler:
-    def __init__(self) -> None:
+    def __init__(self, per_step: int = 1) -> None:
+        self.per_step = per_step  # tokens a step grants each request (a speculative step: proposals + 1)
+        self.spec = [0, 0, 0]  # drafts, draft tokens, accepted tokens
         self.cond = threading.Condition()
         self.active: dict[int, int] = {}  # request -> tokens granted
         self.next_id = 0
@@ -55,7 +60,10 @@ class Scheduler:
             time.sleep((STEP_MS + PER_SEQ_MS * count) / 1000)
             with self.cond:
                 for rid in self.active:
-                    self.active[rid] += 1
+                    step = self.per_step if self.active[rid] else 1  # a request's first step is its prefill's
+                    self.active[rid] += step
+                    if step > 1:
+                        self.spec = [self.spec[0] + 1, self.spec[1] + step - 1, self.spec[2] + step - 1]
                 self.cond.notify_all()
 
     def wait_token(self, rid: int, have: int) -> int:
@@ -90,6 +98,12 @@ class Handler(BaseHTTPRequestHandler):
                 f'vllm:inter_token_latency_seconds_sum{{model_name="m"}} {s.itl[0]}\n'
                 f'vllm:inter_token_latency_seconds_count{{model_name="m"}} {s.itl[1]}\n'
             )
+            if s.per_step > 1:
+                text += (
+                    f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {s.spec[0]}\n'
+                    f'vllm:spec_decode_num_draft_tokens_total{{model_name="m"}} {s.spec[1]}\n'
+                    f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {s.spec[2]}\n'
+                )
             self._send(200, "text/plain; version=0.0.4", text.encode())
         else:
             self._send(404, "application/json", b'{"error": {"message": "not found"}}')
@@ -112,8 +126,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             have, last = 0, began
             prompt = body.get("prompt") or [0]
-            for index in range(int(body["max_tokens"])):
-                have = s.wait_token(rid, have)
+            index, wanted = 0, int(body["max_tokens"])
+            while index < wanted:
+                granted = s.wait_token(rid, have)
                 now = time.perf_counter()
                 with s.cond:
                     if index == 0:
@@ -123,10 +138,15 @@ class Handler(BaseHTTPRequestHandler):
                         s.itl[0] += now - last
                         s.itl[1] += 1
                 last = now
-                token = (sum(prompt[-3:]) + 7 * index) % 50000 + 100  # deterministic in the prompt's tail
-                event = {"choices": [{"index": 0, "text": "x", "token_ids": [token], "finish_reason": None}]}
+                take = min(granted - have, s.per_step)  # one step's tokens per event
+                step = range(index, min(wanted, index + take))
+                have += take
+                # deterministic in the prompt's tail
+                ids = [(sum(prompt[-3:]) + 7 * i) % 50000 + 100 for i in step]
+                event = {"choices": [{"index": 0, "text": "x" * len(ids), "token_ids": ids, "finish_reason": None}]}
                 self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                 self.wfile.flush()
+                index += len(ids)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -149,7 +169,12 @@ def main() -> None:
     parser.add_argument("--served-model-name", default="m")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--speculative-config", type=json.loads, default=None)  # as vLLM's: a JSON object
     args, _ = parser.parse_known_args()
+    spec = args.speculative_config
+    if spec is not None and (spec.get("method") != "ngram" or int(spec.get("num_speculative_tokens", 0)) < 1):
+        print(f"fake vLLM: ValueError: unsupported speculative config {spec}", flush=True)
+        sys.exit(2)
     print("fake vLLM: starting", flush=True)
     if os.environ.get("FAKE_VLLM_EXIT_AT_START"):
         print("fake vLLM: RuntimeError: no engine for you", flush=True)
@@ -159,7 +184,7 @@ def main() -> None:
     if pids:
         with open(pids, "a", encoding="utf-8") as handle:
             handle.write(f"{os.getpid()} {helper.pid}\n")
-    SCHEDULER = Scheduler()
+    SCHEDULER = Scheduler(1 + int(spec["num_speculative_tokens"]) if spec else 1)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     server.model_name = args.served_model_name
