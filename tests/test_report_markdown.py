@@ -136,3 +136,41 @@ def test_markdown_needs_one_bench_folder(tmp_path, capsys):
     write_results(folder, [_run("hf", 1, 40.0)], [], ENVIRONMENT)
     assert main(["report", str(folder), str(folder), "--markdown", str(tmp_path / "x.md")]) == 2
     assert "--markdown takes one results folder" in capsys.readouterr().err
+
+
+def test_markdown_page_of_a_profile_folder_has_its_tables_and_options(tmp_path):
+    from whistle_stop.backends.profile.breakdown import EngineProfile, PhaseBreakdown
+    from whistle_stop.backends.profile.files import write_profile
+
+    settings = dict(ENVIRONMENT["settings"], backends=["native"], engine_options={"native": {"kv": "int8"}})
+    runs = [_run("native", r, 10.0) for r in range(1, 6)]
+    folder = tmp_path / "profile"
+    write_results(folder, runs, [], dict(ENVIRONMENT, settings=settings))
+    decode = PhaseBreakdown("decode", 99, 10.5, {"matmul": 9.0, "attention": 1.0})
+    prefill = PhaseBreakdown("prefill", 1, 60.0, {"matmul": 55.0})
+    profile = EngineProfile(
+        "native",
+        precision="fp32",
+        profiler="the native step's own timers",
+        ms_per_token=10.0,
+        prefill_ms=60.0,
+        bytes_per_token=5e8,
+        bandwidth_gb_s=50.0,
+        compute_gflops=200.0,
+        prefill_arithmetic="fp32",
+        peak_gops=234.0,
+        prefill_flops=8.6e9,
+        prefill_bytes=5e8,
+        decode=decode,
+        prefill=prefill,
+    )
+    write_profile(folder, [profile], settings)
+    out = tmp_path / "profile.md"
+    assert main(["report", str(folder), "--markdown", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "python main.py profile --model random:gpt2 --backends native" in page
+    assert page.split("```")[1].strip().endswith("--native-kv int8")  # the option that was not the default
+    assert "## Profile: decode, ms per token" in page
+    assert "| native | 10.00 | - | 10.00 | 50.0 | 100% | 200 |" in page  # the floor: 500 MB at 50 GB/s
+    assert "## Profile: prefill, ms for the prompt" in page
+    assert "| native | 60.0 | 60.0 | 36.8 |" in page  # 8.6 GFLOP at 234 G/s

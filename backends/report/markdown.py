@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import registry
+from ..engines.options import options_class
 from ..errors import UsageError
+from ..profile.table import NOTE as PROFILE_NOTE
+from ..profile.table import headers as profile_headers
+from ..profile.table import profile_row, shown_columns, speculation_line
 from ..results.environment import CORE_PACKAGES, NOT_INSTALLED
 from ..results.summary import markdown_table, summarize_backends
 from .environment_diff import engine_libraries
@@ -24,7 +29,8 @@ def measurement_markdown(data: FolderData, source: str = "") -> str:
     model = env.get("model") or {}
     settings = env.get("settings") or {}
     date = str(env.get("finished_at") or "")[:10] or "undated"
-    title = f"{date}: {model.get('id', data.runs[0].model)}, {len(data.backends)} engines"
+    count = len(data.backends)
+    title = f"{date}: {model.get('id', data.runs[0].model)}, {count} engine{'s' if count != 1 else ''}"
     where = source or str(data.path)
     parts = [
         f"# {title}",
@@ -38,13 +44,39 @@ def measurement_markdown(data: FolderData, source: str = "") -> str:
         "|---|---|",
     ]
     parts += [f"| {key} | {_cell(value)} |" for key, value in environment_rows(data) if value]
-    parts += ["", "Command (equivalent):", "", "```", command(settings, data.backends), "```", ""]
+    verb = "profile" if data.profiles else "bench"
+    parts += ["", "Command (equivalent):", "", "```", command(settings, data.backends, verb), "```", ""]
     result = folder_verdict(data, [data])
     if result is not None:
         parts += [result.markdown().replace("### Verdict", "## Verdict", 1).rstrip(), ""]
     summaries = summarize_backends(data.runs, data.backends, data.tokens)
     parts += ["## Summary", "", markdown_table(summaries, env.get("reference"), env.get("harness")), ""]
+    if data.profiles:
+        parts += profile_markdown(data.profiles)
     return "\n".join(parts)
+
+
+def profile_markdown(profiles: list) -> list[str]:
+    """A profile folder's decode table (against the memory floor) and prefill table (against the roofline),
+    the rows `profile` prints, with its speculation lines and its note."""
+    parts: list[str] = []
+    for phase, title in (
+        ("decode", "Profile: decode, ms per token"),
+        ("prefill", "Profile: prefill, ms for the prompt"),
+    ):
+        names, rows = profile_headers(phase), [profile_row(p, phase) for p in profiles]
+        shown = shown_columns(rows) if phase == "decode" else list(range(len(names)))
+        parts += [f"## {title}", "", _row([names[i] for i in shown]), _row(["---"] * len(shown))]
+        parts += [_row([row[i] for i in shown]) for row in rows]
+        parts.append("")
+    lines = [line for line in (speculation_line(p) for p in profiles) if line]
+    parts += [f"- {line}" for line in lines] + ([""] if lines else [])
+    parts += [PROFILE_NOTE, ""]
+    return parts
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
 def environment_rows(data: FolderData) -> list[tuple[str, str]]:
@@ -97,10 +129,10 @@ def environment_rows(data: FolderData) -> list[tuple[str, str]]:
     ]
 
 
-def command(settings: dict, backends: list[str]) -> str:
-    """The bench command that reproduces the folder's settings (the folder's model and engines)."""
+def command(settings: dict, backends: list[str], verb: str = "bench") -> str:
+    """The command that reproduces the folder's settings (the folder's model, engines and engine options)."""
     sampling = settings.get("sampling") or {}
-    parts = ["python main.py bench", f"--model {settings.get('model', 'auto')}", f"--backends {','.join(backends)}"]
+    parts = [f"python main.py {verb}", f"--model {settings.get('model', 'auto')}", f"--backends {','.join(backends)}"]
     if settings.get("prompt") is None:
         parts.append(f"--prompt-tokens {settings.get('prompt_tokens', 50)}")
     else:
@@ -126,7 +158,25 @@ def command(settings: dict, backends: list[str]) -> str:
         parts.append(f"--reference {settings['reference']}")
     if settings.get("cold"):
         parts.append("--cold")
+    parts += option_flags(settings.get("engine_options") or {})
     return " ".join(parts)
+
+
+def option_flags(options: dict[str, dict]) -> list[str]:
+    """The flags of the engine options that differ from their defaults (once each: engines share flags)."""
+    flags: dict[str, str] = {}
+    for name, values in options.items():
+        try:
+            cls = options_class(registry.get(name).options)
+        except (KeyError, UsageError):
+            continue  # an engine this build no longer has: its options have no flag to give
+        if cls is None:
+            continue
+        for field, meta in cls.options():
+            value = values.get(field.name)
+            if meta.flag and not meta.secret and value not in (None, "", field.default, meta.cli_default):
+                flags.setdefault(meta.flag, str(value))
+    return [part for flag, value in flags.items() for part in (flag, value)]
 
 
 def _cell(text: str) -> str:
