@@ -13,7 +13,8 @@ BUILD_S = 1.5
 
 
 def test_cold_start_excludes_the_build_and_build_s_shows_it(tiny_model, tmp_path, use_engines):
-    use_engines(fake_engines.spec("builds", build_s=BUILD_S), fake_engines.spec("plain"))
+    # The built engine decodes clearly faster, so the verdict picks it and shows its build.
+    use_engines(fake_engines.spec("builds", build_s=BUILD_S, decode_s=0.001), fake_engines.spec("plain", decode_s=0.02))
     config = BenchConfig(
         model="random:tiny", backends=("builds", "plain"), threads=1, repeats=2, warmup=0, new_tokens=3
     )
