@@ -22,9 +22,10 @@ test-all: install-dev
 
 # ruff's checks, then mypy over the package as it is imported (whistle_stop.backends, whistle_stop.gui):
 # the editable install maps those names to the checkout's folders, which mypy cannot follow, so
-# .mypy_root/whistle_stop/ links them. The formatter is configured in pyproject.toml, not enforced yet.
+# .mypy_root/whistle_stop/ links them.
 lint: install-dev
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	mkdir -p .mypy_root/whistle_stop
 	for folder in backends gui resources; do ln -sfn "$(CURDIR)/$$folder" .mypy_root/whistle_stop/$$folder; done
 	MYPYPATH=.mypy_root $(PY) -m mypy -p whistle_stop.backends -p whistle_stop.gui

@@ -6,7 +6,7 @@ of its life as the items below), and the job controller (`job_controller.py`) re
 the GUI thread. `run_job` turns how `work` ended into exactly one `EndItem`: its value, an
 error, or a cancel (`JobCancelled` or a stopped download; never an error message).
 
-No observer effect in fair mode: an engine there gets every core, so anything the window draws
+No observer effect in fair mode: an engine there has the machine to itself, so anything the window draws
 while a measured run is timed competes with it. The job's sink (`QuietSink`) therefore holds
 each measured fair-mode run until the window has drawn everything before it (a "settle"
 barrier), then marks the job quiet: the controller only looks at a flag a few times a second and

@@ -33,3 +33,24 @@ def test_cold_start_excludes_the_build_and_build_s_shows_it(tiny_model, tmp_path
     assert float(row[SUMMARY_HEADERS.index("build s")]) >= BUILD_S
     assert float(row[SUMMARY_HEADERS.index("cold start s")]) < BUILD_S
     assert f"one-time build {built.build_s:.2f} s" in verdict(result.runs, reference="plain").text()
+
+
+def test_charts_show_the_cold_start_and_the_build_apart(tiny_model, use_engines):
+    """The report's startup figure stacks the build on the cold start, and the window's Summary has a
+    bar chart for each: the first export shows as a build, never as a slow start."""
+    from whistle_stop.backends.report.figures import startup_bars
+    from whistle_stop.gui.summary_chart import METRICS
+
+    use_engines(fake_engines.spec("builds", build_s=BUILD_S), fake_engines.spec("plain"))
+    config = BenchConfig(
+        model="random:tiny", backends=("builds", "plain"), threads=1, repeats=1, warmup=0, new_tokens=2
+    )
+    result = BenchSession(config).run()
+    figure = startup_bars(result.runs)
+    assert figure.kind == "stacked" and figure.categories == ["builds", "plain"]
+    cold, build = figure.series
+    assert (cold.name, build.name) == ("cold start", "one-time build")
+    assert all(0 < s < BUILD_S for s in cold.y) and build.y[0] >= BUILD_S and build.y[1] == 0.0
+    bars = {title: metric for title, metric, _ in METRICS}
+    built = next(s for s in summarize_backends(result.runs) if s.backend == "builds")
+    assert bars["build (s)"](built) >= BUILD_S and bars["cold start (s)"](built) < BUILD_S

@@ -137,6 +137,20 @@ def test_sampled_runs_keep_their_seed_and_report_their_counts(spec_engines, prom
     assert first["stats"].drafted > 0
 
 
+def test_a_draft_of_another_model_keeps_the_targets_tokens(tiny_model, engines, prompt_ids):
+    """--spec-draft-model: the draft is another model of GPT-2's vocabulary (here random weights of
+    another shape, which hardly ever agree): the output stays the target's, every round's rejections
+    roll both caches back, and the notes name the draft's model."""
+    expected = engines("native", threads=2).tokens(prompt_ids, 60)
+    options = EngineOptions(threads=2, settings=SpeculativeOptions(draft_model="random:tiny-h32"))
+    with EngineProcess("native-spec", tiny_model, options=options) as spec:
+        assert "random:tiny-h32" in spec.info.notes, spec.info.notes
+        assert spec.tokens(prompt_ids, 60) == expected  # its own policy
+        forced = spec.apply(_forced, prompt_ids, 60, 4)
+        assert forced["tokens"] == expected and forced["mismatched"] == []
+        assert forced["stats"].accepted < forced["stats"].drafted / 2  # another model's drafts mostly lose
+
+
 def test_settings_pick_the_pair_and_refuse_an_engine_of_another_runtime():
     options = EngineOptions(threads=1, settings=SpeculativeOptions(target="native-bf16", draft="native-int4", k=5))
     engine = registry.create("native-spec", options)  # nothing loads yet: construction only

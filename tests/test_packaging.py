@@ -416,4 +416,4 @@ def test_ci_lints_before_it_tests_with_the_dev_extras_tools():
     assert steps == ["make lint", "make test"]
     makefile = (ROOT / "Makefile").read_text()
     lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
-    assert "ruff check" in lint and "mypy" in lint and "ruff format" not in lint
+    assert "ruff check" in lint and "ruff format --check" in lint and "mypy" in lint

@@ -175,6 +175,25 @@ def test_a_probe_that_crashes_turns_the_extra_buffers_off_and_is_cached(tiny_mod
     assert not buffers.choose(gguf, "q8_0", 1, buffers.WeightBuffers.PLAIN).extra
 
 
+def test_the_probes_answer_is_kept_per_cpu_and_llama_cpp_build(monkeypatch):
+    """Another CPU (its flags), another llama-cpp-python version or a rebuild of its libraries asks
+    the probe again: an answer is never carried over to a machine or build it was not found on."""
+    from whistle_stop.backends.engines.llamacpp import weight_buffers as buffers
+
+    monkeypatch.setattr(buffers, "cpuinfo_field", lambda field: "fpu avx512f amx_int8")
+    monkeypatch.setattr(buffers, "_llama_version", lambda: "0.3.36")
+    monkeypatch.setattr(buffers, "_library_stamps", lambda: ["libggml-cpu.so:100:1"])
+    here = buffers.probe_key()
+    assert buffers.probe_key() == here  # the same machine and build: the cached answer holds
+    monkeypatch.setattr(buffers, "cpuinfo_field", lambda field: "fpu avx512f")
+    other_cpu = buffers.probe_key()
+    monkeypatch.setattr(buffers, "_llama_version", lambda: "0.3.37")
+    other_version = buffers.probe_key()
+    monkeypatch.setattr(buffers, "_library_stamps", lambda: ["libggml-cpu.so:100:2"])
+    rebuilt = buffers.probe_key()
+    assert len({here, other_cpu, other_version, rebuilt}) == 4
+
+
 def test_the_probe_runs_the_extra_buffers_here_and_the_engine_uses_them(tiny_model, prompt_ids):
     with load_engine_in_worker("llamacpp-q4_0", tiny_model) as engine:
         notes = engine.info.notes

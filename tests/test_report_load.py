@@ -138,3 +138,18 @@ def test_folders_without_load_runs_have_no_load_section(tmp_path):
     write_results(tmp_path / "bench", runs, _tokens(runs[0], 5.0), {})
     page = build_report([tmp_path / "bench"], tmp_path / "report").read_text(encoding="utf-8")
     assert "<h3>Load</h3>" not in page and not (tmp_path / "report" / "1-load_curve.png").exists()
+
+
+def test_markdown_page_has_the_load_levels_and_the_serve_cold_start(tmp_path):
+    """`report --markdown` of a `bench --concurrency --serve-cold-start` folder: the command with its
+    levels and SLOs, the levels' rows as bench printed them, and the serve cold-start table."""
+    from whistle_stop.backends.report.markdown import measurement_markdown
+    from whistle_stop.backends.serve.cold_start import ServeColdStart, write_csv
+
+    folder, *_ = _folder(tmp_path / "load")
+    write_csv(folder, [ServeColdStart("numpy", "whistle-stop serve", "ok", 0.512, 0.401)])
+    page = measurement_markdown(load_folder(folder))
+    assert "--concurrency 1,2 --slo-ttft-ms 100 --slo-itl-ms 50" in page
+    assert "## Load" in page and "| remote | 2 | server |" in page and "| numpy | 1 | batch 1 |" in page
+    assert "TTFT <= 100 ms and TPOT <= 50 ms" in page
+    assert "## Serve cold start" in page and "| numpy | whistle-stop serve | 0.51 | 0.40 | ok |" in page

@@ -179,6 +179,12 @@ def _wait_for(condition, timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def test_a_worker_that_keeps_dying_waits_longer_each_time():
+    from whistle_stop.backends.serve.pool import restart_delay
+
+    assert [restart_delay(n) for n in range(9)] == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
 @pytest.mark.parametrize("how", ["crash_at", "segfault_at"])
 def test_a_crashing_worker_gives_500_then_a_fresh_worker(tiny_model, how):
     with served(fake_engines.spec("crashy", **{how: 3}), tiny_model) as server:

@@ -114,3 +114,24 @@ def test_environment_records_how_threads_were_resolved(tiny_model, tmp_path):
     with registry.use([fake_engines.spec("a")]):
         result = BenchSession(config).run()
     assert result.environment["threads_resolution"] == {"source": "--threads", "threads": 1}
+
+
+def test_the_default_is_described_as_what_it_does_everywhere_it_is_shown():
+    """--threads 0 is the usable physical cores under the cgroup quota, not "all cores": the CLI's
+    help, the README and the window's tooltip say so, and none says otherwise."""
+    import re
+
+    from whistle_stop.backends.cli.parser import build_parser
+
+    root = Path(__file__).resolve().parent.parent
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]
+    help_text = " ".join(a.help or "" for a in bench._actions if "--threads" in a.option_strings)
+    shown = {
+        "bench --help": help_text,
+        "README.md": (root / "README.md").read_text(encoding="utf-8"),
+        "gui/setup_panel.py": (root / "gui" / "setup_panel.py").read_text(encoding="utf-8"),
+    }
+    for where, text in shown.items():
+        flat = " ".join(text.split())
+        assert "usable physical cores" in flat, where
+        assert not re.search(r"\b(all|every) (the )?cores?\b", flat, re.I), where

@@ -376,6 +376,30 @@ def bench_bars(runs: Sequence[RunRecord], metric: str = "decode_tok_s", label: s
     return bars(title, y_label, {label: per}, f"bench_{metric}")
 
 
+def startup_bars(runs: Sequence[RunRecord]) -> Figure:
+    """Stacked bars per engine: its cold start (spawn to first token, artefacts cached) and, on top,
+    the one-time build its first run made (export, conversion, compile): neither hides the other."""
+    data = [r for r in runs if r.cold_start_s is not None]
+    names = _backends(data)
+    first = {b: runs_of(data, b)[0] for b in names}
+    figure = Figure(
+        "bench_startup",
+        "Starting an engine: cold start and one-time build",
+        "engine",
+        "seconds",
+        kind="stacked",
+        categories=names,
+        note="stacked: cold start (worker spawned to first token, artefacts cached), then the one-time build "
+        "the first run had to make (0 once cached)",
+    )
+    x = list(range(len(names)))
+    figure.series.append(Series("cold start", x, [first[b].cold_start_s or 0.0 for b in names]))
+    builds = [first[b].build_s or 0.0 for b in names]
+    if any(builds):
+        figure.series.append(Series("one-time build", x, builds))
+    return figure
+
+
 def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
     """Stacked bars per engine: each category's ms per step (the profiled run's mean step), with the
     memory floor as a tick on each bar. `profiles`: profile.breakdown.EngineProfile."""

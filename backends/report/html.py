@@ -128,6 +128,7 @@ def folder_figures(data: FolderData) -> list[fg.Figure]:
         out += [
             fg.bench_bars(data.runs, "decode_tok_s", data.label),
             fg.bench_bars(data.runs, "ttft_ms", data.label),
+            fg.startup_bars(data.runs),
             fg.itl_vs_position(data.runs, data.tokens, gb_s, env),
         ]
     return out

@@ -5,6 +5,7 @@ that reproduces it, the verdict, and the summary table with its intervals and th
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 from .. import registry
@@ -14,9 +15,11 @@ from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import headers as profile_headers
 from ..profile.table import profile_row, shown_columns, speculation_line
 from ..results.environment import CORE_PACKAGES, NOT_INSTALLED
+from ..results.load import LOAD_HEADERS, load_rows
 from ..results.summary import markdown_table, summarize_backends
+from ..serve.cold_start import FILE as SERVE_COLD_START_FILE
 from .environment_diff import engine_libraries
-from .html import FolderData, folder_verdict, load_folder
+from .html import FolderData, folder_verdict, load_folder, load_notes
 
 
 def measurement_markdown(data: FolderData, source: str = "") -> str:
@@ -53,7 +56,59 @@ def measurement_markdown(data: FolderData, source: str = "") -> str:
     parts += ["## Summary", "", markdown_table(summaries, env.get("reference"), env.get("harness")), ""]
     if data.profiles:
         parts += profile_markdown(data.profiles)
+    parts += load_markdown(data) + serve_cold_start_markdown(data.path)
     return "\n".join(parts)
+
+
+def load_markdown(data: FolderData) -> list[str]:
+    """A `bench --concurrency` folder's levels, the rows it printed (load.csv's), per cell."""
+    levels = data.load_levels
+    if not levels:
+        return []
+    parts = ["## Load", ""]
+    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
+    for prompt, new in cells:
+        rows = load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == (prompt, new)])
+        parts += [
+            f"{prompt}-token prompts, {new} new tokens:",
+            "",
+            _row(LOAD_HEADERS),
+            _row(["---"] * len(LOAD_HEADERS)),
+        ]
+        parts += [_row(row) for row in rows] + [""]
+    parts += [f"- {line}" for line in load_notes(levels, data.slo)] + [""]
+    return parts
+
+
+def serve_cold_start_markdown(folder: Path) -> list[str]:
+    """`bench --serve-cold-start`'s table (serve_cold_start.csv), as the CLI printed it."""
+    path = folder / SERVE_COLD_START_FILE
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    headers = ["engine", "server", "load to finish s", "engine cold start s", "status / note"]
+    parts = ["## Serve cold start", "", _row(headers), _row(["---"] * len(headers))]
+    for row in rows:
+        status = row["status"] + (f": {row['note']}" if row.get("note") else "")
+        cells = [
+            row["engine"],
+            row["server"],
+            _seconds(row["serve_cold_start_s"]),
+            _seconds(row["engine_cold_start_s"]),
+        ]
+        parts.append(_row(cells + [status]))
+    parts += [
+        "",
+        "Process start to the first completed response (a one-token greedy completion); engine cold start: the "
+        "bench's, its worker spawned to its first token (no HTTP, no server process).",
+        "",
+    ]
+    return parts
+
+
+def _seconds(text: str) -> str:
+    return f"{float(text):.2f}" if text else "-"
 
 
 def profile_markdown(profiles: list) -> list[str]:
@@ -158,6 +213,12 @@ def command(settings: dict, backends: list[str], verb: str = "bench") -> str:
         parts.append(f"--reference {settings['reference']}")
     if settings.get("cold"):
         parts.append("--cold")
+    levels = [c for c in settings.get("concurrency") or [] if c != 1]
+    if levels:
+        parts.append(f"--concurrency {','.join(map(str, settings['concurrency']))}")
+    for flag in ("slo_ttft_ms", "slo_itl_ms"):
+        if settings.get(flag) is not None:
+            parts.append(f"--{flag.replace('_', '-')} {settings[flag]:g}")
     parts += option_flags(settings.get("engine_options") or {})
     return " ".join(parts)
 

@@ -151,6 +151,12 @@ class Pool:
         self._service_s = seconds if not self._service_s else 0.8 * self._service_s + 0.2 * seconds
 
 
+def restart_delay(failures: int) -> float:
+    """The wait before a worker starts again after `failures` losses in a row: 0.5 s, doubling up to 30 s,
+    so a worker that dies at once does not take the cores from the one request that could be served."""
+    return min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (failures - 1)) if failures > 0 else 0.0
+
+
 class _Slot:
     def __init__(self, index: int, pool: Pool) -> None:
         self.index, self.pool = index, pool
@@ -188,7 +194,7 @@ class _Slot:
         """Start (or restart) this slot's worker; False if it is not serving yet."""
         pool = self.pool
         if self.failures:
-            delay = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (self.failures - 1))
+            delay = restart_delay(self.failures)
             self.reason = f"{self.reason.split('; restarting')[0]}; restarting in {delay:g} s"
             if pool._stop.wait(delay):
                 return False
