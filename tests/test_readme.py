@@ -35,3 +35,13 @@ def test_every_relative_link_and_image_resolves():
         assert file.exists(), target
         if anchor and file.suffix == ".md":
             assert anchor in _anchors(file.read_text(encoding="utf-8")), target
+
+
+def test_the_results_table_is_generated_from_its_measurement_file():
+    """The README's results are rows of a dated file in docs/measurements/ (itself made by
+    `report --markdown`), written by `python -m scripts.readme_results`: an edit by hand fails here."""
+    from scripts.readme_results import current_block, results_block
+
+    block, measurement, backends = current_block(README.read_text(encoding="utf-8"))
+    assert measurement.is_file() and measurement.parent.name == "measurements" and backends
+    assert block == results_block(measurement, backends)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from whistle_stop.backends.report import figures as fg
@@ -147,9 +149,17 @@ def test_markdown_page_has_the_load_levels_and_the_serve_cold_start(tmp_path):
     from whistle_stop.backends.serve.cold_start import ServeColdStart, write_csv
 
     folder, *_ = _folder(tmp_path / "load")
+    environment = json.loads((folder / "environment.json").read_text())
+    environment["settings"]["engine_options"] = {
+        "remote": {"url": "http://127.0.0.1:8000/v1", "api_key_env": "<redacted>"}
+    }
+    (folder / "environment.json").write_text(json.dumps(environment))
     write_csv(folder, [ServeColdStart("numpy", "whistle-stop serve", "ok", 0.512, 0.401)])
     page = measurement_markdown(load_folder(folder))
-    assert "--concurrency 1,2 --slo-ttft-ms 100 --slo-itl-ms 50" in page
+    command = page.split("```")[1]
+    assert "--concurrency 1,2 --slo-ttft-ms 100 --slo-itl-ms 50" in command
+    assert "--remote-url http://127.0.0.1:8000/v1" in command and "redacted" not in command  # unknown: no flag
+    assert command.strip().endswith("--serve-cold-start")
     assert "## Load" in page and "| remote | 2 | server |" in page and "| numpy | 1 | batch 1 |" in page
     assert "TTFT <= 100 ms and TPOT <= 50 ms" in page
     assert "## Serve cold start" in page and "| numpy | whistle-stop serve | 0.51 | 0.40 | ok |" in page

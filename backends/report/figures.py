@@ -392,7 +392,7 @@ def startup_bars(runs: Sequence[RunRecord]) -> Figure:
         note="stacked: cold start (worker spawned to first token, artefacts cached), then the one-time build "
         "the first run had to make (0 once cached)",
     )
-    x = list(range(len(names)))
+    x = [float(i) for i in range(len(names))]
     figure.series.append(Series("cold start", x, [first[b].cold_start_s or 0.0 for b in names]))
     builds = [first[b].build_s or 0.0 for b in names]
     if any(builds):

@@ -48,7 +48,10 @@ def measurement_markdown(data: FolderData, source: str = "") -> str:
     ]
     parts += [f"| {key} | {_cell(value)} |" for key, value in environment_rows(data) if value]
     verb = "profile" if data.profiles else "bench"
-    parts += ["", "Command (equivalent):", "", "```", command(settings, data.backends, verb), "```", ""]
+    line = command(settings, data.backends, verb)
+    if (data.path / SERVE_COLD_START_FILE).is_file():
+        line += " --serve-cold-start"
+    parts += ["", "Command (equivalent):", "", "```", line, "```", ""]
     result = folder_verdict(data, [data])
     if result is not None:
         parts += [result.markdown().replace("### Verdict", "## Verdict", 1).rstrip(), ""]
@@ -219,6 +222,8 @@ def command(settings: dict, backends: list[str], verb: str = "bench") -> str:
     for flag in ("slo_ttft_ms", "slo_itl_ms"):
         if settings.get(flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {settings[flag]:g}")
+    if verb == "bench" and settings.get("calibrate_harness") is False:  # profile has no such flag
+        parts.append("--no-harness-calibration")
     parts += option_flags(settings.get("engine_options") or {})
     return " ".join(parts)
 
@@ -235,7 +240,9 @@ def option_flags(options: dict[str, dict]) -> list[str]:
             continue
         for field, meta in cls.options():
             value = values.get(field.name)
-            if meta.flag and not meta.secret and value not in (None, "", field.default, meta.cli_default):
+            # a field recorded as <redacted> is unknown here: it gets no flag rather than a wrong one
+            unknown = meta.secret or not meta.recorded
+            if meta.flag and not unknown and value not in (None, "", field.default, meta.cli_default):
                 flags.setdefault(meta.flag, str(value))
     return [part for flag, value in flags.items() for part in (flag, value)]
 
