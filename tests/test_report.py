@@ -357,6 +357,16 @@ def test_environment_differences_that_matter_come_first_and_the_rest_is_folded(t
     folded = differences[differences.index("<details>") :]
     assert "libraries.torch" in differences and "libraries.torch" not in folded  # hf runs on torch
     assert "libraries.onnx" in folded and "python" in folded  # hf does not use onnx
+    # settings and versions are text: they wrap inside their column instead of widening the table past the page
+    assert differences.count('<table class="text">') == 2 and "table.text{white-space:normal}" in page
+
+
+def test_bar_names_wrap_at_their_hyphens_where_a_row_of_them_would_overlap():
+    from whistle_stop.backends.report.plots import wrap_label
+
+    assert wrap_label("torch-static-compile", 8) == "torch-\nstatic-\ncompile"
+    assert wrap_label("native-bf16", 12) == "native-bf16" and wrap_label("native-bf16", 8) == "native-\nbf16"
+    assert wrap_label("hf", 1) == "hf" and wrap_label("llamacpp-q8_0", 5) == "llamacpp-\nq8_0"  # never within a word
 
 
 def test_profile_top_operations_are_one_fold_per_engine(tmp_path):

@@ -166,11 +166,13 @@ def _same_model(a: FolderData, b: FolderData) -> bool:
 
 
 # --- HTML ----------------------------------------------------------------------------------
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    """A table in its own scrolling box: as wide as it needs, never over its neighbours."""
+def _table(headers: list[str], rows: list[list[str]], text: bool = False) -> str:
+    """A table in its own scrolling box: as wide as it needs, never over its neighbours. `text`: its
+    cells are prose or lists (settings, versions) that wrap within a column instead of widening it."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    kind = ' class="text"' if text else ""
+    return f'<div class="scroll"><table{kind}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _verdict_section(verdicts: list[tuple[str, Verdict]]) -> str:
@@ -192,14 +194,15 @@ def _differences_html(datas: list[FolderData]) -> str:
     headers = ["setting"] + [f"{i}: {d.label}" for i, d in enumerate(datas, start=1)]
     matter, rest = split_differences(diffs, {b for d in datas for b in d.backends})
     parts = [
-        _table(headers, [[k] + v for k, v in matter])
+        _table(headers, [[k] + v for k, v in matter], text=True)
         if matter
         else "<p>none that matter to the numbers (CPU, threads, the engines' libraries, model, settings)</p>"
     ]
     if rest:
+        folded = _table(headers, [[k] + v for k, v in rest], text=True)
         parts.append(
             f"<details><summary>{len(rest)} other difference{'s' if len(rest) != 1 else ''} "
-            f"(OS, other libraries, commit, ...)</summary>{_table(headers, [[k] + v for k, v in rest])}</details>"
+            f"(OS, other libraries, commit, ...)</summary>{folded}</details>"
         )
     return "".join(parts)
 
@@ -393,6 +396,7 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;padding:0 1.5e
 line-height:1.4}section{margin:1.5em 0 2.5em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}
 .scroll{overflow-x:auto;max-width:100%;margin:.6em 0}table{border-collapse:collapse;font-size:.85em;white-space:nowrap}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
+table.text{white-space:normal}table.text td,table.text th{text-align:left;max-width:32em;overflow-wrap:anywhere}
 .figures{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0;flex:1 1 560px;max-width:900px}
 img{max-width:100%;border:1px solid #eee}.facts{color:#555}.warn{color:#b00;font-weight:bold}.note{color:#666}
 .verdict{background:#f5f8fc;border-left:4px solid #358be2;padding:.2em 1.2em .8em}.verdict ul ul{color:#444}

@@ -119,11 +119,38 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         )
         plot_item.addItem(line)
     if figure.kind in ("bar", "stacked"):
-        plot_item.getAxis("bottom").setTicks([list(enumerate(figure.categories))])
+        _category_ticks(plot_item, figure.categories)
     if figure.empty:
         text = pg.TextItem("no data", color=foreground, anchor=(0.5, 0.5))
         plot_item.addItem(text)
     _fit_range(plot_item, figure)
+
+
+CHAR_PX = 6.5  # an axis tick label's character, about, at pyqtgraph's default font
+LINE_PX = 14
+
+
+def wrap_label(name: str, chars: int) -> str:
+    """An engine's name in lines of at most `chars` characters where it can be, broken after hyphens."""
+    lines = [""]
+    for part in name.replace("-", "-\0").split("\0"):
+        if lines[-1] and len(lines[-1]) + len(part) > chars:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
+
+
+def _category_ticks(plot_item, categories: list[str]) -> None:
+    """The bars' names under them, wrapped at their hyphens where a row of whole names would overlap."""
+    width = plot_item.getViewBox().width() or 800.0
+    chars = max(4, int(width / max(1, len(categories)) / CHAR_PX) - 1)
+    labels = [wrap_label(name, chars) for name in categories]
+    axis = plot_item.getAxis("bottom")
+    axis.setTicks([list(enumerate(labels))])
+    lines = max((label.count("\n") + 1 for label in labels), default=1)
+    if lines > 1:
+        axis.setStyle(tickTextHeight=lines * LINE_PX)
+        axis.setHeight(lines * LINE_PX + (36 if axis.label.isVisible() else 14))
 
 
 def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
