@@ -122,7 +122,7 @@ class SummaryBars(pg.GraphicsLayoutWidget):
                 )
                 label.setPos(xi, 0 if math.isnan(value) else max(value, 0 if math.isnan(whisker) else whisker))
                 plot.addItem(label)  # above the whisker, so the two never overlap
-            plot.setYRange(0, max(top * 1.22, 1e-9), padding=0)
+            plot.setYRange(0, top * 1.22 if top > 0 else 1.0, padding=0)  # all zero (no build): a plain 0..1 axis
             plot.setXRange(-0.6, len(names) - 0.4, padding=0)
 
     def export_png(self, path: Path, width: int = 1600) -> None:

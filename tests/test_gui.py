@@ -591,3 +591,17 @@ def test_window_summary_gives_the_interval_its_true_level(qtbot):
     assert view.table.item(0, SUMMARY_HEADERS.index("ms/token")).text() == "4.50 [2.00–7.00]"
     note = view.note.text()
     assert "6 runs: 96.9% (min–max)" in note and "5 runs or fewer" not in note
+
+
+def test_summary_bars_of_all_zeros_have_a_plain_axis(qtbot):
+    """No engine built anything: the build chart's axis reads 0..1, not 2e-10 steps of nothing."""
+    from tests.test_stats import _run
+    from whistle_stop.backends.results.summary import summarize_backends
+    from whistle_stop.gui.summary_chart import METRICS, SummaryView
+
+    view = SummaryView()
+    qtbot.addWidget(view)
+    view.set_summaries(summarize_backends([_run("a", r, 2.0 + r) for r in range(3)]), {}, None, False)
+    build = [title for title, _, _ in METRICS].index("build (s)")
+    low, high = view.bars.plots[build].getViewBox().viewRange()[1]
+    assert (low, high) == (0.0, 1.0)
