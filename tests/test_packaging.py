@@ -417,3 +417,19 @@ def test_ci_lints_before_it_tests_with_the_dev_extras_tools():
     makefile = (ROOT / "Makefile").read_text()
     lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
     assert "ruff check" in lint and "ruff format --check" in lint and "mypy" in lint
+
+
+def test_no_code_edits_the_import_path():
+    """One way in: the installed package. No module, script or test sets PYTHONPATH or puts a folder on
+    sys.path for the app (a child process imports the app as its parent does)."""
+    edits = ("sys.path.insert", "sys.path.append", "PYTHONPATH")
+    found = [
+        f"{path.relative_to(ROOT)}: {edit}"
+        for folder in ("backends", "gui", "resources", "scripts", "tests")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != Path(__file__).resolve()  # this test names what it looks for
+        for edit in edits
+        if edit in path.read_text(encoding="utf-8")
+    ]
+    found += [f"main.py: {edit}" for edit in edits if edit in (ROOT / "main.py").read_text(encoding="utf-8")]
+    assert not found, found
