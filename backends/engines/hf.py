@@ -24,6 +24,7 @@ from ..sampling import Sampler
 from ..sources.model_files import ModelFiles
 from ..speculation import SpeculationStats
 from .hf_options import DEFAULT_CONFIDENCE, DEFAULT_TOKENS, AssistedOptions
+from .threaded_generate import tokens_from_thread
 from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16-dynamic": torch.float32}
@@ -181,43 +182,28 @@ class HFAssistedEngine(HFEngine):
         stop = threading.Event()  # the consumer has gone (cancelled, or closed the generator)
         streamer = _QueueStreamer()
         timing = _ForwardTimes(self.model, self.assistant)
-        failure: list[BaseException] = []
 
-        def run() -> None:
-            try:
-                with torch.inference_mode():
-                    self.model.generate(
-                        torch.tensor([list(token_ids)], dtype=torch.long),
-                        generation_config=generation,
-                        assistant_model=self.assistant,
-                        streamer=streamer,
-                        stopping_criteria=StoppingCriteriaList([_Stopped(stop, cancel)]),
-                    )
-            except BaseException as exc:  # re-raised on the consumer's side
-                failure.append(exc)
-            finally:
-                streamer.tokens.put(None)
+        def generate() -> None:
+            with torch.inference_mode():
+                self.model.generate(
+                    torch.tensor([list(token_ids)], dtype=torch.long),
+                    generation_config=generation,
+                    assistant_model=self.assistant,
+                    streamer=streamer,
+                    stopping_criteria=StoppingCriteriaList([_Stopped(stop, cancel)]),
+                )
 
-        thread = threading.Thread(target=run, name="hf-assisted-generate", daemon=True)
-        thread.start()
+        tokens = tokens_from_thread(generate, streamer.tokens, None, stop, new_tokens, cancel, "hf-assisted-generate")
         count = 0
         try:
-            while count < new_tokens:
-                token = streamer.tokens.get()
-                if token is None:
-                    break
+            for token in tokens:
                 count += 1
                 yield token
-                if cancel is not None and cancel.is_set():
-                    return
         finally:
-            stop.set()
-            thread.join()
+            tokens.close()  # transformers' thread stops and is joined before its hooks go
             timing.remove()
             self.speculation = timing.stats(streamer, count, self._bytes)
             self.run_notes = "; ".join(n for n in (self.run_notes, self._short_drafts_note()) if n)
-        if failure:
-            raise failure[0]
 
     def _short_drafts_note(self) -> str:
         """Why few tokens came per pass, where the assistant's confidence threshold cut its drafts short."""

@@ -34,6 +34,7 @@ from ...sources.model_files import ModelFiles
 from ...storage import artifact_cache
 from ...worker.threads import default_threads
 from ..artifact_folders import OPENVINO_GENAI_KIND
+from ..threaded_generate import tokens_from_thread
 from . import build as builder
 
 WEIGHT_FORMATS = ("fp32", "int8", "int4")
@@ -149,33 +150,16 @@ class OpenVinoGenAIEngine(Engine):
         stop = threading.Event()  # the consumer has gone (cancelled, or closed the generator)
         streamer = _TokenStreamer(stop, cancel)
         ids = ov.Tensor(np.asarray([list(token_ids)], dtype=np.int64))
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                self.pipeline.generate(ids, config, streamer)
-            except BaseException as exc:  # re-raised on the consumer's side
-                failure.append(exc)
-            finally:
-                streamer.tokens.put(_DONE)
-
-        thread = threading.Thread(target=run, name="openvino-genai-generate", daemon=True)
-        thread.start()
-        count = 0
-        try:
-            while count < new_tokens:
-                token = streamer.tokens.get()
-                if token is _DONE:
-                    break
-                count += 1
-                yield token
-                if cancel is not None and cancel.is_set():
-                    return
-        finally:
-            stop.set()  # GenAI stops at its next token (the streamer returns CANCEL)
-            thread.join()
-        if failure:
-            raise failure[0]
+        # GenAI stops at its next token once `stop` is set (the streamer returns CANCEL)
+        yield from tokens_from_thread(
+            lambda: self.pipeline.generate(ids, config, streamer),
+            streamer.tokens,
+            _DONE,
+            stop,
+            new_tokens,
+            cancel,
+            "openvino-genai-generate",
+        )
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         raise NotImplementedError("OpenVINO GenAI keeps its KV cache inside LLMPipeline.generate; use stream()")
