@@ -90,9 +90,11 @@ _ORT_MODULES, _ORT_PACKAGES = ("onnxruntime", "onnx", "torch"), ("onnxruntime", 
 _ONNX = _family("onnx.engine:OnnxEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx")
 _ONNX_CONCAT = _family("onnx.concat_engine:OnnxConcatEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx_concat")
 _NUMPY = _family("numpy_runtime.engine:NumpyEngine", ("numpy",), ("numpy",))
-_NATIVE = replace(_family("native.engine:NativeEngine", ("numpy",), ("numpy",)), options=_NATIVE_OPTIONS)
+_NATIVE = replace(
+    _family("native.engine:NativeEngine", ("numpy",), ("numpy",), artifacts="native"), options=_NATIVE_OPTIONS
+)
 _NATIVE_SPEC = replace(
-    _family("native.speculative:NativeSpeculativeEngine", ("numpy",), ("numpy",)),
+    _family("native.speculative:NativeSpeculativeEngine", ("numpy",), ("numpy",), artifacts="native_spec"),
     options=_ENGINES + "speculative_options:SpeculativeOptions",
 )
 _NULL = _family("null_engine:NullEngine", ("numpy",), ("numpy",))

@@ -21,6 +21,8 @@ CT2_KIND = "ctranslate2"
 OPENVINO_KIND = "openvino"
 ORTGENAI_KIND = "ortgenai"
 OPENVINO_GENAI_KIND = "openvino_genai"
+NATIVE_LAYOUT_KIND = "native_layout"
+NATIVE_LAYOUT_FILE = "matrices.safetensors"
 
 
 def onnx(model: ModelFiles, variant: str = "fp32") -> list[Path]:
@@ -53,3 +55,14 @@ def ortgenai(model: ModelFiles, variant: str = "fp32") -> list[Path]:
 
 def openvino_genai(model: ModelFiles, weight_format: str = "fp32", inference_precision: str = "f32") -> list[Path]:
     return [cache_dir(OPENVINO_GENAI_KIND, model.weights_hash) / weight_format]
+
+
+def native(model: ModelFiles, dtype: str = "fp32") -> list[Path]:
+    return [cache_dir(NATIVE_LAYOUT_KIND, model.weights_hash) / dtype]
+
+
+def native_spec(model: ModelFiles, target: str = "native", draft: str = "native-int8") -> list[Path]:
+    """The target's and the draft's layouts (the registry's pair; a draft of another model is not known here)."""
+    from .. import registry
+
+    return [folder for name in (target, draft) for folder in native(model, **registry.get(name).engine_args)]

@@ -156,6 +156,36 @@ def check_layout(c_layout: str, structs: tuple[type[ctypes.Structure], ...]) -> 
         )
 
 
+SCALE = ".scale"  # an int8 matrix's row scales, stored beside it
+LM_HEAD = "lm_head"
+
+
+def _layer_matrices(block: dict) -> list[tuple[str, dict]]:
+    """A layer's four matrices, named as stored_arrays names them (HF Conv1D leaves: [in, out])."""
+    return [
+        ("qkv", block["attn"]["c_attn"]),
+        ("proj", block["attn"]["c_proj"]),
+        ("fc", block["mlp"]["c_fc"]),
+        ("fc2", block["mlp"]["c_proj"]),
+    ]
+
+
+def stored_arrays(p: dict, wtype: WeightType) -> dict[str, np.ndarray]:
+    """Every matrix of the nested float32 params at `wtype`, [out, in] (Conv1D's transposed), in new
+    arrays: what the step reads and what the layout cache keeps (`h.<i>.<qkv|proj|fc|fc2>`, `lm_head`,
+    and `<name>.scale` for int8's row scales)."""
+    out: dict[str, np.ndarray] = {}
+    named = [
+        (f"h.{i}.{name}", leaf["w"].T) for i, block in enumerate(p["blocks"]) for name, leaf in _layer_matrices(block)
+    ]
+    for name, w_out_in in named + [(LM_HEAD, p["wte"])]:
+        matrix = store(w_out_in, None, wtype)
+        out[name] = matrix.data
+        if matrix.scale is not None:
+            out[f"{name}{SCALE}"] = matrix.scale
+    return out
+
+
 @dataclass
 class NativeGPT2:
     """Weights at one stored type (from the nested float32 params of numpy_runtime.model.nest_params,
@@ -168,29 +198,31 @@ class NativeGPT2:
     pos: int = 0
     timers: np.ndarray | None = None  # int64 [5] ns per category while a profile reads them
     kv: KvCache = KvCache.F32
+    # the matrices already at the stored type (stored_arrays' names, e.g. from the layout cache); None: store now
+    stored: InitVar[dict[str, np.ndarray] | None] = None
 
-    def __post_init__(self, p: dict) -> None:
+    def __post_init__(self, p: dict, stored: dict[str, np.ndarray] | None) -> None:
         c = self.config
+        arrays = stored if stored is not None else stored_arrays(p, self.wtype)
         keep: list = []  # every array a struct points at
 
         def vec(a: np.ndarray) -> np.ndarray:
             keep.append(_own_f32(a))
             return keep[-1]
 
-        def matrix(leaf: dict) -> Mat:  # HF Conv1D [in, out] -> [out, in] at the stored type
-            stored = store(leaf["w"].T, vec(leaf["b"]), self.wtype)  # a new array at every type
-            keep.append(stored)
-            return _mat(stored)
+        def matrix(name: str, bias: np.ndarray | None) -> StoredMatrix:
+            keep.append(StoredMatrix(arrays[name], arrays.get(f"{name}{SCALE}"), bias))
+            return keep[-1]
 
         self.layers = (Layer * c.n_layer)()
         for index, block in enumerate(p["blocks"]):
             layer = self.layers[index]
             layer.ln1_w, layer.ln1_b = _ptr(vec(block["ln_1"]["w"])), _ptr(vec(block["ln_1"]["b"]))
             layer.ln2_w, layer.ln2_b = _ptr(vec(block["ln_2"]["w"])), _ptr(vec(block["ln_2"]["b"]))
-            layer.qkv, layer.proj = matrix(block["attn"]["c_attn"]), matrix(block["attn"]["c_proj"])
-            layer.fc, layer.fc2 = matrix(block["mlp"]["c_fc"]), matrix(block["mlp"]["c_proj"])
+            for name, leaf in _layer_matrices(block):  # named as the Layer struct's fields
+                setattr(layer, name, _mat(matrix(f"h.{index}.{name}", vec(leaf["b"]))))
         # tied: [vocab, d] is already [out, in]; the step reads its rows for the embedding too
-        self.lm_head = store(p["wte"], None, self.wtype)
+        self.lm_head = StoredMatrix(arrays[LM_HEAD], arrays.get(f"{LM_HEAD}{SCALE}"), None)
         shape = (c.n_layer, c.n_head, c.n_positions, c.head_dim)
         # zero pages until written; one cache or the other
         f32 = self.kv == KvCache.F32
