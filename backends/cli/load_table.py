@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import registry
-from ..results.load import LOAD_HEADERS, load_rows, session_levels
+from ..results.load import LOAD_HEADERS, levels_by_cell, load_rows, session_levels
 from ..runs.result import BenchResult
 
 
@@ -15,15 +15,14 @@ def print_load(result: BenchResult, console: Console) -> None:
     config = result.config
     servers = {r.backend for r in result.load}
     levels = session_levels(result.runs, result.tokens, result.load, config.slo)
-    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
-    for prompt, new in cells:
+    for (prompt, new), cell in levels_by_cell(levels):
         table = Table(
             title=f"load: {prompt}-token prompts, {new} new tokens, "
             f"levels {', '.join(map(str, sorted(set(config.concurrency) | {1})))}"
         )
         for header in LOAD_HEADERS:
             table.add_column(header, justify="left" if header in ("backend", "kind") else "right")
-        for row in load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == (prompt, new)]):
+        for row in load_rows(cell):
             table.add_row(*row)
         console.print(table)
     console.print(

@@ -24,7 +24,15 @@ from ..profile.files import read_profile
 from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import headers as profile_headers
 from ..profile.table import profile_row
-from ..results.load import LOAD_HEADERS, LoadLevel, LoadRequestRecord, Slo, load_rows, session_levels
+from ..results.load import (
+    LOAD_HEADERS,
+    LoadLevel,
+    LoadRequestRecord,
+    Slo,
+    levels_by_cell,
+    load_rows,
+    session_levels,
+)
 from ..results.reader import load_requests, load_results
 from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.stats import summarize
@@ -328,13 +336,11 @@ def _top_ops_html(profiles: list) -> str:
 def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
     """The Load section: the figure, then the levels' table per cell (the rows `bench --concurrency` prints)."""
     parts = ["<h3>Load</h3>", image]
-    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
-    for prompt, new in cells:
+    cells = levels_by_cell(levels)
+    for (prompt, new), cell in cells:
         if len(cells) > 1:
             parts.append(f"<p class=facts>{prompt}-token prompts, {new} new tokens</p>")
-        parts.append(
-            _table(LOAD_HEADERS, load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == (prompt, new)]))
-        )
+        parts.append(_table(LOAD_HEADERS, load_rows(cell)))
     parts += [f"<p class=note>{html.escape(line)}</p>" for line in load_notes(levels, slo)]
     return "".join(parts)
 

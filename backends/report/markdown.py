@@ -5,7 +5,6 @@ that reproduces it, the verdict, and the summary table with its intervals and th
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from .. import registry
@@ -15,9 +14,11 @@ from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import headers as profile_headers
 from ..profile.table import profile_row, shown_columns, speculation_line
 from ..results.environment import CORE_PACKAGES, NOT_INSTALLED
-from ..results.load import LOAD_HEADERS, load_rows
+from ..results.load import LOAD_HEADERS, levels_by_cell, load_rows
 from ..results.summary import markdown_table, summarize_backends
 from ..serve.cold_start import FILE as SERVE_COLD_START_FILE
+from ..serve.cold_start import TABLE_HEADERS, TABLE_NOTE
+from ..serve.cold_start import read_csv as read_serve_cold_start
 from .environment_diff import engine_libraries
 from .html import FolderData, folder_verdict, load_folder, load_notes
 
@@ -69,49 +70,30 @@ def load_markdown(data: FolderData) -> list[str]:
     if not levels:
         return []
     parts = ["## Load", ""]
-    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
-    for prompt, new in cells:
-        rows = load_rows([lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == (prompt, new)])
+    for (prompt, new), cell in levels_by_cell(levels):
         parts += [
             f"{prompt}-token prompts, {new} new tokens:",
             "",
             _row(LOAD_HEADERS),
             _row(["---"] * len(LOAD_HEADERS)),
         ]
-        parts += [_row(row) for row in rows] + [""]
+        parts += [_row(row) for row in load_rows(cell)] + [""]
     parts += [f"- {line}" for line in load_notes(levels, data.slo)] + [""]
     return parts
 
 
 def serve_cold_start_markdown(folder: Path) -> list[str]:
     """`bench --serve-cold-start`'s table (serve_cold_start.csv), as the CLI printed it."""
-    path = folder / SERVE_COLD_START_FILE
-    if not path.is_file():
+    rows = read_serve_cold_start(folder)
+    if not rows:
         return []
-    with path.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    headers = ["engine", "server", "load to finish s", "engine cold start s", "status / note"]
-    parts = ["## Serve cold start", "", _row(headers), _row(["---"] * len(headers))]
-    for row in rows:
-        status = row["status"] + (f": {row['note']}" if row.get("note") else "")
-        cells = [
-            row["engine"],
-            row["server"],
-            _seconds(row["serve_cold_start_s"]),
-            _seconds(row["engine_cold_start_s"]),
-        ]
-        parts.append(_row(cells + [status]))
-    parts += [
+    parts = ["## Serve cold start", "", _row(list(TABLE_HEADERS)), _row(["---"] * len(TABLE_HEADERS))]
+    parts += [_row(row.shown()) for row in rows]
+    return parts + [
         "",
-        "Process start to the first completed response (a one-token greedy completion); engine cold start: the "
-        "bench's, its worker spawned to its first token (no HTTP, no server process).",
+        f"Process start to the first completed response (a one-token greedy completion); {TABLE_NOTE}.",
         "",
     ]
-    return parts
-
-
-def _seconds(text: str) -> str:
-    return f"{float(text):.2f}" if text else "-"
 
 
 def profile_markdown(profiles: list) -> list[str]:

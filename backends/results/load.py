@@ -325,6 +325,12 @@ LOAD_HEADERS = [
 ]
 
 
+def levels_by_cell(levels: list[LoadLevel]) -> list[tuple[tuple[int, int], list[LoadLevel]]]:
+    """The levels of each (prompt tokens, new tokens) cell, cells in order: one load table per cell."""
+    cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
+    return [(cell, [lv for lv in levels if (lv.prompt_tokens, lv.new_tokens) == cell]) for cell in cells]
+
+
 def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
     """The load table's rows (what `bench --concurrency` prints and the Load tab lists)."""
 

@@ -37,6 +37,11 @@ from ..storage.atomic import atomic_write
 
 FILE = "serve_cold_start.csv"
 HEADERS = ("engine", "server", "status", "serve_cold_start_s", "engine_cold_start_s", "note")
+TABLE_HEADERS = ("engine", "server", "load to finish s", "engine cold start s", "status / note")
+TABLE_NOTE = (
+    "engine cold start: the bench's, its worker spawned to its first token (no HTTP, no server process); "
+    "load to finish adds the server process's start and one request over HTTP"
+)
 OURS = "whistle-stop serve"
 POLL_S = 0.01
 STOP_GRACE_S = 15.0
@@ -52,6 +57,15 @@ class ServeColdStart:
     serve_cold_start_s: float | None  # process start to the first completed response
     engine_cold_start_s: float | None  # the bench's: the engine's worker spawned to its first token
     note: str = ""
+
+    def shown(self) -> list[str]:
+        """The printed table's cells (TABLE_HEADERS): the CLI's, and the Markdown page's."""
+
+        def seconds(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2f}"
+
+        status = self.status if not self.note else f"{self.status}: {self.note}"
+        return [self.engine, self.server, seconds(self.serve_cold_start_s), seconds(self.engine_cold_start_s), status]
 
     def row(self) -> list[str]:
         def seconds(value: float | None) -> str:
@@ -214,6 +228,25 @@ def measure(
                 )
             )
     return rows
+
+
+def read_csv(folder: Path) -> list[ServeColdStart]:
+    """serve_cold_start.csv of a results folder ([] where the bench did not time it)."""
+    path = folder / FILE
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as handle:
+        return [
+            ServeColdStart(
+                row["engine"],
+                row["server"],
+                row["status"],
+                float(row["serve_cold_start_s"]) if row["serve_cold_start_s"] else None,
+                float(row["engine_cold_start_s"]) if row["engine_cold_start_s"] else None,
+                row.get("note") or "",
+            )
+            for row in csv.DictReader(handle)
+        ]
 
 
 def write_csv(out: Path, rows: list[ServeColdStart]) -> Path:
