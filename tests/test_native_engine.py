@@ -204,7 +204,9 @@ def test_profile_timers_split_the_step(prompt_ids, engines):
     assert timers_off  # timers off again once the profile is done
 
 
-def _fast_and_plain(tiny_model, prompt_ids, portable: Path) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+def _fast_and_plain(
+    tiny_model, prompt_ids, portable: Path, kv: str = "fp32"
+) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """In a child, per weight type: (plain, fast) logits of prefill and of three decode steps."""
     import ctypes
 
@@ -216,11 +218,12 @@ def _fast_and_plain(tiny_model, prompt_ids, portable: Path) -> list[list[tuple[n
     pairs = []
     for wtype in weights.WeightType:
         params = nest_params(mmap_numpy(tiny_model.safetensors), config.n_layer)
-        fast = step.NativeGPT2(params, config, wtype)
-        plain = step.NativeGPT2(params, config, wtype, step.bind(ctypes.CDLL(str(portable))))
+        fast = step.NativeGPT2(params, config, wtype, kv=step.KvCache(kv))
+        plain = step.NativeGPT2(params, config, wtype, step.bind(ctypes.CDLL(str(portable))), kv=step.KvCache(kv))
         prefill = (plain.prefill(prompt_ids), fast.prefill(prompt_ids))
         plain.prefill(prompt_ids[:1]), fast.prefill(prompt_ids[:1])  # decode's products alone from here
-        pairs.append([prefill] + [(plain.decode(token), fast.decode(token)) for token in (5, 17, 4000)])
+        decoded = (*prompt_ids[1:], 5, 17, 4000)  # decode's attention over more and more positions
+        pairs.append([prefill] + [(plain.decode(token), fast.decode(token)) for token in decoded])
     return pairs
 
 
@@ -235,17 +238,19 @@ PREFILL_DRIFT = {
 }
 
 
-def test_plain_c_build_computes_what_the_avx2_one_does(tiny_model, prompt_ids, tmp_path):
+@pytest.mark.parametrize("kv", ["fp32", "int8"])
+def test_plain_c_build_computes_what_the_avx2_one_does(kv, tiny_model, prompt_ids, tmp_path):
     """The plain-C twins (CPUs without AVX2) against the build the engines use: decode's products
-    alike, prefill's within each type's drift (tests/test_native_prefill.py checks each product
-    path exactly against a reference)."""
+    and attention alike (an 8-bit cache's rows widened in AVX-512 registers or in plain C), prefill's
+    within each type's drift (tests/test_native_prefill.py checks each product path exactly against
+    a reference)."""
     import subprocess
 
     source = Path(native.__file__).with_name("gpt2_step.c")
     portable = tmp_path / "libgpt2_step_portable.so"
     flags = [f for f in native.FLAGS if f != "-march=native"] + ["-mno-avx2", "-mno-fma"]
     subprocess.run([native.compiler(), *flags, str(source), "-o", str(portable), *native.LIBS], check=True)
-    results = in_child(_fast_and_plain, tiny_model, prompt_ids, portable)
+    results = in_child(_fast_and_plain, tiny_model, prompt_ids, portable, kv)
     for wtype, ((second, first), *decodes) in zip(weights.WeightType, results):
         assert np.abs(second - first).max() < PREFILL_DRIFT[wtype], wtype
         for plain, fast in decodes:  # tokens 5, 17, 4000

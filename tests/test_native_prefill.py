@@ -29,11 +29,12 @@ pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C com
 TOKENS = (1, 3, 17, 64)
 # (N, K) per type: N never a multiple of a 32-row panel; K off the float tiles' 16, the panels'
 # 64-byte steps, or (bf16) odd; integer K a multiple of the format's block (32; 4-bit: 64).
+# And a K of more than 512 bytes a row for each type (the first two are short rows).
 SHAPES = {
     weights.WeightType.F32: ((37, 72), (70, 201)),
-    weights.WeightType.BF16: ((37, 72), (70, 201)),
-    weights.WeightType.I8: ((37, 96), (70, 160)),
-    weights.WeightType.Q4: ((37, 128), (70, 192)),
+    weights.WeightType.BF16: ((37, 72), (70, 201), (33, 333)),
+    weights.WeightType.I8: ((37, 96), (70, 160), (33, 544)),
+    weights.WeightType.Q4: ((37, 128), (70, 192), (33, 576)),
 }
 BF16_ARITHMETIC = 1  # gpt2_prefill_arithmetic's value for bf16 products
 

@@ -45,9 +45,52 @@ static inline float att_softmax(float *restrict scores, int64_t n) {
     return 1.0f / total;
 }
 
+#ifdef __AVX512F__
+#define ATT_Q8_VECS 8 /* the widest head the vector path takes: 8 x 16 dims */
+
+/* 16 int8 values widened to float32. */
+static inline __m512 att_widen16(const int8_t *q) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+}
+
+/* att_query for an 8-bit cache and hd a multiple of 16 (at most 128): q and the output in
+ * registers, each key's and value's row widened in them. The compiler's loop summed each key's
+ * products lane by lane into memory; this one read the cache at ~1.3x its speed at position ~1,000. */
+static void att_query_q8(const KvHead *k, const KvHead *v, const float *restrict q, int64_t keys, int64_t hd,
+                         float scale, float *restrict scores, float *restrict out) {
+    const int vecs = (int)(hd / 16);
+    __m512 qv[ATT_Q8_VECS], o[2][ATT_Q8_VECS];
+    for (int c = 0; c < vecs; c++) qv[c] = _mm512_loadu_ps(q + 16 * c), o[0][c] = o[1][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < keys; j++) {
+        const int8_t *row = k->q8 + j * hd;
+        __m512 acc = _mm512_mul_ps(qv[0], att_widen16(row));
+        for (int c = 1; c < vecs; c++) acc = _mm512_fmadd_ps(qv[c], att_widen16(row + 16 * c), acc);
+        scores[j] = _mm512_reduce_add_ps(acc) * k->scale[j] * scale;
+    }
+    const float inv_total = att_softmax(scores, keys);
+    int64_t j = 0;
+    for (; j + 2 <= keys; j += 2) /* two keys' sums apart: twice the independent multiply-adds */
+        for (int u = 0; u < 2; u++) {
+            const __m512 p = _mm512_set1_ps(scores[j + u] * inv_total * v->scale[j + u]);
+            for (int c = 0; c < vecs; c++) o[u][c] = _mm512_fmadd_ps(att_widen16(v->q8 + (j + u) * hd + 16 * c), p, o[u][c]);
+        }
+    for (; j < keys; j++) {
+        const __m512 p = _mm512_set1_ps(scores[j] * inv_total * v->scale[j]);
+        for (int c = 0; c < vecs; c++) o[0][c] = _mm512_fmadd_ps(att_widen16(v->q8 + j * hd + 16 * c), p, o[0][c]);
+    }
+    for (int c = 0; c < vecs; c++) _mm512_storeu_ps(out + 16 * c, _mm512_add_ps(o[0][c], o[1][c]));
+}
+#endif
+
 /* One query against keys [0, keys) of a head: out [hd]. `scores` [keys] scratch. */
 static void att_query(const KvHead *k, const KvHead *v, const float *restrict q, int64_t keys, int64_t hd, float scale,
                       float *restrict scores, float *restrict out) {
+#ifdef __AVX512F__
+    if (k->q8 && hd % 16 == 0 && hd <= 16 * ATT_Q8_VECS) {
+        att_query_q8(k, v, q, keys, hd, scale, scores, out);
+        return;
+    }
+#endif
     if (k->q8) {
         for (int64_t j = 0; j < keys; j++) {
             const int8_t *row = k->q8 + j * hd;

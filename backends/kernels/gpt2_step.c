@@ -699,14 +699,6 @@ static void attention(const Model *md, int64_t layer, const float *restrict qkv,
     #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; h++) {
         const KvHead k = kv_head(md, 0, layer, h), v = kv_head(md, 1, layer, h);
-        if (T == 1) { /* short streams from DRAM: ask for all of this head's keys and values at once */
-            const int64_t bytes = (pos + 1) * hd * (md->kq_cache ? 1 : (int64_t)sizeof(float));
-            const char *kb = k.q8 ? (const char *)k.q8 : (const char *)k.f32, *vb = v.q8 ? (const char *)v.q8 : (const char *)v.f32;
-            for (int64_t off = 0; off < bytes; off += 64) {
-                __builtin_prefetch(kb + off, 0, 3);
-                __builtin_prefetch(vb + off, 0, 2);
-            }
-        }
 #ifdef PF_PANELS
         if (tiles && T >= ATT_MIN_TILED) {
             att_head_tiles(&k, &v, qkv + h * hd, 3 * d, out + h * hd, d, T, pos, hd, scale,
