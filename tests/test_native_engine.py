@@ -107,6 +107,15 @@ def test_quantisers_round_trip_within_half_a_step():
     bits = weights.to_bf16_bits(w)
     widened = (bits.astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_allclose(widened, w, rtol=2**-8)
+    for rows in (w[:37, :70], weights.to_bf16_bits(w[:33])):  # float32 and bf16 panels: the last one padded
+        panels = weights.to_panels(rows)
+        assert panels.shape == (2, rows.shape[1] * 32) and panels.dtype == rows.dtype
+        np.testing.assert_array_equal(weights.from_panels(panels, *rows.shape), rows)
+        e = 4 // rows.dtype.itemsize  # a step's 4 bytes of each of 32 rows side by side
+        np.testing.assert_array_equal(panels[0, : 32 * e].reshape(32, e), rows[:32, :e])
+        assert not panels[1].reshape(-1, 32, e)[:, rows.shape[0] - 32 :].any()  # padding rows are zeros
+    with pytest.raises(ValueError, match="even"):
+        weights.to_panels(weights.to_bf16_bits(w[:, :7]))
 
 
 def _bf16_stored(w: np.ndarray) -> np.ndarray:

@@ -27,12 +27,12 @@ from .engine_process import in_child
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 
 TOKENS = (1, 3, 17, 64)
-# (N, K) per type: N never a multiple of a 32-row panel; K off the float tiles' 16, the panels'
-# 64-byte steps, or (bf16) odd; integer K a multiple of the format's block (32; 4-bit: 64).
-# And a K of more than 512 bytes a row for each type (the first two are short rows).
+# (N, K) per type: N never a multiple of a 32-row panel; K off the float tiles' 16 and the panels'
+# 64-byte steps (bf16 K even: its panels hold whole pairs); integer K a multiple of the format's
+# block (32; 4-bit: 64). And a K of more than 512 bytes a row for each type.
 SHAPES = {
     weights.WeightType.F32: ((37, 72), (70, 201)),
-    weights.WeightType.BF16: ((37, 72), (70, 201), (33, 333)),
+    weights.WeightType.BF16: ((37, 72), (70, 202), (33, 334)),
     weights.WeightType.I8: ((37, 96), (70, 160), (33, 544)),
     weights.WeightType.Q4: ((37, 128), (70, 192), (33, 576)),
 }
@@ -83,11 +83,11 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 def _reference(
     stored: weights.StoredMatrix, wtype: weights.WeightType, x: np.ndarray, bf16_products: bool
 ) -> np.ndarray:
-    n, k = stored.data.shape[0], x.shape[1]
+    n, k = len(stored.bias), x.shape[1]
     if wtype == weights.WeightType.F32:
-        w, xs = stored.data.astype(np.float64), x.astype(np.float64)
+        w, xs = weights.from_panels(stored.data, n, k).astype(np.float64), x.astype(np.float64)
     elif wtype == weights.WeightType.BF16:
-        w = (stored.data.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        w = (weights.from_panels(stored.data, n, k).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
         xs = (_bf16(x) if bf16_products else x).astype(np.float64)
     elif wtype == weights.WeightType.I8:
         w, xs = stored.data.astype(np.float64) * stored.scale[:, None], _quantised(x)

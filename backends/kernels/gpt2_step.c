@@ -352,14 +352,29 @@ static void quant_dot4(const Mat *m, int64_t wtype, int64_t n, int64_t q, int64_
 #endif
 }
 
-/* Row n of a matrix widened to float32 (prefill): `buf` [K]. */
+/* Float32 and bf16 matrices are stored as panels (weights.py's to_panels): 32 rows at a time (the
+ * last padded with zero rows), each panel [K / e][32 rows][e] (e = 1 float32, 2 bf16; K even for
+ * bf16), so 4 bytes of 32 rows lie in 128 contiguous bytes. Decode streams a panel with a token's
+ * x broadcast against 32 rows at once; prefill's GEMM tiles read the same panels as they lie (they
+ * were repacked into this layout per prefill, 19-21% of its products' time). */
+#define PANEL 32
+#define DECODE_STREAMS 4 /* panels one decoded token streams at once (one stream: 1.02-1.10x slower) */
+static inline int64_t float_panel_bytes(int64_t wtype, int64_t K) { return (wtype == WT_F32 ? K : K / 2) * PANEL * 4; }
+static inline const uint8_t *float_panel(const Mat *m, int64_t wtype, int64_t p, int64_t K) {
+    return (const uint8_t *)m->w + p * float_panel_bytes(wtype, K);
+}
+
+/* Row n of a matrix widened to float32 (the embedding): `buf` [K]. */
 static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K, float *restrict buf) {
     switch (wtype) {
-    case WT_F32:
-        return (const float *)m->w + n * K;
+    case WT_F32: {
+        const float *w = (const float *)float_panel(m, wtype, n / PANEL, K) + n % PANEL;
+        for (int64_t k = 0; k < K; k++) buf[k] = w[k * PANEL];
+        return buf;
+    }
     case WT_BF16: {
-        const uint16_t *w = (const uint16_t *)m->w + n * K;
-        for (int64_t k = 0; k < K; k++) buf[k] = bf16_to_f32(w[k]);
+        const uint16_t *w = (const uint16_t *)float_panel(m, wtype, n / PANEL, K) + 2 * (n % PANEL);
+        for (int64_t k = 0; k < K; k++) buf[k] = bf16_to_f32(w[(k / 2) * 2 * PANEL + k % 2]);
         return buf;
     }
     case WT_I8: {
@@ -381,40 +396,139 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
 #include "attention.h" /* one head's attention: decode's stream, prefill's tiles */
 #define ATT_MIN_TILED 8 /* fewer queries (a few drafted tokens) read the cache query by query */
 
-#ifndef PF_PANELS
-/* Without AVX-512: two weight rows x four tokens per inner loop, each widened weight used 4 times
- * from registers (plain C that the compiler vectorises). */
-static void float_rows_2x4(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y,
-                           const float *bias, int64_t M, int64_t N, int64_t K, int64_t lo, int64_t hi,
-                           float *restrict buf) {
-    for (int64_t n = lo; n < hi; n += 2) {
-        const int two = n + 1 < hi;
-        const float *w0 = widen_row(m, wtype, n, K, buf);
-        const float *w1 = two ? widen_row(m, wtype, n + 1, K, buf + K) : w0;
-        const float b0 = bias ? bias[n] : 0.0f, b1 = bias && two ? bias[n + 1] : 0.0f;
-        int64_t r = 0;
-        for (; r + 4 <= M; r += 4) {
-            const float *x0 = x + r * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
-            float a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
-            for (int64_t k = 0; k < K; k++) {
-                const float u = w0[k], v = w1[k];
-                a00 += u * x0[k]; a01 += u * x1[k]; a02 += u * x2[k]; a03 += u * x3[k];
-                a10 += v * x0[k]; a11 += v * x1[k]; a12 += v * x2[k]; a13 += v * x3[k];
+/* R tokens (x [R][K] float32) against one float32 or bf16 panel: out[r][i] = row i . x[r], float32
+ * sums in k order for each row and token, whatever R and the token's neighbours, so a token's
+ * products among several (a verify pass, prefill) equal a one-token decode's bit for bit. AVX-512:
+ * prefill.h's float tile (bf16 pairs widened in registers); otherwise plain C that the compiler
+ * vectorises across the panel's 32 rows. */
+#ifdef PF_PANELS
+#define PANEL_TOKENS PF_FTOKENS
+static void panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K, float out[][PANEL],
+                         const char *ahead, int64_t lines) {
+    const void *xr[PF_FTOKENS];
+    for (int r = 0; r < R; r++) xr[r] = x + r * K;
+    __m512 acc[PF_FTOKENS][2];
+    pf_float_tile(wtype == WT_F32 ? PK_F32 : PK_BF16_WIDEN, R, panel, xr, wtype == WT_F32 ? K : K / 2, ahead, lines, acc);
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out[r], acc[r][0]), _mm512_storeu_ps(out[r] + 16, acc[r][1]);
+}
+#else
+#define PANEL_TOKENS 4
+static inline __attribute__((always_inline)) void panel_tile_c(int64_t wtype, const uint8_t *restrict panel,
+                                                               const float *restrict x, const int R, int64_t K,
+                                                               float out[][PANEL]) {
+    float acc[PANEL_TOKENS][PANEL], odd[PANEL_TOKENS][PANEL]; /* odd: bf16 pairs' odd halves, summed apart */
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < PANEL; i++) acc[r][i] = odd[r][i] = 0.0f;
+    if (wtype == WT_F32) {
+        const float *restrict w = (const float *)panel;
+        for (int64_t k = 0; k < K; k++)
+            for (int r = 0; r < R; r++) {
+                const float xk = x[r * K + k];
+                for (int i = 0; i < PANEL; i++) acc[r][i] += w[k * PANEL + i] * xk;
             }
-            y[r * N + n] = a00 + b0; y[(r + 1) * N + n] = a01 + b0;
-            y[(r + 2) * N + n] = a02 + b0; y[(r + 3) * N + n] = a03 + b0;
-            if (two) {
-                y[r * N + n + 1] = a10 + b1; y[(r + 1) * N + n + 1] = a11 + b1;
-                y[(r + 2) * N + n + 1] = a12 + b1; y[(r + 3) * N + n + 1] = a13 + b1;
+    } else {
+        const uint32_t *restrict w = (const uint32_t *)panel;
+        for (int64_t s = 0; s < K / 2; s++)
+            for (int r = 0; r < R; r++) {
+                const float xe = x[r * K + 2 * s], xo = x[r * K + 2 * s + 1];
+                for (int i = 0; i < PANEL; i++) acc[r][i] += pair_even(w[s * PANEL + i]) * xe;
+                for (int i = 0; i < PANEL; i++) odd[r][i] += pair_odd(w[s * PANEL + i]) * xo;
+            }
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < PANEL; i++) acc[r][i] += odd[r][i];
+    }
+    for (int r = 0; r < R; r++) memcpy(out[r], acc[r], sizeof acc[r]);
+}
+
+/* One token against DECODE_STREAMS consecutive panels at once (a memory stream each): each row's
+ * sums made with panel_tile_c's operations for one token, so decode equals a verify pass bit for bit. */
+static void panel_streams_c(int64_t wtype, const uint8_t *restrict panel, int64_t bytes, const float *restrict x,
+                            int64_t K, float out[][PANEL]) {
+    float acc[4][PANEL], odd[4][PANEL];
+    for (int p = 0; p < DECODE_STREAMS; p++)
+        for (int i = 0; i < PANEL; i++) acc[p][i] = odd[p][i] = 0.0f;
+    if (wtype == WT_F32) {
+        for (int64_t k = 0; k < K; k++) {
+            const float xk = x[k];
+            for (int p = 0; p < DECODE_STREAMS; p++) {
+                const float *restrict w = (const float *)(panel + p * bytes) + k * PANEL;
+                for (int i = 0; i < PANEL; i++) acc[p][i] += w[i] * xk;
             }
         }
-        for (; r < M; r++) {
-            y[r * N + n] = dot_f32(w0, x + r * K, K) + b0;
-            if (two) y[r * N + n + 1] = dot_f32(w1, x + r * K, K) + b1;
+    } else {
+        for (int64_t s = 0; s < K / 2; s++) {
+            const float xe = x[2 * s], xo = x[2 * s + 1];
+            for (int p = 0; p < DECODE_STREAMS; p++) {
+                const uint32_t *restrict w = (const uint32_t *)(panel + p * bytes) + s * PANEL;
+                for (int i = 0; i < PANEL; i++) acc[p][i] += pair_even(w[i]) * xe;
+                for (int i = 0; i < PANEL; i++) odd[p][i] += pair_odd(w[i]) * xo;
+            }
         }
+        for (int p = 0; p < DECODE_STREAMS; p++)
+            for (int i = 0; i < PANEL; i++) acc[p][i] += odd[p][i];
+    }
+    for (int p = 0; p < DECODE_STREAMS; p++) memcpy(out[p], acc[p], sizeof acc[p]);
+}
+
+static void panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K, float out[][PANEL],
+                         const char *ahead, int64_t lines) {
+    (void)ahead, (void)lines;
+    switch (R) { /* a constant R per call: its sums stay in registers */
+    case 1: panel_tile_c(wtype, panel, x, 1, K, out); break;
+    case 2: panel_tile_c(wtype, panel, x, 2, K, out); break;
+    case 3: panel_tile_c(wtype, panel, x, 3, K, out); break;
+    default: panel_tile_c(wtype, panel, x, 4, K, out); break;
     }
 }
 #endif
+
+/* y [M][N] = x [M][K] W^T + b for a float32 or bf16 matrix, each thread taking its share of the
+ * panels (one memory stream each: a panel is contiguous), every token tile meeting a panel while it
+ * sits in the cache. Decode, a verify pass and (without AVX-512) prefill. */
+static void float_panel_products(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
+                                 int64_t N, int64_t K) {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t panels = (N + PANEL - 1) / PANEL, p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
+    const int64_t bytes = float_panel_bytes(wtype, K);
+    const int most = wtype == WT_BF16 && PANEL_TOKENS > 6 ? 6 : PANEL_TOKENS; /* bf16: 4 sums a token in registers */
+    int64_t p = p0;
+    if (M == 1) /* decode: DECODE_STREAMS panels at once, one memory stream each */
+        for (; p + DECODE_STREAMS <= p1; p += DECODE_STREAMS) {
+            float out[DECODE_STREAMS][PANEL];
+#ifdef PF_PANELS
+            __m512 sums[DECODE_STREAMS][2];
+            if (wtype == WT_F32)
+                pf_streams_token(PK_F32, DECODE_STREAMS, float_panel(m, wtype, p, K), bytes, x, K, sums);
+            else
+                pf_streams_token(PK_BF16_WIDEN, DECODE_STREAMS, float_panel(m, wtype, p, K), bytes, x, K / 2, sums);
+            for (int j = 0; j < DECODE_STREAMS; j++) _mm512_storeu_ps(out[j], sums[j][0]), _mm512_storeu_ps(out[j] + 16, sums[j][1]);
+#else
+            panel_streams_c(wtype, float_panel(m, wtype, p, K), bytes, x, K, out);
+#endif
+            for (int j = 0; j < DECODE_STREAMS; j++) {
+                const int64_t n0 = (p + j) * PANEL, rows = N - n0 < PANEL ? N - n0 : PANEL;
+                for (int64_t i = 0; i < rows; i++) y[n0 + i] = out[j][i] + (m->bias ? m->bias[n0 + i] : 0.0f);
+            }
+        }
+    for (; p < p1; p++) {
+        const int64_t n0 = p * PANEL, rows = N - n0 < PANEL ? N - n0 : PANEL;
+        const uint8_t *panel = float_panel(m, wtype, p, K);
+        const int64_t tiles = (M + most - 1) / most;
+        for (int64_t i = 0, r0 = 0; i < tiles; i++) {
+            const int R = (int)((M - r0 + (tiles - i) - 1) / (tiles - i)); /* the rest, spread evenly */
+            float out[PANEL_TOKENS][PANEL];
+            /* the next panel on its way while this one computes, a share of its lines per tile; one
+             * token leaves the contiguous stream to the hardware prefetcher (asking made decode 1.04x
+             * slower on the Zen 5 EPYC, and prefill 1.14x slower without) */
+            const int64_t all = p + 1 < p1 && M > 1 ? bytes / 64 : 0, share = (all + tiles - 1) / tiles;
+            const int64_t first = i * share < all ? i * share : all, lines = all - first < share ? all - first : share;
+            panel_tokens(wtype, panel, x + r0 * K, R, K, out, (const char *)panel + bytes + first * 64, lines);
+            for (int r = 0; r < R; r++)
+                for (int64_t j = 0; j < rows; j++) y[(r0 + r) * N + n0 + j] = out[r][j] + (m->bias ? m->bias[n0 + j] : 0.0f);
+            r0 += R;
+        }
+    }
+}
 
 /* Scratch of one forward call: `qx` shared (x quantised for the integer types), `xb` shared (x in
  * bf16 for BF16 products; NULL in decode), `buf` this thread's [8][K] floats, `panel` this thread's
@@ -426,7 +540,7 @@ typedef struct {
     uint8_t *panel;
 } Scratch;
 
-#ifdef PF_PANELS
+#if defined(PF_VNNI) || defined(PF_BF16)
 /* This thread's panels of a product (whole panels of PF_PANEL rows, split evenly). */
 static void panel_product(const Mat *m, int kind, const PfTokens *tokens, float *y, int64_t M, int64_t N, int64_t K,
                           uint8_t *panel) {
@@ -437,168 +551,43 @@ static void panel_product(const Mat *m, int kind, const PfTokens *tokens, float 
 }
 #endif
 
-#if defined(__AVX2__) && defined(__FMA__)
-/* Tokens multiplied with four rows at once: their sums, the rows' vectors and x's in registers. */
-#ifdef __AVX512F__
-#define TILE_TOKENS 4 /* 16 sums in 32 vector registers */
-#else
-#define TILE_TOKENS 2 /* 8 sums in 16 */
-#endif
-#define PREFETCH_BYTES 4096 /* how far ahead of its loads a verify pass asks for each row (into L2) */
-
-/* Four rows against J tokens (token j's x at x + j * K): y[j * ldy + r * q] = w[r] . x[j]. Each
- * weight vector is loaded once for all J tokens; every row and token keeps its own eight-lane sum,
- * added in k order and reduced by hsum8: the same operations whatever J, so a token's products
- * among several equal a one-token decode's bit for bit. f32: K % 8 == 0; bf16 pairs against x
- * de-interleaved (even weights `pair << 16`, odd ones `pair & 0xffff0000`): K % 16 == 0. */
-static inline __attribute__((always_inline)) void rows4_tile(int64_t wtype, const void *const w[4],
-                                                             const float *restrict x, const int J, int64_t K,
-                                                             float *restrict y, int64_t ldy, int64_t q,
-                                                             int prefetch) {
-    __m256 sum[TILE_TOKENS][4];
-    for (int j = 0; j < J; j++)
-        for (int r = 0; r < 4; r++) sum[j][r] = _mm256_setzero_ps();
-    if (wtype == WT_F32) {
-        const float *const *wf = (const float *const *)w;
-        for (int64_t k = 0; k < K; k += 8) {
-            if (prefetch && (k & 15) == 0) /* a line of each row, PREFETCH_BYTES ahead, into L2 */
-                for (int r = 0; r < 4; r++) __builtin_prefetch((const char *)(wf[r] + k) + PREFETCH_BYTES, 0, 1);
-            const __m256 w0 = _mm256_loadu_ps(wf[0] + k), w1 = _mm256_loadu_ps(wf[1] + k);
-            const __m256 w2 = _mm256_loadu_ps(wf[2] + k), w3 = _mm256_loadu_ps(wf[3] + k);
-            for (int j = 0; j < J; j++) {
-                __m256 xv = _mm256_loadu_ps(x + j * K + k);
-                __asm__("" : "+x"(xv)); /* x loaded once per token and kept (not folded into each row's FMA) */
-                sum[j][0] = _mm256_fmadd_ps(w0, xv, sum[j][0]);
-                sum[j][1] = _mm256_fmadd_ps(w1, xv, sum[j][1]);
-                sum[j][2] = _mm256_fmadd_ps(w2, xv, sum[j][2]);
-                sum[j][3] = _mm256_fmadd_ps(w3, xv, sum[j][3]);
-            }
-        }
-    } else {
-        const __m256i high = _mm256_set1_epi32((int)0xffff0000);
-        const int64_t half = K / 2;
-        for (int64_t p = 0; p < half; p += 8) { /* eight pairs of each row */
-            if (prefetch && (p & 15) == 0)
-                for (int r = 0; r < 4; r++)
-                    __builtin_prefetch((const char *)((const uint16_t *)w[r] + 2 * p) + PREFETCH_BYTES, 0, 1);
-            __m256 even[4], odd[4];
-            for (int r = 0; r < 4; r++) {
-                const __m256i pairs = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w[r] + 2 * p));
-                even[r] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
-                odd[r] = _mm256_castsi256_ps(_mm256_and_si256(pairs, high));
-            }
-            for (int j = 0; j < J; j++) {
-                __m256 xe = _mm256_loadu_ps(x + j * K + p), xo = _mm256_loadu_ps(x + j * K + half + p);
-                __asm__("" : "+x"(xe), "+x"(xo));
-                for (int r = 0; r < 4; r++) sum[j][r] = _mm256_fmadd_ps(odd[r], xo, _mm256_fmadd_ps(even[r], xe, sum[j][r]));
-            }
-        }
-    }
-    for (int j = 0; j < J; j++)
-        for (int r = 0; r < 4; r++) y[j * ldy + r * q] = hsum8(sum[j][r]);
-}
-
-/* rows4_tile for M tokens, in chunks of at most TILE_TOKENS (even ones: 3 + 2, not 4 + 1), each
- * chunk size compiled apart. From three tokens on, the first chunk asks for the rows' next lines
- * ahead of its loads: with that much arithmetic per weight the core stops running far enough ahead
- * for the memory stream, and the products then add to the stream's time instead of hiding in it. */
-static void rows4_tokens(int64_t wtype, const void *const w[4], const float *restrict x, int64_t M, int64_t K,
-                         float *restrict y, int64_t ldy, int64_t q) {
-    const int64_t chunks = (M + TILE_TOKENS - 1) / TILE_TOKENS;
-    for (int64_t c = 0, j = 0; c < chunks; c++) {
-        const int J = (int)(M / chunks + (c < M % chunks)), pf = c == 0 && M >= 3;
-        const float *xj = x + j * K;
-        float *yj = y + j * ldy;
-        switch (J) {
-        case 1: rows4_tile(wtype, w, xj, 1, K, yj, ldy, q, pf); break;
-        case 2: rows4_tile(wtype, w, xj, 2, K, yj, ldy, q, pf); break;
-#if TILE_TOKENS > 2
-        case 3: rows4_tile(wtype, w, xj, 3, K, yj, ldy, q, pf); break;
-        default: rows4_tile(wtype, w, xj, 4, K, yj, ldy, q, pf); break;
-#else
-        default: break;
-#endif
-        }
-        j += J;
-    }
-}
-#endif
-
-/* Decode's products for M tokens (rows of x [M][K]): each thread takes its block of rows of W and
- * walks four quarters of it at once (four memory streams per core, as kernels/gemv.c); each group
- * of four rows comes from memory once and meets every token while it sits in the cache. Each
- * token's products are the ones a one-token decode makes, bit for bit (M == 1 is decode itself):
- * a speculative verify pass checks M drafted tokens for about one token's weight traffic.
- * `qx` holds M rows of x quantised (integer types); `buf` is this thread's [M + 1][K]: a widened
- * row, then each token's x de-interleaved (bf16 pairs). Called by every thread of the region. */
+/* Decode's products for M tokens (rows of x [M][K]). Each token's products are the ones a one-token
+ * decode makes, bit for bit (M == 1 is decode itself): a speculative verify pass checks M drafted
+ * tokens for about one token's weight traffic. Float32 and bf16: the panels (float_panel_products).
+ * int8 and 4-bit: each thread takes its block of rows of W and walks four quarters of it at once
+ * (four memory streams per core, as kernels/gemv.c); each group of four rows comes from memory once
+ * and meets every token while it sits in the cache. `qx` holds M rows of x quantised. Called by
+ * every thread of the region. */
 static void decode_products(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
-                            int64_t N, int64_t K, const QuantX *qx, float *restrict buf) {
+                            int64_t N, int64_t K, const QuantX *qx) {
+    if (wtype == WT_F32 || wtype == WT_BF16) {
+        float_panel_products(m, wtype, x, y, M, N, K);
+        return;
+    }
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
     const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
-    const float *bias = m->bias;
+    const int64_t blocks = K / QBLOCK;
     float out[4];
-    if (wtype == WT_I8 || wtype == WT_Q4) {
-        const int64_t blocks = K / QBLOCK;
-        #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
-        for (int64_t rb = 0; rb < M * blocks; rb++) {
-            const QuantX row = quant_row(qx, rb / blocks, K);
-            quantise_block(x + rb / blocks * K, &row, blocks, rb % blocks, wtype == WT_Q4);
-        }
-        for (int64_t i = lo; i < lo + q; i++)
-            for (int64_t r = 0; r < M; r++) {
-                const QuantX row = quant_row(qx, r, K);
-                quant_dot4(m, wtype, i, q, K, &row, out);
-                for (int64_t j = 0; j < 4; j++) y[r * N + i + j * q] = out[j];
-            }
-        for (int64_t n = lo + 4 * q; n < hi; n++)
-            for (int64_t r = 0; r < M; r++) {
-                const QuantX row = quant_row(qx, r, K);
-                y[r * N + n] = quant_dot(m, wtype, n, K, &row);
-            }
-    } else {
-        const int pairs = wtype == WT_BF16 && K % 2 == 0;
-        float *xd = buf + K; /* each token's x de-interleaved (widen_row uses buf[0, K)) */
-        if (pairs)
-            for (int64_t r = 0; r < M; r++) bf16_deinterleave(x + r * K, xd + r * K, K);
-#if defined(__AVX2__) && defined(__FMA__)
-        const int tiled = wtype == WT_F32 ? K % 8 == 0 : pairs && K % 16 == 0; /* decode's products, any M */
-#else
-        const int tiled = 0;
-#endif
-        for (int64_t i = lo; i < lo + q && tiled; i++) {
-#if defined(__AVX2__) && defined(__FMA__)
-            const size_t bytes = wtype == WT_F32 ? sizeof(float) : sizeof(uint16_t);
-            const void *w[4];
-            for (int j = 0; j < 4; j++) w[j] = (const char *)m->w + (i + j * q) * K * bytes;
-            rows4_tokens(wtype, w, wtype == WT_F32 ? x : xd, M, K, y + i, N, q);
-#endif
-        }
-        for (int64_t i = lo; i < lo + q && !tiled; i++) {
-            const int64_t r0 = i, r1 = i + q, r2 = i + 2 * q, r3 = i + 3 * q;
-            for (int64_t r = 0; r < M; r++) {
-                if (wtype == WT_F32) {
-                    const float *w = (const float *)m->w;
-                    rows4_f32(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x + r * K, K, out);
-                } else if (pairs) {
-                    const uint16_t *w = (const uint16_t *)m->w;
-                    rows4_bf16_pairs(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, xd + r * K, K, out);
-                } else {
-                    const uint16_t *w = (const uint16_t *)m->w;
-                    rows4_bf16(w + r0 * K, w + r1 * K, w + r2 * K, w + r3 * K, x + r * K, K, out);
-                }
-                float *yr = y + r * N;
-                yr[r0] = out[0]; yr[r1] = out[1]; yr[r2] = out[2]; yr[r3] = out[3];
-            }
-        }
-        for (int64_t n = lo + 4 * q; n < hi; n++) {
-            const float *w = widen_row(m, wtype, n, K, buf);
-            for (int64_t r = 0; r < M; r++) y[r * N + n] = dot_f32(w, x + r * K, K);
-        }
+    #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
+    for (int64_t rb = 0; rb < M * blocks; rb++) {
+        const QuantX row = quant_row(qx, rb / blocks, K);
+        quantise_block(x + rb / blocks * K, &row, blocks, rb % blocks, wtype == WT_Q4);
     }
-    if (bias)
+    for (int64_t i = lo; i < lo + q; i++)
+        for (int64_t r = 0; r < M; r++) {
+            const QuantX row = quant_row(qx, r, K);
+            quant_dot4(m, wtype, i, q, K, &row, out);
+            for (int64_t j = 0; j < 4; j++) y[r * N + i + j * q] = out[j];
+        }
+    for (int64_t n = lo + 4 * q; n < hi; n++)
+        for (int64_t r = 0; r < M; r++) {
+            const QuantX row = quant_row(qx, r, K);
+            y[r * N + n] = quant_dot(m, wtype, n, K, &row);
+        }
+    if (m->bias)
         for (int64_t r = 0; r < M; r++)
-            for (int64_t n = lo; n < hi; n++) y[r * N + n] += bias[n];
+            for (int64_t n = lo; n < hi; n++) y[r * N + n] += m->bias[n];
 }
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
  * parallel region, each taking its block of rows of W; ends with a barrier. One token (decode)
@@ -607,13 +596,12 @@ static void decode_products(const Mat *m, int64_t wtype, const float *restrict x
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                    int64_t N, int64_t K, const Scratch *sc, int exact) {
     const QuantX *qx = sc->qx;
-    float *restrict buf = sc->buf;
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
     const float *bias = m->bias;
-    (void)lo; (void)hi; (void)bias; /* the plain paths' (builds without AVX-512 panels) */
+    (void)lo; (void)hi; (void)bias; /* the plain paths' (builds without AVX-512 VNNI) */
     if (M == 1 || exact) {
-        decode_products(m, wtype, x, y, M, N, K, qx, buf);
+        decode_products(m, wtype, x, y, M, N, K, qx);
     } else if (wtype == WT_I8 || wtype == WT_Q4) {
 #ifdef PF_VNNI
         #pragma omp for schedule(static) /* x quantised as decode does, in plain order, with its sums */
@@ -639,20 +627,15 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
         }
 #endif
     } else {
-#if defined(PF_PANELS)
-        int kind = wtype == WT_F32 ? PK_F32 : PK_BF16_WIDEN;
 #ifdef PF_BF16
-        if (wtype == WT_BF16) {
-            kind = PK_BF16_DP;
-            #pragma omp for schedule(static) /* the tokens rounded to bf16 once for every row's products */
+        if (wtype == WT_BF16) { /* BF16 products: the tokens rounded to bf16 once for every row's */
+            #pragma omp for schedule(static)
             for (int64_t r = 0; r < M; r++) pf_to_bf16_row(x + r * K, sc->xb + r * K, K);
-        }
+            const PfTokens tokens = {x, sc->xb, NULL, NULL};
+            panel_product(m, PK_BF16_DP, &tokens, y, M, N, K, sc->panel);
+        } else
 #endif
-        const PfTokens tokens = {x, kind == PK_BF16_DP ? (const void *)sc->xb : (const void *)x, NULL, NULL};
-        panel_product(m, kind, &tokens, y, M, N, K, sc->panel);
-#else
-        float_rows_2x4(m, wtype, x, y, bias, M, N, K, lo, hi, buf);
-#endif
+        float_panel_products(m, wtype, x, y, M, N, K); /* decode's own products: prefill computes alike */
     }
     #pragma omp barrier
 }

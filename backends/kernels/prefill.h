@@ -145,8 +145,8 @@ static inline __attribute__((always_inline)) void pf_tile_float(int kind, int R,
                                                                 const void *const x[PF_FTOKENS], int64_t steps,
                                                                 const char *ahead, int64_t lines,
                                                                 __m512 out[PF_FTOKENS][2]) {
-    __m512 acc[PF_FTOKENS][2];
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    __m512 acc[PF_FTOKENS][2], odd[PF_FTOKENS][2]; /* odd: the widened pairs' odd halves' own sums */
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = odd[r][0] = odd[r][1] = _mm512_setzero_ps();
     const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
     for (int64_t s = 0; s < steps; s++) {
         if (s < lines) _mm_prefetch(ahead + s * 64, PF_HINT); /* the next panel's rows, a line a step */
@@ -163,8 +163,8 @@ static inline __attribute__((always_inline)) void pf_tile_float(int kind, int R,
             const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)), o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, high));
             for (int r = 0; r < R; r++) {
                 const __m512 xe = _mm512_set1_ps(((const float *)x[r])[2 * s]), xo = _mm512_set1_ps(((const float *)x[r])[2 * s + 1]);
-                acc[r][0] = _mm512_fmadd_ps(o0, xo, _mm512_fmadd_ps(e0, xe, acc[r][0]));
-                acc[r][1] = _mm512_fmadd_ps(o1, xo, _mm512_fmadd_ps(e1, xe, acc[r][1]));
+                acc[r][0] = _mm512_fmadd_ps(e0, xe, acc[r][0]), odd[r][0] = _mm512_fmadd_ps(o0, xo, odd[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(e1, xe, acc[r][1]), odd[r][1] = _mm512_fmadd_ps(o1, xo, odd[r][1]);
             }
         }
 #ifdef PF_BF16
@@ -179,7 +179,42 @@ static inline __attribute__((always_inline)) void pf_tile_float(int kind, int R,
         }
 #endif
     }
+    if (kind == PK_BF16_WIDEN) /* two chains of multiply-adds per row vector, not one twice as long */
+        for (int r = 0; r < R; r++) acc[r][0] = _mm512_add_ps(acc[r][0], odd[r][0]), acc[r][1] = _mm512_add_ps(acc[r][1], odd[r][1]);
     for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
+}
+
+/* One token against S consecutive panels at once (S memory streams, for decode): each row's sums are
+ * made with exactly pf_tile_float's operations for one token (kind PK_F32 or PK_BF16_WIDEN), so a
+ * decoded token's products equal the same token's among several (a verify pass) bit for bit. */
+static inline __attribute__((always_inline)) void pf_streams_token(int kind, int S, const uint8_t *restrict panel,
+                                                                   int64_t panel_bytes, const float *restrict x,
+                                                                   int64_t steps, __m512 out[][2]) {
+    __m512 acc[4][2], odd[4][2];
+    for (int p = 0; p < S; p++) acc[p][0] = acc[p][1] = odd[p][0] = odd[p][1] = _mm512_setzero_ps();
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+    for (int64_t s = 0; s < steps; s++) {
+        if (kind == PK_F32) {
+            const __m512 xb = _mm512_set1_ps(x[s]);
+            for (int p = 0; p < S; p++) {
+                const float *w = (const float *)(panel + p * panel_bytes) + s * 32;
+                acc[p][0] = _mm512_fmadd_ps(_mm512_loadu_ps(w), xb, acc[p][0]);
+                acc[p][1] = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16), xb, acc[p][1]);
+            }
+        } else {
+            const __m512 xe = _mm512_set1_ps(x[2 * s]), xo = _mm512_set1_ps(x[2 * s + 1]);
+            for (int p = 0; p < S; p++) {
+                const uint8_t *w = panel + p * panel_bytes + s * 128;
+                const __m512i w0 = _mm512_loadu_si512((const void *)w), w1 = _mm512_loadu_si512((const void *)(w + 64));
+                acc[p][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), xe, acc[p][0]);
+                odd[p][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w0, high)), xo, odd[p][0]);
+                acc[p][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)), xe, acc[p][1]);
+                odd[p][1] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w1, high)), xo, odd[p][1]);
+            }
+        }
+    }
+    for (int p = 0; p < S; p++)
+        for (int h = 0; h < 2; h++) out[p][h] = kind == PK_F32 ? acc[p][h] : _mm512_add_ps(acc[p][h], odd[p][h]);
 }
 
 /* pf_tile_float for any R <= PF_FTOKENS: a constant kind and R per call, so each tile's loops
@@ -321,15 +356,17 @@ static inline size_t pf_panel_scratch(int64_t K) {
     return (size_t)(K + 16) * 32 * 4 + (size_t)PF_PANEL * K + (size_t)(K / QBLOCK + 1) * PF_PANEL * 2 * sizeof(float) + 64;
 }
 
-/* Rows [lo, hi) of W [N][K] (lo a multiple of PF_PANEL) against the tokens, panel by panel: pack
- * (the next panel's rows prefetched meanwhile), then every tile of tokens. `row_scale` is int8's per
- * row; q4's scales are in its records. */
+/* Rows [lo, hi) of W (lo a multiple of PF_PANEL) against the tokens, panel by panel, then every tile
+ * of tokens: bf16 weights lie as panels already (gpt2_step.c's float_panel); int8 and 4-bit rows
+ * [N][K] are packed into one per panel (the next panel's rows prefetched meanwhile). `row_scale` is
+ * int8's per row; q4's scales are in its records. */
+__attribute__((unused)) /* builds without VNNI or BF16 products call none */
 static void pf_gemm_panels(int kind, const void *W, const float *row_scale, const PfTokens *tk, float *y,
                            const float *bias, int64_t M, int64_t N, int64_t K, int64_t lo, int64_t hi, uint8_t *scratch) {
     const int64_t blocks = K / QBLOCK;
-    const int bf16 = kind == PK_BF16_DP || kind == PK_BF16_WIDEN, odd = bf16 && K % 2;
-    const int64_t row_bytes = kind == PK_F32 ? 4 * K : bf16 ? 2 * K : kind == PK_I8 ? K : blocks * Q4_BLOCK_BYTES;
-    const int64_t pack_bytes = kind == PK_Q4 ? K : odd ? row_bytes - 2 : row_bytes; /* bf16 in whole pairs */
+    const int bf16 = kind == PK_BF16_DP || kind == PK_BF16_WIDEN;
+    const int64_t row_bytes = kind == PK_I8 ? K : blocks * Q4_BLOCK_BYTES; /* the integer types' rows */
+    const int64_t pack_bytes = kind == PK_Q4 ? K : row_bytes;
     uint8_t *panel = scratch, *unpacked = scratch + (K + 16) * 32 * 4;
     float *q4_scales = (float *)(unpacked + PF_PANEL * K); /* [PF_PANEL][blocks] */
     float *bscale = q4_scales + PF_PANEL * blocks;          /* [blocks][PF_PANEL] */
@@ -337,6 +374,14 @@ static void pf_gemm_panels(int kind, const void *W, const float *row_scale, cons
         const int rows = hi - n0 < PF_PANEL ? (int)(hi - n0) : PF_PANEL;
         const uint8_t *src[PF_PANEL];
         float rs[PF_PANEL], bs[PF_PANEL];
+        if (bf16) { /* stored as panels already (gpt2_step.c's float_panel): the tiles read them as they lie */
+            const int64_t bytes = K / 2 * PF_PANEL * 4;
+            const uint8_t *own = (const uint8_t *)W + n0 / PF_PANEL * bytes;
+            for (int i = 0; i < PF_PANEL; i++) rs[i] = 1.0f, bs[i] = bias && i < rows ? bias[n0 + i] : 0.0f;
+            pf_panel_tiles(kind, own, NULL, tk, y, rs, bs, rows, n0, M, N, K, (const char *)own + bytes,
+                           n0 + PF_PANEL < hi ? bytes : 0);
+            continue;
+        }
         for (int i = 0; i < PF_PANEL; i++) {
             const int64_t n = n0 + (i < rows ? i : rows - 1); /* a short panel repeats its last row */
             rs[i] = kind == PK_I8 ? row_scale[n] : 1.0f;
@@ -358,11 +403,6 @@ static void pf_gemm_panels(int kind, const void *W, const float *row_scale, cons
         /* the next panel's rows (one stretch of memory) on their way while this one computes */
         const int64_t next = n0 + PF_AHEAD * PF_PANEL, ahead = next < hi ? (hi - next < PF_PANEL ? hi - next : PF_PANEL) * row_bytes : 0;
         pf_panel_tiles(kind, panel, bscale, tk, y, rs, bs, rows, n0, M, N, K, (const char *)W + next * row_bytes, ahead);
-        if (odd) /* bf16 pairs end one element short of an odd K: the last column's products */
-            for (int64_t t = 0; t < M; t++) {
-                const float last = kind == PK_BF16_DP ? bf16_to_f32(((const uint16_t *)tk->x)[t * K + K - 1]) : tk->xf[t * K + K - 1];
-                for (int i = 0; i < rows; i++) y[t * N + n0 + i] += bf16_to_f32(((const uint16_t *)W)[(n0 + i) * K + K - 1]) * last;
-            }
     }
 }
 

@@ -59,6 +59,8 @@ class NativeEngine(Engine):
             raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {2 * QBLOCK}")
         if self.wtype == WeightType.I8 and (config.n_embd % QBLOCK or config.n_inner % QBLOCK):
             raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {QBLOCK}")
+        if self.wtype == WeightType.BF16 and (config.n_embd % 2 or config.n_inner % 2):
+            raise ValueError(f"{self.name} needs even n_embd and n_inner (its panels hold whole bf16 pairs)")
         progress("preparing the native step (built on first use only)", None)
         try:
             lib = library()

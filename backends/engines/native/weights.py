@@ -1,4 +1,5 @@
-"""GPT-2's matrices in the layouts gpt2_step.c reads: [out, in] rows at a stored type.
+"""GPT-2's matrices in the layouts gpt2_step.c reads: float32 and bf16 as panels of 32 rows (to_panels),
+int8 and 4-bit as [out, in] rows.
 
 Pure numpy on the mmapped safetensors (HF's Conv1D stores [in, out], so the layer matrices are
 transposed once here; the tied wte is already [vocab, d]). Shapes: N rows (out), K columns (in).
@@ -12,6 +13,7 @@ from enum import IntEnum
 import numpy as np
 
 QBLOCK = 32  # q4 block along `in` (gpt2_step.c's QBLOCK)
+PANEL = 32  # rows per panel of a float32 or bf16 matrix (gpt2_step.c's PANEL)
 
 
 class WeightType(IntEnum):
@@ -25,7 +27,8 @@ class WeightType(IntEnum):
 
 @dataclass
 class StoredMatrix:
-    """One [N, K] matrix at its stored type: `data` (q4: [N, K/32 * 20] bytes of records), `scale` (i8: [N])."""
+    """One [N, K] matrix at its stored type: `data` (float32 and bf16: to_panels' [ceil(N/32), K * 32]; int8:
+    [N, K]; q4: [N, K/32 * 20] bytes of records), `scale` (i8: [N])."""
 
     data: np.ndarray
     scale: np.ndarray | None
@@ -34,6 +37,27 @@ class StoredMatrix:
     @property
     def nbytes(self) -> int:
         return self.data.nbytes + (0 if self.scale is None else self.scale.nbytes)
+
+
+def to_panels(rows: np.ndarray) -> np.ndarray:
+    """[N, K] float32, or bf16 bits with K even -> the panels gpt2_step.c reads: 32 rows at a time (the
+    last padded with zero rows), each [K / e][32 rows][e] (e = 1 float32, 2 bf16: each row's 4 bytes
+    of a step side by side), as [ceil(N / 32), K * 32] of the same dtype, in a new array."""
+    n, k = rows.shape
+    e = 4 // rows.dtype.itemsize
+    if k % e:
+        raise ValueError(f"bf16 panels take rows of an even length (got {k})")
+    panels = -(-n // PANEL)
+    padded = np.zeros((panels * PANEL, k), rows.dtype)
+    padded[:n] = rows
+    grouped = padded.reshape(panels, PANEL, k // e, e).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(grouped).reshape(panels, k * PANEL)
+
+
+def from_panels(data: np.ndarray, n: int, k: int) -> np.ndarray:
+    """to_panels' [N, K] rows again (a reference for tests)."""
+    e = 4 // data.dtype.itemsize
+    return data.reshape(-1, k // e, PANEL, e).transpose(0, 2, 1, 3).reshape(-1, k)[:n]
 
 
 def to_bf16_bits(w: np.ndarray) -> np.ndarray:  # float32 [N, K] -> uint16 [N, K], round to nearest even
@@ -114,9 +138,9 @@ def unpack_q4(records: np.ndarray, k: int) -> np.ndarray:  # uint8 [N, K/32 * 20
 def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> StoredMatrix:
     """A float32 [N, K] matrix (any strides) at `wtype`, in new arrays (never a view of `w_out_in`)."""
     if wtype == WeightType.F32:
-        return StoredMatrix(np.array(w_out_in, dtype=np.float32, order="C", copy=True), None, bias)
+        return StoredMatrix(to_panels(np.asarray(w_out_in, dtype=np.float32)), None, bias)
     if wtype == WeightType.BF16:
-        return StoredMatrix(to_bf16_bits(w_out_in), None, bias)
+        return StoredMatrix(to_panels(to_bf16_bits(w_out_in)), None, bias)
     w = np.ascontiguousarray(w_out_in, dtype=np.float32)
     if wtype == WeightType.I8:
         return StoredMatrix(*quantise_rows_i8(w), bias)
