@@ -1,8 +1,9 @@
 /* Prefill's matrix products: T > 1 tokens against one weight matrix as a GEMM, not T GEMVs.
  *
- * Each thread takes a block of the matrix's rows, 32 at a time (a panel). A panel is repacked into
- * the thread's scratch as [K / e][2][16 rows][e elements of 4 bytes] (e = 1 float32, 2 bf16, 4
- * int8): one 64-byte vector per step holds the same 4 bytes of 16 rows, so a token's 4 bytes,
+ * Each thread takes a block of the matrix's rows, 32 at a time (a panel) as [K / e][2][16 rows][e
+ * elements of 4 bytes] (e = 1 float32, 2 bf16, 4 int8): float32 and bf16 matrices are stored so
+ * (gpt2_step.c's float_panel); int8 and 4-bit rows are repacked into the thread's scratch per panel.
+ * One 64-byte vector per step holds the same 4 bytes of 16 rows, so a token's 4 bytes,
  * broadcast, multiply 16 rows at once with no sums across lanes. The panel stays in the cache
  * while every token of the prompt passes over it (a tile of up to 12 tokens at a time), so each
  * weight is read from memory once per prefill and used T times, and the next panel's rows are
