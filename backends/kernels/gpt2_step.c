@@ -355,8 +355,8 @@ static void quant_dot4(const Mat *m, int64_t wtype, int64_t n, int64_t q, int64_
 /* Float32 and bf16 matrices are stored as panels (weights.py's to_panels): 32 rows at a time (the
  * last padded with zero rows), each panel [K / e][32 rows][e] (e = 1 float32, 2 bf16; K even for
  * bf16), so 4 bytes of 32 rows lie in 128 contiguous bytes. Decode streams a panel with a token's
- * x broadcast against 32 rows at once; prefill's GEMM tiles read the same panels as they lie (they
- * were repacked into this layout per prefill, 19-21% of its products' time). */
+ * x broadcast against 32 rows at once; prefill's GEMM tiles read the same panels as they lie, so
+ * no prefill repacks them (repacking rows took 19-21% of its products' time). */
 #define PANEL 32
 #define DECODE_STREAMS 4 /* panels one decoded token streams at once (one stream: 1.02-1.10x slower) */
 static inline int64_t float_panel_bytes(int64_t wtype, int64_t K) { return (wtype == WT_F32 ? K : K / 2) * PANEL * 4; }
@@ -726,7 +726,8 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
 #define ATT_BYTES(S, hd) ((size_t)0)
 #endif
 
-#define DECODE_BF16_PATH "bf16 widened in registers, float32 sums"
+#define DECODE_FLOAT_PATH "four panels of 32 rows streamed at once"
+#define DECODE_BF16_PATH "bf16 widened in registers, float32 sums, " DECODE_FLOAT_PATH
 #if defined(__AVX2__) && defined(__FMA__)
 #define DECODE_INT_PATH "avx2 maddubs row streams (int8 activations per block of 32)"
 #else
@@ -861,9 +862,9 @@ const char *gpt2_paths(int wtype) {
     switch (wtype) {
     case WT_F32:
 #if defined(PF_PANELS)
-        return "prefill: avx512f float32 GEMM (panels of 32 rows, tiles of up to 12 tokens); decode: float32 row streams";
+        return "prefill: avx512f float32 GEMM on the stored panels of 32 rows (tiles of up to 12 tokens); decode: " DECODE_FLOAT_PATH;
 #else
-        return "prefill: float32 tiles of 2 rows x 4 tokens (no AVX-512 on this CPU); decode: float32 row streams";
+        return "prefill: float32 panel tiles of 4 tokens in plain C (no AVX-512 on this CPU); decode: " DECODE_FLOAT_PATH;
 #endif
     case WT_BF16:
 #if defined(PF_BF16)
@@ -871,7 +872,7 @@ const char *gpt2_paths(int wtype) {
 #elif defined(PF_PANELS)
         return "prefill: avx512f GEMM, bf16 pairs widened to float32 in registers (no BF16 products on this CPU); decode: " DECODE_BF16_PATH;
 #else
-        return "prefill: bf16 rows widened to float32, tiles of 2 rows x 4 tokens (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
+        return "prefill: bf16 pairs widened to float32, panel tiles of 4 tokens in plain C (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
 #endif
     default:
 #if defined(PF_VNNI)
