@@ -19,13 +19,11 @@
  * 4 do): widening every weight to float32 made the products compute-bound on AVX2.
  * Everything else (embeddings, norms, biases, the KV cache, attention) is float32.
  *
- * Decode (T == 1) streams each matrix once: every thread takes a block of rows and walks four
- * quarters of it at once (four memory streams per core, as kernels/gemv.c). Prefill (T > 1)
- * widens two float32/bf16 weight rows at a time into a thread's buffer and multiplies them with
- * four tokens at once (compute-bound: each weight is used T times); int8/q4 prefill makes
- * decode's integer products token by token, so prefill, decode and scoring compute alike.
- * A verify pass (`exact`, speculative decoding) makes decode's own products for each of its T
- * tokens, reading each group of rows once for all of them (decode_products).
+ * Decode (T == 1) streams each matrix once, four memory streams per core: float32 and bf16 as
+ * panels of 32 rows (four panels at once), int8 and q4 as rows (four quarters of a thread's rows
+ * at once, as kernels/gemv.c). Prefill (T > 1) is a GEMM (prefill.h; compute-bound: each weight is
+ * used T times). A verify pass (`exact`, speculative decoding) makes decode's own products for each
+ * of its T tokens, reading the weights once for all of them (decode_products).
  *
  * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
  * inner loops for the CPU at hand; the hand-written AVX2 parts (the int8 and q4 x int8 products,
@@ -444,7 +442,7 @@ static inline __attribute__((always_inline)) void panel_tile_c(int64_t wtype, co
  * sums made with panel_tile_c's operations for one token, so decode equals a verify pass bit for bit. */
 static void panel_streams_c(int64_t wtype, const uint8_t *restrict panel, int64_t bytes, const float *restrict x,
                             int64_t K, float out[][PANEL]) {
-    float acc[4][PANEL], odd[4][PANEL];
+    float acc[DECODE_STREAMS][PANEL], odd[DECODE_STREAMS][PANEL];
     for (int p = 0; p < DECODE_STREAMS; p++)
         for (int i = 0; i < PANEL; i++) acc[p][i] = odd[p][i] = 0.0f;
     if (wtype == WT_F32) {
@@ -482,6 +480,11 @@ static void panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, in
 }
 #endif
 
+/* A panel's sums for one token into its row of y (n0 .. n0 + rows), with the bias. */
+static inline void panel_store(const float sums[PANEL], const float *bias, float *restrict y, int64_t n0, int64_t rows) {
+    for (int64_t i = 0; i < rows; i++) y[n0 + i] = sums[i] + (bias ? bias[n0 + i] : 0.0f);
+}
+
 /* y [M][N] = x [M][K] W^T + b for a float32 or bf16 matrix, each thread taking its share of the
  * panels (one memory stream each: a panel is contiguous), every token tile meeting a panel while it
  * sits in the cache. Decode, a verify pass and (without AVX-512) prefill. */
@@ -506,8 +509,8 @@ static void float_panel_products(const Mat *m, int64_t wtype, const float *restr
             panel_streams_c(wtype, float_panel(m, wtype, p, K), bytes, x, K, out);
 #endif
             for (int j = 0; j < DECODE_STREAMS; j++) {
-                const int64_t n0 = (p + j) * PANEL, rows = N - n0 < PANEL ? N - n0 : PANEL;
-                for (int64_t i = 0; i < rows; i++) y[n0 + i] = out[j][i] + (m->bias ? m->bias[n0 + i] : 0.0f);
+                const int64_t n0 = (p + j) * PANEL;
+                panel_store(out[j], m->bias, y, n0, N - n0 < PANEL ? N - n0 : PANEL);
             }
         }
     for (; p < p1; p++) {
@@ -523,20 +526,18 @@ static void float_panel_products(const Mat *m, int64_t wtype, const float *restr
             const int64_t all = p + 1 < p1 && M > 1 ? bytes / 64 : 0, share = (all + tiles - 1) / tiles;
             const int64_t first = i * share < all ? i * share : all, lines = all - first < share ? all - first : share;
             panel_tokens(wtype, panel, x + r0 * K, R, K, out, (const char *)panel + bytes + first * 64, lines);
-            for (int r = 0; r < R; r++)
-                for (int64_t j = 0; j < rows; j++) y[(r0 + r) * N + n0 + j] = out[r][j] + (m->bias ? m->bias[n0 + j] : 0.0f);
+            for (int r = 0; r < R; r++) panel_store(out[r], m->bias, y + (r0 + r) * N, n0, rows);
             r0 += R;
         }
     }
 }
 
 /* Scratch of one forward call: `qx` shared (x quantised for the integer types), `xb` shared (x in
- * bf16 for BF16 products; NULL in decode), `buf` this thread's [8][K] floats, `panel` this thread's
- * bytes for the integer panels (NULL in decode). */
+ * bf16 for BF16 products; NULL in decode), `panel` this thread's bytes for the integer panels (NULL
+ * in decode). */
 typedef struct {
     const QuantX *qx;
     uint16_t *xb;
-    float *buf;
     uint8_t *panel;
 } Scratch;
 
@@ -592,7 +593,7 @@ static void decode_products(const Mat *m, int64_t wtype, const float *restrict x
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
  * parallel region, each taking its block of rows of W; ends with a barrier. One token (decode)
  * streams W once; more (prefill, scoring) take prefill.h's GEMMs where this CPU has them.
- * `exact`: decode's products for every row of x (decode_products; `sc->buf` then holds [M + 1][K]). */
+ * `exact`: decode's products for every row of x (decode_products). */
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                    int64_t N, int64_t K, const Scratch *sc, int exact) {
     const QuantX *qx = sc->qx;
@@ -714,10 +715,6 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
         }
 }
 
-/* Each thread's float scratch, in rows of the widest K: decode's widened row and x de-interleaved,
- * or two widened rows of the plain tiles. (Larger, it came from mmap, and its page faults landed on
- * every decoded token.) */
-#define BUF_ROWS 2
 #ifdef PF_PANELS
 #define PANEL_BYTES(K) pf_panel_scratch(K)
 #define ATT_BYTES(S, hd) att_scratch(S, hd)
@@ -756,8 +753,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     float *x = malloc(sizeof(float) * T * d), *h = malloc(sizeof(float) * T * d);
     float *big = malloc(sizeof(float) * T * widest), *att = malloc(sizeof(float) * T * d);
     float *scores = malloc(sizeof(float) * threads * md->max_seq);
-    const int64_t per_thread = (exact ? T + 1 : BUF_ROWS) * widest; /* matmul's buf */
-    float *bufs = malloc(sizeof(float) * threads * per_thread);
+    float *rows = malloc(sizeof(float) * threads * d); /* each thread's embedding row, widened */
     const int64_t blocks = T * (widest / QBLOCK) + 1; /* x quantised: T rows of up to `widest` */
     QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
                  T > 1 ? malloc(sizeof(int32_t) * blocks) : NULL};
@@ -767,7 +763,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     uint8_t *panels = T > 1 ? malloc(panel_bytes * threads) : NULL;
     const size_t tile_bytes = T >= ATT_MIN_TILED && !exact ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
     uint8_t *tiles = tile_bytes ? malloc(tile_bytes * threads) : NULL;
-    int failed = !x || !h || !big || !att || !scores || !bufs || !qx.q || !qx.scale || !qx.offset ||
+    int failed = !x || !h || !big || !att || !scores || !rows || !qx.q || !qx.scale || !qx.offset ||
                  (T > 1 && (!qx.sum || !xb || (panel_bytes && !panels))) || (tile_bytes && !tiles);
     if (!failed) {
         const int timing = md->timers != NULL;
@@ -775,8 +771,8 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
         {
             int64_t t0 = timing ? now_ns() : 0;
             const int main_thread = omp_get_thread_num() == 0;
-            float *buf = bufs + omp_get_thread_num() * per_thread;
-            const Scratch sc = {&qx, xb, buf, panels ? panels + omp_get_thread_num() * panel_bytes : NULL};
+            float *buf = rows + omp_get_thread_num() * d;
+            const Scratch sc = {&qx, xb, panels ? panels + omp_get_thread_num() * panel_bytes : NULL};
             #pragma omp for schedule(static)
             for (int64_t t = 0; t < T; t++) { /* the embedding is the lm_head's row, at its stored type */
                 const float *row = widen_row(&md->lm_head, wt, ids[t], d, buf);
@@ -822,7 +818,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             if (main_thread) TICK(T_MATMUL);
         }
     }
-    free(x); free(h); free(big); free(att); free(scores); free(bufs); free(qx.q); free(qx.scale); free(qx.offset);
+    free(x); free(h); free(big); free(att); free(scores); free(rows); free(qx.q); free(qx.scale); free(qx.offset);
     free(qx.sum); free(xb); free(panels); free(tiles);
     return failed ? -1 : 0;
 }
@@ -834,21 +830,20 @@ int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M
     const int threads = omp_get_max_threads();
     const int64_t blocks = M * (K / QBLOCK) + 1;
     const size_t panel_bytes = PANEL_BYTES(K);
-    float *bufs = malloc(sizeof(float) * threads * BUF_ROWS * K);
     QuantX qx = {malloc(M * K + 64), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
                  malloc(sizeof(int32_t) * blocks)};
     uint16_t *xb = malloc(sizeof(uint16_t) * M * K + 64);
     uint8_t *panels = panel_bytes ? malloc(panel_bytes * threads) : NULL;
-    const int failed = !bufs || !qx.q || !qx.scale || !qx.offset || !qx.sum || !xb || (panel_bytes && !panels);
+    const int failed = !qx.q || !qx.scale || !qx.offset || !qx.sum || !xb || (panel_bytes && !panels);
     if (!failed) {
         #pragma omp parallel
         {
             const int t = omp_get_thread_num();
-            const Scratch sc = {&qx, xb, bufs + t * BUF_ROWS * K, panels ? panels + t * panel_bytes : NULL};
+            const Scratch sc = {&qx, xb, panels ? panels + t * panel_bytes : NULL};
             matmul(m, wtype, x, y, M, N, K, &sc, 0);
         }
     }
-    free(bufs); free(qx.q); free(qx.scale); free(qx.offset); free(qx.sum); free(xb); free(panels);
+    free(qx.q); free(qx.scale); free(qx.offset); free(qx.sum); free(xb); free(panels);
     return failed ? -1 : 0;
 }
 

@@ -365,7 +365,7 @@ __attribute__((unused)) /* builds without VNNI or BF16 products call none */
 static void pf_gemm_panels(int kind, const void *W, const float *row_scale, const PfTokens *tk, float *y,
                            const float *bias, int64_t M, int64_t N, int64_t K, int64_t lo, int64_t hi, uint8_t *scratch) {
     const int64_t blocks = K / QBLOCK;
-    const int bf16 = kind == PK_BF16_DP || kind == PK_BF16_WIDEN;
+    const int bf16 = kind == PK_BF16_DP; /* the float kinds' own products are gpt2_step.c's */
     const int64_t row_bytes = kind == PK_I8 ? K : blocks * Q4_BLOCK_BYTES; /* the integer types' rows */
     const int64_t pack_bytes = kind == PK_Q4 ? K : row_bytes;
     uint8_t *panel = scratch, *unpacked = scratch + (K + 16) * 32 * 4;
