@@ -114,7 +114,11 @@ def test_quantisers_round_trip_within_half_a_step():
         e = 4 // rows.dtype.itemsize  # a step's 4 bytes of each of 32 rows side by side
         np.testing.assert_array_equal(panels[0, : 32 * e].reshape(32, e), rows[:32, :e])
         assert not panels[1].reshape(-1, 32, e)[:, rows.shape[0] - 32 :].any()  # padding rows are zeros
-    with pytest.raises(ValueError, match="even"):
+    panels = weights.i8_panels(q[:37])  # int8: value + 128, padding rows of value 0
+    assert panels.dtype == np.uint8 and panels.shape == (2, 128 * 32)
+    np.testing.assert_array_equal(weights.from_panels(panels, 37, 128).astype(np.int16) - 128, q[:37])
+    assert (panels[1].reshape(-1, 32, 4)[:, 5:] == weights.I8_SHIFT).all()
+    with pytest.raises(ValueError, match="multiple of 2"):
         weights.to_panels(weights.to_bf16_bits(w[:, :7]))
 
 

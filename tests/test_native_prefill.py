@@ -90,7 +90,8 @@ def _reference(
         w = (weights.from_panels(stored.data, n, k).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
         xs = (_bf16(x) if bf16_products else x).astype(np.float64)
     elif wtype == weights.WeightType.I8:
-        w, xs = stored.data.astype(np.float64) * stored.scale[:, None], _quantised(x)
+        unsigned = weights.from_panels(stored.data, n, k).astype(np.float64)  # value + 128
+        w, xs = (unsigned - weights.I8_SHIFT) * stored.scale[:, None], _quantised(x)
     else:
         w, xs = weights.unpack_q4(stored.data, k).astype(np.float64), _quantised(x)
     assert w.shape == (n, k)
@@ -131,6 +132,39 @@ def test_every_path_computes_its_reference_on_odd_shapes(build, wtype, tmp_path)
         np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-5 * scale, err_msg=f"M={m} N={n} K={k}")
 
 
+def _tokens_apart_and_together(library: str) -> list[str]:
+    """In a child: for float32 and int8 (whose tiles of several tokens are decode's own products on every
+    build), each token's product alone (decode: four panels streamed at once, then single panels) against
+    the same token's among 11 (tiles), bit for bit; the mismatches."""
+    from whistle_stop.backends.engines.native import step
+
+    lib = step.bind(ctypes.CDLL(library))
+    lib.gpt2_set_threads(2)
+    rng = np.random.default_rng(7)
+    n, k, m = 9 * 2 * 32 + 5, 96, 11  # nine panels and a short one per thread: streams of four, then singles
+    mismatched = []
+    for wtype in (weights.WeightType.F32, weights.WeightType.I8):
+        w, bias = rng.normal(0, 0.5, (n, k)).astype(np.float32), rng.normal(0, 1, n).astype(np.float32)
+        stored = weights.store(w, bias, wtype)
+        scale = None if stored.scale is None else stored.scale.ctypes.data
+        mat = step.Mat(stored.data.ctypes.data, scale, stored.bias.ctypes.data)
+        x = rng.normal(0, 1, (m, k)).astype(np.float32)
+        together = np.empty((m, n), np.float32)
+        assert lib.gpt2_matmul(ctypes.byref(mat), int(wtype), x.ctypes.data, together.ctypes.data, m, n, k) == 0
+        for r in range(m):
+            alone = np.empty(n, np.float32)
+            assert lib.gpt2_matmul(ctypes.byref(mat), int(wtype), x[r].ctypes.data, alone.ctypes.data, 1, n, k) == 0
+            if not np.array_equal(alone, together[r]):
+                mismatched.append(f"{wtype.name} token {r}: max |diff| {np.abs(alone - together[r]).max()}")
+    return mismatched
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_a_tokens_product_alone_equals_it_among_others_bit_for_bit(build, tmp_path):
+    """What a speculative verify pass relies on, on every build's paths (the engines' test runs one)."""
+    assert in_child(_tokens_apart_and_together, str(_build(build, tmp_path))) == []
+
+
 def _paths(library: str) -> list[tuple[str, int]]:
     from whistle_stop.backends.engines.native import step
 
@@ -144,7 +178,7 @@ def test_each_build_says_which_path_its_prefill_takes(tmp_path):
     plain = in_child(_paths, str(_build("plain C", tmp_path)))
     assert [a for _, a in plain] == [0, 0, 2, 2]
     assert all(text.startswith("prefill: ") and "; decode: " in text for text, _ in plain)
-    assert "token by token" in plain[2][0]
+    assert "plain C integer panel tiles" in plain[2][0] and "token by token" in plain[3][0]
     if _cpu_has("avx512f", "avx512bw", "avx512_bf16", "avx512_vnni"):
         fast = in_child(_paths, str(_build("native", tmp_path)))
         assert "avx512-bf16" in fast[1][0] and fast[1][1] == BF16_ARITHMETIC

@@ -194,7 +194,7 @@ static void att_head_tiles(const KvHead *k, const KvHead *v, const float *q, int
             const int64_t j = p * PF_PANEL + i < keys ? p * PF_PANEL + i : keys - 1;
             rows[i] = (const uint8_t *)(K + j * hd);
         }
-        pf_pack_panel(rows, hd * 4, 0, panel + p * hd * 128);
+        pf_pack_panel(rows, hd * 4, panel + p * hd * 128);
     }
     const int64_t tiles = (T + ATT_TILE - 1) / ATT_TILE;
     for (int64_t i = 0, t0 = 0; i < tiles; i++) {

@@ -8,7 +8,8 @@
  *   WT_F32   float32
  *   WT_BF16  bfloat16 as raw uint16, widened in registers (float32 sums): decode widens a
  *            pair of weights per 32-bit lane by a shift and a mask against x de-interleaved
- *   WT_I8    int8 with one float32 scale per row (symmetric)
+ *   WT_I8    int8 with one float32 scale per row (symmetric), stored as value + 128 (unsigned:
+ *            VNNI's vpdpbusd multiplies unsigned by signed bytes)
  *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8, in
  *            groups of four blocks (a row whose block count is 2 mod 4 ends with a group of
  *            two), each group one record: its G scales, then its nibbles, interleaved so that
@@ -19,15 +20,17 @@
  * 4 do): widening every weight to float32 made the products compute-bound on AVX2.
  * Everything else (embeddings, norms, biases, the KV cache, attention) is float32.
  *
- * Decode (T == 1) streams each matrix once, four memory streams per core: float32 and bf16 as
- * panels of 32 rows (four panels at once), int8 and q4 as rows (four quarters of a thread's rows
- * at once, as kernels/gemv.c). Prefill (T > 1) is a GEMM (prefill.h; compute-bound: each weight is
- * used T times). A verify pass (`exact`, speculative decoding) makes decode's own products for each
- * of its T tokens, reading the weights once for all of them (decode_products).
+ * Float32, bf16 and int8 matrices are stored as panels of 32 rows (see panel_of), q4 as rows.
+ * Decode (T == 1) streams each matrix once, four memory streams per core: four panels at once, or
+ * for q4 four quarters of a thread's rows at once (as kernels/gemv.c). Prefill (T > 1) is a GEMM
+ * (prefill.h and the panels' token tiles; compute-bound: each weight is used T times). A verify
+ * pass (`exact`, speculative decoding) makes decode's own products for each of its T tokens,
+ * reading the weights once for all of them (decode_products).
  *
  * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
  * inner loops for the CPU at hand; the hand-written AVX2 parts (the int8 and q4 x int8 products,
- * the activations' quantisation) have plain-C twins.
+ * the activations' quantisation) have plain-C twins, the AVX-512 ones (prefill.h, attention.h)
+ * AVX2 or plain-C ones.
  * Per-category nanoseconds (matmul, attention, KV, norm/act, other) are summed by thread 0 when
  * `timers` is set: a profile's breakdown without a profiler. */
 #include <math.h>
@@ -78,19 +81,19 @@ static inline int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* x quantised to int8 per block of 32 for the integer products: values, scales, and (for q4's
- * unsigned nibbles) 8 * scale * sum of the block's values. */
+/* x quantised to int8 per block of 32 for the integer products: values, scales, (for q4's
+ * unsigned nibbles) 8 * scale * sum of the block's values, and that sum (VNNI's unsigned weights). */
 typedef struct {
     int8_t *q;     /* [K] */
     float *scale;  /* [K/32] */
     float *offset; /* [K/32]: 8 * scale * sum(q of the block) */
-    int32_t *sum;  /* [K/32]: sum(q of the block), or NULL (prefill's VNNI products need it) */
+    int32_t *sum;  /* [K/32]: sum(q of the block) */
 } QuantX;
 
 /* Row r of x quantised, in scratch that holds M rows of K. */
 static inline QuantX quant_row(const QuantX *qx, int64_t r, int64_t K) {
     const QuantX row = {qx->q + r * K, qx->scale + r * (K / QBLOCK), qx->offset + r * (K / QBLOCK),
-                        qx->sum ? qx->sum + r * (K / QBLOCK) : NULL};
+                        qx->sum + r * (K / QBLOCK)};
     return row;
 }
 
@@ -150,7 +153,7 @@ static void quantise_block(const float *restrict x, const QuantX *qx, int64_t bl
     }
     qx->scale[b] = scale;
     qx->offset[b] = 8.0f * scale * (float)sum;
-    if (qx->sum) qx->sum[b] = sum;
+    qx->sum[b] = sum;
 }
 #else
 /* Block b of x quantised (of `blocks` per row); `q4_order` writes its values where q4_position
@@ -169,7 +172,7 @@ static void quantise_block(const float *restrict x, const QuantX *qx, int64_t bl
     }
     qx->scale[b] = scale;
     qx->offset[b] = 8.0f * scale * (float)sum;
-    if (qx->sum) qx->sum[b] = sum;
+    qx->sum[b] = sum;
 }
 #endif
 
@@ -212,31 +215,6 @@ static inline float hsum8(__m256 v) {
     return hsum4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 #endif
-
-/* One int8 row (scale per row, applied by the caller) against x quantised per block. */
-static float dot_i8(const int8_t *restrict w, const QuantX *qx, int64_t K) {
-    const int64_t blocks = K / QBLOCK;
-#if defined(__AVX2__) && defined(__FMA__)
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; /* two chains: an FMA's latency is 4 cycles */
-    for (int64_t b = 0; b < blocks; b++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + b * QBLOCK));
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
-        /* maddubs wants unsigned x signed: |w| and x with w's sign (127 * 127 * 2 fits in int16) */
-        const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
-        acc[b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(qx->scale[b]), _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), acc[b & 1]);
-    }
-    return hsum8(_mm256_add_ps(acc[0], acc[1]));
-#else
-    float a = 0.0f;
-    for (int64_t b = 0; b < blocks; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < QBLOCK; j++) s += (int32_t)w[b * QBLOCK + j] * qx->q[b * QBLOCK + j];
-        a += qx->scale[b] * (float)s;
-    }
-    return a;
-#endif
-}
 
 #if defined(__AVX2__) && defined(__FMA__)
 /* Sum of the products of G q4 slots (G / 2 words of 32 bytes) with x's G slots: int32 lane g
@@ -296,29 +274,13 @@ static float dot_q4(const uint8_t *restrict row, const QuantX *qx, int64_t K) {
 #endif
 }
 
-/* Row n of an int8 or q4 matrix against x quantised per block. */
-static inline float quant_dot(const Mat *m, int64_t wtype, int64_t n, int64_t K, const QuantX *qx) {
-    if (wtype == WT_I8) return dot_i8((const int8_t *)m->w + n * K, qx, K) * m->scale[n];
+/* Row n of a q4 matrix against x quantised per block. */
+static inline float q4_dot(const Mat *m, int64_t n, int64_t K, const QuantX *qx) {
     return dot_q4((const uint8_t *)m->w + n * (K / QBLOCK) * Q4_BLOCK_BYTES, qx, K);
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-/* Four rows at once (rows n, n+q, n+2q, n+3q: four memory streams), sharing each block of x. */
-static void dot4_i8(const int8_t *const w[4], const QuantX *qx, int64_t K, float out[4]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < K / QBLOCK; b++) {
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(qx->q + b * QBLOCK));
-        const __m256 xs = _mm256_set1_ps(qx->scale[b]);
-        for (int r = 0; r < 4; r++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[r] + b * QBLOCK));
-            const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
-            acc[r] = _mm256_fmadd_ps(xs, _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), acc[r]);
-        }
-    }
-    for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);
-}
-
+/* Four rows at once (rows n, n+q, n+2q, n+3q: four memory streams), sharing each group of x. */
 static void dot4_q4(const uint8_t *const rows[4], const QuantX *qx, int64_t K, float out[4]) {
     const int64_t blocks = K / QBLOCK;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -332,53 +294,48 @@ static void dot4_q4(const uint8_t *const rows[4], const QuantX *qx, int64_t K, f
 }
 #endif
 
-/* Rows n, n+q, n+2q, n+3q of an int8 or q4 matrix against x quantised per block. */
-static void quant_dot4(const Mat *m, int64_t wtype, int64_t n, int64_t q, int64_t K, const QuantX *qx, float out[4]) {
+/* Rows n, n+q, n+2q, n+3q of a q4 matrix against x quantised per block. */
+static void q4_dot4(const Mat *m, int64_t n, int64_t q, int64_t K, const QuantX *qx, float out[4]) {
 #if defined(__AVX2__) && defined(__FMA__)
-    if (wtype == WT_I8) {
-        const int8_t *w[4];
-        for (int r = 0; r < 4; r++) w[r] = (const int8_t *)m->w + (n + r * q) * K;
-        dot4_i8(w, qx, K, out);
-        for (int r = 0; r < 4; r++) out[r] *= m->scale[n + r * q];
-    } else {
-        const uint8_t *rows[4];
-        for (int r = 0; r < 4; r++) rows[r] = (const uint8_t *)m->w + (n + r * q) * (K / QBLOCK) * Q4_BLOCK_BYTES;
-        dot4_q4(rows, qx, K, out);
-    }
+    const uint8_t *rows[4];
+    for (int r = 0; r < 4; r++) rows[r] = (const uint8_t *)m->w + (n + r * q) * (K / QBLOCK) * Q4_BLOCK_BYTES;
+    dot4_q4(rows, qx, K, out);
 #else
-    for (int r = 0; r < 4; r++) out[r] = quant_dot(m, wtype, n + r * q, K, qx);
+    for (int r = 0; r < 4; r++) out[r] = q4_dot(m, n + r * q, K, qx);
 #endif
 }
 
-/* Float32 and bf16 matrices are stored as panels (weights.py's to_panels): 32 rows at a time (the
- * last padded with zero rows), each panel [K / e][32 rows][e] (e = 1 float32, 2 bf16; K even for
- * bf16), so 4 bytes of 32 rows lie in 128 contiguous bytes. Decode streams a panel with a token's
- * x broadcast against 32 rows at once; prefill's GEMM tiles read the same panels as they lie, so
- * no prefill repacks them (repacking rows took 19-21% of its products' time). */
+/* Float32, bf16 and int8 matrices are stored as panels (weights.py's to_panels): 32 rows at a time
+ * (the last padded with rows of zeros), each panel [K / e][32 rows][e] (e = 1 float32, 2 bf16, 4
+ * int8; K even for bf16), so 4 bytes of 32 rows lie in 128 contiguous bytes. Decode streams a panel
+ * with a token's x broadcast against 32 rows at once; prefill's GEMM tiles read the same panels as
+ * they lie, so no prefill repacks them (repacking rows took 10-21% of its products' time). */
 #define PANEL 32
 #define DECODE_STREAMS 4 /* panels one decoded token streams at once (one stream: 1.02-1.10x slower) */
-static inline int64_t float_panel_bytes(int64_t wtype, int64_t K) { return (wtype == WT_F32 ? K : K / 2) * PANEL * 4; }
-static inline const uint8_t *float_panel(const Mat *m, int64_t wtype, int64_t p, int64_t K) {
-    return (const uint8_t *)m->w + p * float_panel_bytes(wtype, K);
+static inline int64_t panel_bytes(int64_t wtype, int64_t K) {
+    return (wtype == WT_F32 ? 4 * K : wtype == WT_BF16 ? 2 * K : K) * PANEL;
+}
+static inline const uint8_t *panel_of(const Mat *m, int64_t wtype, int64_t p, int64_t K) {
+    return (const uint8_t *)m->w + p * panel_bytes(wtype, K);
 }
 
 /* Row n of a matrix widened to float32 (the embedding): `buf` [K]. */
 static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K, float *restrict buf) {
     switch (wtype) {
     case WT_F32: {
-        const float *w = (const float *)float_panel(m, wtype, n / PANEL, K) + n % PANEL;
+        const float *w = (const float *)panel_of(m, wtype, n / PANEL, K) + n % PANEL;
         for (int64_t k = 0; k < K; k++) buf[k] = w[k * PANEL];
         return buf;
     }
     case WT_BF16: {
-        const uint16_t *w = (const uint16_t *)float_panel(m, wtype, n / PANEL, K) + 2 * (n % PANEL);
+        const uint16_t *w = (const uint16_t *)panel_of(m, wtype, n / PANEL, K) + 2 * (n % PANEL);
         for (int64_t k = 0; k < K; k++) buf[k] = bf16_to_f32(w[(k / 2) * 2 * PANEL + k % 2]);
         return buf;
     }
     case WT_I8: {
-        const int8_t *w = (const int8_t *)m->w + n * K;
+        const uint8_t *w = panel_of(m, wtype, n / PANEL, K) + 4 * (n % PANEL);
         const float s = m->scale[n];
-        for (int64_t k = 0; k < K; k++) buf[k] = (float)w[k] * s;
+        for (int64_t k = 0; k < K; k++) buf[k] = (float)((int32_t)w[(k / 4) * 4 * PANEL + k % 4] - 128) * s;
         return buf;
     }
     default: { /* WT_Q4, in q4_position's order */
@@ -391,6 +348,7 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
 }
 
 #include "prefill.h"   /* prefill's GEMMs: float tiles, BF16 and VNNI products */
+#include "i8_panels.h" /* int8 panels without VNNI: AVX2 or plain C */
 #include "attention.h" /* one head's attention: decode's stream, prefill's tiles */
 #define ATT_MIN_TILED 8 /* fewer queries (a few drafted tokens) read the cache query by query */
 
@@ -400,9 +358,8 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
  * prefill.h's float tile (bf16 pairs widened in registers); otherwise plain C that the compiler
  * vectorises across the panel's 32 rows. */
 #ifdef PF_PANELS
-#define PANEL_TOKENS PF_FTOKENS
-static void panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K, float out[][PANEL],
-                         const char *ahead, int64_t lines) {
+static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K,
+                               float out[][PANEL], const char *ahead, int64_t lines) {
     const void *xr[PF_FTOKENS];
     for (int r = 0; r < R; r++) xr[r] = x + r * K;
     __m512 acc[PF_FTOKENS][2];
@@ -410,11 +367,10 @@ static void panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, in
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out[r], acc[r][0]), _mm512_storeu_ps(out[r] + 16, acc[r][1]);
 }
 #else
-#define PANEL_TOKENS 4
 static inline __attribute__((always_inline)) void panel_tile_c(int64_t wtype, const uint8_t *restrict panel,
                                                                const float *restrict x, const int R, int64_t K,
                                                                float out[][PANEL]) {
-    float acc[PANEL_TOKENS][PANEL], odd[PANEL_TOKENS][PANEL]; /* odd: bf16 pairs' odd halves, summed apart */
+    float acc[4][PANEL], odd[4][PANEL]; /* odd: bf16 pairs' odd halves, summed apart */
     for (int r = 0; r < R; r++)
         for (int i = 0; i < PANEL; i++) acc[r][i] = odd[r][i] = 0.0f;
     if (wtype == WT_F32) {
@@ -468,8 +424,8 @@ static void panel_streams_c(int64_t wtype, const uint8_t *restrict panel, int64_
     for (int p = 0; p < DECODE_STREAMS; p++) memcpy(out[p], acc[p], sizeof acc[p]);
 }
 
-static void panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K, float out[][PANEL],
-                         const char *ahead, int64_t lines) {
+static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K,
+                               float out[][PANEL], const char *ahead, int64_t lines) {
     (void)ahead, (void)lines;
     switch (R) { /* a constant R per call: its sums stay in registers */
     case 1: panel_tile_c(wtype, panel, x, 1, K, out); break;
@@ -480,60 +436,134 @@ static void panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, in
 }
 #endif
 
-/* A panel's sums for one token into its row of y (n0 .. n0 + rows), with the bias. */
-static inline void panel_store(const float sums[PANEL], const float *bias, float *restrict y, int64_t n0, int64_t rows) {
-    for (int64_t i = 0; i < rows; i++) y[n0 + i] = sums[i] + (bias ? bias[n0 + i] : 0.0f);
+/* R tokens (rows r0 .. r0 + R of x quantised) against one int8 panel: out[r][i] = row i's sums
+ * before its scale. VNNI: prefill.h's integer tile; otherwise i8_panels.h's. */
+static void i8_panel_tokens(const uint8_t *panel, const QuantX *qx, int64_t r0, int R, int64_t K, float out[][PANEL],
+                            const char *ahead, int64_t lines) {
+#ifdef PF_VNNI
+    const int64_t blocks = K / QBLOCK;
+    const int8_t *xq[PF_QTOKENS];
+    const float *xs[PF_QTOKENS];
+    const int32_t *xsum[PF_QTOKENS];
+    for (int r = 0; r < R; r++)
+        xq[r] = qx->q + (r0 + r) * K, xs[r] = qx->scale + (r0 + r) * blocks, xsum[r] = qx->sum + (r0 + r) * blocks;
+    __m512 acc[PF_QTOKENS][2];
+    switch (R) { /* a constant R per call: the tile's loops unroll into registers */
+#define I8_TILE(n) case n: pf_tile_int(n, panel, NULL, xq, xs, xsum, 128, K, ahead, lines, acc); break;
+        I8_TILE(1) I8_TILE(2) I8_TILE(3) I8_TILE(4) I8_TILE(5) default: I8_TILE(6)
+#undef I8_TILE
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(out[r], acc[r][0]), _mm512_storeu_ps(out[r] + 16, acc[r][1]);
+#else
+    (void)ahead, (void)lines;
+    QuantX rows[I8_MOST];
+    const QuantX *xr[I8_MOST];
+    for (int r = 0; r < R; r++) rows[r] = quant_row(qx, r0 + r, K), xr[r] = &rows[r];
+    switch (R) {
+    case 1: i8_panels(1, 1, panel, 0, xr, K, out); break;
+    case 2: i8_panels(1, 2, panel, 0, xr, K, out); break;
+    case 3: i8_panels(1, 3, panel, 0, xr, K, out); break;
+    default: i8_panels(1, 4, panel, 0, xr, K, out); break;
+    }
+#endif
 }
 
-/* y [M][N] = x [M][K] W^T + b for a float32 or bf16 matrix, each thread taking its share of the
- * panels (one memory stream each: a panel is contiguous), every token tile meeting a panel while it
- * sits in the cache. Decode, a verify pass and (without AVX-512) prefill. */
-static void float_panel_products(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
-                                 int64_t N, int64_t K) {
+/* The tokens a tile of one panel takes at most (its sums in registers). */
+#ifdef PF_VNNI
+#define I8_TILE_TOKENS PF_QTOKENS
+#else
+#define I8_TILE_TOKENS I8_MOST
+#endif
+static inline int panel_tile_tokens(int64_t wtype) {
+    if (wtype == WT_I8) return I8_TILE_TOKENS;
+#ifdef PF_PANELS
+    if (wtype == WT_F32) return PF_FTOKENS;
+    if (wtype == WT_BF16) return 6; /* 4 sums a token */
+#endif
+    return 4;
+}
+#define TILE_MOST 12 /* panel_tile_tokens' largest */
+
+/* One token against DECODE_STREAMS consecutive panels at once (a memory stream each), each row's sums
+ * made with its tile's operations for one token, so decode equals a verify pass bit for bit. */
+static void panel_streams(int64_t wtype, const uint8_t *panel, int64_t bytes, const float *x, const QuantX *qx,
+                          int64_t K, float out[][PANEL]) {
+    if (wtype == WT_I8) {
+#ifdef PF_VNNI
+        __m512 sums[DECODE_STREAMS][2];
+        pf_streams_int(DECODE_STREAMS, panel, bytes, qx->q, qx->scale, qx->sum, K, sums);
+        for (int j = 0; j < DECODE_STREAMS; j++) _mm512_storeu_ps(out[j], sums[j][0]), _mm512_storeu_ps(out[j] + 16, sums[j][1]);
+#else
+        const QuantX *xr[1] = {qx};
+        i8_panels(DECODE_STREAMS, 1, panel, bytes, xr, K, out);
+#endif
+        return;
+    }
+#ifdef PF_PANELS
+    __m512 sums[DECODE_STREAMS][2];
+    if (wtype == WT_F32)
+        pf_streams_token(PK_F32, DECODE_STREAMS, panel, bytes, x, K, sums);
+    else
+        pf_streams_token(PK_BF16_WIDEN, DECODE_STREAMS, panel, bytes, x, K / 2, sums);
+    for (int j = 0; j < DECODE_STREAMS; j++) _mm512_storeu_ps(out[j], sums[j][0]), _mm512_storeu_ps(out[j] + 16, sums[j][1]);
+#else
+    panel_streams_c(wtype, panel, bytes, x, K, out);
+#endif
+}
+
+/* A panel's sums for one token into its row of y (n0 .. n0 + rows): times int8's row scales, plus
+ * the bias. */
+static inline void panel_store(const float sums[PANEL], const float *scale, const float *bias, float *restrict y,
+                               int64_t n0, int64_t rows) {
+    for (int64_t i = 0; i < rows; i++)
+        y[n0 + i] = (scale ? sums[i] * scale[n0 + i] : sums[i]) + (bias ? bias[n0 + i] : 0.0f);
+}
+
+/* y [M][N] = x [M][K] W^T + b for a matrix stored as panels (float32, bf16, int8: x quantised in
+ * `qx` first), each thread taking its share of the panels (one memory stream each: a panel is
+ * contiguous), every token tile meeting a panel while it sits in the cache. Decode, a verify pass,
+ * int8's prefill and (without AVX-512) float prefill. */
+static void panel_products(const Mat *m, int64_t wtype, const float *restrict x, const QuantX *qx, float *restrict y,
+                           int64_t M, int64_t N, int64_t K) {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t panels = (N + PANEL - 1) / PANEL, p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
-    const int64_t bytes = float_panel_bytes(wtype, K);
-    const int most = wtype == WT_BF16 && PANEL_TOKENS > 6 ? 6 : PANEL_TOKENS; /* bf16: 4 sums a token in registers */
+    const int64_t bytes = panel_bytes(wtype, K);
+    const int most = panel_tile_tokens(wtype);
     int64_t p = p0;
     if (M == 1) /* decode: DECODE_STREAMS panels at once, one memory stream each */
         for (; p + DECODE_STREAMS <= p1; p += DECODE_STREAMS) {
             float out[DECODE_STREAMS][PANEL];
-#ifdef PF_PANELS
-            __m512 sums[DECODE_STREAMS][2];
-            if (wtype == WT_F32)
-                pf_streams_token(PK_F32, DECODE_STREAMS, float_panel(m, wtype, p, K), bytes, x, K, sums);
-            else
-                pf_streams_token(PK_BF16_WIDEN, DECODE_STREAMS, float_panel(m, wtype, p, K), bytes, x, K / 2, sums);
-            for (int j = 0; j < DECODE_STREAMS; j++) _mm512_storeu_ps(out[j], sums[j][0]), _mm512_storeu_ps(out[j] + 16, sums[j][1]);
-#else
-            panel_streams_c(wtype, float_panel(m, wtype, p, K), bytes, x, K, out);
-#endif
+            panel_streams(wtype, panel_of(m, wtype, p, K), bytes, x, qx, K, out);
             for (int j = 0; j < DECODE_STREAMS; j++) {
                 const int64_t n0 = (p + j) * PANEL;
-                panel_store(out[j], m->bias, y, n0, N - n0 < PANEL ? N - n0 : PANEL);
+                panel_store(out[j], m->scale, m->bias, y, n0, N - n0 < PANEL ? N - n0 : PANEL);
             }
         }
     for (; p < p1; p++) {
         const int64_t n0 = p * PANEL, rows = N - n0 < PANEL ? N - n0 : PANEL;
-        const uint8_t *panel = float_panel(m, wtype, p, K);
+        const uint8_t *panel = panel_of(m, wtype, p, K);
         const int64_t tiles = (M + most - 1) / most;
         for (int64_t i = 0, r0 = 0; i < tiles; i++) {
             const int R = (int)((M - r0 + (tiles - i) - 1) / (tiles - i)); /* the rest, spread evenly */
-            float out[PANEL_TOKENS][PANEL];
+            float out[TILE_MOST][PANEL];
             /* the next panel on its way while this one computes, a share of its lines per tile; one
              * token leaves the contiguous stream to the hardware prefetcher (asking made decode 1.04x
              * slower on the Zen 5 EPYC, and prefill 1.14x slower without) */
             const int64_t all = p + 1 < p1 && M > 1 ? bytes / 64 : 0, share = (all + tiles - 1) / tiles;
             const int64_t first = i * share < all ? i * share : all, lines = all - first < share ? all - first : share;
-            panel_tokens(wtype, panel, x + r0 * K, R, K, out, (const char *)panel + bytes + first * 64, lines);
-            for (int r = 0; r < R; r++) panel_store(out[r], m->bias, y + (r0 + r) * N, n0, rows);
+            const char *ahead = (const char *)panel + bytes + first * 64;
+            if (wtype == WT_I8)
+                i8_panel_tokens(panel, qx, r0, R, K, out, ahead, lines);
+            else
+                float_panel_tokens(wtype, panel, x + r0 * K, R, K, out, ahead, lines);
+            for (int r = 0; r < R; r++) panel_store(out[r], m->scale, m->bias, y + (r0 + r) * N, n0, rows);
             r0 += R;
         }
     }
 }
 
 /* Scratch of one forward call: `qx` shared (x quantised for the integer types), `xb` shared (x in
- * bf16 for BF16 products; NULL in decode), `panel` this thread's bytes for the integer panels (NULL
+ * bf16 for BF16 products; NULL in decode), `panel` this thread's bytes for q4's packed panels (NULL
  * in decode). */
 typedef struct {
     const QuantX *qx;
@@ -548,43 +578,45 @@ static void panel_product(const Mat *m, int kind, const PfTokens *tokens, float 
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t panels = (N + PF_PANEL - 1) / PF_PANEL;
     const int64_t lo = panels * t / threads * PF_PANEL, hi = panels * (t + 1) / threads * PF_PANEL;
-    pf_gemm_panels(kind, m->w, m->scale, tokens, y, m->bias, M, N, K, lo, hi < N ? hi : N, panel);
+    pf_gemm_panels(kind, m->w, tokens, y, m->bias, M, N, K, lo, hi < N ? hi : N, panel);
 }
 #endif
 
 /* Decode's products for M tokens (rows of x [M][K]). Each token's products are the ones a one-token
  * decode makes, bit for bit (M == 1 is decode itself): a speculative verify pass checks M drafted
- * tokens for about one token's weight traffic. Float32 and bf16: the panels (float_panel_products).
- * int8 and 4-bit: each thread takes its block of rows of W and walks four quarters of it at once
- * (four memory streams per core, as kernels/gemv.c); each group of four rows comes from memory once
- * and meets every token while it sits in the cache. `qx` holds M rows of x quantised. Called by
- * every thread of the region. */
+ * tokens for about one token's weight traffic. Float32, bf16 and int8: the panels (panel_products).
+ * 4-bit: each thread takes its block of rows of W and walks four quarters of it at once (four memory
+ * streams per core, as kernels/gemv.c); each group of four rows comes from memory once and meets
+ * every token while it sits in the cache. `qx` holds M rows of x quantised. Called by every thread
+ * of the region. */
 static void decode_products(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                             int64_t N, int64_t K, const QuantX *qx) {
-    if (wtype == WT_F32 || wtype == WT_BF16) {
-        float_panel_products(m, wtype, x, y, M, N, K);
+    const int64_t blocks = K / QBLOCK;
+    if (wtype == WT_I8 || wtype == WT_Q4) {
+        #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
+        for (int64_t rb = 0; rb < M * blocks; rb++) {
+            const QuantX row = quant_row(qx, rb / blocks, K);
+            quantise_block(x + rb / blocks * K, &row, blocks, rb % blocks, wtype == WT_Q4);
+        }
+    }
+    if (wtype != WT_Q4) {
+        panel_products(m, wtype, x, qx, y, M, N, K);
         return;
     }
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
     const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
-    const int64_t blocks = K / QBLOCK;
     float out[4];
-    #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
-    for (int64_t rb = 0; rb < M * blocks; rb++) {
-        const QuantX row = quant_row(qx, rb / blocks, K);
-        quantise_block(x + rb / blocks * K, &row, blocks, rb % blocks, wtype == WT_Q4);
-    }
     for (int64_t i = lo; i < lo + q; i++)
         for (int64_t r = 0; r < M; r++) {
             const QuantX row = quant_row(qx, r, K);
-            quant_dot4(m, wtype, i, q, K, &row, out);
+            q4_dot4(m, i, q, K, &row, out);
             for (int64_t j = 0; j < 4; j++) y[r * N + i + j * q] = out[j];
         }
     for (int64_t n = lo + 4 * q; n < hi; n++)
         for (int64_t r = 0; r < M; r++) {
             const QuantX row = quant_row(qx, r, K);
-            y[r * N + n] = quant_dot(m, wtype, n, K, &row);
+            y[r * N + n] = q4_dot(m, n, K, &row);
         }
     if (m->bias)
         for (int64_t r = 0; r < M; r++)
@@ -592,7 +624,8 @@ static void decode_products(const Mat *m, int64_t wtype, const float *restrict x
 }
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
  * parallel region, each taking its block of rows of W; ends with a barrier. One token (decode)
- * streams W once; more (prefill, scoring) take prefill.h's GEMMs where this CPU has them.
+ * streams W once; more (prefill, scoring) take prefill.h's GEMMs where this CPU has them; int8's
+ * panel tiles are decode's own products, so its prefill is decode_products.
  * `exact`: decode's products for every row of x (decode_products). */
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                    int64_t N, int64_t K, const Scratch *sc, int exact) {
@@ -601,9 +634,9 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
     const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
     const float *bias = m->bias;
     (void)lo; (void)hi; (void)bias; /* the plain paths' (builds without AVX-512 VNNI) */
-    if (M == 1 || exact) {
+    if (M == 1 || exact || wtype == WT_I8) {
         decode_products(m, wtype, x, y, M, N, K, qx);
-    } else if (wtype == WT_I8 || wtype == WT_Q4) {
+    } else if (wtype == WT_Q4) {
 #ifdef PF_VNNI
         #pragma omp for schedule(static) /* x quantised as decode does, in plain order, with its sums */
         for (int64_t r = 0; r < M; r++) {
@@ -611,19 +644,19 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
             quantise_blocks(x + r * K, &row, K, 0);
         } /* implied barrier */
         const PfTokens tokens = {x, qx->q, qx->scale, qx->sum};
-        panel_product(m, wtype == WT_I8 ? PK_I8 : PK_Q4, &tokens, y, M, N, K, sc->panel);
+        panel_product(m, PK_Q4, &tokens, y, M, N, K, sc->panel);
 #else
         /* the products decode makes, row by row: prefill, decode and scoring compute alike */
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < M; r++) {
             const QuantX row = quant_row(qx, r, K);
-            quantise_blocks(x + r * K, &row, K, wtype == WT_Q4);
+            quantise_blocks(x + r * K, &row, K, 1);
         } /* implied barrier */
         for (int64_t n = lo; n < hi; n++) {
             const float b0 = bias ? bias[n] : 0.0f;
             for (int64_t r = 0; r < M; r++) {
                 const QuantX row = quant_row(qx, r, K);
-                y[r * N + n] = quant_dot(m, wtype, n, K, &row) + b0;
+                y[r * N + n] = q4_dot(m, n, K, &row) + b0;
             }
         }
 #endif
@@ -636,7 +669,7 @@ static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *
             panel_product(m, PK_BF16_DP, &tokens, y, M, N, K, sc->panel);
         } else
 #endif
-        float_panel_products(m, wtype, x, y, M, N, K); /* decode's own products: prefill computes alike */
+        panel_products(m, wtype, x, qx, y, M, N, K); /* decode's own products: prefill computes alike */
     }
     #pragma omp barrier
 }
@@ -725,10 +758,18 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
 
 #define DECODE_FLOAT_PATH "four panels of 32 rows streamed at once"
 #define DECODE_BF16_PATH "bf16 widened in registers, float32 sums, " DECODE_FLOAT_PATH
-#if defined(__AVX2__) && defined(__FMA__)
-#define DECODE_INT_PATH "avx2 maddubs row streams (int8 activations per block of 32)"
+#if defined(PF_VNNI)
+#define I8_PANELS "avx512-vnni panel tiles (vpdpbusd"
+#elif defined(__AVX2__) && defined(__FMA__)
+#define I8_PANELS "avx2 maddubs panel tiles (no AVX-512 VNNI on this CPU"
 #else
-#define DECODE_INT_PATH "plain C integer row streams (int8 activations per block of 32)"
+#define I8_PANELS "plain C integer panel tiles (no AVX2 on this CPU"
+#endif
+#define DECODE_I8_PATH I8_PANELS ", int8 activations per block of 32), " DECODE_FLOAT_PATH
+#if defined(__AVX2__) && defined(__FMA__)
+#define DECODE_Q4_PATH "avx2 maddubs row streams (int8 activations per block of 32)"
+#else
+#define DECODE_Q4_PATH "plain C integer row streams (int8 activations per block of 32)"
 #endif
 
 /* ---- the step -------------------------------------------------------------------------------- */
@@ -756,15 +797,15 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     float *rows = malloc(sizeof(float) * threads * d); /* each thread's embedding row, widened */
     const int64_t blocks = T * (widest / QBLOCK) + 1; /* x quantised: T rows of up to `widest` */
     QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
-                 T > 1 ? malloc(sizeof(int32_t) * blocks) : NULL};
+                 malloc(sizeof(int32_t) * blocks)};
     /* prefill only (a decode step allocates nothing more): x in bf16, each thread's integer panel */
     uint16_t *xb = T > 1 ? malloc(sizeof(uint16_t) * T * widest) : NULL;
-    const size_t panel_bytes = T > 1 ? PANEL_BYTES(inner > d ? inner : d) : 0;
-    uint8_t *panels = T > 1 ? malloc(panel_bytes * threads) : NULL;
+    const size_t pack_bytes = T > 1 ? PANEL_BYTES(inner > d ? inner : d) : 0;
+    uint8_t *panels = T > 1 ? malloc(pack_bytes * threads) : NULL;
     const size_t tile_bytes = T >= ATT_MIN_TILED && !exact ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
     uint8_t *tiles = tile_bytes ? malloc(tile_bytes * threads) : NULL;
-    int failed = !x || !h || !big || !att || !scores || !rows || !qx.q || !qx.scale || !qx.offset ||
-                 (T > 1 && (!qx.sum || !xb || (panel_bytes && !panels))) || (tile_bytes && !tiles);
+    int failed = !x || !h || !big || !att || !scores || !rows || !qx.q || !qx.scale || !qx.offset || !qx.sum ||
+                 (T > 1 && (!xb || (pack_bytes && !panels))) || (tile_bytes && !tiles);
     if (!failed) {
         const int timing = md->timers != NULL;
         #pragma omp parallel
@@ -772,7 +813,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             int64_t t0 = timing ? now_ns() : 0;
             const int main_thread = omp_get_thread_num() == 0;
             float *buf = rows + omp_get_thread_num() * d;
-            const Scratch sc = {&qx, xb, panels ? panels + omp_get_thread_num() * panel_bytes : NULL};
+            const Scratch sc = {&qx, xb, panels ? panels + omp_get_thread_num() * pack_bytes : NULL};
             #pragma omp for schedule(static)
             for (int64_t t = 0; t < T; t++) { /* the embedding is the lm_head's row, at its stored type */
                 const float *row = widen_row(&md->lm_head, wt, ids[t], d, buf);
@@ -829,17 +870,17 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
 int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M, int64_t N, int64_t K) {
     const int threads = omp_get_max_threads();
     const int64_t blocks = M * (K / QBLOCK) + 1;
-    const size_t panel_bytes = PANEL_BYTES(K);
+    const size_t pack_bytes = PANEL_BYTES(K);
     QuantX qx = {malloc(M * K + 64), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
                  malloc(sizeof(int32_t) * blocks)};
     uint16_t *xb = malloc(sizeof(uint16_t) * M * K + 64);
-    uint8_t *panels = panel_bytes ? malloc(panel_bytes * threads) : NULL;
-    const int failed = !qx.q || !qx.scale || !qx.offset || !qx.sum || !xb || (panel_bytes && !panels);
+    uint8_t *panels = pack_bytes ? malloc(pack_bytes * threads) : NULL;
+    const int failed = !qx.q || !qx.scale || !qx.offset || !qx.sum || !xb || (pack_bytes && !panels);
     if (!failed) {
         #pragma omp parallel
         {
             const int t = omp_get_thread_num();
-            const Scratch sc = {&qx, xb, panels ? panels + t * panel_bytes : NULL};
+            const Scratch sc = {&qx, xb, panels ? panels + t * pack_bytes : NULL};
             matmul(m, wtype, x, y, M, N, K, &sc, 0);
         }
     }
@@ -869,11 +910,13 @@ const char *gpt2_paths(int wtype) {
 #else
         return "prefill: bf16 pairs widened to float32, panel tiles of 4 tokens in plain C (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
 #endif
+    case WT_I8:
+        return "prefill: " I8_PANELS ", tiles of up to " PF_STR(I8_TILE_TOKENS) " tokens on the stored panels of 32 rows, int32 sums per block); decode: " DECODE_I8_PATH;
     default:
 #if defined(PF_VNNI)
-        return "prefill: avx512-vnni GEMM (vpdpbusd, panels of 32 rows, int32 sums per block); decode: " DECODE_INT_PATH;
+        return "prefill: avx512-vnni GEMM (vpdpbusd, panels of 32 rows, int32 sums per block); decode: " DECODE_Q4_PATH;
 #else
-        return "prefill: decode's integer products token by token (no AVX-512 VNNI on this CPU); decode: " DECODE_INT_PATH;
+        return "prefill: decode's integer products token by token (no AVX-512 VNNI on this CPU); decode: " DECODE_Q4_PATH;
 #endif
     }
 }

@@ -1,8 +1,8 @@
 /* Prefill's matrix products: T > 1 tokens against one weight matrix as a GEMM, not T GEMVs.
  *
  * Each thread takes a block of the matrix's rows, 32 at a time (a panel) as [K / e][2][16 rows][e
- * elements of 4 bytes] (e = 1 float32, 2 bf16, 4 int8): float32 and bf16 matrices are stored so
- * (gpt2_step.c's float_panel); int8 and 4-bit rows are repacked into the thread's scratch per panel.
+ * elements of 4 bytes] (e = 1 float32, 2 bf16, 4 int8): float32, bf16 and int8 matrices are stored
+ * so (gpt2_step.c's panel_of); 4-bit rows are repacked into the thread's scratch per panel.
  * One 64-byte vector per step holds the same 4 bytes of 16 rows, so a token's 4 bytes,
  * broadcast, multiply 16 rows at once with no sums across lanes. The panel stays in the cache
  * while every token of the prompt passes over it (a tile of up to 12 tokens at a time), so each
@@ -14,12 +14,14 @@
  *   float32 weights   AVX-512F `vfmadd231ps`, 12 tokens x 32 rows per tile
  *   bf16 weights      AVX-512 BF16 `vdpbf16ps` (the tokens rounded to bf16 once per product, float32
  *                     sums); without it the pairs are widened to float32 in registers (AVX-512F)
- *   int8 / 4-bit      AVX-512 VNNI `vpdpbusd` (int8 as value + 128, 4-bit as value + 8, unsigned),
- *                     int32 sums per block of 32 started at -shift x the block's sum of x, then one
- *                     scaled float add per block; the activations are decode's (int8 per block of
- *                     32), so the integer sums are decode's too. Without VNNI the caller makes
- *                     decode's products token by token (gpt2_step.c). AVX-VNNI (256-bit) CPUs take
- *                     that path too: no such CPU has tested a 256-bit panel kernel.
+ *   int8 / 4-bit      AVX-512 VNNI `vpdpbusd` (int8 stored as value + 128, 4-bit as value + 8,
+ *                     unsigned), int32 sums per block of 32 started at -shift x the block's sum of
+ *                     x, so each block's sum is exact, then one scaled float add per block; the
+ *                     activations are decode's (int8 per block of 32). int8's tiles are decode's own
+ *                     products (gpt2_step.c's panel_products); without VNNI int8 takes its AVX2 or
+ *                     plain-C panel tiles there, and 4-bit decode's products token by token.
+ *                     AVX-VNNI (256-bit) CPUs take those paths too: no such CPU has tested a 256-bit
+ *                     VNNI kernel.
  *
  * AMX (Sapphire Rapids' tiles: bf16 and int8 products of 16 x 64-byte tiles) would come first where
  * the CPU has it, in pf_panel_tile's place: the panels here are already AMX's B layout (4 bytes of
@@ -68,7 +70,7 @@
 #define PF_QTOKENS 6 /* tokens per integer tile: 12 int32 + 12 float accumulators */
 #endif
 
-enum { PK_F32 = 0, PK_BF16_DP = 1, PK_BF16_WIDEN = 2, PK_I8 = 3, PK_Q4 = 4 };
+enum { PK_F32 = 0, PK_BF16_DP = 1, PK_BF16_WIDEN = 2, PK_Q4 = 3 };
 
 /* 16 rows of 16 dwords -> 16 vectors, vector j holding dword j of every row (lane = row). */
 static inline void pf_transpose16(const __m512i r[16], __m512i out[16]) {
@@ -94,17 +96,15 @@ static inline void pf_transpose16(const __m512i r[16], __m512i out[16]) {
 }
 
 /* 32 rows of `bytes` bytes -> the panel: step s's two vectors hold bytes 4s..4s+3 of rows 0-15,
- * then of rows 16-31 (a last step of fewer bytes is padded with zeros), each byte XOR `flip` (0x80:
- * int8 as value + 128). */
-static void pf_pack_panel(const uint8_t *const rows[PF_PANEL], int64_t bytes, uint8_t flip, uint8_t *restrict panel) {
-    const __m512i x = _mm512_set1_epi8((char)flip);
+ * then of rows 16-31 (a last step of fewer bytes is padded with zeros). */
+static void pf_pack_panel(const uint8_t *const rows[PF_PANEL], int64_t bytes, uint8_t *restrict panel) {
     for (int p = 0; p < 2; p++)
         for (int64_t k = 0; k < bytes; k += 64) {
             const int64_t left = bytes - k;
             const int steps = left >= 64 ? 16 : (int)(left + 3) / 4;
             const __mmask64 mask = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
             __m512i r[16], out[16];
-            for (int i = 0; i < 16; i++) r[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, rows[16 * p + i] + k), x);
+            for (int i = 0; i < 16; i++) r[i] = _mm512_maskz_loadu_epi8(mask, rows[16 * p + i] + k);
             pf_transpose16(r, out);
             for (int j = 0; j < steps; j++) _mm512_storeu_si512((void *)(panel + ((k / 4 + j) * 2 + p) * 64), out[j]);
         }
@@ -244,10 +244,9 @@ static void pf_float_tile(int kind, int R, const uint8_t *restrict panel, const 
 
 #ifdef PF_VNNI
 /* Integer tile: R tokens x 32 rows. Per block: int32 sums of the zp-shifted unsigned weights times
- * x, then one float multiply-add with the block's scales (x's, times the rows' for q4). The shift
- * comes back out as zp x the block's x sum: q4 starts each block's sums at -zp x it (its rows'
- * scales differ per block); int8's rows have one scale, so its shift leaves once per token at the
- * end (zp x sum over blocks of x's scale x x's sum). */
+ * x, started at -zp x the block's sum of x (so each is the block's exact product), then one float
+ * multiply-add with the block's scales (x's, times the rows' `bscale` for q4; int8's one scale per
+ * row is the caller's). The next panel's `lines` are asked for spread over the blocks. */
 static inline __attribute__((always_inline)) void pf_tile_int(int R, const uint8_t *restrict panel, const float *bscale,
                                                               const int8_t *const xq[PF_QTOKENS],
                                                               const float *const xs[PF_QTOKENS],
@@ -256,10 +255,11 @@ static inline __attribute__((always_inline)) void pf_tile_int(int R, const uint8
                                                               __m512 out[PF_QTOKENS][2]) {
     __m512 f[PF_QTOKENS][2];
     for (int r = 0; r < R; r++) f[r][0] = f[r][1] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < K / QBLOCK; b++) {
+    const int64_t blocks = K / QBLOCK, per_block = (lines + blocks - 1) / blocks;
+    for (int64_t b = 0; b < blocks; b++) {
         __m512i s[PF_QTOKENS][2];
-        for (int r = 0; r < R; r++) s[r][0] = s[r][1] = bscale ? _mm512_set1_epi32(-zp * xsum[r][b]) : _mm512_setzero_si512();
-        for (int64_t l = 2 * b; l < 2 * b + 2 && l < lines; l++) _mm_prefetch(ahead + l * 64, PF_HINT);
+        for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_set1_epi32(-zp * xsum[r][b]);
+        for (int64_t l = b * per_block; l < (b + 1) * per_block && l < lines; l++) _mm_prefetch(ahead + l * 64, PF_HINT);
         const uint8_t *w = panel + b * (QBLOCK / 4) * 128;
         for (int step = 0; step < QBLOCK / 4; step++) {
             const __m512i w0 = _mm512_loadu_si512((const void *)(w + step * 128));
@@ -281,15 +281,40 @@ static inline __attribute__((always_inline)) void pf_tile_int(int R, const uint8
             f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), s1, f[r][1]);
         }
     }
-    for (int r = 0; r < R; r++) {
-        if (!bscale) {
-            float shift = 0.0f;
-            for (int64_t b = 0; b < K / QBLOCK; b++) shift += xs[r][b] * (float)xsum[r][b];
-            const __m512 out_shift = _mm512_set1_ps((float)zp * shift);
-            f[r][0] = _mm512_sub_ps(f[r][0], out_shift), f[r][1] = _mm512_sub_ps(f[r][1], out_shift);
+    for (int r = 0; r < R; r++) out[r][0] = f[r][0], out[r][1] = f[r][1];
+}
+
+/* One token against S consecutive int8 panels at once (S memory streams, for decode): each row's
+ * sums made with exactly pf_tile_int's operations for one token (zp 128, no block scales), so a
+ * decoded token's products equal the same token's among several bit for bit. */
+static inline __attribute__((always_inline)) void pf_streams_int(int S, const uint8_t *restrict panel,
+                                                                 int64_t panel_bytes, const int8_t *restrict xq,
+                                                                 const float *restrict xs,
+                                                                 const int32_t *restrict xsum, int64_t K,
+                                                                 __m512 out[][2]) {
+    __m512 f[4][2];
+    for (int p = 0; p < S; p++) f[p][0] = f[p][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < K / QBLOCK; b++) {
+        __m512i s[4][2];
+        const __m512i start = _mm512_set1_epi32(-128 * xsum[b]);
+        for (int p = 0; p < S; p++) s[p][0] = s[p][1] = start;
+        for (int step = 0; step < QBLOCK / 4; step++) {
+            int32_t four;
+            memcpy(&four, xq + b * QBLOCK + step * 4, 4);
+            const __m512i xb = _mm512_set1_epi32(four);
+            for (int p = 0; p < S; p++) {
+                const uint8_t *w = panel + p * panel_bytes + (b * (QBLOCK / 4) + step) * 128;
+                s[p][0] = _mm512_dpbusd_epi32(s[p][0], _mm512_loadu_si512((const void *)w), xb);
+                s[p][1] = _mm512_dpbusd_epi32(s[p][1], _mm512_loadu_si512((const void *)(w + 64)), xb);
+            }
         }
-        out[r][0] = f[r][0], out[r][1] = f[r][1];
+        const __m512 x_scale = _mm512_set1_ps(xs[b]);
+        for (int p = 0; p < S; p++) {
+            f[p][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[p][0]), x_scale, f[p][0]);
+            f[p][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[p][1]), x_scale, f[p][1]);
+        }
     }
+    for (int p = 0; p < S; p++) out[p][0] = f[p][0], out[p][1] = f[p][1];
 }
 #endif
 
@@ -306,7 +331,7 @@ typedef struct {
 static void pf_panel_tiles(int kind, const uint8_t *panel, const float *bscale, const PfTokens *tk, float *y,
                            const float rs[PF_PANEL], const float bs[PF_PANEL], int rows, int64_t n0, int64_t M,
                            int64_t N, int64_t K, const char *ahead, int64_t ahead_bytes) {
-    const int integer = kind == PK_I8 || kind == PK_Q4, most = integer ? PF_QTOKENS : PF_FTOKENS;
+    const int integer = kind == PK_Q4, most = integer ? PF_QTOKENS : PF_FTOKENS;
     const int64_t tiles = (M + most - 1) / most, blocks = K / QBLOCK;
     const int64_t elem = kind == PK_F32 || kind == PK_BF16_WIDEN ? 4 : kind == PK_BF16_DP ? 2 : 1;
     const __m512 rscale[2] = {_mm512_loadu_ps(rs), _mm512_loadu_ps(rs + 16)};
@@ -326,10 +351,8 @@ static void pf_panel_tiles(int kind, const uint8_t *panel, const float *bscale, 
             const int32_t *cr[PF_QTOKENS];
             for (int r = 0; r < R; r++)
                 xr[r] = (const int8_t *)tk->x + (t0 + r) * K, sr[r] = tk->xs + (t0 + r) * blocks, cr[r] = tk->xsum + (t0 + r) * blocks;
-            const float *bsc = kind == PK_Q4 ? bscale : NULL;
-            const int32_t zp = kind == PK_Q4 ? 8 : 128;
             switch (R) { /* a constant R per call: the tile's loops unroll into registers */
-#define PF_INT(n) case n: pf_tile_int(n, panel, bsc, xr, sr, cr, zp, K, at, count, out); break;
+#define PF_INT(n) case n: pf_tile_int(n, panel, bscale, xr, sr, cr, 8, K, at, count, out); break;
                 PF_INT(1) PF_INT(2) PF_INT(3) PF_INT(4) PF_INT(5) default: PF_INT(6)
 #undef PF_INT
             }
@@ -358,16 +381,12 @@ static inline size_t pf_panel_scratch(int64_t K) {
 }
 
 /* Rows [lo, hi) of W (lo a multiple of PF_PANEL) against the tokens, panel by panel, then every tile
- * of tokens: bf16 weights lie as panels already (gpt2_step.c's float_panel); int8 and 4-bit rows
- * [N][K] are packed into one per panel (the next panel's rows prefetched meanwhile). `row_scale` is
- * int8's per row; q4's scales are in its records. */
+ * of tokens: bf16 weights lie as panels already (gpt2_step.c's panel_of); 4-bit rows [N][K/32 * 20]
+ * are unpacked and packed into one per panel (the next panel's rows prefetched meanwhile). */
 __attribute__((unused)) /* builds without VNNI or BF16 products call none */
-static void pf_gemm_panels(int kind, const void *W, const float *row_scale, const PfTokens *tk, float *y,
-                           const float *bias, int64_t M, int64_t N, int64_t K, int64_t lo, int64_t hi, uint8_t *scratch) {
-    const int64_t blocks = K / QBLOCK;
-    const int bf16 = kind == PK_BF16_DP; /* the float kinds' own products are gpt2_step.c's */
-    const int64_t row_bytes = kind == PK_I8 ? K : blocks * Q4_BLOCK_BYTES; /* the integer types' rows */
-    const int64_t pack_bytes = kind == PK_Q4 ? K : row_bytes;
+static void pf_gemm_panels(int kind, const void *W, const PfTokens *tk, float *y, const float *bias, int64_t M,
+                           int64_t N, int64_t K, int64_t lo, int64_t hi, uint8_t *scratch) {
+    const int64_t blocks = K / QBLOCK, row_bytes = blocks * Q4_BLOCK_BYTES; /* a q4 row's records */
     uint8_t *panel = scratch, *unpacked = scratch + (K + 16) * 32 * 4;
     float *q4_scales = (float *)(unpacked + PF_PANEL * K); /* [PF_PANEL][blocks] */
     float *bscale = q4_scales + PF_PANEL * blocks;          /* [blocks][PF_PANEL] */
@@ -375,32 +394,26 @@ static void pf_gemm_panels(int kind, const void *W, const float *row_scale, cons
         const int rows = hi - n0 < PF_PANEL ? (int)(hi - n0) : PF_PANEL;
         const uint8_t *src[PF_PANEL];
         float rs[PF_PANEL], bs[PF_PANEL];
-        if (bf16) { /* stored as panels already (gpt2_step.c's float_panel): the tiles read them as they lie */
+        for (int i = 0; i < PF_PANEL; i++) rs[i] = 1.0f, bs[i] = bias && i < rows ? bias[n0 + i] : 0.0f;
+        if (kind == PK_BF16_DP) { /* stored as panels already: the tiles read them as they lie */
             const int64_t bytes = K / 2 * PF_PANEL * 4;
             const uint8_t *own = (const uint8_t *)W + n0 / PF_PANEL * bytes;
-            for (int i = 0; i < PF_PANEL; i++) rs[i] = 1.0f, bs[i] = bias && i < rows ? bias[n0 + i] : 0.0f;
             pf_panel_tiles(kind, own, NULL, tk, y, rs, bs, rows, n0, M, N, K, (const char *)own + bytes,
                            n0 + PF_PANEL < hi ? bytes : 0);
             continue;
         }
         for (int i = 0; i < PF_PANEL; i++) {
-            const int64_t n = n0 + (i < rows ? i : rows - 1); /* a short panel repeats its last row */
-            rs[i] = kind == PK_I8 ? row_scale[n] : 1.0f;
-            bs[i] = bias ? bias[n] : 0.0f;
-            if (kind != PK_Q4) {
-                src[i] = (const uint8_t *)W + n * row_bytes;
-            } else if (i < rows) {
-                pf_unpack_q4((const uint8_t *)W + n * row_bytes, K, unpacked + i * K, q4_scales + i * blocks);
+            if (i < rows) {
+                pf_unpack_q4((const uint8_t *)W + (n0 + i) * row_bytes, K, unpacked + i * K, q4_scales + i * blocks);
                 src[i] = unpacked + i * K;
-            } else {
+            } else { /* a short panel repeats its last row */
                 src[i] = src[rows - 1];
                 memcpy(q4_scales + i * blocks, q4_scales + (rows - 1) * blocks, blocks * sizeof(float));
             }
         }
-        pf_pack_panel(src, pack_bytes, kind == PK_I8 ? 0x80 : 0x00, panel);
-        if (kind == PK_Q4)
-            for (int64_t b = 0; b < blocks; b++)
-                for (int i = 0; i < PF_PANEL; i++) bscale[b * PF_PANEL + i] = q4_scales[i * blocks + b];
+        pf_pack_panel(src, K, panel);
+        for (int64_t b = 0; b < blocks; b++)
+            for (int i = 0; i < PF_PANEL; i++) bscale[b * PF_PANEL + i] = q4_scales[i * blocks + b];
         /* the next panel's rows (one stretch of memory) on their way while this one computes */
         const int64_t next = n0 + PF_AHEAD * PF_PANEL, ahead = next < hi ? (hi - next < PF_PANEL ? hi - next : PF_PANEL) * row_bytes : 0;
         pf_panel_tiles(kind, panel, bscale, tk, y, rs, bs, rows, n0, M, N, K, (const char *)W + next * row_bytes, ahead);

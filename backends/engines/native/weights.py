@@ -1,5 +1,5 @@
-"""GPT-2's matrices in the layouts gpt2_step.c reads: float32 and bf16 as panels of 32 rows (to_panels),
-int8 and 4-bit as [out, in] rows.
+"""GPT-2's matrices in the layouts gpt2_step.c reads: float32, bf16 and int8 as panels of 32 rows
+(to_panels), 4-bit as [out, in] rows of records.
 
 Pure numpy on the mmapped safetensors (HF's Conv1D stores [in, out], so the layer matrices are
 transposed once here; the tied wte is already [vocab, d]). Shapes: N rows (out), K columns (in).
@@ -13,7 +13,8 @@ from enum import IntEnum
 import numpy as np
 
 QBLOCK = 32  # q4 block along `in` (gpt2_step.c's QBLOCK)
-PANEL = 32  # rows per panel of a float32 or bf16 matrix (gpt2_step.c's PANEL)
+PANEL = 32  # rows per panel of a float32, bf16 or int8 matrix (gpt2_step.c's PANEL)
+I8_SHIFT = 128  # int8 panels hold value + 128: the unsigned operand of VNNI's vpdpbusd
 
 
 class WeightType(IntEnum):
@@ -27,8 +28,8 @@ class WeightType(IntEnum):
 
 @dataclass
 class StoredMatrix:
-    """One [N, K] matrix at its stored type: `data` (float32 and bf16: to_panels' [ceil(N/32), K * 32]; int8:
-    [N, K]; q4: [N, K/32 * 20] bytes of records), `scale` (i8: [N])."""
+    """One [N, K] matrix at its stored type: `data` (float32, bf16 and int8: to_panels' [ceil(N/32), K * 32],
+    int8 as uint8 value + 128; q4: [N, K/32 * 20] bytes of records), `scale` (i8: [N])."""
 
     data: np.ndarray
     scale: np.ndarray | None
@@ -39,16 +40,17 @@ class StoredMatrix:
         return self.data.nbytes + (0 if self.scale is None else self.scale.nbytes)
 
 
-def to_panels(rows: np.ndarray) -> np.ndarray:
-    """[N, K] float32, or bf16 bits with K even -> the panels gpt2_step.c reads: 32 rows at a time (the
-    last padded with zero rows), each [K / e][32 rows][e] (e = 1 float32, 2 bf16: each row's 4 bytes
-    of a step side by side), as [ceil(N / 32), K * 32] of the same dtype, in a new array."""
+def to_panels(rows: np.ndarray, fill: int = 0) -> np.ndarray:
+    """[N, K] float32, bf16 bits with K even, or bytes with K a multiple of 4 -> the panels gpt2_step.c
+    reads: 32 rows at a time (the last padded with rows of `fill`), each [K / e][32 rows][e] (e = 1
+    float32, 2 bf16, 4 bytes: each row's 4 bytes of a step side by side), as [ceil(N / 32), K * 32] of
+    the same dtype, in a new array."""
     n, k = rows.shape
     e = 4 // rows.dtype.itemsize
     if k % e:
-        raise ValueError(f"bf16 panels take rows of an even length (got {k})")
+        raise ValueError(f"panels of {rows.dtype} take rows whose length is a multiple of {e} (got {k})")
     panels = -(-n // PANEL)
-    padded = np.zeros((panels * PANEL, k), rows.dtype)
+    padded = np.full((panels * PANEL, k), fill, rows.dtype)
     padded[:n] = rows
     grouped = padded.reshape(panels, PANEL, k // e, e).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(grouped).reshape(panels, k * PANEL)
@@ -64,6 +66,10 @@ def to_bf16_bits(w: np.ndarray) -> np.ndarray:  # float32 [N, K] -> uint16 [N, K
     bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
     rounded = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
     return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def i8_panels(q: np.ndarray) -> np.ndarray:  # int8 [N, K] -> uint8 panels of value + 128 (padding: 0)
+    return to_panels(q.view(np.uint8) ^ np.uint8(I8_SHIFT), fill=I8_SHIFT)
 
 
 def quantise_rows_i8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] -> int8 [N, K], scale [N]
@@ -143,7 +149,8 @@ def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> S
         return StoredMatrix(to_panels(to_bf16_bits(w_out_in)), None, bias)
     w = np.ascontiguousarray(w_out_in, dtype=np.float32)
     if wtype == WeightType.I8:
-        return StoredMatrix(*quantise_rows_i8(w), bias)
+        q, scale = quantise_rows_i8(w)
+        return StoredMatrix(i8_panels(q), scale, bias)
     if w.shape[1] % (2 * QBLOCK):
         raise ValueError(
             f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} (got {w.shape[1]})"
