@@ -21,7 +21,7 @@
  * 1.09x slower, two passes of 16 rows 1.22x; the old row streams were still 1.08x faster on an AVX2
  * build of the Zen 5 EPYC: docs/native-runtime.md). */
 static inline __attribute__((always_inline)) void i8_panels(const int S, const int R, const uint8_t *restrict panel,
-                                                            int64_t panel_bytes, const QuantX *const x[], int64_t K,
+                                                            int64_t stride, const QuantX *const x[], int64_t K,
                                                             float out[][PANEL]) {
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     __m256 f[I8_MOST][PANEL / 8];
@@ -40,7 +40,7 @@ static inline __attribute__((always_inline)) void i8_panels(const int S, const i
             }
             for (int j = 0; j < PANEL / 8; j++)
                 for (int p = 0; p < S; p++) { /* the S streams side by side, 32 bytes at a time */
-                    const uint8_t *w = panel + p * panel_bytes + (b * (QBLOCK / 4) + step) * 128 + j * 32;
+                    const uint8_t *w = panel + p * stride + (b * (QBLOCK / 4) + step) * 128 + j * 32;
                     const __m256i signed_w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w), flip);
                     const __m256i magnitude = _mm256_sign_epi8(signed_w, signed_w);
                     for (int r = 0; r < R; r++) {
@@ -61,14 +61,14 @@ static inline __attribute__((always_inline)) void i8_panels(const int S, const i
 }
 #else
 static inline __attribute__((always_inline)) void i8_panels(const int S, const int R, const uint8_t *restrict panel,
-                                                            int64_t panel_bytes, const QuantX *const x[], int64_t K,
+                                                            int64_t stride, const QuantX *const x[], int64_t K,
                                                             float out[][PANEL]) {
     float f[I8_MOST][PANEL];
     for (int c = 0; c < S * R; c++)
         for (int i = 0; i < PANEL; i++) f[c][i] = 0.0f;
     for (int64_t b = 0; b < K / QBLOCK; b++)
         for (int p = 0; p < S; p++) {
-            const uint8_t *restrict w = panel + p * panel_bytes + b * (QBLOCK / 4) * 128;
+            const uint8_t *restrict w = panel + p * stride + b * (QBLOCK / 4) * 128;
             int32_t s[I8_MOST][PANEL];
             for (int r = 0; r < R; r++)
                 for (int i = 0; i < PANEL; i++) s[r][i] = 0;

@@ -185,11 +185,11 @@ static inline __attribute__((always_inline)) void pf_tile_float(int kind, int R,
     for (int r = 0; r < R; r++) out[r][0] = acc[r][0], out[r][1] = acc[r][1];
 }
 
-/* One token against S consecutive panels at once (S memory streams, for decode): each row's sums are
+/* One token against S panels `stride` bytes apart at once (S memory streams, for decode): each row's sums are
  * made with exactly pf_tile_float's operations for one token (kind PK_F32 or PK_BF16_WIDEN), so a
  * decoded token's products equal the same token's among several (a verify pass) bit for bit. */
 static inline __attribute__((always_inline)) void pf_streams_token(int kind, int S, const uint8_t *restrict panel,
-                                                                   int64_t panel_bytes, const float *restrict x,
+                                                                   int64_t stride, const float *restrict x,
                                                                    int64_t steps, __m512 out[][2]) {
     __m512 acc[4][2], odd[4][2];
     for (int p = 0; p < S; p++) acc[p][0] = acc[p][1] = odd[p][0] = odd[p][1] = _mm512_setzero_ps();
@@ -198,14 +198,14 @@ static inline __attribute__((always_inline)) void pf_streams_token(int kind, int
         if (kind == PK_F32) {
             const __m512 xb = _mm512_set1_ps(x[s]);
             for (int p = 0; p < S; p++) {
-                const float *w = (const float *)(panel + p * panel_bytes) + s * 32;
+                const float *w = (const float *)(panel + p * stride) + s * 32;
                 acc[p][0] = _mm512_fmadd_ps(_mm512_loadu_ps(w), xb, acc[p][0]);
                 acc[p][1] = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16), xb, acc[p][1]);
             }
         } else {
             const __m512 xe = _mm512_set1_ps(x[2 * s]), xo = _mm512_set1_ps(x[2 * s + 1]);
             for (int p = 0; p < S; p++) {
-                const uint8_t *w = panel + p * panel_bytes + s * 128;
+                const uint8_t *w = panel + p * stride + s * 128;
                 const __m512i w0 = _mm512_loadu_si512((const void *)w), w1 = _mm512_loadu_si512((const void *)(w + 64));
                 acc[p][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), xe, acc[p][0]);
                 odd[p][0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w0, high)), xo, odd[p][0]);
@@ -284,11 +284,11 @@ static inline __attribute__((always_inline)) void pf_tile_int(int R, const uint8
     for (int r = 0; r < R; r++) out[r][0] = f[r][0], out[r][1] = f[r][1];
 }
 
-/* One token against S consecutive int8 panels at once (S memory streams, for decode): each row's
+/* One token against S int8 panels `stride` bytes apart at once (S memory streams, for decode): each row's
  * sums made with exactly pf_tile_int's operations for one token (zp 128, no block scales), so a
  * decoded token's products equal the same token's among several bit for bit. */
 static inline __attribute__((always_inline)) void pf_streams_int(int S, const uint8_t *restrict panel,
-                                                                 int64_t panel_bytes, const int8_t *restrict xq,
+                                                                 int64_t stride, const int8_t *restrict xq,
                                                                  const float *restrict xs,
                                                                  const int32_t *restrict xsum, int64_t K,
                                                                  __m512 out[][2]) {
@@ -303,7 +303,7 @@ static inline __attribute__((always_inline)) void pf_streams_int(int S, const ui
             memcpy(&four, xq + b * QBLOCK + step * 4, 4);
             const __m512i xb = _mm512_set1_epi32(four);
             for (int p = 0; p < S; p++) {
-                const uint8_t *w = panel + p * panel_bytes + (b * (QBLOCK / 4) + step) * 128;
+                const uint8_t *w = panel + p * stride + (b * (QBLOCK / 4) + step) * 128;
                 s[p][0] = _mm512_dpbusd_epi32(s[p][0], _mm512_loadu_si512((const void *)w), xb);
                 s[p][1] = _mm512_dpbusd_epi32(s[p][1], _mm512_loadu_si512((const void *)(w + 64)), xb);
             }
