@@ -134,7 +134,7 @@ def test_every_path_computes_its_reference_on_odd_shapes(build, wtype, tmp_path)
 
 def _tokens_apart_and_together(library: str) -> list[str]:
     """In a child: for float32 and int8 (whose tiles of several tokens are decode's own products on every
-    build), each token's product alone (decode: four panels streamed at once, then single panels) against
+    build), each token's product alone (decode: four streams of panels, then single panels) against
     the same token's among 11 (tiles), bit for bit; the mismatches."""
     from whistle_stop.backends.engines.native import step
 

@@ -21,8 +21,8 @@
  * Everything else (embeddings, norms, biases, the KV cache, attention) is float32.
  *
  * Float32, bf16 and int8 matrices are stored as panels of 32 rows (see panel_of), q4 as rows.
- * Decode (T == 1) streams each matrix once, four memory streams per core: four panels at once, or
- * for q4 four quarters of a thread's rows at once (as kernels/gemv.c). Prefill (T > 1) is a GEMM
+ * Decode (T == 1) streams each matrix once, four memory streams per core: four quarters of a
+ * thread's panels, or for q4 of its rows, walked side by side (as kernels/gemv.c). Prefill (T > 1) is a GEMM
  * (prefill.h and the panels' token tiles; compute-bound: each weight is used T times). A verify
  * pass (`exact`, speculative decoding) makes decode's own products for each of its T tokens,
  * reading the weights once for all of them (decode_products).
@@ -760,7 +760,7 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
 #define ATT_BYTES(S, hd) ((size_t)0)
 #endif
 
-#define DECODE_FLOAT_PATH "four panels of 32 rows streamed at once"
+#define DECODE_FLOAT_PATH "panels of 32 rows in four streams"
 #define DECODE_BF16_PATH "bf16 widened in registers, float32 sums, " DECODE_FLOAT_PATH
 #if defined(PF_VNNI)
 #define I8_PANELS "avx512-vnni panel tiles (vpdpbusd"
