@@ -21,8 +21,9 @@
  * Everything else (embeddings, norms, biases, the KV cache, attention) is float32.
  *
  * Float32, bf16 and int8 matrices are stored as panels of 32 rows (see panel_of), q4 as rows.
- * Decode (T == 1) streams each matrix once, four memory streams per core: four quarters of a
- * thread's panels, or for q4 of its rows, walked side by side (as kernels/gemv.c). Prefill (T > 1) is a GEMM
+ * Decode (T == 1) streams each matrix once, a few memory streams per core: two halves of a
+ * thread's panels walked side by side (DECODE_STREAMS), or four quarters of q4's rows (as
+ * kernels/gemv.c). Prefill (T > 1) is a GEMM
  * (prefill.h and the panels' token tiles; compute-bound: each weight is used T times). A verify
  * pass (`exact`, speculative decoding) makes decode's own products for each of its T tokens,
  * reading the weights once for all of them (decode_products).
@@ -311,7 +312,11 @@ static void q4_dot4(const Mat *m, int64_t n, int64_t q, int64_t K, const QuantX 
  * with a token's x broadcast against 32 rows at once; prefill's GEMM tiles read the same panels as
  * they lie, so no prefill repacks them (repacking rows took 10-21% of its products' time). */
 #define PANEL 32
-#define DECODE_STREAMS 4 /* panels one decoded token streams at once (one stream: 1.02-1.10x slower) */
+/* Memory streams one decoded token reads at once per thread: its panels in that many parts walked side
+ * by side. Two against four on the Zen 5 EPYC, whole-step decode: 0.96-0.99x; on its AVX2 build int8
+ * 0.81-0.93x (four streams' int32 sums spill from 16 registers), bf16 0.97-0.98x, float32 0.96x;
+ * one stream 1.08x of two. */
+#define DECODE_STREAMS 2
 static inline int64_t panel_bytes(int64_t wtype, int64_t K) {
     return (wtype == WT_F32 ? 4 * K : wtype == WT_BF16 ? 2 * K : K) * PANEL;
 }
@@ -530,18 +535,18 @@ static void panel_products(const Mat *m, int64_t wtype, const float *restrict x,
     const int64_t bytes = panel_bytes(wtype, K);
     const int most = panel_tile_tokens(wtype);
     int64_t p = p0;
-    if (M == 1) { /* decode: a thread's panels in DECODE_STREAMS quarters, walked side by side (a long
-                   * stream each; four neighbouring panels at a time were 1.01-1.11x slower, most on AVX2) */
-        const int64_t quarter = (p1 - p0) / DECODE_STREAMS;
-        for (int64_t i = 0; i < quarter; i++) {
+    if (M == 1) { /* decode: a thread's panels in DECODE_STREAMS parts, walked side by side (a long
+                   * stream each; neighbouring panels at a time were 1.01-1.11x slower, most on AVX2) */
+        const int64_t part = (p1 - p0) / DECODE_STREAMS;
+        for (int64_t i = 0; i < part; i++) {
             float out[DECODE_STREAMS][PANEL];
-            panel_streams(wtype, panel_of(m, wtype, p0 + i, K), quarter * bytes, x, qx, K, out);
+            panel_streams(wtype, panel_of(m, wtype, p0 + i, K), part * bytes, x, qx, K, out);
             for (int j = 0; j < DECODE_STREAMS; j++) {
-                const int64_t n0 = (p0 + j * quarter + i) * PANEL;
+                const int64_t n0 = (p0 + j * part + i) * PANEL;
                 panel_store(out[j], m->scale, m->bias, y, n0, N - n0 < PANEL ? N - n0 : PANEL);
             }
         }
-        p = p0 + DECODE_STREAMS * quarter;
+        p = p0 + DECODE_STREAMS * part;
     }
     for (; p < p1; p++) {
         const int64_t n0 = p * PANEL, rows = N - n0 < PANEL ? N - n0 : PANEL;
@@ -760,7 +765,7 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
 #define ATT_BYTES(S, hd) ((size_t)0)
 #endif
 
-#define DECODE_FLOAT_PATH "panels of 32 rows in four streams"
+#define DECODE_FLOAT_PATH "panels of 32 rows in two streams a thread"
 #define DECODE_BF16_PATH "bf16 widened in registers, float32 sums, " DECODE_FLOAT_PATH
 #if defined(PF_VNNI)
 #define I8_PANELS "avx512-vnni panel tiles (vpdpbusd"

@@ -15,11 +15,11 @@
 #define I8_MOST 4 /* S x R at most */
 
 #if defined(__AVX2__) && defined(__FMA__)
-/* Eight rows a vector: each weight back to signed (XOR 0x80), then maddubs on |w| and x with w's
- * sign (127 * 127 * 2 fits in int16) and madd(ones) to each row's int32 sum of its 4 bytes. The S
- * streams are read side by side 32 bytes at a time (a panel's whole block at a time made decode
- * 1.09x slower, two passes of 16 rows 1.22x; the old row streams were still 1.08x faster on an AVX2
- * build of the Zen 5 EPYC: docs/native-runtime.md). */
+/* Eight rows a vector: each weight back to signed (XOR 0x80), then maddubs on |x| and w with x's
+ * sign (127 * 127 * 2 fits in int16; |x| is made once a step for every row) and madd(ones) to each
+ * row's int32 sum of its 4 bytes. The S streams are read side by side 32 bytes at a time (a panel's
+ * whole block at a time made decode 1.09x slower, two passes of 16 rows 1.22x, on an AVX2 build of
+ * the Zen 5 EPYC). */
 static inline __attribute__((always_inline)) void i8_panels(const int S, const int R, const uint8_t *restrict panel,
                                                             int64_t stride, const QuantX *const x[], int64_t K,
                                                             float out[][PANEL]) {
@@ -32,19 +32,18 @@ static inline __attribute__((always_inline)) void i8_panels(const int S, const i
         for (int c = 0; c < S * R; c++)
             for (int j = 0; j < PANEL / 8; j++) s[c][j] = _mm256_setzero_si256();
         for (int step = 0; step < QBLOCK / 4; step++) {
-            __m256i xb[I8_MOST];
+            __m256i xb[I8_MOST], magnitude[I8_MOST]; /* x's 4 bytes of the step, and |x| */
             for (int r = 0; r < R; r++) {
                 int32_t four;
                 memcpy(&four, x[r]->q + b * QBLOCK + step * 4, 4);
-                xb[r] = _mm256_set1_epi32(four);
+                xb[r] = _mm256_set1_epi32(four), magnitude[r] = _mm256_abs_epi8(xb[r]);
             }
             for (int j = 0; j < PANEL / 8; j++)
                 for (int p = 0; p < S; p++) { /* the S streams side by side, 32 bytes at a time */
                     const uint8_t *w = panel + p * stride + (b * (QBLOCK / 4) + step) * 128 + j * 32;
                     const __m256i signed_w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w), flip);
-                    const __m256i magnitude = _mm256_sign_epi8(signed_w, signed_w);
                     for (int r = 0; r < R; r++) {
-                        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xb[r], signed_w));
+                        const __m256i pairs = _mm256_maddubs_epi16(magnitude[r], _mm256_sign_epi8(signed_w, xb[r]));
                         s[p * R + r][j] = _mm256_add_epi32(s[p * R + r][j], _mm256_madd_epi16(pairs, ones));
                     }
                 }
