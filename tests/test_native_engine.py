@@ -95,15 +95,19 @@ def test_quantisers_round_trip_within_half_a_step():
     w = rng.standard_normal((40, 128)).astype(np.float32)
     q, scale = weights.quantise_rows_i8(w)
     assert np.abs(q * scale[:, None] - w).max() <= scale.max() / 2 + 1e-6
-    for k in (128, 192, 64):  # groups of four blocks; a last group of two; only a group of two
+    for k in (128, 96, 32):
         wk = rng.standard_normal((40, k)).astype(np.float32)
-        records = weights.quantise_blocks_q4(wk)
-        assert records.shape == (40, k // 32 * 20)  # a float32 scale and 16 bytes of nibbles per block
+        panels = weights.quantise_blocks_q4(wk)
+        assert panels.shape == (2, k // 32 * 640)  # per block of 32 rows: 16 bytes of nibbles and a scale each
         block_scale = np.abs(wk.reshape(40, -1, 32)).max(axis=2) / 7
-        restored = weights.unpack_q4(records, k)
+        restored = weights.unpack_q4(panels, 40, k)
         assert np.abs(restored - wk).max() <= block_scale.max() / 2 + 1e-6
         steps = np.rint(wk.reshape(40, -1, 32) / block_scale[:, :, None]).reshape(40, k)
         np.testing.assert_allclose(restored, (np.clip(steps, -8, 7) * np.repeat(block_scale, 32, axis=1)), rtol=1e-5)
+        if k > 32:  # row 33's 4 bytes of block 1's step 2: elements 48 + e in the low nibbles, 52 + e in the high
+            nibbles = panels[1].reshape(-1, 640)[1][2 * 128 + 1 * 4 : 2 * 128 + 1 * 4 + 4]
+            expect = np.clip(steps[33, 48:56], -8, 7) + 8
+            np.testing.assert_array_equal(np.concatenate([nibbles & 15, nibbles >> 4]), expect)
     bits = weights.to_bf16_bits(w)
     widened = (bits.astype(np.uint32) << 16).view(np.float32)
     np.testing.assert_allclose(widened, w, rtol=2**-8)
@@ -127,7 +131,7 @@ def _bf16_stored(w: np.ndarray) -> np.ndarray:
 
 
 def _q4_stored(w: np.ndarray) -> np.ndarray:
-    return weights.unpack_q4(weights.quantise_blocks_q4(w), w.shape[1])
+    return weights.unpack_q4(weights.quantise_blocks_q4(w), *w.shape)
 
 
 # What is left against the numpy runtime on the stored weights: int4, the activations' int8 rounding

@@ -4,34 +4,29 @@
  * a token and the memory floor (no interpreter, no framework dispatch, no thread pool wake-ups
  * between operations).
  *
- * Weights are [out, in] rows ("Mat") in one of four stored types:
+ * Weights ("Mat": N rows of K) are stored as panels of 32 rows (see panel_of) in one of four types:
  *   WT_F32   float32
  *   WT_BF16  bfloat16 as raw uint16, widened in registers (float32 sums): decode widens a
  *            pair of weights per 32-bit lane by a shift and a mask against x de-interleaved
  *   WT_I8    int8 with one float32 scale per row (symmetric), stored as value + 128 (unsigned:
  *            VNNI's vpdpbusd multiplies unsigned by signed bytes)
- *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8, in
- *            groups of four blocks (a row whose block count is 2 mod 4 ends with a group of
- *            two), each group one record: its G scales, then its nibbles, interleaved so that
- *            one int32 lane of the summed products belongs to one block (see q4_position).
- *            20 bytes per block, one memory stream per row; rows are multiples of 64
+ *   WT_Q4    4-bit, blocks of 32 along `in` with one float32 scale each, as value + 8 in
+ *            nibbles; a panel's block is its 32 rows' nibbles then their 32 scales (20 bytes per
+ *            row and block)
  * For both integer types decode quantises the activations to int8 per block of 32 and sums the
  * products in int32 (as llama.cpp's q8_0/q4_0 and ONNX Runtime's MatMulNBits at accuracy level
  * 4 do): widening every weight to float32 made the products compute-bound on AVX2.
  * Everything else (embeddings, norms, biases, the KV cache, attention) is float32.
  *
- * Float32, bf16 and int8 matrices are stored as panels of 32 rows (see panel_of), q4 as rows.
- * Decode (T == 1) streams each matrix once, a few memory streams per core: two halves of a
- * thread's panels walked side by side (DECODE_STREAMS), or four quarters of q4's rows (as
- * kernels/gemv.c). Prefill (T > 1) is a GEMM
- * (prefill.h and the panels' token tiles; compute-bound: each weight is used T times). A verify
- * pass (`exact`, speculative decoding) makes decode's own products for each of its T tokens,
- * reading the weights once for all of them (decode_products).
+ * Decode (T == 1) streams each matrix once, two memory streams per core: two halves of a thread's
+ * panels walked side by side (DECODE_STREAMS). Prefill (T > 1) is a GEMM (the panels' token tiles,
+ * and prefill.h's; compute-bound: each weight is used T times). A verify pass (`exact`,
+ * speculative decoding) makes decode's own products for each of its T tokens, reading the weights
+ * once for all of them (decode_products).
  *
  * Plain C compiled with -O3 -march=native -ffast-math -fopenmp: the compiler vectorises the
- * inner loops for the CPU at hand; the hand-written AVX2 parts (the int8 and q4 x int8 products,
- * the activations' quantisation) have plain-C twins, the AVX-512 ones (prefill.h, attention.h)
- * AVX2 or plain-C ones.
+ * inner loops for the CPU at hand; the hand-written AVX2 parts (int_panels.h, the activations'
+ * quantisation) have plain-C twins, the AVX-512 ones (prefill.h, attention.h) AVX2 or plain-C ones.
  * Per-category nanoseconds (matmul, attention, KV, norm/act, other) are summed by thread 0 when
  * `timers` is set: a profile's breakdown without a profiler. */
 #include <math.h>
@@ -54,7 +49,7 @@ enum { T_MATMUL = 0, T_ATTENTION = 1, T_KV = 2, T_NORM_ACT = 3, T_OTHER = 4, T_C
 
 typedef struct {
     const void *w;       /* [N][K] (WT_Q4: [N][K/32 * 20] bytes of records) */
-    const float *scale;  /* WT_I8: [N]; otherwise NULL (WT_Q4's are in its records) */
+    const float *scale;  /* WT_I8: [N]; otherwise NULL (WT_Q4's are in its panels) */
     const float *bias;   /* [N] or NULL */
 } Mat;
 
@@ -82,47 +77,24 @@ static inline int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* x quantised to int8 per block of 32 for the integer products: values, scales, (for q4's
- * unsigned nibbles) 8 * scale * sum of the block's values, and that sum (VNNI's unsigned weights). */
+/* x quantised to int8 per block of 32 for the integer products: values, scales, and each block's
+ * sum of values (the unsigned weights' shift comes back out as shift x that sum). */
 typedef struct {
-    int8_t *q;     /* [K] */
-    float *scale;  /* [K/32] */
-    float *offset; /* [K/32]: 8 * scale * sum(q of the block) */
-    int32_t *sum;  /* [K/32]: sum(q of the block) */
+    int8_t *q;    /* [K] */
+    float *scale; /* [K/32] */
+    int32_t *sum; /* [K/32] */
 } QuantX;
 
 /* Row r of x quantised, in scratch that holds M rows of K. */
 static inline QuantX quant_row(const QuantX *qx, int64_t r, int64_t K) {
-    const QuantX row = {qx->q + r * K, qx->scale + r * (K / QBLOCK), qx->offset + r * (K / QBLOCK),
-                        qx->sum + r * (K / QBLOCK)};
+    const QuantX row = {qx->q + r * K, qx->scale + r * (K / QBLOCK), qx->sum + r * (K / QBLOCK)};
     return row;
-}
-
-/* q4's groups: four blocks, or two for the last group of a row whose block count is 2 mod 4. */
-static inline int64_t q4_group_start(int64_t b, int64_t blocks) {
-    const int64_t quads = blocks / 4 * 4;
-    return b < quads ? b / 4 * 4 : quads;
-}
-static inline int64_t q4_group_size(int64_t start, int64_t blocks) { return blocks - start >= 4 ? 4 : 2; }
-
-/* Where element j of block `beta` of a group of G blocks sits among the group's G * 32 nibbles,
- * counted as G vectors ("slots") of 32 lanes: slot s is the low (s even) or high (s odd) nibbles
- * of the group's 32-byte word s / 2. Lanes go in runs of four elements; run g of every slot
- * belongs to block g % G, so after maddubs and madd(ones) int32 lane g holds a sum from block
- * g % G alone, and the G slots' products can be added in int16 (G * 15 * 127 * 2 fits) before
- * one conversion and one scaled add per group instead of one per block. The activations are
- * quantised into the same order (slot s at byte s * 32 of the group). */
-static inline int64_t q4_position(int64_t G, int64_t beta, int64_t j) {
-    const int64_t run = j / 4, per_slot = 8 / G; /* runs of one block in one slot */
-    const int64_t slot = run / per_slot, g = (run % per_slot) * G + beta;
-    return slot * 32 + g * 4 + j % 4;
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
 /* quantise_block in registers (the same values: cvtps rounds to nearest even as lrintf does): a
- * decode step quantises thousands of blocks, a measurable part of an int4 step in scalar code. The
- * 32 values leave as eight 4-element runs, each stored where q4_position puts it. */
-static void quantise_block(const float *restrict x, const QuantX *qx, int64_t blocks, int64_t b, int q4_order) {
+ * decode step quantises thousands of blocks, a measurable part of an int4 step in scalar code. */
+static void quantise_block(const float *restrict x, const QuantX *qx, int64_t b) {
     const float *xb = x + b * QBLOCK;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4], amax8 = _mm256_setzero_ps();
@@ -142,175 +114,35 @@ static void quantise_block(const float *restrict x, const QuantX *qx, int64_t bl
     const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(2, 3, 0, 1))));
     /* packs work per 128-bit lane: 4-byte runs come out as x[0,8,16,24 | 4,12,20,28]; put them in order */
     const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    const __m256i runs = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    if (q4_order) {
-        const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
-        int32_t word[8];
-        _mm256_storeu_si256((__m256i *)word, runs);
-        for (int run = 0; run < 8; run++)
-            memcpy(qx->q + start * QBLOCK + q4_position(G, b - start, 4 * run), &word[run], 4);
-    } else {
-        _mm256_storeu_si256((__m256i *)(qx->q + b * QBLOCK), runs);
-    }
+    _mm256_storeu_si256((__m256i *)(qx->q + b * QBLOCK), _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     qx->scale[b] = scale;
-    qx->offset[b] = 8.0f * scale * (float)sum;
     qx->sum[b] = sum;
 }
 #else
-/* Block b of x quantised (of `blocks` per row); `q4_order` writes its values where q4_position
- * puts its weights (scales and offsets stay per block, in order). */
-static void quantise_block(const float *restrict x, const QuantX *qx, int64_t blocks, int64_t b, int q4_order) {
+/* Block b of x quantised. */
+static void quantise_block(const float *restrict x, const QuantX *qx, int64_t b) {
     const float *xb = x + b * QBLOCK;
     float amax = 0.0f;
     for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
     const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    const int64_t start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
     int32_t sum = 0;
     for (int j = 0; j < QBLOCK; j++) {
         const int8_t v = (int8_t)lrintf(xb[j] * inv);
-        qx->q[q4_order ? start * QBLOCK + q4_position(G, b - start, j) : b * QBLOCK + j] = v;
+        qx->q[b * QBLOCK + j] = v;
         sum += v;
     }
     qx->scale[b] = scale;
-    qx->offset[b] = 8.0f * scale * (float)sum;
     qx->sum[b] = sum;
 }
 #endif
 
-static void quantise_blocks(const float *restrict x, const QuantX *qx, int64_t K, int q4_order) {
-    for (int64_t b = 0; b < K / QBLOCK; b++) quantise_block(x, qx, K / QBLOCK, b, q4_order);
-}
-
-/* A q4 row's group that starts at block `start` is one record at byte start * Q4_BLOCK_BYTES:
- * G float32 scales, then G * 16 bytes of nibbles. */
-#define Q4_BLOCK_BYTES (4 + QBLOCK / 2)
-
-static inline float q4_scale(const uint8_t *restrict row, int64_t b, int64_t blocks) {
-    const int64_t start = q4_group_start(b, blocks);
-    float scale;
-    memcpy(&scale, row + start * Q4_BLOCK_BYTES + (b - start) * 4, sizeof scale);
-    return scale;
-}
-
-/* Element j of block b of x quantised in q4 order. */
-static inline int32_t qx_value(const QuantX *qx, int64_t b, int j, int64_t blocks) {
-    const int64_t start = q4_group_start(b, blocks);
-    return qx->q[start * QBLOCK + q4_position(q4_group_size(start, blocks), b - start, j)];
-}
-
-/* Element k of a q4 row, value + 8 (0..15). */
-static inline int q4_nibble(const uint8_t *restrict row, int64_t k, int64_t blocks) {
-    const int64_t b = k / QBLOCK, start = q4_group_start(b, blocks), G = q4_group_size(start, blocks);
-    const int64_t p = q4_position(G, b - start, k % QBLOCK);
-    const uint8_t byte = row[start * Q4_BLOCK_BYTES + G * 4 + (p / 64) * 32 + p % 32];
-    return (p / 32) % 2 ? byte >> 4 : byte & 15;
-}
-
-#if defined(__AVX2__) && defined(__FMA__)
-static inline float hsum4(__m128 v) {
-    const __m128 half = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    return _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
-}
-
-static inline float hsum8(__m256 v) {
-    return hsum4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
-#endif
-
-#if defined(__AVX2__) && defined(__FMA__)
-/* Sum of the products of G q4 slots (G / 2 words of 32 bytes) with x's G slots: int32 lane g
- * holds block g % G's part (see q4_position), as float32. */
-static inline __attribute__((always_inline)) __m256 q4_group_sums(const uint8_t *restrict w, const int8_t *restrict xq, int G) {
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256i sum = _mm256_setzero_si256();
-    for (int v = 0; v < G / 2; v++) { /* G * 15 * 127 * 2 fits in int16 */
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + v * 32));
-        const __m256i q0 = _mm256_and_si256(raw, low), q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)(xq + v * 64))));
-        sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(xq + v * 64 + 32))));
-    }
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(sum, ones));
-}
-
-/* The scale of each int32 lane of a group: block b + g % G's weight scale times its x scale. */
-static inline __attribute__((always_inline)) __m256 q4_scales(const float *restrict ws, const float *restrict xs, int G) {
-    if (G == 4) return _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)ws), _mm256_broadcast_ps((const __m128 *)xs));
-    return _mm256_mul_ps(_mm256_castpd_ps(_mm256_broadcast_sd((const double *)ws)),
-                         _mm256_castpd_ps(_mm256_broadcast_sd((const double *)xs)));
-}
-
-/* One group record of a q4 row against x: acc += its products times their scales; off4 += its
- * blocks' offset terms (weight scale times x's 8 * scale * sum, four lanes for four blocks). */
-static inline __attribute__((always_inline)) void q4_group(const uint8_t *restrict record, const QuantX *qx, int64_t b,
-                                                           int G, __m256 *acc, __m128 *off4) {
-    const float *ws = (const float *)record;
-    *acc = _mm256_fmadd_ps(q4_scales(ws, qx->scale + b, G), q4_group_sums(record + 4 * G, qx->q + b * QBLOCK, G), *acc);
-    const __m128 w4 = G == 4 ? _mm_loadu_ps(ws) : _mm_castpd_ps(_mm_load_sd((const double *)ws)); /* zeros after two */
-    const __m128 o4 = G == 4 ? _mm_loadu_ps(qx->offset + b) : _mm_castpd_ps(_mm_load_sd((const double *)(qx->offset + b)));
-    *off4 = _mm_fmadd_ps(w4, o4, *off4);
-}
-#endif
-
-/* One q4 row (its records) against x quantised per block (in q4_position's order). The nibbles
- * hold value + 8, so they multiply as unsigned bytes: sum_b ws[b] (xs[b] sum_j nibble_j x_j -
- * 8 xs[b] sum_j x_j), the second term from x's per-block offsets. */
-static float dot_q4(const uint8_t *restrict row, const QuantX *qx, int64_t K) {
-    const int64_t blocks = K / QBLOCK;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 acc = _mm256_setzero_ps();
-    __m128 off4 = _mm_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= blocks; b += 4) q4_group(row + b * Q4_BLOCK_BYTES, qx, b, 4, &acc, &off4);
-    if (b < blocks) q4_group(row + b * Q4_BLOCK_BYTES, qx, b, 2, &acc, &off4);
-    return hsum8(acc) - hsum4(off4);
-#else
-    float a = 0.0f;
-    for (int64_t b = 0; b < blocks; b++) {
-        int32_t sum = 0;
-        for (int j = 0; j < QBLOCK; j++) sum += (int32_t)q4_nibble(row, b * QBLOCK + j, blocks) * qx_value(qx, b, j, blocks);
-        const float ws = q4_scale(row, b, blocks);
-        a += ws * qx->scale[b] * (float)sum - ws * qx->offset[b];
-    }
-    return a;
-#endif
-}
-
-/* Row n of a q4 matrix against x quantised per block. */
-static inline float q4_dot(const Mat *m, int64_t n, int64_t K, const QuantX *qx) {
-    return dot_q4((const uint8_t *)m->w + n * (K / QBLOCK) * Q4_BLOCK_BYTES, qx, K);
-}
-
-#if defined(__AVX2__) && defined(__FMA__)
-/* Four rows at once (rows n, n+q, n+2q, n+3q: four memory streams), sharing each group of x. */
-static void dot4_q4(const uint8_t *const rows[4], const QuantX *qx, int64_t K, float out[4]) {
-    const int64_t blocks = K / QBLOCK;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m128 off4[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
-    int64_t b = 0;
-    for (; b + 4 <= blocks; b += 4) /* groups of four (constant G: the loops unroll) */
-        for (int r = 0; r < 4; r++) q4_group(rows[r] + b * Q4_BLOCK_BYTES, qx, b, 4, &acc[r], &off4[r]);
-    if (b < blocks) /* a last group of two */
-        for (int r = 0; r < 4; r++) q4_group(rows[r] + b * Q4_BLOCK_BYTES, qx, b, 2, &acc[r], &off4[r]);
-    for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]) - hsum4(off4[r]);
-}
-#endif
-
-/* Rows n, n+q, n+2q, n+3q of a q4 matrix against x quantised per block. */
-static void q4_dot4(const Mat *m, int64_t n, int64_t q, int64_t K, const QuantX *qx, float out[4]) {
-#if defined(__AVX2__) && defined(__FMA__)
-    const uint8_t *rows[4];
-    for (int r = 0; r < 4; r++) rows[r] = (const uint8_t *)m->w + (n + r * q) * (K / QBLOCK) * Q4_BLOCK_BYTES;
-    dot4_q4(rows, qx, K, out);
-#else
-    for (int r = 0; r < 4; r++) out[r] = q4_dot(m, n + r * q, K, qx);
-#endif
-}
-
-/* Float32, bf16 and int8 matrices are stored as panels (weights.py's to_panels): 32 rows at a time
- * (the last padded with rows of zeros), each panel [K / e][32 rows][e] (e = 1 float32, 2 bf16, 4
- * int8; K even for bf16), so 4 bytes of 32 rows lie in 128 contiguous bytes. Decode streams a panel
- * with a token's x broadcast against 32 rows at once; prefill's GEMM tiles read the same panels as
- * they lie, so no prefill repacks them (repacking rows took 10-21% of its products' time). */
+/* Every matrix is stored as panels (weights.py's to_panels and quantise_blocks_q4): 32 rows at a time
+ * (the last padded with rows of zeros), float32, bf16 and int8 panels [K / e][32 rows][e] (e = 1
+ * float32, 2 bf16, 4 int8; K even for bf16), so 4 bytes of 32 rows lie in 128 contiguous bytes;
+ * 4-bit ones per block of 32 elements four such steps of 8 elements (4 bytes of nibbles a row) and
+ * the block's 32 scales. Decode streams a panel with a token's x broadcast against 32 rows at once;
+ * prefill's GEMM tiles read the same panels as they lie, so no prefill repacks them (repacking rows
+ * took 10-21% of its products' time). */
 #define PANEL 32
 /* Memory streams one decoded token reads at once per thread: its panels in that many parts walked side
  * by side. Two against four on the Zen 5 EPYC, whole-step decode: 0.96-0.99x; on its AVX2 build int8
@@ -318,7 +150,7 @@ static void q4_dot4(const Mat *m, int64_t n, int64_t q, int64_t K, const QuantX 
  * one stream 1.08x of two. */
 #define DECODE_STREAMS 2
 static inline int64_t panel_bytes(int64_t wtype, int64_t K) {
-    return (wtype == WT_F32 ? 4 * K : wtype == WT_BF16 ? 2 * K : K) * PANEL;
+    return wtype == WT_Q4 ? K / QBLOCK * (4 * 128 + 4 * PANEL) : (wtype == WT_F32 ? 4 * K : wtype == WT_BF16 ? 2 * K : K) * PANEL;
 }
 static inline const uint8_t *panel_of(const Mat *m, int64_t wtype, int64_t p, int64_t K) {
     return (const uint8_t *)m->w + p * panel_bytes(wtype, K);
@@ -343,17 +175,22 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
         for (int64_t k = 0; k < K; k++) buf[k] = (float)((int32_t)w[(k / 4) * 4 * PANEL + k % 4] - 128) * s;
         return buf;
     }
-    default: { /* WT_Q4, in q4_position's order */
-        const uint8_t *row = (const uint8_t *)m->w + n * (K / QBLOCK) * Q4_BLOCK_BYTES;
-        for (int64_t k = 0; k < K; k++)
-            buf[k] = (float)(q4_nibble(row, k, K / QBLOCK) - 8) * q4_scale(row, k / QBLOCK, K / QBLOCK);
+    default: { /* WT_Q4: per block four steps of 4 bytes a row (elements e and 4 + e), then 32 scales */
+        const uint8_t *panel = panel_of(m, wtype, n / PANEL, K);
+        for (int64_t k = 0; k < K; k++) {
+            const uint8_t *block = panel + k / QBLOCK * (4 * 128 + 4 * PANEL);
+            const uint8_t byte = block[(k % QBLOCK) / 8 * 128 + (n % PANEL) * 4 + k % 4];
+            float scale;
+            memcpy(&scale, block + 4 * 128 + (n % PANEL) * 4, sizeof scale);
+            buf[k] = (float)(((k % 8) < 4 ? byte & 15 : byte >> 4) - 8) * scale;
+        }
         return buf;
     }
     }
 }
 
 #include "prefill.h"   /* prefill's GEMMs: float tiles, BF16 and VNNI products */
-#include "i8_panels.h" /* int8 panels without VNNI: AVX2 or plain C */
+#include "int_panels.h" /* integer panels without VNNI: AVX2 or plain C */
 #include "attention.h" /* one head's attention: decode's stream, prefill's tiles */
 #define ATT_MIN_TILED 8 /* fewer queries (a few drafted tokens) read the cache query by query */
 
@@ -441,10 +278,10 @@ static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float 
 }
 #endif
 
-/* R tokens (rows r0 .. r0 + R of x quantised) against one int8 panel: out[r][i] = row i's sums
- * before its scale. VNNI: prefill.h's integer tile; otherwise i8_panels.h's. */
-static void i8_panel_tokens(const uint8_t *panel, const QuantX *qx, int64_t r0, int R, int64_t K, float out[][PANEL],
-                            const char *ahead, int64_t lines) {
+/* R tokens (rows r0 .. r0 + R of x quantised) against one int8 or 4-bit panel: out[r][i] = row i's
+ * sums (before int8's row scale). VNNI: prefill.h's integer tile; otherwise int_panels.h's. */
+static void int_panel_tokens(int64_t wtype, const uint8_t *panel, const QuantX *qx, int64_t r0, int R, int64_t K,
+                             float out[][PANEL], const char *ahead, int64_t lines) {
 #ifdef PF_VNNI
     const int64_t blocks = K / QBLOCK;
     const int8_t *xq[PF_QTOKENS];
@@ -453,34 +290,41 @@ static void i8_panel_tokens(const uint8_t *panel, const QuantX *qx, int64_t r0, 
     for (int r = 0; r < R; r++)
         xq[r] = qx->q + (r0 + r) * K, xs[r] = qx->scale + (r0 + r) * blocks, xsum[r] = qx->sum + (r0 + r) * blocks;
     __m512 acc[PF_QTOKENS][2];
-    switch (R) { /* a constant R per call: the tile's loops unroll into registers */
-#define I8_TILE(n) case n: pf_tile_int(n, panel, NULL, xq, xs, xsum, 128, K, ahead, lines, acc); break;
-        I8_TILE(1) I8_TILE(2) I8_TILE(3) I8_TILE(4) I8_TILE(5) default: I8_TILE(6)
-#undef I8_TILE
+    switch (R) { /* a constant kind and R per call: the tile's loops unroll into registers */
+#define INT_TILE(n)                                                                                              \
+    case n:                                                                                                      \
+        if (wtype == WT_I8) pf_tile_int(PK_I8, n, panel, xq, xs, xsum, K, ahead, lines, acc);                    \
+        else pf_tile_int(PK_Q4, n, panel, xq, xs, xsum, K, ahead, lines, acc);                                   \
+        break;
+        INT_TILE(1) INT_TILE(2) INT_TILE(3) INT_TILE(4) INT_TILE(5) default: INT_TILE(6)
+#undef INT_TILE
     }
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out[r], acc[r][0]), _mm512_storeu_ps(out[r] + 16, acc[r][1]);
 #else
     (void)ahead, (void)lines;
-    QuantX rows[I8_MOST];
-    const QuantX *xr[I8_MOST];
+    QuantX rows[INT_MOST];
+    const QuantX *xr[INT_MOST];
     for (int r = 0; r < R; r++) rows[r] = quant_row(qx, r0 + r, K), xr[r] = &rows[r];
     switch (R) {
-    case 1: i8_panels(1, 1, panel, 0, xr, K, out); break;
-    case 2: i8_panels(1, 2, panel, 0, xr, K, out); break;
-    case 3: i8_panels(1, 3, panel, 0, xr, K, out); break;
-    default: i8_panels(1, 4, panel, 0, xr, K, out); break;
+#define INT_TILE(n)                                                                                              \
+    case n:                                                                                                      \
+        if (wtype == WT_I8) int_panels(WT_I8, 1, n, panel, 0, xr, K, out);                                       \
+        else int_panels(WT_Q4, 1, n, panel, 0, xr, K, out);                                                      \
+        break;
+        INT_TILE(1) INT_TILE(2) INT_TILE(3) default: INT_TILE(4)
+#undef INT_TILE
     }
 #endif
 }
 
 /* The tokens a tile of one panel takes at most (its sums in registers). */
 #ifdef PF_VNNI
-#define I8_TILE_TOKENS PF_QTOKENS
+#define INT_TILE_TOKENS PF_QTOKENS
 #else
-#define I8_TILE_TOKENS I8_MOST
+#define INT_TILE_TOKENS INT_MOST
 #endif
 static inline int panel_tile_tokens(int64_t wtype) {
-    if (wtype == WT_I8) return I8_TILE_TOKENS;
+    if (wtype == WT_I8 || wtype == WT_Q4) return INT_TILE_TOKENS;
 #ifdef PF_PANELS
     if (wtype == WT_F32) return PF_FTOKENS;
     if (wtype == WT_BF16) return 6; /* 4 sums a token */
@@ -493,14 +337,16 @@ static inline int panel_tile_tokens(int64_t wtype) {
  * row's sums made with its tile's operations for one token, so decode equals a verify pass bit for bit. */
 static void panel_streams(int64_t wtype, const uint8_t *panel, int64_t stride, const float *x, const QuantX *qx,
                           int64_t K, float out[][PANEL]) {
-    if (wtype == WT_I8) {
+    if (wtype == WT_I8 || wtype == WT_Q4) {
 #ifdef PF_VNNI
         __m512 sums[DECODE_STREAMS][2];
-        pf_streams_int(DECODE_STREAMS, panel, stride, qx->q, qx->scale, qx->sum, K, sums);
+        if (wtype == WT_I8) pf_streams_int(PK_I8, DECODE_STREAMS, panel, stride, qx->q, qx->scale, qx->sum, K, sums);
+        else pf_streams_int(PK_Q4, DECODE_STREAMS, panel, stride, qx->q, qx->scale, qx->sum, K, sums);
         for (int j = 0; j < DECODE_STREAMS; j++) _mm512_storeu_ps(out[j], sums[j][0]), _mm512_storeu_ps(out[j] + 16, sums[j][1]);
 #else
         const QuantX *xr[1] = {qx};
-        i8_panels(DECODE_STREAMS, 1, panel, stride, xr, K, out);
+        if (wtype == WT_I8) int_panels(WT_I8, DECODE_STREAMS, 1, panel, stride, xr, K, out);
+        else int_panels(WT_Q4, DECODE_STREAMS, 1, panel, stride, xr, K, out);
 #endif
         return;
     }
@@ -524,10 +370,9 @@ static inline void panel_store(const float sums[PANEL], const float *scale, cons
         y[n0 + i] = (scale ? sums[i] * scale[n0 + i] : sums[i]) + (bias ? bias[n0 + i] : 0.0f);
 }
 
-/* y [M][N] = x [M][K] W^T + b for a matrix stored as panels (float32, bf16, int8: x quantised in
- * `qx` first), each thread taking its share of the panels (one memory stream each: a panel is
- * contiguous), every token tile meeting a panel while it sits in the cache. Decode, a verify pass,
- * int8's prefill and (without AVX-512) float prefill. */
+/* y [M][N] = x [M][K] W^T + b for a matrix (the integer types: x quantised in `qx` first), each
+ * thread taking its share of the panels, every token tile meeting a panel while it sits in the
+ * cache. Decode, a verify pass, and prefill but for bf16's BF16 products. */
 static void panel_products(const Mat *m, int64_t wtype, const float *restrict x, const QuantX *qx, float *restrict y,
                            int64_t M, int64_t N, int64_t K) {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
@@ -561,8 +406,8 @@ static void panel_products(const Mat *m, int64_t wtype, const float *restrict x,
             const int64_t all = p + 1 < p1 && M > 1 ? bytes / 64 : 0, share = (all + tiles - 1) / tiles;
             const int64_t first = i * share < all ? i * share : all, lines = all - first < share ? all - first : share;
             const char *ahead = (const char *)panel + bytes + first * 64;
-            if (wtype == WT_I8)
-                i8_panel_tokens(panel, qx, r0, R, K, out, ahead, lines);
+            if (wtype == WT_I8 || wtype == WT_Q4)
+                int_panel_tokens(wtype, panel, qx, r0, R, K, out, ahead, lines);
             else
                 float_panel_tokens(wtype, panel, x + r0 * K, R, K, out, ahead, lines);
             for (int r = 0; r < R; r++) panel_store(out[r], m->scale, m->bias, y + (r0 + r) * N, n0, rows);
@@ -572,114 +417,49 @@ static void panel_products(const Mat *m, int64_t wtype, const float *restrict x,
 }
 
 /* Scratch of one forward call: `qx` shared (x quantised for the integer types), `xb` shared (x in
- * bf16 for BF16 products; NULL in decode), `panel` this thread's bytes for q4's packed panels (NULL
- * in decode). */
+ * bf16 for BF16 products; NULL in decode). */
 typedef struct {
     const QuantX *qx;
     uint16_t *xb;
-    uint8_t *panel;
 } Scratch;
-
-#if defined(PF_VNNI) || defined(PF_BF16)
-/* This thread's panels of a product (whole panels of PF_PANEL rows, split evenly). */
-static void panel_product(const Mat *m, int kind, const PfTokens *tokens, float *y, int64_t M, int64_t N, int64_t K,
-                          uint8_t *panel) {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t panels = (N + PF_PANEL - 1) / PF_PANEL;
-    const int64_t lo = panels * t / threads * PF_PANEL, hi = panels * (t + 1) / threads * PF_PANEL;
-    pf_gemm_panels(kind, m->w, tokens, y, m->bias, M, N, K, lo, hi < N ? hi : N, panel);
-}
-#endif
 
 /* Decode's products for M tokens (rows of x [M][K]). Each token's products are the ones a one-token
  * decode makes, bit for bit (M == 1 is decode itself): a speculative verify pass checks M drafted
- * tokens for about one token's weight traffic. Float32, bf16 and int8: the panels (panel_products).
- * 4-bit: each thread takes its block of rows of W and walks four quarters of it at once (four memory
- * streams per core, as kernels/gemv.c); each group of four rows comes from memory once and meets
- * every token while it sits in the cache. `qx` holds M rows of x quantised. Called by every thread
- * of the region. */
+ * tokens for about one token's weight traffic. The integer types' tiles are these products too, so
+ * their prefill is this. Called by every thread of the region. */
 static void decode_products(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                             int64_t N, int64_t K, const QuantX *qx) {
-    const int64_t blocks = K / QBLOCK;
     if (wtype == WT_I8 || wtype == WT_Q4) {
+        const int64_t blocks = K / QBLOCK;
         #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
         for (int64_t rb = 0; rb < M * blocks; rb++) {
             const QuantX row = quant_row(qx, rb / blocks, K);
-            quantise_block(x + rb / blocks * K, &row, blocks, rb % blocks, wtype == WT_Q4);
+            quantise_block(x + rb / blocks * K, &row, rb % blocks);
         }
     }
-    if (wtype != WT_Q4) {
-        panel_products(m, wtype, x, qx, y, M, N, K);
-        return;
-    }
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
-    const int64_t q = (hi - lo) / 4; /* rows i, i+q, i+2q, i+3q together: four streams per thread */
-    float out[4];
-    for (int64_t i = lo; i < lo + q; i++)
-        for (int64_t r = 0; r < M; r++) {
-            const QuantX row = quant_row(qx, r, K);
-            q4_dot4(m, i, q, K, &row, out);
-            for (int64_t j = 0; j < 4; j++) y[r * N + i + j * q] = out[j];
-        }
-    for (int64_t n = lo + 4 * q; n < hi; n++)
-        for (int64_t r = 0; r < M; r++) {
-            const QuantX row = quant_row(qx, r, K);
-            y[r * N + n] = q4_dot(m, n, K, &row);
-        }
-    if (m->bias)
-        for (int64_t r = 0; r < M; r++)
-            for (int64_t n = lo; n < hi; n++) y[r * N + n] += m->bias[n];
+    panel_products(m, wtype, x, qx, y, M, N, K);
 }
+
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
- * parallel region, each taking its block of rows of W; ends with a barrier. One token (decode)
- * streams W once; more (prefill, scoring) take prefill.h's GEMMs where this CPU has them; int8's
- * panel tiles are decode's own products, so its prefill is decode_products.
- * `exact`: decode's products for every row of x (decode_products). */
+ * parallel region, each taking its share of W's panels; ends with a barrier. One token (decode)
+ * streams W once; more (prefill, scoring) take the panels' tiles, or prefill.h's BF16 GEMM where
+ * this CPU has those products. `exact`: decode's products for every row of x (decode_products). */
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                    int64_t N, int64_t K, const Scratch *sc, int exact) {
-    const QuantX *qx = sc->qx;
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t lo = N * t / threads, hi = N * (t + 1) / threads;
-    const float *bias = m->bias;
-    (void)lo; (void)hi; (void)bias; /* the plain paths' (builds without AVX-512 VNNI) */
-    if (M == 1 || exact || wtype == WT_I8) {
-        decode_products(m, wtype, x, y, M, N, K, qx);
-    } else if (wtype == WT_Q4) {
-#ifdef PF_VNNI
-        #pragma omp for schedule(static) /* x quantised as decode does, in plain order, with its sums */
-        for (int64_t r = 0; r < M; r++) {
-            const QuantX row = quant_row(qx, r, K);
-            quantise_blocks(x + r * K, &row, K, 0);
-        } /* implied barrier */
-        const PfTokens tokens = {x, qx->q, qx->scale, qx->sum};
-        panel_product(m, PK_Q4, &tokens, y, M, N, K, sc->panel);
-#else
-        /* the products decode makes, row by row: prefill, decode and scoring compute alike */
-        #pragma omp for schedule(static)
-        for (int64_t r = 0; r < M; r++) {
-            const QuantX row = quant_row(qx, r, K);
-            quantise_blocks(x + r * K, &row, K, 1);
-        } /* implied barrier */
-        for (int64_t n = lo; n < hi; n++) {
-            const float b0 = bias ? bias[n] : 0.0f;
-            for (int64_t r = 0; r < M; r++) {
-                const QuantX row = quant_row(qx, r, K);
-                y[r * N + n] = q4_dot(m, n, K, &row) + b0;
-            }
-        }
-#endif
-    } else {
 #ifdef PF_BF16
-        if (wtype == WT_BF16) { /* BF16 products: the tokens rounded to bf16 once for every row's */
-            #pragma omp for schedule(static)
-            for (int64_t r = 0; r < M; r++) pf_to_bf16_row(x + r * K, sc->xb + r * K, K);
-            const PfTokens tokens = {x, sc->xb, NULL, NULL};
-            panel_product(m, PK_BF16_DP, &tokens, y, M, N, K, sc->panel);
-        } else
-#endif
-        panel_products(m, wtype, x, qx, y, M, N, K); /* decode's own products: prefill computes alike */
+    if (wtype == WT_BF16 && M > 1 && !exact) { /* BF16 products: the tokens rounded to bf16 once for every row's */
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < M; r++) pf_to_bf16_row(x + r * K, sc->xb + r * K, K);
+        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t panels = (N + PF_PANEL - 1) / PF_PANEL;
+        const int64_t lo = panels * t / threads * PF_PANEL, hi = panels * (t + 1) / threads * PF_PANEL;
+        pf_gemm_bf16((const uint16_t *)m->w, sc->xb, y, m->bias, M, N, K, lo, hi < N ? hi : N);
+        #pragma omp barrier
+        return;
     }
+#endif
+    (void)exact;
+    decode_products(m, wtype, x, y, M, N, K, sc->qx); /* decode's own products: prefill computes alike */
     #pragma omp barrier
 }
 
@@ -758,28 +538,21 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
 }
 
 #ifdef PF_PANELS
-#define PANEL_BYTES(K) pf_panel_scratch(K)
 #define ATT_BYTES(S, hd) att_scratch(S, hd)
 #else
-#define PANEL_BYTES(K) ((size_t)0)
 #define ATT_BYTES(S, hd) ((size_t)0)
 #endif
 
 #define DECODE_FLOAT_PATH "panels of 32 rows in two streams a thread"
 #define DECODE_BF16_PATH "bf16 widened in registers, float32 sums, " DECODE_FLOAT_PATH
 #if defined(PF_VNNI)
-#define I8_PANELS "avx512-vnni panel tiles (vpdpbusd"
+#define INT_PANELS "avx512-vnni panel tiles (vpdpbusd"
 #elif defined(__AVX2__) && defined(__FMA__)
-#define I8_PANELS "avx2 maddubs panel tiles (no AVX-512 VNNI on this CPU"
+#define INT_PANELS "avx2 maddubs panel tiles (no AVX-512 VNNI on this CPU"
 #else
-#define I8_PANELS "plain C integer panel tiles (no AVX2 on this CPU"
+#define INT_PANELS "plain C integer panel tiles (no AVX2 on this CPU"
 #endif
-#define DECODE_I8_PATH I8_PANELS ", int8 activations per block of 32), " DECODE_FLOAT_PATH
-#if defined(__AVX2__) && defined(__FMA__)
-#define DECODE_Q4_PATH "avx2 maddubs row streams (int8 activations per block of 32)"
-#else
-#define DECODE_Q4_PATH "plain C integer row streams (int8 activations per block of 32)"
-#endif
+#define DECODE_INT_PATH INT_PANELS ", int8 activations per block of 32), " DECODE_FLOAT_PATH
 
 /* ---- the step -------------------------------------------------------------------------------- */
 
@@ -805,16 +578,13 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
     float *scores = malloc(sizeof(float) * threads * md->max_seq);
     float *rows = malloc(sizeof(float) * threads * d); /* each thread's embedding row, widened */
     const int64_t blocks = T * (widest / QBLOCK) + 1; /* x quantised: T rows of up to `widest` */
-    QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
-                 malloc(sizeof(int32_t) * blocks)};
-    /* prefill only (a decode step allocates nothing more): x in bf16, each thread's integer panel */
+    QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(int32_t) * blocks)};
+    /* prefill only (a decode step allocates nothing more): x in bf16 */
     uint16_t *xb = T > 1 ? malloc(sizeof(uint16_t) * T * widest) : NULL;
-    const size_t pack_bytes = T > 1 ? PANEL_BYTES(inner > d ? inner : d) : 0;
-    uint8_t *panels = T > 1 ? malloc(pack_bytes * threads) : NULL;
     const size_t tile_bytes = T >= ATT_MIN_TILED && !exact ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
     uint8_t *tiles = tile_bytes ? malloc(tile_bytes * threads) : NULL;
-    int failed = !x || !h || !big || !att || !scores || !rows || !qx.q || !qx.scale || !qx.offset || !qx.sum ||
-                 (T > 1 && (!xb || (pack_bytes && !panels))) || (tile_bytes && !tiles);
+    int failed = !x || !h || !big || !att || !scores || !rows || !qx.q || !qx.scale || !qx.sum || (T > 1 && !xb) ||
+                 (tile_bytes && !tiles);
     if (!failed) {
         const int timing = md->timers != NULL;
         #pragma omp parallel
@@ -822,7 +592,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             int64_t t0 = timing ? now_ns() : 0;
             const int main_thread = omp_get_thread_num() == 0;
             float *buf = rows + omp_get_thread_num() * d;
-            const Scratch sc = {&qx, xb, panels ? panels + omp_get_thread_num() * pack_bytes : NULL};
+            const Scratch sc = {&qx, xb};
             #pragma omp for schedule(static)
             for (int64_t t = 0; t < T; t++) { /* the embedding is the lm_head's row, at its stored type */
                 const float *row = widen_row(&md->lm_head, wt, ids[t], d, buf);
@@ -868,8 +638,8 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             if (main_thread) TICK(T_MATMUL);
         }
     }
-    free(x); free(h); free(big); free(att); free(scores); free(rows); free(qx.q); free(qx.scale); free(qx.offset);
-    free(qx.sum); free(xb); free(panels); free(tiles);
+    free(x); free(h); free(big); free(att); free(scores); free(rows); free(qx.q); free(qx.scale); free(qx.sum);
+    free(xb); free(tiles);
     return failed ? -1 : 0;
 }
 
@@ -877,23 +647,18 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
  * row, prefill's for more), in a parallel region of its own: tests hold each path to a reference on
  * any shape. Returns 0, or -1 when scratch memory could not be had. */
 int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M, int64_t N, int64_t K) {
-    const int threads = omp_get_max_threads();
     const int64_t blocks = M * (K / QBLOCK) + 1;
-    const size_t pack_bytes = PANEL_BYTES(K);
-    QuantX qx = {malloc(M * K + 64), malloc(sizeof(float) * blocks), malloc(sizeof(float) * blocks),
-                 malloc(sizeof(int32_t) * blocks)};
+    QuantX qx = {malloc(M * K + 64), malloc(sizeof(float) * blocks), malloc(sizeof(int32_t) * blocks)};
     uint16_t *xb = malloc(sizeof(uint16_t) * M * K + 64);
-    uint8_t *panels = pack_bytes ? malloc(pack_bytes * threads) : NULL;
-    const int failed = !qx.q || !qx.scale || !qx.offset || !qx.sum || !xb || (pack_bytes && !panels);
+    const int failed = !qx.q || !qx.scale || !qx.sum || !xb;
     if (!failed) {
         #pragma omp parallel
         {
-            const int t = omp_get_thread_num();
-            const Scratch sc = {&qx, xb, panels ? panels + t * pack_bytes : NULL};
+            const Scratch sc = {&qx, xb};
             matmul(m, wtype, x, y, M, N, K, &sc, 0);
         }
     }
-    free(qx.q); free(qx.scale); free(qx.offset); free(qx.sum); free(xb); free(panels);
+    free(qx.q); free(qx.scale); free(qx.sum); free(xb);
     return failed ? -1 : 0;
 }
 
@@ -919,14 +684,8 @@ const char *gpt2_paths(int wtype) {
 #else
         return "prefill: bf16 pairs widened to float32, panel tiles of 4 tokens in plain C (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
 #endif
-    case WT_I8:
-        return "prefill: " I8_PANELS ", tiles of up to " PF_STR(I8_TILE_TOKENS) " tokens on the stored panels of 32 rows, int32 sums per block); decode: " DECODE_I8_PATH;
     default:
-#if defined(PF_VNNI)
-        return "prefill: avx512-vnni GEMM (vpdpbusd, panels of 32 rows, int32 sums per block); decode: " DECODE_Q4_PATH;
-#else
-        return "prefill: decode's integer products token by token (no AVX-512 VNNI on this CPU); decode: " DECODE_Q4_PATH;
-#endif
+        return "prefill: " INT_PANELS ", tiles of up to " PF_STR(INT_TILE_TOKENS) " tokens on the stored panels of 32 rows, int32 sums per block); decode: " DECODE_INT_PATH;
     }
 }
 

@@ -1,37 +1,34 @@
 /* Prefill's matrix products: T > 1 tokens against one weight matrix as a GEMM, not T GEMVs.
  *
- * Each thread takes a block of the matrix's rows, 32 at a time (a panel) as [K / e][2][16 rows][e
- * elements of 4 bytes] (e = 1 float32, 2 bf16, 4 int8): float32, bf16 and int8 matrices are stored
- * so (gpt2_step.c's panel_of); 4-bit rows are repacked into the thread's scratch per panel.
- * One 64-byte vector per step holds the same 4 bytes of 16 rows, so a token's 4 bytes,
- * broadcast, multiply 16 rows at once with no sums across lanes. The panel stays in the cache
- * while every token of the prompt passes over it (a tile of up to 12 tokens at a time), so each
- * weight is read from memory once per prefill and used T times, and the next panel's rows are
- * prefetched while this one computes. The instructions are the best this CPU has, chosen when the
- * kernel is built for it (-march=native; the build is cached per CPU flags, so it only runs where
- * it was built):
+ * Each thread takes a block of the matrix's rows, 32 at a time (a panel, as every type is stored:
+ * gpt2_step.c's panel_of): one 64-byte vector per step holds the same 4 bytes of 16 rows, so a
+ * token's 4 bytes, broadcast, multiply 16 rows at once with no sums across lanes. The panel stays in
+ * the cache while every token of the prompt passes over it (a tile of up to 12 tokens at a time),
+ * so each weight is read from memory once per prefill and used T times, and the next panel's lines
+ * are asked for while this one computes. The instructions are the best this CPU has, chosen when
+ * the kernel is built for it (-march=native; the build is cached per CPU flags, so it only runs
+ * where it was built):
  *
  *   float32 weights   AVX-512F `vfmadd231ps`, 12 tokens x 32 rows per tile
  *   bf16 weights      AVX-512 BF16 `vdpbf16ps` (the tokens rounded to bf16 once per product, float32
  *                     sums); without it the pairs are widened to float32 in registers (AVX-512F)
- *   int8 / 4-bit      AVX-512 VNNI `vpdpbusd` (int8 stored as value + 128, 4-bit as value + 8,
- *                     unsigned), int32 sums per block of 32 started at -shift x the block's sum of
- *                     x, so each block's sum is exact, then one scaled float add per block; the
- *                     activations are decode's (int8 per block of 32). int8's tiles are decode's own
- *                     products (gpt2_step.c's panel_products); without VNNI int8 takes its AVX2 or
- *                     plain-C panel tiles there, and 4-bit decode's products token by token.
- *                     AVX-VNNI (256-bit) CPUs take those paths too: no such CPU has tested a 256-bit
- *                     VNNI kernel.
+ *   int8 / 4-bit      AVX-512 VNNI `vpdpbusd` (int8 stored as value + 128, 4-bit as value + 8 in
+ *                     nibbles, unsigned), int32 sums per block of 32 started at -shift x the
+ *                     block's sum of x, so each block's sum is exact, then one scaled float add per
+ *                     block; the activations are decode's (int8 per block of 32) and the tiles
+ *                     decode's own products (gpt2_step.c's panel_products). Without VNNI the AVX2
+ *                     or plain-C panel tiles of int_panels.h. AVX-VNNI (256-bit) CPUs take those
+ *                     too: no such CPU has tested a 256-bit VNNI kernel.
  *
  * AMX (Sapphire Rapids' tiles: bf16 and int8 products of 16 x 64-byte tiles) would come first where
- * the CPU has it, in pf_panel_tile's place: the panels here are already AMX's B layout (4 bytes of
+ * the CPU has it, in pf_tile_float's and pf_tile_int's place: the panels here are already AMX's B layout (4 bytes of
  * 16 rows per 64-byte row), but it needs Linux's arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
  * once per process and a tile configuration per shape. It is not here: no AMX CPU has tested it,
  * and an untested kernel is not shipped (PF_AMX, tested before PF_VNNI, is the extension point).
  *
  * Without AVX-512 (AVX2 CPUs) gpt2_step.c keeps its plain-C tiles, which the compiler vectorises:
  * dot products along K with AVX2 (4 tokens x 3 rows, lanes summed at the end) were 1.08-1.11x
- * slower (docs/native-runtime.md). Included by gpt2_step.c only (it uses its q4 helpers); each build
+ * slower (docs/native-runtime.md). Included by gpt2_step.c only (QBLOCK); each build
  * (AVX-512 with and without BF16 and VNNI, AVX2, plain C) is tested against its reference in
  * spawned children (tests/test_native_prefill.py). */
 #ifndef WHISTLE_STOP_PREFILL_H
@@ -70,7 +67,7 @@
 #define PF_QTOKENS 6 /* tokens per integer tile: 12 int32 + 12 float accumulators */
 #endif
 
-enum { PK_F32 = 0, PK_BF16_DP = 1, PK_BF16_WIDEN = 2, PK_Q4 = 3 };
+enum { PK_F32 = 0, PK_BF16_DP = 1, PK_BF16_WIDEN = 2, PK_I8 = 3, PK_Q4 = 4 };
 
 /* 16 rows of 16 dwords -> 16 vectors, vector j holding dword j of every row (lane = row). */
 static inline void pf_transpose16(const __m512i r[16], __m512i out[16]) {
@@ -108,35 +105,6 @@ static void pf_pack_panel(const uint8_t *const rows[PF_PANEL], int64_t bytes, ui
             pf_transpose16(r, out);
             for (int j = 0; j < steps; j++) _mm512_storeu_si512((void *)(panel + ((k / 4 + j) * 2 + p) * 64), out[j]);
         }
-}
-
-/* Where each plain-order dword of a 4-block q4 group comes from in (low nibbles | high nibbles):
- * plain dword d is part d % 8 of block d / 8; the record keeps it in slot part / 2 at run
- * (part % 2) * 4 + block (q4_position), slots 0 and 2 in the low nibbles' dwords 0-7 and 8-15,
- * slots 1 and 3 in the high nibbles' (indexes 16 + ...). */
-static inline int32_t pf_q4_source(int d) {
-    const int block = d / 8, part = d % 8, slot = part / 2, run = (part % 2) * 4 + block;
-    return (slot % 2 ? 16 : 0) + (slot / 2) * 8 + run;
-}
-
-/* One q4 row's records -> K unsigned bytes in plain order (value + 8) and its K/32 block scales. */
-static void pf_unpack_q4(const uint8_t *restrict row, int64_t K, uint8_t *restrict out, float *restrict scales) {
-    const int64_t blocks = K / QBLOCK, quads = blocks / 4 * 4;
-    int32_t lo_idx[16], hi_idx[16];
-    for (int d = 0; d < 16; d++) lo_idx[d] = pf_q4_source(d), hi_idx[d] = pf_q4_source(16 + d);
-    const __m512i ilo = _mm512_loadu_si512(lo_idx), ihi = _mm512_loadu_si512(hi_idx), low = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < quads; b += 4) {
-        const uint8_t *record = row + b * Q4_BLOCK_BYTES;
-        memcpy(scales + b, record, 4 * sizeof(float));
-        const __m512i raw = _mm512_loadu_si512((const void *)(record + 16));
-        const __m512i lo = _mm512_and_si512(raw, low), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
-        _mm512_storeu_si512((void *)(out + b * QBLOCK), _mm512_permutex2var_epi32(lo, ilo, hi));
-        _mm512_storeu_si512((void *)(out + b * QBLOCK + 64), _mm512_permutex2var_epi32(lo, ihi, hi));
-    }
-    for (int64_t b = quads; b < blocks; b++) { /* a last group of two */
-        scales[b] = q4_scale(row, b, blocks);
-        for (int j = 0; j < QBLOCK; j++) out[b * QBLOCK + j] = (uint8_t)q4_nibble(row, b * QBLOCK + j, blocks);
-    }
 }
 
 /* Float tile: R tokens x the panel's 32 rows, `steps` steps of 4 bytes. PK_F32: x [R][steps]
@@ -243,40 +211,58 @@ static void pf_float_tile(int kind, int R, const uint8_t *restrict panel, const 
 }
 
 #ifdef PF_VNNI
-/* Integer tile: R tokens x 32 rows. Per block: int32 sums of the zp-shifted unsigned weights times
- * x, started at -zp x the block's sum of x (so each is the block's exact product), then one float
- * multiply-add with the block's scales (x's, times the rows' `bscale` for q4; int8's one scale per
- * row is the caller's). The next panel's `lines` are asked for spread over the blocks. */
-static inline __attribute__((always_inline)) void pf_tile_int(int R, const uint8_t *restrict panel, const float *bscale,
+/* The integer panels' block (gpt2_step.c's panel_of): int8, 8 steps of 128 bytes (value + 128); 4-bit,
+ * 4 steps of 128 bytes (each byte two elements as value + 8: e in its low nibble, 4 + e in its high
+ * one) and the 32 rows' float32 scales. */
+#define PF_INT_BLOCK(kind) ((kind) == PK_I8 ? 8 * 128 : 4 * 128 + 128)
+
+/* One step's two vectors of 16 rows, as vpdpbusd's unsigned operand, and the products with x's 4
+ * (int8) or 8 (4-bit: low nibbles with x's first 4, high with the next 4) elements of the step. */
+static inline __attribute__((always_inline)) void pf_int_step(int kind, const uint8_t *w, const int8_t *x, __m512i s[2]) {
+    const __m512i w0 = _mm512_loadu_si512((const void *)w), w1 = _mm512_loadu_si512((const void *)(w + 64));
+    int32_t four;
+    memcpy(&four, x, 4);
+    const __m512i x0 = _mm512_set1_epi32(four);
+    if (kind == PK_I8) {
+        s[0] = _mm512_dpbusd_epi32(s[0], w0, x0), s[1] = _mm512_dpbusd_epi32(s[1], w1, x0);
+        return;
+    }
+    memcpy(&four, x + 4, 4);
+    const __m512i x1 = _mm512_set1_epi32(four), low = _mm512_set1_epi8(0x0F);
+    s[0] = _mm512_dpbusd_epi32(s[0], _mm512_and_si512(w0, low), x0);
+    s[1] = _mm512_dpbusd_epi32(s[1], _mm512_and_si512(w1, low), x0);
+    s[0] = _mm512_dpbusd_epi32(s[0], _mm512_and_si512(_mm512_srli_epi16(w0, 4), low), x1);
+    s[1] = _mm512_dpbusd_epi32(s[1], _mm512_and_si512(_mm512_srli_epi16(w1, 4), low), x1);
+}
+
+/* Integer tile: R tokens x a panel's 32 rows (kind PK_I8 or PK_Q4). Per block: int32 sums of the
+ * shifted unsigned weights times x, started at -shift x the block's sum of x (so each is the block's
+ * exact product), then one float multiply-add with the block's scales (x's; 4-bit's times its rows'
+ * scales; int8's one scale per row is the caller's). The next panel's `lines` are asked for spread
+ * over the blocks. */
+static inline __attribute__((always_inline)) void pf_tile_int(int kind, int R, const uint8_t *restrict panel,
                                                               const int8_t *const xq[PF_QTOKENS],
                                                               const float *const xs[PF_QTOKENS],
-                                                              const int32_t *const xsum[PF_QTOKENS], int32_t zp,
-                                                              int64_t K, const char *ahead, int64_t lines,
+                                                              const int32_t *const xsum[PF_QTOKENS], int64_t K,
+                                                              const char *ahead, int64_t lines,
                                                               __m512 out[PF_QTOKENS][2]) {
+    const int32_t shift = kind == PK_I8 ? 128 : 8, steps = kind == PK_I8 ? 8 : 4, per_step = QBLOCK / steps;
     __m512 f[PF_QTOKENS][2];
     for (int r = 0; r < R; r++) f[r][0] = f[r][1] = _mm512_setzero_ps();
     const int64_t blocks = K / QBLOCK, per_block = (lines + blocks - 1) / blocks;
     for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *w = panel + b * PF_INT_BLOCK(kind);
         __m512i s[PF_QTOKENS][2];
-        for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_set1_epi32(-zp * xsum[r][b]);
+        for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_set1_epi32(-shift * xsum[r][b]);
         for (int64_t l = b * per_block; l < (b + 1) * per_block && l < lines; l++) _mm_prefetch(ahead + l * 64, PF_HINT);
-        const uint8_t *w = panel + b * (QBLOCK / 4) * 128;
-        for (int step = 0; step < QBLOCK / 4; step++) {
-            const __m512i w0 = _mm512_loadu_si512((const void *)(w + step * 128));
-            const __m512i w1 = _mm512_loadu_si512((const void *)(w + step * 128 + 64));
-            for (int r = 0; r < R; r++) {
-                int32_t four;
-                memcpy(&four, xq[r] + b * QBLOCK + step * 4, 4);
-                const __m512i xb = _mm512_set1_epi32(four);
-                s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, xb);
-                s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, xb);
-            }
-        }
-        __m512 b0 = _mm512_setzero_ps(), b1 = b0;
-        if (bscale) b0 = _mm512_loadu_ps(bscale + b * 32), b1 = _mm512_loadu_ps(bscale + b * 32 + 16);
+        for (int step = 0; step < steps; step++)
+            for (int r = 0; r < R; r++) pf_int_step(kind, w + step * 128, xq[r] + b * QBLOCK + step * per_step, s[r]);
         for (int r = 0; r < R; r++) {
-            const __m512 x_scale = _mm512_set1_ps(xs[r][b]);
-            const __m512 s0 = bscale ? _mm512_mul_ps(b0, x_scale) : x_scale, s1 = bscale ? _mm512_mul_ps(b1, x_scale) : x_scale;
+            __m512 s0 = _mm512_set1_ps(xs[r][b]), s1 = s0;
+            if (kind == PK_Q4) {
+                s0 = _mm512_mul_ps(_mm512_loadu_ps(w + 4 * 128), s0);
+                s1 = _mm512_mul_ps(_mm512_loadu_ps(w + 4 * 128 + 64), s1);
+            }
             f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), s0, f[r][0]);
             f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), s1, f[r][1]);
         }
@@ -284,143 +270,73 @@ static inline __attribute__((always_inline)) void pf_tile_int(int R, const uint8
     for (int r = 0; r < R; r++) out[r][0] = f[r][0], out[r][1] = f[r][1];
 }
 
-/* One token against S int8 panels `stride` bytes apart at once (S memory streams, for decode): each row's
- * sums made with exactly pf_tile_int's operations for one token (zp 128, no block scales), so a
- * decoded token's products equal the same token's among several bit for bit. */
-static inline __attribute__((always_inline)) void pf_streams_int(int S, const uint8_t *restrict panel,
+/* One token against S integer panels `stride` bytes apart at once (S memory streams, for decode):
+ * each row's sums made with exactly pf_tile_int's operations for one token, so a decoded token's
+ * products equal the same token's among several bit for bit. */
+static inline __attribute__((always_inline)) void pf_streams_int(int kind, int S, const uint8_t *restrict panel,
                                                                  int64_t stride, const int8_t *restrict xq,
                                                                  const float *restrict xs,
                                                                  const int32_t *restrict xsum, int64_t K,
                                                                  __m512 out[][2]) {
+    const int32_t shift = kind == PK_I8 ? 128 : 8, steps = kind == PK_I8 ? 8 : 4, per_step = QBLOCK / steps;
     __m512 f[4][2];
     for (int p = 0; p < S; p++) f[p][0] = f[p][1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < K / QBLOCK; b++) {
+        const uint8_t *w = panel + b * PF_INT_BLOCK(kind);
         __m512i s[4][2];
-        const __m512i start = _mm512_set1_epi32(-128 * xsum[b]);
+        const __m512i start = _mm512_set1_epi32(-shift * xsum[b]);
         for (int p = 0; p < S; p++) s[p][0] = s[p][1] = start;
-        for (int step = 0; step < QBLOCK / 4; step++) {
-            int32_t four;
-            memcpy(&four, xq + b * QBLOCK + step * 4, 4);
-            const __m512i xb = _mm512_set1_epi32(four);
-            for (int p = 0; p < S; p++) {
-                const uint8_t *w = panel + p * stride + (b * (QBLOCK / 4) + step) * 128;
-                s[p][0] = _mm512_dpbusd_epi32(s[p][0], _mm512_loadu_si512((const void *)w), xb);
-                s[p][1] = _mm512_dpbusd_epi32(s[p][1], _mm512_loadu_si512((const void *)(w + 64)), xb);
-            }
-        }
+        for (int step = 0; step < steps; step++)
+            for (int p = 0; p < S; p++) pf_int_step(kind, w + p * stride + step * 128, xq + b * QBLOCK + step * per_step, s[p]);
         const __m512 x_scale = _mm512_set1_ps(xs[b]);
         for (int p = 0; p < S; p++) {
-            f[p][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[p][0]), x_scale, f[p][0]);
-            f[p][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[p][1]), x_scale, f[p][1]);
+            __m512 s0 = x_scale, s1 = x_scale;
+            if (kind == PK_Q4) {
+                s0 = _mm512_mul_ps(_mm512_loadu_ps(w + p * stride + 4 * 128), s0);
+                s1 = _mm512_mul_ps(_mm512_loadu_ps(w + p * stride + 4 * 128 + 64), s1);
+            }
+            f[p][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[p][0]), s0, f[p][0]);
+            f[p][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[p][1]), s1, f[p][1]);
         }
     }
     for (int p = 0; p < S; p++) out[p][0] = f[p][0], out[p][1] = f[p][1];
 }
 #endif
 
-/* The tokens of one matrix product, as the tiles read them. */
-typedef struct {
-    const float *xf;        /* float32 [M][K] */
-    const void *x;          /* PK_F32, PK_BF16_WIDEN: xf; PK_BF16_DP: bf16 [M][K]; integer: int8 [M][K] */
-    const float *xs;        /* integer: [M][K/32] scales */
-    const int32_t *xsum;    /* integer: [M][K/32] sums */
-} PfTokens;
-
-/* The token tiles of one packed panel into y (rows n0 .. n0 + rows): the tokens in tiles as even as
- * PF_FTOKENS/PF_QTOKENS allow (50 tokens: 5 tiles of 10, not 4 of 12 and one of 2). */
-static void pf_panel_tiles(int kind, const uint8_t *panel, const float *bscale, const PfTokens *tk, float *y,
-                           const float rs[PF_PANEL], const float bs[PF_PANEL], int rows, int64_t n0, int64_t M,
-                           int64_t N, int64_t K, const char *ahead, int64_t ahead_bytes) {
-    const int integer = kind == PK_Q4, most = integer ? PF_QTOKENS : PF_FTOKENS;
-    const int64_t tiles = (M + most - 1) / most, blocks = K / QBLOCK;
-    const int64_t elem = kind == PK_F32 || kind == PK_BF16_WIDEN ? 4 : kind == PK_BF16_DP ? 2 : 1;
-    const __m512 rscale[2] = {_mm512_loadu_ps(rs), _mm512_loadu_ps(rs + 16)};
-    const __m512 badd[2] = {_mm512_loadu_ps(bs), _mm512_loadu_ps(bs + 16)};
-    const int64_t lines = (ahead_bytes + 63) / 64, per_tile = (lines + tiles - 1) / tiles;
-    for (int64_t i = 0, t0 = 0; i < tiles; i++) {
-        const int R = (int)((M - t0 + (tiles - i) - 1) / (tiles - i)); /* the rest, spread evenly */
-        const int64_t first = i * per_tile, count = first >= lines ? 0 : (lines - first < per_tile ? lines - first : per_tile);
-        const char *at = ahead + first * 64;
-        __m512 out[PF_FTOKENS][2];
-        if (integer) {
-#ifndef PF_VNNI
-            (void)bscale, (void)blocks;
-#else
-            const int8_t *xr[PF_QTOKENS];
-            const float *sr[PF_QTOKENS];
-            const int32_t *cr[PF_QTOKENS];
-            for (int r = 0; r < R; r++)
-                xr[r] = (const int8_t *)tk->x + (t0 + r) * K, sr[r] = tk->xs + (t0 + r) * blocks, cr[r] = tk->xsum + (t0 + r) * blocks;
-            switch (R) { /* a constant R per call: the tile's loops unroll into registers */
-#define PF_INT(n) case n: pf_tile_int(n, panel, bscale, xr, sr, cr, 8, K, at, count, out); break;
-                PF_INT(1) PF_INT(2) PF_INT(3) PF_INT(4) PF_INT(5) default: PF_INT(6)
-#undef PF_INT
-            }
-#endif
-        } else {
-            const void *xr[PF_FTOKENS];
-            for (int r = 0; r < R; r++) xr[r] = (const uint8_t *)tk->x + (t0 + r) * K * elem;
-            const int64_t steps = kind == PK_F32 ? K : K / 2; /* bf16: whole pairs */
-            pf_float_tile(kind, R, panel, xr, steps, at, count, out);
-        }
-        for (int r = 0; r < R; r++)
-            for (int h = 0; h < 2; h++) {
-                const int valid = rows - 16 * h;
-                if (valid <= 0) continue;
-                const __mmask16 mask = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-                _mm512_mask_storeu_ps(y + (t0 + r) * N + n0 + 16 * h, mask, _mm512_fmadd_ps(out[r][h], rscale[h], badd[h]));
-            }
-        t0 += R;
-    }
-}
-
-/* Scratch one thread needs for pf_gemm_panels at inner size K (any kind): the panel, 32 unpacked
- * q4 rows, and their block scales twice. */
-static inline size_t pf_panel_scratch(int64_t K) {
-    return (size_t)(K + 16) * 32 * 4 + (size_t)PF_PANEL * K + (size_t)(K / QBLOCK + 1) * PF_PANEL * 2 * sizeof(float) + 64;
-}
-
-/* Rows [lo, hi) of W (lo a multiple of PF_PANEL) against the tokens, panel by panel, then every tile
- * of tokens: bf16 weights lie as panels already (gpt2_step.c's panel_of); 4-bit rows [N][K/32 * 20]
- * are unpacked and packed into one per panel (the next panel's rows prefetched meanwhile). */
-__attribute__((unused)) /* builds without VNNI or BF16 products call none */
-static void pf_gemm_panels(int kind, const void *W, const PfTokens *tk, float *y, const float *bias, int64_t M,
-                           int64_t N, int64_t K, int64_t lo, int64_t hi, uint8_t *scratch) {
-    const int64_t blocks = K / QBLOCK, row_bytes = blocks * Q4_BLOCK_BYTES; /* a q4 row's records */
-    uint8_t *panel = scratch, *unpacked = scratch + (K + 16) * 32 * 4;
-    float *q4_scales = (float *)(unpacked + PF_PANEL * K); /* [PF_PANEL][blocks] */
-    float *bscale = q4_scales + PF_PANEL * blocks;          /* [blocks][PF_PANEL] */
+#ifdef PF_BF16
+/* Rows [lo, hi) of a bf16 matrix (its stored panels, gpt2_step.c's panel_of; lo a multiple of PF_PANEL)
+ * against the tokens in bf16 (xb [M][K]) with vdpbf16ps, panel by panel, every tile of tokens while
+ * the panel sits in the cache (tiles as even as PF_FTOKENS allows: 50 tokens are 5 tiles of 10, not 4
+ * of 12 and one of 2), the next panel's lines asked for meanwhile, a share per tile. */
+static void pf_gemm_bf16(const uint16_t *W, const uint16_t *xb, float *y, const float *bias, int64_t M, int64_t N,
+                         int64_t K, int64_t lo, int64_t hi) {
+    const int64_t bytes = K / 2 * PF_PANEL * 4, tiles = (M + PF_FTOKENS - 1) / PF_FTOKENS;
     for (int64_t n0 = lo; n0 < hi; n0 += PF_PANEL) {
         const int rows = hi - n0 < PF_PANEL ? (int)(hi - n0) : PF_PANEL;
-        const uint8_t *src[PF_PANEL];
-        float rs[PF_PANEL], bs[PF_PANEL];
-        for (int i = 0; i < PF_PANEL; i++) rs[i] = 1.0f, bs[i] = bias && i < rows ? bias[n0 + i] : 0.0f;
-        if (kind == PK_BF16_DP) { /* stored as panels already: the tiles read them as they lie */
-            const int64_t bytes = K / 2 * PF_PANEL * 4;
-            const uint8_t *own = (const uint8_t *)W + n0 / PF_PANEL * bytes;
-            pf_panel_tiles(kind, own, NULL, tk, y, rs, bs, rows, n0, M, N, K, (const char *)own + bytes,
-                           n0 + PF_PANEL < hi ? bytes : 0);
-            continue;
+        const uint8_t *panel = (const uint8_t *)W + n0 / PF_PANEL * bytes;
+        float bs[PF_PANEL];
+        for (int i = 0; i < PF_PANEL; i++) bs[i] = bias && i < rows ? bias[n0 + i] : 0.0f;
+        const __m512 badd[2] = {_mm512_loadu_ps(bs), _mm512_loadu_ps(bs + 16)};
+        const int64_t lines = n0 + PF_PANEL < hi ? bytes / 64 : 0, per_tile = (lines + tiles - 1) / tiles;
+        for (int64_t i = 0, t0 = 0; i < tiles; i++) {
+            const int R = (int)((M - t0 + (tiles - i) - 1) / (tiles - i)); /* the rest, spread evenly */
+            const int64_t first = i * per_tile, count = first >= lines ? 0 : (lines - first < per_tile ? lines - first : per_tile);
+            const void *xr[PF_FTOKENS];
+            for (int r = 0; r < R; r++) xr[r] = xb + (t0 + r) * K;
+            __m512 out[PF_FTOKENS][2];
+            pf_float_tile(PK_BF16_DP, R, panel, xr, K / 2, (const char *)panel + bytes + first * 64, count, out);
+            for (int r = 0; r < R; r++)
+                for (int h = 0; h < 2; h++) {
+                    const int valid = rows - 16 * h;
+                    if (valid <= 0) continue;
+                    const __mmask16 mask = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
+                    _mm512_mask_storeu_ps(y + (t0 + r) * N + n0 + 16 * h, mask, _mm512_add_ps(out[r][h], badd[h]));
+                }
+            t0 += R;
         }
-        for (int i = 0; i < PF_PANEL; i++) {
-            if (i < rows) {
-                pf_unpack_q4((const uint8_t *)W + (n0 + i) * row_bytes, K, unpacked + i * K, q4_scales + i * blocks);
-                src[i] = unpacked + i * K;
-            } else { /* a short panel repeats its last row */
-                src[i] = src[rows - 1];
-                memcpy(q4_scales + i * blocks, q4_scales + (rows - 1) * blocks, blocks * sizeof(float));
-            }
-        }
-        pf_pack_panel(src, K, panel);
-        for (int64_t b = 0; b < blocks; b++)
-            for (int i = 0; i < PF_PANEL; i++) bscale[b * PF_PANEL + i] = q4_scales[i * blocks + b];
-        /* the next panel's rows (one stretch of memory) on their way while this one computes */
-        const int64_t next = n0 + PF_AHEAD * PF_PANEL, ahead = next < hi ? (hi - next < PF_PANEL ? hi - next : PF_PANEL) * row_bytes : 0;
-        pf_panel_tiles(kind, panel, bscale, tk, y, rs, bs, rows, n0, M, N, K, (const char *)W + next * row_bytes, ahead);
     }
 }
 
-#ifdef PF_BF16
 /* x [M][K] float32 -> xb [M][K] bf16, rounded to nearest even (as vcvtne2ps2bf16). */
 static void pf_to_bf16_row(const float *restrict x, uint16_t *restrict xb, int64_t K) {
     int64_t k = 0;

@@ -55,9 +55,7 @@ class NativeEngine(Engine):
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         config = model.gpt2_config.require_supported(self.name)
-        if self.wtype == WeightType.Q4 and (config.n_embd % (2 * QBLOCK) or config.n_inner % (2 * QBLOCK)):
-            raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {2 * QBLOCK}")
-        if self.wtype == WeightType.I8 and (config.n_embd % QBLOCK or config.n_inner % QBLOCK):
+        if self.wtype in (WeightType.I8, WeightType.Q4) and (config.n_embd % QBLOCK or config.n_inner % QBLOCK):
             raise ValueError(f"{self.name} needs n_embd and n_inner multiples of {QBLOCK}")
         if self.wtype == WeightType.BF16 and (config.n_embd % 2 or config.n_inner % 2):
             raise ValueError(f"{self.name} needs even n_embd and n_inner (its panels hold whole bf16 pairs)")

@@ -17,7 +17,7 @@ from ...storage import artifact_cache
 from ..artifact_folders import NATIVE_LAYOUT_FILE, NATIVE_LAYOUT_KIND
 
 # weights.py's layouts: a change of any stored type's layout bumps it, so an old cache is rebuilt
-LAYOUT = 3  # 2: float32 and bf16 as panels of 32 rows; 3: int8 too
+LAYOUT = 4  # 2: float32 and bf16 as panels of 32 rows; 3: int8 too; 4: 4-bit too
 
 
 def cached_arrays(

@@ -1,5 +1,5 @@
-"""GPT-2's matrices in the layouts gpt2_step.c reads: float32, bf16 and int8 as panels of 32 rows
-(to_panels), 4-bit as [out, in] rows of records.
+"""GPT-2's matrices in the layouts gpt2_step.c reads, all as panels of 32 rows: float32, bf16 and int8
+by to_panels, 4-bit by quantise_blocks_q4 (its scales beside its nibbles).
 
 Pure numpy on the mmapped safetensors (HF's Conv1D stores [in, out], so the layer matrices are
 transposed once here; the tied wte is already [vocab, d]). Shapes: N rows (out), K columns (in).
@@ -13,7 +13,7 @@ from enum import IntEnum
 import numpy as np
 
 QBLOCK = 32  # q4 block along `in` (gpt2_step.c's QBLOCK)
-PANEL = 32  # rows per panel of a float32, bf16 or int8 matrix (gpt2_step.c's PANEL)
+PANEL = 32  # rows per panel (gpt2_step.c's PANEL)
 I8_SHIFT = 128  # int8 panels hold value + 128: the unsigned operand of VNNI's vpdpbusd
 
 
@@ -29,7 +29,7 @@ class WeightType(IntEnum):
 @dataclass
 class StoredMatrix:
     """One [N, K] matrix at its stored type: `data` (float32, bf16 and int8: to_panels' [ceil(N/32), K * 32],
-    int8 as uint8 value + 128; q4: [N, K/32 * 20] bytes of records), `scale` (i8: [N])."""
+    int8 as uint8 value + 128; q4: quantise_blocks_q4's [ceil(N/32), K/32 * 640] bytes), `scale` (i8: [N])."""
 
     data: np.ndarray
     scale: np.ndarray | None
@@ -79,66 +79,41 @@ def quantise_rows_i8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] 
     return np.clip(q, -127, 127).astype(np.int8), scale
 
 
-def q4_position(group: int, beta: int, j: int) -> int:
-    """Where element j of block `beta` of a group of `group` (4, or 2) blocks sits among the group's
-    group * 32 nibbles (gpt2_step.c's q4_position): slot s = position // 32 is the low (s even) or
-    high (s odd) nibbles of the group's 32-byte word s // 2; lanes go in runs of four elements, and
-    run g of every slot belongs to block g % group, so the kernel adds the slots' integer products
-    before one conversion and one scaled add per group."""
-    run, per_slot = j // 4, 8 // group
-    slot, g = run // per_slot, (run % per_slot) * group + beta
-    return slot * 32 + g * 4 + j % 4
-
-
-def _q4_groups(blocks: int) -> list[tuple[int, int]]:  # (first block, blocks in the group)
-    quads = blocks // 4 * 4
-    return [(b, 4) for b in range(0, quads, 4)] + ([(quads, 2)] if blocks > quads else [])
-
-
-def _q4_positions(group: int) -> np.ndarray:  # [G * 32]: element beta * 32 + j of the group -> its position
-    return np.array([q4_position(group, beta, j) for beta in range(group) for j in range(QBLOCK)], np.int64)
-
-
-def _pack_q4_group(q: np.ndarray, group: int) -> np.ndarray:  # [N, G, 32] in 0..15 -> uint8 [N, G * 16]
-    n = q.shape[0]
-    slots = np.empty((n, group * QBLOCK), np.uint8)
-    slots[:, _q4_positions(group)] = q.reshape(n, group * QBLOCK)
-    slots = slots.reshape(n, group // 2, 2, QBLOCK)  # [N, words, lo/hi, 32]
-    return (slots[:, :, 0] | (slots[:, :, 1] << np.uint8(4))).reshape(n, group * QBLOCK // 2)
-
-
-Q4_BLOCK_BYTES = 4 + QBLOCK // 2  # a float32 scale and 16 bytes of nibbles per block (gpt2_step.c)
-
-
-def quantise_blocks_q4(w: np.ndarray) -> np.ndarray:  # [N, K] -> uint8 [N, K/32 * 20]
-    """Blocks of 32 with a float32 scale each, stored as value + 8 (0..15), in groups of four blocks
-    (a row whose block count is 2 mod 4 ends with a group of two); each group is one record, its
-    scales and then its nibbles laid out by q4_position, so a row is one memory stream."""
+def quantise_blocks_q4(w: np.ndarray) -> np.ndarray:  # [N, K] -> uint8 [ceil(N/32), K/32 * 640]
+    """Blocks of 32 along `in` with a float32 scale each (symmetric, -8..7), stored as value + 8 (0..15) in
+    panels of 32 rows (the last padded with rows of value 0 and scale 1): per block, four steps of 8
+    elements, each step 4 bytes of each of the 32 rows side by side (byte e holds element e in its low
+    nibble and element 4 + e in its high one), then the 32 rows' scales of the block: 640 bytes, so a
+    block of 32 rows is one stretch of memory and a row's 4 bytes of a step lie where an int8 panel's do."""
     n, k = w.shape
+    if k % QBLOCK:
+        raise ValueError(f"4-bit blocks need rows whose length is a multiple of {QBLOCK} (got {k})")
     blocks = w.reshape(n, k // QBLOCK, QBLOCK)  # [N, B, 32]
-    scale = np.abs(blocks).max(axis=2) / np.float32(7)  # symmetric: -7..7
+    scale = np.abs(blocks).max(axis=2) / np.float32(7)
     scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
     q = (np.clip(np.rint(blocks / scale[:, :, None]), -8, 7) + 8).astype(np.uint8)  # [N, B, 32] in 0..15
-    records = [
-        part
-        for b, g in _q4_groups(k // QBLOCK)
-        for part in (np.ascontiguousarray(scale[:, b : b + g]).view(np.uint8), _pack_q4_group(q[:, b : b + g], g))
-    ]
-    return np.ascontiguousarray(np.concatenate(records, axis=1))
+    panels = -(-n // PANEL)
+    q_padded = np.full((panels * PANEL, k // QBLOCK, QBLOCK), 8, np.uint8)
+    s_padded = np.ones((panels * PANEL, k // QBLOCK), np.float32)
+    q_padded[:n], s_padded[:n] = q, scale
+    steps = q_padded.reshape(panels, PANEL, k // QBLOCK, 4, 2, 4)  # [P, 32 rows, B, step, low/high, e]
+    nibbles = steps[:, :, :, :, 0] | (steps[:, :, :, :, 1] << np.uint8(4))  # [P, 32, B, step, e]
+    nibbles = nibbles.transpose(0, 2, 3, 1, 4).reshape(panels, k // QBLOCK, 4 * PANEL * 4)  # [P, B, 512]
+    scales = s_padded.reshape(panels, PANEL, k // QBLOCK).transpose(0, 2, 1)  # [P, B, 32]
+    record = np.concatenate([nibbles, np.ascontiguousarray(scales).view(np.uint8)], axis=2)  # [P, B, 640]
+    return np.ascontiguousarray(record).reshape(panels, k // QBLOCK * (4 * PANEL * 4 + PANEL * 4))
 
 
-def unpack_q4(records: np.ndarray, k: int) -> np.ndarray:  # uint8 [N, K/32 * 20] -> float32 [N, K]
+def unpack_q4(data: np.ndarray, n: int, k: int) -> np.ndarray:  # quantise_blocks_q4's panels -> float32 [N, K]
     """The float32 values quantise_blocks_q4 stored (a reference for tests)."""
-    n = records.shape[0]
-    out = np.empty((n, k), np.float32)
-    for b0, group in _q4_groups(k // QBLOCK):
-        record = records[:, b0 * Q4_BLOCK_BYTES : (b0 + group) * Q4_BLOCK_BYTES]
-        scale = np.ascontiguousarray(record[:, : 4 * group]).view(np.float32)  # [N, G]
-        words = record[:, 4 * group :].reshape(n, group // 2, 1, QBLOCK)
-        slots = np.concatenate([words & 15, words >> 4], axis=2).reshape(n, group * QBLOCK)
-        values = slots[:, _q4_positions(group)].reshape(n, group, QBLOCK).astype(np.float32) - 8  # [N, G, 32]
-        out[:, b0 * QBLOCK : (b0 + group) * QBLOCK] = (values * scale[:, :, None]).reshape(n, group * QBLOCK)
-    return out
+    panels = data.shape[0]
+    record = data.reshape(panels, k // QBLOCK, 4 * PANEL * 4 + PANEL * 4)
+    nibbles = record[:, :, : 4 * PANEL * 4].reshape(panels, k // QBLOCK, 4, PANEL, 4)  # [P, B, step, row, e]
+    values = np.stack([nibbles & 15, nibbles >> 4], axis=3)  # [P, B, step, low/high, row, e]
+    values = values.transpose(0, 4, 1, 2, 3, 5).reshape(panels * PANEL, k).astype(np.float32) - 8
+    scales = np.ascontiguousarray(record[:, :, 4 * PANEL * 4 :]).view(np.float32)  # [P, B, 32]
+    scales = scales.transpose(0, 2, 1).reshape(panels * PANEL, k // QBLOCK)
+    return (values * np.repeat(scales, QBLOCK, axis=1))[:n]
 
 
 def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> StoredMatrix:
@@ -151,8 +126,4 @@ def store(w_out_in: np.ndarray, bias: np.ndarray | None, wtype: WeightType) -> S
     if wtype == WeightType.I8:
         q, scale = quantise_rows_i8(w)
         return StoredMatrix(i8_panels(q), scale, bias)
-    if w.shape[1] % (2 * QBLOCK):
-        raise ValueError(
-            f"4-bit pairs of blocks need rows whose length is a multiple of {2 * QBLOCK} (got {w.shape[1]})"
-        )
     return StoredMatrix(quantise_blocks_q4(w), None, bias)
