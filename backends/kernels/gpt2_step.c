@@ -91,7 +91,23 @@ static inline QuantX quant_row(const QuantX *qx, int64_t r, int64_t K) {
     return row;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* quantise_block in AVX-512 registers: the 32 values as two vectors, the same values as the plain
+ * code (cvtps rounds to nearest even as lrintf does; every value lies in -127..127, so the narrowing
+ * never saturates). A prefill of 50 tokens quantises ~100,000 blocks. */
+static void quantise_block(const float *restrict x, const QuantX *qx, int64_t b) {
+    const float *xb = x + b * QBLOCK;
+    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(inv)));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(inv)));
+    _mm_storeu_si128((__m128i *)(qx->q + b * QBLOCK), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)(qx->q + b * QBLOCK + 16), _mm512_cvtsepi32_epi8(q1));
+    qx->scale[b] = scale;
+    qx->sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
 /* quantise_block in registers (the same values: cvtps rounds to nearest even as lrintf does): a
  * decode step quantises thousands of blocks, a measurable part of an int4 step in scalar code. */
 static void quantise_block(const float *restrict x, const QuantX *qx, int64_t b) {
