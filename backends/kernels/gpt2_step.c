@@ -213,15 +213,17 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
 /* R tokens (x [R][K] float32) against one float32 or bf16 panel: out[r][i] = row i . x[r], float32
  * sums in k order for each row and token, whatever R and the token's neighbours, so a token's
  * products among several (a verify pass, prefill) equal a one-token decode's bit for bit. AVX-512:
- * prefill.h's float tile (bf16 pairs widened in registers); otherwise plain C that the compiler
- * vectorises across the panel's 32 rows. */
+ * prefill.h's float tile (bf16 pairs widened in registers, or with `xb`, the tokens in bf16, BF16
+ * products: prefill's where the CPU has them); otherwise plain C that the compiler vectorises across
+ * the panel's 32 rows. */
 #ifdef PF_PANELS
-static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K,
-                               float out[][PANEL], const char *ahead, int64_t lines) {
+static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, const uint16_t *xb, int R,
+                               int64_t K, float out[][PANEL], const char *ahead, int64_t lines) {
     const void *xr[PF_FTOKENS];
-    for (int r = 0; r < R; r++) xr[r] = x + r * K;
+    for (int r = 0; r < R; r++) xr[r] = xb ? (const void *)(xb + r * K) : (const void *)(x + r * K);
+    const int kind = wtype == WT_F32 ? PK_F32 : xb ? PK_BF16_DP : PK_BF16_WIDEN;
     __m512 acc[PF_FTOKENS][2];
-    pf_float_tile(wtype == WT_F32 ? PK_F32 : PK_BF16_WIDEN, R, panel, xr, wtype == WT_F32 ? K : K / 2, ahead, lines, acc);
+    pf_float_tile(kind, R, panel, xr, wtype == WT_F32 ? K : K / 2, ahead, lines, acc);
     for (int r = 0; r < R; r++) _mm512_storeu_ps(out[r], acc[r][0]), _mm512_storeu_ps(out[r] + 16, acc[r][1]);
 }
 #else
@@ -282,9 +284,9 @@ static void panel_streams_c(int64_t wtype, const uint8_t *restrict panel, int64_
     for (int p = 0; p < DECODE_STREAMS; p++) memcpy(out[p], acc[p], sizeof acc[p]);
 }
 
-static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, int R, int64_t K,
-                               float out[][PANEL], const char *ahead, int64_t lines) {
-    (void)ahead, (void)lines;
+static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, const uint16_t *xb, int R,
+                               int64_t K, float out[][PANEL], const char *ahead, int64_t lines) {
+    (void)xb, (void)ahead, (void)lines;
     switch (R) { /* a constant R per call: its sums stay in registers */
     case 1: panel_tile_c(wtype, panel, x, 1, K, out); break;
     case 2: panel_tile_c(wtype, panel, x, 2, K, out); break;
@@ -347,7 +349,7 @@ static inline int panel_tile_tokens(int64_t wtype) {
 #endif
     return 4;
 }
-#define TILE_MOST 12 /* panel_tile_tokens' largest */
+#define TILE_MOST 12 /* the most tokens a tile takes (PF_FTOKENS) */
 
 /* One token against DECODE_STREAMS panels `stride` bytes apart at once (a memory stream each), each
  * row's sums made with its tile's operations for one token, so decode equals a verify pass bit for bit. */
@@ -386,15 +388,19 @@ static inline void panel_store(const float sums[PANEL], const float *scale, cons
         y[n0 + i] = (scale ? sums[i] * scale[n0 + i] : sums[i]) + (bias ? bias[n0 + i] : 0.0f);
 }
 
-/* y [M][N] = x [M][K] W^T + b for a matrix (the integer types: x quantised in `qx` first), each
- * thread taking its share of the panels, every token tile meeting a panel while it sits in the
- * cache. Decode, a verify pass, and prefill but for bf16's BF16 products. */
-static void panel_products(const Mat *m, int64_t wtype, const float *restrict x, const QuantX *qx, float *restrict y,
-                           int64_t M, int64_t N, int64_t K) {
+/* y [M][N] = x [M][K] W^T + b for a matrix (the integer types: x quantised in `qx` first; `xb`: x in
+ * bf16 for BF16 products, or NULL), each thread taking its share of the panels, every token tile
+ * meeting a panel while it sits in the cache. Decode, a verify pass and prefill. */
+static void panel_products(const Mat *m, int64_t wtype, const float *restrict x, const QuantX *qx, const uint16_t *xb,
+                           float *restrict y, int64_t M, int64_t N, int64_t K) {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t panels = (N + PANEL - 1) / PANEL, p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
     const int64_t bytes = panel_bytes(wtype, K);
+#ifdef PF_PANELS
+    const int most = xb ? PF_FTOKENS : panel_tile_tokens(wtype); /* BF16 products: 2 sums a token */
+#else
     const int most = panel_tile_tokens(wtype);
+#endif
     int64_t p = p0;
     if (M == 1) { /* decode: a thread's panels in DECODE_STREAMS parts, walked side by side (a long
                    * stream each; neighbouring panels at a time were 1.01-1.11x slower, most on AVX2) */
@@ -425,7 +431,7 @@ static void panel_products(const Mat *m, int64_t wtype, const float *restrict x,
             if (wtype == WT_I8 || wtype == WT_Q4)
                 int_panel_tokens(wtype, panel, qx, r0, R, K, out, ahead, lines);
             else
-                float_panel_tokens(wtype, panel, x + r0 * K, R, K, out, ahead, lines);
+                float_panel_tokens(wtype, panel, x + r0 * K, xb ? xb + r0 * K : NULL, R, K, out, ahead, lines);
             for (int r = 0; r < R; r++) panel_store(out[r], m->scale, m->bias, y + (r0 + r) * N, n0, rows);
             r0 += R;
         }
@@ -453,23 +459,20 @@ static void decode_products(const Mat *m, int64_t wtype, const float *restrict x
             quantise_block(x + rb / blocks * K, &row, rb % blocks);
         }
     }
-    panel_products(m, wtype, x, qx, y, M, N, K);
+    panel_products(m, wtype, x, qx, NULL, y, M, N, K);
 }
 
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
  * parallel region, each taking its share of W's panels; ends with a barrier. One token (decode)
- * streams W once; more (prefill, scoring) take the panels' tiles, or prefill.h's BF16 GEMM where
- * this CPU has those products. `exact`: decode's products for every row of x (decode_products). */
+ * streams W once; more (prefill, scoring) take the panels' tiles, bf16's with BF16 products where
+ * this CPU has them. `exact`: decode's products for every row of x (decode_products). */
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                    int64_t N, int64_t K, const Scratch *sc, int exact) {
 #ifdef PF_BF16
     if (wtype == WT_BF16 && M > 1 && !exact) { /* BF16 products: the tokens rounded to bf16 once for every row's */
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < M; r++) pf_to_bf16_row(x + r * K, sc->xb + r * K, K);
-        const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t panels = (N + PF_PANEL - 1) / PF_PANEL;
-        const int64_t lo = panels * t / threads * PF_PANEL, hi = panels * (t + 1) / threads * PF_PANEL;
-        pf_gemm_bf16((const uint16_t *)m->w, sc->xb, y, m->bias, M, N, K, lo, hi < N ? hi : N);
+        panel_products(m, wtype, x, sc->qx, sc->xb, y, M, N, K);
         #pragma omp barrier
         return;
     }

@@ -304,39 +304,6 @@ static inline __attribute__((always_inline)) void pf_streams_int(int kind, int S
 #endif
 
 #ifdef PF_BF16
-/* Rows [lo, hi) of a bf16 matrix (its stored panels, gpt2_step.c's panel_of; lo a multiple of PF_PANEL)
- * against the tokens in bf16 (xb [M][K]) with vdpbf16ps, panel by panel, every tile of tokens while
- * the panel sits in the cache (tiles as even as PF_FTOKENS allows: 50 tokens are 5 tiles of 10, not 4
- * of 12 and one of 2), the next panel's lines asked for meanwhile, a share per tile. */
-static void pf_gemm_bf16(const uint16_t *W, const uint16_t *xb, float *y, const float *bias, int64_t M, int64_t N,
-                         int64_t K, int64_t lo, int64_t hi) {
-    const int64_t bytes = K / 2 * PF_PANEL * 4, tiles = (M + PF_FTOKENS - 1) / PF_FTOKENS;
-    for (int64_t n0 = lo; n0 < hi; n0 += PF_PANEL) {
-        const int rows = hi - n0 < PF_PANEL ? (int)(hi - n0) : PF_PANEL;
-        const uint8_t *panel = (const uint8_t *)W + n0 / PF_PANEL * bytes;
-        float bs[PF_PANEL];
-        for (int i = 0; i < PF_PANEL; i++) bs[i] = bias && i < rows ? bias[n0 + i] : 0.0f;
-        const __m512 badd[2] = {_mm512_loadu_ps(bs), _mm512_loadu_ps(bs + 16)};
-        const int64_t lines = n0 + PF_PANEL < hi ? bytes / 64 : 0, per_tile = (lines + tiles - 1) / tiles;
-        for (int64_t i = 0, t0 = 0; i < tiles; i++) {
-            const int R = (int)((M - t0 + (tiles - i) - 1) / (tiles - i)); /* the rest, spread evenly */
-            const int64_t first = i * per_tile, count = first >= lines ? 0 : (lines - first < per_tile ? lines - first : per_tile);
-            const void *xr[PF_FTOKENS];
-            for (int r = 0; r < R; r++) xr[r] = xb + (t0 + r) * K;
-            __m512 out[PF_FTOKENS][2];
-            pf_float_tile(PK_BF16_DP, R, panel, xr, K / 2, (const char *)panel + bytes + first * 64, count, out);
-            for (int r = 0; r < R; r++)
-                for (int h = 0; h < 2; h++) {
-                    const int valid = rows - 16 * h;
-                    if (valid <= 0) continue;
-                    const __mmask16 mask = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-                    _mm512_mask_storeu_ps(y + (t0 + r) * N + n0 + 16 * h, mask, _mm512_add_ps(out[r][h], badd[h]));
-                }
-            t0 += R;
-        }
-    }
-}
-
 /* x [M][K] float32 -> xb [M][K] bf16, rounded to nearest even (as vcvtne2ps2bf16). */
 static void pf_to_bf16_row(const float *restrict x, uint16_t *restrict xb, int64_t K) {
     int64_t k = 0;
