@@ -134,8 +134,9 @@ def test_every_path_computes_its_reference_on_odd_shapes(build, wtype, tmp_path)
 
 def _tokens_apart_and_together(library: str) -> list[str]:
     """In a child: for float32, int8 and 4-bit (whose tiles of several tokens are decode's own products on
-    every build), each token's product alone (decode: four streams of panels, then single panels) against
-    the same token's among 11 (tiles), bit for bit; the mismatches."""
+    every build), and bf16 where the build's prefill widens its pairs as decode does (no BF16 products),
+    each token's product alone (decode: two streams of panels, then single panels) against the same
+    token's among 11 (tiles), bit for bit; the mismatches."""
     from whistle_stop.backends.engines.native import step
 
     lib = step.bind(ctypes.CDLL(library))
@@ -143,7 +144,10 @@ def _tokens_apart_and_together(library: str) -> list[str]:
     rng = np.random.default_rng(7)
     n, k, m = 9 * 2 * 32 + 5, 96, 11  # nine panels and a short one per thread: streams of four, then singles
     mismatched = []
-    for wtype in (weights.WeightType.F32, weights.WeightType.I8, weights.WeightType.Q4):
+    wtypes = [weights.WeightType.F32, weights.WeightType.I8, weights.WeightType.Q4]
+    if lib.gpt2_prefill_arithmetic(int(weights.WeightType.BF16)) != BF16_ARITHMETIC:
+        wtypes.append(weights.WeightType.BF16)
+    for wtype in wtypes:
         w, bias = rng.normal(0, 0.5, (n, k)).astype(np.float32), rng.normal(0, 1, n).astype(np.float32)
         stored = weights.store(w, bias, wtype)
         scale = None if stored.scale is None else stored.scale.ctypes.data
@@ -183,6 +187,10 @@ def test_each_build_says_which_path_its_prefill_takes(tmp_path):
         fast = in_child(_paths, str(_build("native", tmp_path)))
         assert "avx512-bf16" in fast[1][0] and fast[1][1] == BF16_ARITHMETIC
         assert "avx512-vnni" in fast[2][0] and "avx512-vnni" in fast[3][0]
+    if _cpu_has("avx2", "fma"):
+        avx2 = in_child(_paths, str(_build("avx2", tmp_path)))
+        assert "avx2 float32 panel tiles" in avx2[0][0] and "avx2 panel tiles" in avx2[1][0]
+        assert [a for _, a in avx2] == [0, 0, 2, 2]
     if _cpu_has("avx512f", "avx512bw"):
         widened = in_child(_paths, str(_build("avx512 without bf16 and vnni", tmp_path)))
         assert "widened" in widened[1][0] and widened[1][1] == 0

@@ -214,8 +214,8 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
  * sums in k order for each row and token, whatever R and the token's neighbours, so a token's
  * products among several (a verify pass, prefill) equal a one-token decode's bit for bit. AVX-512:
  * prefill.h's float tile (bf16 pairs widened in registers, or with `xb`, the tokens in bf16, BF16
- * products: prefill's where the CPU has them); otherwise plain C that the compiler vectorises across
- * the panel's 32 rows. */
+ * products: prefill's where the CPU has them); AVX2: prefill.h's AVX2 tiles for several tokens, decode
+ * in plain C; otherwise plain C throughout, which the compiler vectorises across the panel's 32 rows. */
 #ifdef PF_PANELS
 static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, const uint16_t *xb, int R,
                                int64_t K, float out[][PANEL], const char *ahead, int64_t lines) {
@@ -286,13 +286,20 @@ static void panel_streams_c(int64_t wtype, const uint8_t *restrict panel, int64_
 
 static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, const uint16_t *xb, int R,
                                int64_t K, float out[][PANEL], const char *ahead, int64_t lines) {
-    (void)xb, (void)ahead, (void)lines;
+    (void)xb;
     switch (R) { /* a constant R per call: its sums stay in registers */
+#ifdef PF_AVX2
+    case 1: pf_avx2_tile(wtype == WT_BF16, 1, panel, x, K, ahead, lines, out); break;
+    case 2: pf_avx2_tile(wtype == WT_BF16, 2, panel, x, K, ahead, lines, out); break;
+    default: pf_avx2_tile(wtype == WT_BF16, 3, panel, x, K, ahead, lines, out); break;
+#else
     case 1: panel_tile_c(wtype, panel, x, 1, K, out); break;
     case 2: panel_tile_c(wtype, panel, x, 2, K, out); break;
     case 3: panel_tile_c(wtype, panel, x, 3, K, out); break;
     default: panel_tile_c(wtype, panel, x, 4, K, out); break;
+#endif
     }
+    (void)ahead, (void)lines;
 }
 #endif
 
@@ -346,6 +353,8 @@ static inline int panel_tile_tokens(int64_t wtype) {
 #ifdef PF_PANELS
     if (wtype == WT_F32) return PF_FTOKENS;
     if (wtype == WT_BF16) return 6; /* 4 sums a token */
+#elif defined(PF_AVX2)
+    return PF_AVX2_TOKENS;
 #endif
     return 4;
 }
@@ -692,16 +701,20 @@ const char *gpt2_paths(int wtype) {
     case WT_F32:
 #if defined(PF_PANELS)
         return "prefill: avx512f float32 GEMM on the stored panels of 32 rows (tiles of up to 12 tokens); decode: " DECODE_FLOAT_PATH;
+#elif defined(PF_AVX2)
+        return "prefill: avx2 float32 panel tiles of 3 tokens (no AVX-512 on this CPU); decode: " DECODE_FLOAT_PATH;
 #else
-        return "prefill: float32 panel tiles of 4 tokens in plain C (no AVX-512 on this CPU); decode: " DECODE_FLOAT_PATH;
+        return "prefill: float32 panel tiles of 4 tokens in plain C (no AVX2 on this CPU); decode: " DECODE_FLOAT_PATH;
 #endif
     case WT_BF16:
 #if defined(PF_BF16)
         return "prefill: avx512-bf16 GEMM (vdpbf16ps, tokens rounded to bf16, float32 sums); decode: " DECODE_BF16_PATH;
 #elif defined(PF_PANELS)
         return "prefill: avx512f GEMM, bf16 pairs widened to float32 in registers (no BF16 products on this CPU); decode: " DECODE_BF16_PATH;
+#elif defined(PF_AVX2)
+        return "prefill: avx2 panel tiles of 3 tokens, bf16 pairs widened to float32 in registers (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
 #else
-        return "prefill: bf16 pairs widened to float32, panel tiles of 4 tokens in plain C (no AVX-512 on this CPU); decode: " DECODE_BF16_PATH;
+        return "prefill: bf16 pairs widened to float32, panel tiles of 4 tokens in plain C (no AVX2 on this CPU); decode: " DECODE_BF16_PATH;
 #endif
     default:
         return "prefill: " INT_PANELS ", tiles of up to " PF_STR(INT_TILE_TOKENS) " tokens on the stored panels of 32 rows, int32 sums per block); decode: " DECODE_INT_PATH;

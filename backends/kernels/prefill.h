@@ -26,9 +26,10 @@
  * once per process and a tile configuration per shape. It is not here: no AMX CPU has tested it,
  * and an untested kernel is not shipped (PF_AMX, tested before PF_VNNI, is the extension point).
  *
- * Without AVX-512 (AVX2 CPUs) gpt2_step.c keeps its plain-C tiles, which the compiler vectorises:
- * dot products along K with AVX2 (4 tokens x 3 rows, lanes summed at the end) were 1.08-1.11x
- * slower (docs/native-runtime.md). Included by gpt2_step.c only (QBLOCK); each build
+ * Without AVX-512 (AVX2 CPUs, the Zen 3 EPYC) the float types take AVX2 tiles of 3 tokens x 32 rows
+ * (pf_avx2_tile): 0.63x (float32) and 0.64x (bf16) the prefill of the plain-C tiles the compiler
+ * vectorised, whose 4 tokens' sums spilled from 16 registers (an AVX2 build on the Zen 5 EPYC).
+ * Included by gpt2_step.c only (QBLOCK); each build
  * (AVX-512 with and without BF16 and VNNI, AVX2, plain C) is tested against its reference in
  * spawned children (tests/test_native_prefill.py). */
 #ifndef WHISTLE_STOP_PREFILL_H
@@ -319,5 +320,57 @@ static void pf_to_bf16_row(const float *restrict x, uint16_t *restrict xb, int64
 }
 #endif
 #endif /* PF_PANELS */
+
+/* ---- AVX2 (no AVX-512): float tiles ---------------------------------------------------------- */
+#if !defined(PF_PANELS) && defined(__AVX2__) && defined(__FMA__)
+#define PF_AVX2 1
+#define PF_AVX2_TOKENS 3 /* 12 sums, 3 tokens and a row vector: 16 ymm registers with none to spare */
+enum { PA_F32 = 0, PA_EVEN = 1, PA_ODD = 2 };
+
+/* One pass over a panel for R (<= 3) tokens x its 32 rows (four vectors of 8): float32 weights, or
+ * the even or the odd halves of bf16 pairs widened in registers (the odd ones by two shifts: a mask
+ * would take the 17th register and spill the sums: 1.5x slower), one multiply-add chain per row and
+ * token in k order. The next panel's `lines` are asked for, a line a step. */
+static inline __attribute__((always_inline)) void pf_avx2_pass(int kind, int R, const uint8_t *restrict panel,
+                                                               const float *restrict x, int64_t K, int64_t steps,
+                                                               const char *ahead, int64_t lines, __m256 acc[][4]) {
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < steps; s++) {
+        if (s < lines) _mm_prefetch(ahead + s * 64, _MM_HINT_T0);
+        __m256 xb[PF_AVX2_TOKENS];
+        for (int r = 0; r < R; r++) xb[r] = _mm256_broadcast_ss(x + r * K + (kind == PA_F32 ? s : 2 * s + (kind == PA_ODD)));
+        for (int v = 0; v < 4; v++) {
+            const uint8_t *at = panel + s * 128 + v * 32;
+            __m256 w;
+            if (kind == PA_F32) {
+                w = _mm256_loadu_ps((const float *)at);
+            } else {
+                const __m256i pairs = _mm256_loadu_si256((const __m256i *)at);
+                w = _mm256_castsi256_ps(_mm256_slli_epi32(kind == PA_EVEN ? pairs : _mm256_srli_epi32(pairs, 16), 16));
+            }
+            for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(w, xb[r], acc[r][v]);
+        }
+    }
+}
+
+/* R tokens (x [R][K] float32) against a float32 or bf16 (`bf16`) panel: out[r][row]. bf16 takes two
+ * passes, the pairs' even halves' sums and then their odd halves', added at the end: the two chains
+ * gpt2_step.c's panel_streams_c makes for one token, so a token's products among others equal its
+ * one-token decode's bit for bit. */
+static inline __attribute__((always_inline)) void pf_avx2_tile(int bf16, int R, const uint8_t *restrict panel,
+                                                               const float *restrict x, int64_t K, const char *ahead,
+                                                               int64_t lines, float out[][32]) {
+    __m256 acc[PF_AVX2_TOKENS][4], odd[PF_AVX2_TOKENS][4];
+    pf_avx2_pass(bf16 ? PA_EVEN : PA_F32, R, panel, x, K, bf16 ? K / 2 : K, ahead, lines, acc);
+    if (bf16) {
+        pf_avx2_pass(PA_ODD, R, panel, x, K, K / 2, ahead, 0, odd);
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm256_add_ps(acc[r][v], odd[r][v]);
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++) _mm256_storeu_ps(out[r] + 8 * v, acc[r][v]);
+}
+#endif
 
 #endif
