@@ -259,17 +259,27 @@ PREFILL_DRIFT = {
 }
 
 
+# a build for CPUs with fewer instructions than this one: its flags in -march=native's place, what it needs
+PORTABLE_BUILDS = {"plain C": (("-mno-avx2", "-mno-fma"), ()), "avx2": (("-march=x86-64-v3",), ("avx2", "fma"))}
+
+
+@pytest.mark.parametrize("build", list(PORTABLE_BUILDS))
 @pytest.mark.parametrize("kv", ["fp32", "int8"])
-def test_plain_c_build_computes_what_the_avx2_one_does(kv, tiny_model, prompt_ids, tmp_path):
-    """The plain-C twins (CPUs without AVX2) against the build the engines use: decode's products
-    and attention alike (an 8-bit cache's rows widened in AVX-512 registers or in plain C), prefill's
-    within each type's drift (tests/test_native_prefill.py checks each product path exactly against
-    a reference)."""
+def test_portable_builds_compute_what_the_engines_build_does(build, kv, tiny_model, prompt_ids, tmp_path):
+    """The plain-C twins (CPUs without AVX2) and the AVX2 build (the Zen 3 EPYC's) against the build
+    the engines use: decode's products and attention alike (an 8-bit cache's rows widened in AVX-512
+    registers, AVX2 ones or plain C), prefill's within each type's drift (tests/test_native_prefill.py
+    checks each product path exactly against a reference)."""
     import subprocess
 
+    from whistle_stop.backends.results.environment import cpuinfo_field
+
+    extra, needs = PORTABLE_BUILDS[build]
+    if not set(needs) <= set(cpuinfo_field("flags").split()):
+        pytest.skip(f"this CPU cannot run the {build} build")
     source = Path(native.__file__).with_name("gpt2_step.c")
     portable = tmp_path / "libgpt2_step_portable.so"
-    flags = [f for f in native.FLAGS if f != "-march=native"] + ["-mno-avx2", "-mno-fma"]
+    flags = [f for f in native.FLAGS if f != "-march=native"] + list(extra)
     subprocess.run([native.compiler(), *flags, str(source), "-o", str(portable), *native.LIBS], check=True)
     results = in_child(_fast_and_plain, tiny_model, prompt_ids, portable, kv)
     for wtype, ((second, first), *decodes) in zip(weights.WeightType, results):
