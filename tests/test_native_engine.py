@@ -340,3 +340,31 @@ def test_the_kv_setting_is_checked_and_a_cli_flag():
     assert NativeOptions(kv="int8").problem() == "" and NativeOptions().problem() == ""
     args = build_parser().parse_args(["bench", "--backends", "native-int8", "--native-kv", "int8"])
     assert args.native_kv == "int8"
+
+
+def _bind(threads: int) -> tuple[int, list[int], list[int]]:
+    """In a child: what gpt2_set_threads returns, and the CPUs the calling thread may run on before
+    and after it."""
+    import os
+
+    from whistle_stop.backends.engines.native import step
+
+    before = sorted(os.sched_getaffinity(0))
+    bound = step.library().gpt2_set_threads(threads)
+    return bound, before, sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="CPU affinity is Linux's")
+def test_a_team_that_takes_every_cpu_is_bound_one_thread_a_cpu():
+    """Unbound, the OpenMP worker woke onto its partner's busy CPU every other run and a prefill waited
+    a scheduler tick (+10 ms): a team of every CPU binds each thread to its own; a smaller one binds
+    nothing, so the scheduler keeps its idle CPUs to place threads on."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("one CPU: nothing to bind")
+    bound, before, after = in_child(_bind, cpus)
+    assert bound == cpus and after == before[:1]  # the calling thread is thread 0, on the first CPU
+    bound, before, after = in_child(_bind, 1)
+    assert bound == 0 and after == before

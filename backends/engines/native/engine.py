@@ -64,7 +64,7 @@ class NativeEngine(Engine):
             lib = library()
         except KernelUnavailable as exc:
             raise RuntimeError(f"{self.name} needs a C compiler to build its kernel: {exc}") from exc
-        lib.gpt2_set_threads(self.options.threads)
+        bound = lib.gpt2_set_threads(self.options.threads)
         progress("mapping weights", None)
         began = time.perf_counter()
         params = nest_params(mmap_numpy(model.safetensors), config.n_layer)
@@ -79,7 +79,7 @@ class NativeEngine(Engine):
             lib.gpt2_paths(int(self.wtype)).decode(),
             _KV_NOTE[self.kv],
             f"weights read in their layout from the cache in {read_s:.2f} s{laid_out}",
-            f"OpenMP threads={lib.gpt2_threads()}",
+            f"OpenMP threads={lib.gpt2_threads()}" + (", each bound to a CPU of its own" if bound else ""),
             "one C call per token (backends/kernels/gpt2_step.c)",
         ]
         # the kernel's compile and the weights' layout on first use are build time, not load

@@ -118,6 +118,7 @@ def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS
         ctypes.c_int,
         ctypes.c_int,
     ]
+    lib.gpt2_set_threads.restype = ctypes.c_int
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
     lib.gpt2_threads.restype = ctypes.c_int
     lib.gpt2_paths.restype = ctypes.c_char_p
