@@ -36,6 +36,9 @@ class EngineOptions:
     threads: int = 0
     device: str = "cpu"
     settings: EngineSettings | None = None  # the engine's own typed settings (e.g. a server's URL), if any
+    # the engine runs alone in a worker process of its own (the app's workers set it), so it may bind its
+    # threads to CPUs (threads.cpus_to_bind); never in a process it shares (a test's, a library user's)
+    owns_process: bool = False
 
 
 @dataclass

@@ -135,3 +135,14 @@ def test_the_default_is_described_as_what_it_does_everywhere_it_is_shown():
         flat = " ".join(text.split())
         assert "usable physical cores" in flat, where
         assert not re.search(r"\b(all|every) (the )?cores?\b", flat, re.I), where
+
+
+def test_only_a_team_that_takes_every_usable_cpu_is_bound(monkeypatch):
+    from whistle_stop.backends.worker import threads
+
+    monkeypatch.setattr(threads, "process_cpus", lambda: (2, 3, 5))
+    assert threads.cpus_to_bind(3) == [2, 3, 5]  # thread i on the i-th usable CPU
+    assert threads.cpus_to_bind(2) == []  # a smaller team: the scheduler has an idle CPU for it
+    assert threads.cpus_to_bind(4) == []
+    monkeypatch.setattr(threads, "process_cpus", lambda: (0,))
+    assert threads.cpus_to_bind(1) == []  # one thread: nothing to bind

@@ -29,7 +29,7 @@
  * quantisation) have plain-C twins, the AVX-512 ones (prefill.h, attention.h) AVX2 or plain-C ones.
  * Per-category nanoseconds (matmul, attention, KV, norm/act, other) are summed by thread 0 when
  * `timers` is set: a profile's breakdown without a profiler. */
-#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np (gpt2_set_threads) */
+#define _GNU_SOURCE /* pthread_setaffinity_np (gpt2_bind_threads) */
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -696,34 +696,24 @@ int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M
 }
 
 /* The threads this library's OpenMP runtime will use (set before the first call). */
-/* OpenMP's team for the step (`threads` <= 0: OpenMP's default). When the team takes every CPU this
- * process may run on, each thread is bound to a CPU of its own: unbound, the worker thread, asleep
- * between runs, was woken onto its partner's busy CPU every other run and the first parallel region
- * waited a scheduler tick for it (+10 ms on a prefill of 2-10 ms, the Zen 5 EPYC); with fewer threads
- * than CPUs the scheduler has an idle one to give it and nothing is bound. Returns the threads bound
- * (0: none). Linux only. */
-int gpt2_set_threads(int threads) {
-    if (threads > 0) omp_set_num_threads(threads);
+void gpt2_set_threads(int threads) { if (threads > 0) omp_set_num_threads(threads); }
+
+/* Each thread of a team of `n` bound to its own CPU, thread i (the caller being thread 0) to cpus[i]
+ * (the rule, which teams to bind: backends/worker/threads.py's cpus_to_bind). Returns the threads
+ * bound: n, or 0 when any could not be (or off Linux). */
+int gpt2_bind_threads(const int *cpus, int n) {
 #ifdef __linux__
-    static cpu_set_t process_cpus; /* the process's CPUs as first seen: binding narrows the caller's */
-    static int seen = 0;
-    if (!seen && sched_getaffinity(0, sizeof process_cpus, &process_cpus) != 0) return 0;
-    seen = 1;
-    const int team = omp_get_max_threads();
-    if (team < 2 || team != CPU_COUNT(&process_cpus)) return 0;
-    int cpus[CPU_SETSIZE], n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < team; c++)
-        if (CPU_ISSET(c, &process_cpus)) cpus[n++] = c;
     int bound = 0;
-    #pragma omp parallel num_threads(team) reduction(+ : bound)
+    #pragma omp parallel num_threads(n) reduction(+ : bound)
     {
         cpu_set_t one;
         CPU_ZERO(&one);
         CPU_SET(cpus[omp_get_thread_num()], &one);
-        bound += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+        bound += omp_get_num_threads() == n && pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
     }
-    return bound == team ? team : 0;
+    return bound == n ? n : 0;
 #else
+    (void)cpus, (void)n;
     return 0;
 #endif
 }

@@ -10,6 +10,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,7 +56,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
 
     try:
         started = time.perf_counter()
-        engine = registry.create_from_spec(spec, options)
+        engine = registry.create_from_spec(spec, replace(options, owns_process=True))
         imported = time.perf_counter()
 
         def progress(message: str, fraction: float | None = None) -> None:

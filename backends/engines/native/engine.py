@@ -20,7 +20,7 @@ from ...sources.weights import mmap_numpy
 from ..native_options import NativeOptions
 from ..numpy_runtime.model import nest_params
 from . import layout_cache
-from .step import TIMERS, KvCache, NativeGPT2, library, stored_arrays
+from .step import TIMERS, KvCache, NativeGPT2, bind_team, library, stored_arrays
 from .weights import QBLOCK, WeightType
 
 _DTYPES = {"fp32": WeightType.F32, "bf16": WeightType.BF16, "int8": WeightType.I8, "int4": WeightType.Q4}
@@ -64,7 +64,8 @@ class NativeEngine(Engine):
             lib = library()
         except KernelUnavailable as exc:
             raise RuntimeError(f"{self.name} needs a C compiler to build its kernel: {exc}") from exc
-        bound = lib.gpt2_set_threads(self.options.threads)
+        lib.gpt2_set_threads(self.options.threads)
+        bound = self.options.owns_process and bind_team(lib)
         progress("mapping weights", None)
         began = time.perf_counter()
         params = nest_params(mmap_numpy(model.safetensors), config.n_layer)

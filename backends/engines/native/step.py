@@ -15,6 +15,7 @@ import numpy as np
 from ...gpt2_config import GPT2Config
 from ...kernels.native import load
 from ...profile.categories import Category
+from ...worker.threads import cpus_to_bind
 from .weights import StoredMatrix, WeightType, store
 
 # gpt2_step.c's timers in its T_* order, each with the profile breakdown's category.
@@ -104,6 +105,12 @@ def library() -> ctypes.CDLL:
     return bind(load("gpt2_step"))
 
 
+def bind_team(lib: ctypes.CDLL) -> bool:
+    """Bind the step's OpenMP threads one to a CPU where the rule says so (threads.cpus_to_bind)."""
+    cpus = cpus_to_bind(lib.gpt2_threads())
+    return bool(cpus) and lib.gpt2_bind_threads((ctypes.c_int * len(cpus))(*cpus), len(cpus)) == len(cpus)
+
+
 def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS) -> ctypes.CDLL:
     """Declare the step's functions on a loaded build of gpt2_step.c, once its structs are checked."""
     lib.gpt2_layout.restype = ctypes.c_char_p
@@ -118,8 +125,9 @@ def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS
         ctypes.c_int,
         ctypes.c_int,
     ]
-    lib.gpt2_set_threads.restype = ctypes.c_int
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
+    lib.gpt2_bind_threads.restype = ctypes.c_int
+    lib.gpt2_bind_threads.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
     lib.gpt2_threads.restype = ctypes.c_int
     lib.gpt2_paths.restype = ctypes.c_char_p
     lib.gpt2_paths.argtypes = [ctypes.c_int]

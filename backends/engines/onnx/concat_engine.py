@@ -22,7 +22,7 @@ from ...sources.model_files import ModelFiles
 from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
 from . import concat_cache
-from .session import open_cached, open_session, token_array
+from .session import open_cached, open_session, threads_note, token_array
 
 NOTE = "past/present concatenated per step (ORT's classic GPT-2 export): the cache is copied and grown every step"
 
@@ -46,6 +46,7 @@ class OnnxConcatEngine(Engine):
             self.options.threads,
             "classic past/present",
             progress,
+            bind=self.options.owns_process,
         )
         self._artefact = artefact
         # Names from the graph itself (concat_export.py's, in its order): importing that module
@@ -56,7 +57,7 @@ class OnnxConcatEngine(Engine):
             f"providers={','.join(self.session.get_providers())}",
             "opt=ORT_ENABLE_ALL at load",
             f"cache={'built' if artefact.built else 'hit'}",
-            f"threads={self.options.threads or 'ort default'}",
+            threads_note(self.options.threads, self.options.owns_process),
             NOTE,
         ]
         if self.options.device not in ("", "cpu"):
@@ -115,7 +116,9 @@ class OnnxConcatEngine(Engine):
 
     def _open(self, artefact: Artifact, profile_prefix: str = "") -> ort.InferenceSession:
         # The `onnx` engine's very session settings: the two differ only in how the cache travels.
-        return open_session(onnx_cache.model_path(artefact), self.options.threads, profile_prefix)
+        return open_session(
+            onnx_cache.model_path(artefact), self.options.threads, profile_prefix, self.options.owns_process
+        )
 
     def profiler(self):
         """ORT's own session profiling, on a second session opened for the profiled run."""

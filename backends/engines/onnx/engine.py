@@ -20,7 +20,7 @@ from ...progress import ProgressFn
 from ...sources.model_files import ModelFiles
 from ...storage.artifact_cache import Artifact
 from . import cache as onnx_cache
-from .session import open_cached, open_session, token_array
+from .session import open_cached, open_session, threads_note, token_array
 
 _MATRIX_BYTES = {"fp32": 4, "int8": 1, "int4": 0.5}
 
@@ -58,6 +58,7 @@ class OnnxEngine(Engine):
             self.options.threads,
             self.variant,
             progress,
+            bind=self.options.owns_process,
         )
         self._artefact = artefact
         build = artefact.details
@@ -65,7 +66,7 @@ class OnnxEngine(Engine):
             f"providers={','.join(self.session.get_providers())}",
             "opt=ORT_ENABLE_ALL at load",
             f"cache={'built' if artefact.built else 'hit'}",
-            f"threads={self.options.threads or 'ort default'}",
+            threads_note(self.options.threads, self.options.owns_process),
             "iobinding, in-place KV cache (GroupQueryAttention)",
         ]
         if "quantisation" in build:
@@ -96,7 +97,9 @@ class OnnxEngine(Engine):
         self._decode_binding = None  # bound to the other session; the next prefill binds again
 
     def _open(self, artefact: Artifact, profile_prefix: str = "") -> ort.InferenceSession:
-        return open_session(onnx_cache.model_path(artefact), self.options.threads, profile_prefix)
+        return open_session(
+            onnx_cache.model_path(artefact), self.options.threads, profile_prefix, self.options.owns_process
+        )
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         ids = self._ids(token_ids)
