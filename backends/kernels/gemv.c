@@ -6,11 +6,13 @@
  * per core), and bf16 rows are widened in pairs against x de-interleaved once per call.
  * The threads are OpenMP's; in a PyTorch process that is torch's own libgomp (same soname), so
  * torch.set_num_threads applies. */
+#define _GNU_SOURCE /* pthread_setaffinity_np (affinity.h) */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "affinity.h"
 #include "products.h"
 
 static inline float dot_bf16(const uint16_t *restrict w, const float *restrict x, int64_t K) {
@@ -74,3 +76,6 @@ void bf16_gemv(const uint16_t *restrict W, const float *restrict x, const float 
 
 /* OpenMP's thread count for this process's kernels (a process without torch has no other handle). */
 void gemv_set_threads(int threads) { if (threads > 0) omp_set_num_threads(threads); }
+
+/* This process's OpenMP team (torch's intra-op threads in a PyTorch process) bound one thread to a CPU. */
+int gemv_bind_threads(const int *cpus, int n) { return bind_team(cpus, n); }

@@ -29,7 +29,7 @@
  * quantisation) have plain-C twins, the AVX-512 ones (prefill.h, attention.h) AVX2 or plain-C ones.
  * Per-category nanoseconds (matmul, attention, KV, norm/act, other) are summed by thread 0 when
  * `timers` is set: a profile's breakdown without a profiler. */
-#define _GNU_SOURCE /* pthread_setaffinity_np (gpt2_bind_threads) */
+#define _GNU_SOURCE /* pthread_setaffinity_np (affinity.h) */
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -41,11 +41,8 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
-#ifdef __linux__
-#include <pthread.h>
-#include <sched.h>
-#endif
 
+#include "affinity.h" /* binding the team to CPUs, gemv.c's too */
 #include "products.h" /* the row products gemv.c makes too */
 
 enum { WT_F32 = 0, WT_BF16 = 1, WT_I8 = 2, WT_Q4 = 3 };
@@ -698,25 +695,8 @@ int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M
 /* The threads this library's OpenMP runtime will use (set before the first call). */
 void gpt2_set_threads(int threads) { if (threads > 0) omp_set_num_threads(threads); }
 
-/* Each thread of a team of `n` bound to its own CPU, thread i (the caller being thread 0) to cpus[i]
- * (the rule, which teams to bind: backends/worker/threads.py's cpus_to_bind). Returns the threads
- * bound: n, or 0 when any could not be (or off Linux). */
-int gpt2_bind_threads(const int *cpus, int n) {
-#ifdef __linux__
-    int bound = 0;
-    #pragma omp parallel num_threads(n) reduction(+ : bound)
-    {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpus[omp_get_thread_num()], &one);
-        bound += omp_get_num_threads() == n && pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
-    }
-    return bound == n ? n : 0;
-#else
-    (void)cpus, (void)n;
-    return 0;
-#endif
-}
+/* The step's team bound one thread to a CPU (affinity.h). */
+int gpt2_bind_threads(const int *cpus, int n) { return bind_team(cpus, n); }
 int gpt2_threads(void) { return omp_get_max_threads(); }
 
 /* Which instructions this build's products use for a weight type (the engine's notes say it), and the

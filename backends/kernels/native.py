@@ -155,3 +155,24 @@ def set_threads(threads: int) -> None:
     """OpenMP's thread count for the kernels of this process (libgomp is one library per process)."""
     if threads > 0:
         load("gemv").gemv_set_threads(ctypes.c_int(threads))
+
+
+def bind_team(threads: int, bind: Callable[..., int] | None = None) -> bool:
+    """Bind this process's OpenMP team of `threads` (a PyTorch process's: torch's own libgomp) one
+    thread to a CPU where the rule says so (threads.cpus_to_bind), with `bind(cpus, n)` (a kernel's
+    affinity.h export; default gemv.c's); whether it was bound. Call it once the team's work is set
+    up and before anything that should keep every CPU starts: the caller's thread is narrowed to the
+    first CPU, and what it starts later inherits that. False without a C compiler for gemv.c."""
+    from ..worker.threads import cpus_to_bind
+
+    cpus = cpus_to_bind(threads)
+    if not cpus:
+        return False
+    if bind is None:
+        try:
+            bind = load("gemv").gemv_bind_threads
+        except KernelUnavailable:  # no compiler: the team stays where the OS puts it
+            return False
+        bind.restype = ctypes.c_int
+        bind.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    return bind((ctypes.c_int * len(cpus))(*cpus), len(cpus)) == len(cpus)

@@ -13,9 +13,9 @@ from enum import Enum
 import numpy as np
 
 from ...gpt2_config import GPT2Config
+from ...kernels import native
 from ...kernels.native import load
 from ...profile.categories import Category
-from ...worker.threads import cpus_to_bind
 from .weights import StoredMatrix, WeightType, store
 
 # gpt2_step.c's timers in its T_* order, each with the profile breakdown's category.
@@ -106,9 +106,8 @@ def library() -> ctypes.CDLL:
 
 
 def bind_team(lib: ctypes.CDLL) -> bool:
-    """Bind the step's OpenMP threads one to a CPU where the rule says so (threads.cpus_to_bind)."""
-    cpus = cpus_to_bind(lib.gpt2_threads())
-    return bool(cpus) and lib.gpt2_bind_threads((ctypes.c_int * len(cpus))(*cpus), len(cpus)) == len(cpus)
+    """Bind the step's OpenMP threads one to a CPU where the rule says so (kernels.native.bind_team)."""
+    return native.bind_team(lib.gpt2_threads(), lib.gpt2_bind_threads)
 
 
 def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS) -> ctypes.CDLL:

@@ -21,7 +21,7 @@ import torch
 
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...errors import UsageError
-from ...kernels.native import build_report
+from ...kernels.native import bind_team, build_report
 from ...sources.model_files import ModelFiles
 from ..torch_util import count_int8_linears, logits_to_numpy, quantize_linear_int8, set_threads
 from .gemv_linear import enable_kernels, use_gemv_linears
@@ -95,7 +95,10 @@ class TorchStaticEngine(Engine):
             notes.append("eager")
         if device.type == "cuda":
             notes.append(torch.cuda.get_device_name(device))
-        notes.append(f"threads={threads}")
+        # once compiled (its workers keep every CPU): torch's OpenMP team one thread to a CPU, as the
+        # native engines' (kernels.native.bind_team; 6 of 16 short runs spiked +10 ms unbound, none bound)
+        bound = device.type == "cpu" and self.options.owns_process and bind_team(threads)
+        notes.append(f"threads={threads}" + (", each bound to a CPU of its own" if bound else ""))
         build_s, cache_state = build_report("gemv")  # "none" where the own GEMV kernel is not used
         cache_dtype = net.h[0].attn.kv_cache.k.dtype
         other_bytes = torch.finfo(net.ln_f.weight.dtype).bits // 8  # norms, biases, positions
