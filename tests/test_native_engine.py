@@ -18,7 +18,7 @@ from whistle_stop.backends.profile.capture import ProfileCapture
 from whistle_stop.backends.profile.categories import Category
 
 from .conftest import greedy_logits, load_engine_in_worker
-from .engine_process import EngineProcess, every_cpu_or_skip, in_child, thread_cpus
+from .engine_process import in_child
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 
@@ -340,21 +340,3 @@ def test_the_kv_setting_is_checked_and_a_cli_flag():
     assert NativeOptions(kv="int8").problem() == "" and NativeOptions().problem() == ""
     args = build_parser().parse_args(["bench", "--backends", "native-int8", "--native-kv", "int8"])
     assert args.native_kv == "int8"
-
-
-@pytest.mark.parametrize("threads", ["every CPU", 1])
-def test_a_team_that_takes_every_cpu_is_bound_one_thread_a_cpu(threads, tiny_model):
-    """Unbound, the OpenMP worker woke onto its partner's busy CPU every other run and a prefill waited
-    a scheduler tick (+10 ms): a team of every CPU binds each thread to its own and says so; a smaller
-    one binds nothing, so the scheduler keeps its idle CPUs to place threads on."""
-    cpus = every_cpu_or_skip()
-    team = len(cpus) if threads == "every CPU" else 1
-    with EngineProcess("native", tiny_model, threads=team) as engine:
-        listed = engine.apply(thread_cpus)
-        notes = engine.info.notes
-    if team == 1:
-        assert all(t == cpus for t in listed) and "bound" not in notes
-        return
-    assert listed[0] == cpus[:1]  # the caller runs the team's thread 0
-    assert {t[0] for t in listed if len(t) == 1} == set(cpus)  # and one thread on each other CPU
-    assert "each bound to a CPU of its own" in notes

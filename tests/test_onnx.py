@@ -401,17 +401,3 @@ def test_gpt2_size_greedy_equals_hf():
     ids = prompt_of_length(50)
     tokens = engine_tokens("onnx", model, ids, 50, threads=2)
     assert tokens == engine_tokens("hf", model, ids, 50, threads=2)
-
-
-def test_a_session_whose_team_takes_every_cpu_is_bound_one_thread_a_cpu(tiny_model, fp32):
-    """As the native engines' team (threads.cpus_to_bind): ONNX Runtime's intra-op pool showed the
-    same +7-10 ms on 8 of 32 short runs unbound, none bound. The caller's thread runs ORT's thread 0."""
-    from .engine_process import EngineProcess, every_cpu_or_skip, thread_cpus
-
-    cpus = every_cpu_or_skip()
-    with EngineProcess("onnx", tiny_model, threads=len(cpus)) as engine:
-        listed = engine.apply(thread_cpus)
-        notes = engine.info.notes
-    assert "each bound to a CPU of its own" in notes
-    assert listed[0] == cpus[:1]
-    assert {t[0] for t in listed if len(t) == 1} == set(cpus)

@@ -228,17 +228,3 @@ def test_cuda_graphs(prompt_ids, hf_reference, engines):
         reference = hf_reference.logits(ids + tokens)[len(ids) - 1 :]
         assert np.abs(logits - reference).max() < 1.5
     assert len(engine.tokens(prompt_ids, 20, SamplingParams())) == 20
-
-
-def test_a_team_that_takes_every_cpu_is_bound_one_thread_a_cpu(tiny_model):
-    """PyTorch's OpenMP team (the libgomp gemv.c's kernels share) bound as the native engines' is:
-    6 of 16 short runs of torch-static-compile spiked +10 ms unbound, none bound."""
-    from .engine_process import EngineProcess, every_cpu_or_skip, thread_cpus
-
-    cpus = every_cpu_or_skip()
-    with EngineProcess("torch-static", tiny_model, threads=len(cpus)) as engine:
-        listed = engine.apply(thread_cpus)
-        notes = engine.info.notes
-    assert "each bound to a CPU of its own" in notes
-    assert listed[0] == cpus[:1]
-    assert {t[0] for t in listed if len(t) == 1} == set(cpus)
