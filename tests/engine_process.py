@@ -10,7 +10,6 @@ the signal that killed it (`ChildCrashed`).
   A generator's items come back as a list; `apply(fn, ...)` runs a module-level `fn(engine, ...)`
   in the child, for what cannot be pickled (a torch module, a cancel event).
 - `in_child(fn, *args)`: any module-level function in a fresh child, for kernel tests.
-- `thread_cpus` (an `apply` target) and `every_cpu_or_skip`: which CPUs an engine's threads are bound to.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from whistle_stop.backends.engine import EngineOptions
@@ -212,37 +210,3 @@ def in_child(fn: Callable, *args, timeout_s: float = CALL_TIMEOUT_S, **kwargs) -
         return child.receive(getattr(fn, "__name__", "call"))
     finally:
         child.close()
-
-
-def thread_cpus(engine) -> list[list[int]]:
-    """In an engine's child, after a prefill: the CPUs each of the process's threads may run on
-    (Linux's /proc), the calling (main) thread first."""
-    import os
-    import threading
-
-    engine.prefill([5, 17, 4000])
-    main = threading.get_native_id()
-    listed = {}
-    for task in os.listdir("/proc/self/task"):
-        status = Path(f"/proc/self/task/{task}/status").read_text()
-        text = status.split("Cpus_allowed_list:")[1].split()[0]
-        cpus = []
-        for part in text.split(","):
-            low, _, high = part.partition("-")
-            cpus += range(int(low), int(high or low) + 1)
-        listed[int(task)] = cpus
-    return [listed.pop(main), *listed.values()]
-
-
-def every_cpu_or_skip() -> list[int]:
-    """This process's CPUs, or the test skipped where a team cannot be bound (one CPU, no affinity)."""
-    import os
-
-    import pytest
-
-    if not hasattr(os, "sched_setaffinity"):
-        pytest.skip("CPU affinity is Linux's")
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        pytest.skip("one CPU: nothing to bind")
-    return cpus

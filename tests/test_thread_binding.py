@@ -5,9 +5,11 @@ engine is loaded in a spawned child as a worker loads it (EngineOptions.owns_pro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from .engine_process import EngineProcess, every_cpu_or_skip, in_child, thread_cpus
+from .engine_process import EngineProcess, in_child
 
 # engine -> the module its runtime needs (skipped without it)
 BOUND = {"native": None, "onnx": "onnxruntime", "torch-static": "torch"}
@@ -53,3 +55,35 @@ def _load_in_place(tiny_model, threads: int) -> list[int]:
     engine.load(tiny_model, lambda *args, **kwargs: None)
     engine.prefill([5, 17])
     return sorted(os.sched_getaffinity(0))
+
+
+def thread_cpus(engine) -> list[list[int]]:
+    """In an engine's child, after a prefill: the CPUs each of the process's threads may run on
+    (Linux's /proc), the calling (main) thread first."""
+    import os
+    import threading
+
+    engine.prefill([5, 17, 4000])
+    main = threading.get_native_id()
+    listed = {}
+    for task in os.listdir("/proc/self/task"):
+        status = Path(f"/proc/self/task/{task}/status").read_text()
+        text = status.split("Cpus_allowed_list:")[1].split()[0]
+        cpus = []
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            cpus += range(int(low), int(high or low) + 1)
+        listed[int(task)] = cpus
+    return [listed.pop(main), *listed.values()]
+
+
+def every_cpu_or_skip() -> list[int]:
+    """This process's CPUs, or the test skipped where a team cannot be bound (one CPU, no affinity)."""
+    import os
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("CPU affinity is Linux's")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: nothing to bind")
+    return cpus

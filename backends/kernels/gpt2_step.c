@@ -289,6 +289,9 @@ static void panel_streams_c(int64_t wtype, const uint8_t *restrict panel, int64_
 static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float *x, const uint16_t *xb, int R,
                                int64_t K, float out[][PANEL], const char *ahead, int64_t lines) {
     (void)xb;
+#ifndef PF_AVX2
+    (void)ahead, (void)lines; /* plain C leaves the next panel to the hardware prefetcher */
+#endif
     switch (R) { /* a constant R per call: its sums stay in registers */
 #ifdef PF_AVX2
     case 1: pf_avx2_tile(wtype == WT_BF16, 1, panel, x, K, ahead, lines, out); break;
@@ -301,7 +304,6 @@ static void float_panel_tokens(int64_t wtype, const uint8_t *panel, const float 
     default: panel_tile_c(wtype, panel, x, 4, K, out); break;
 #endif
     }
-    (void)ahead, (void)lines;
 }
 #endif
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from ...gpt2_config import GPT2Config
 from ...kernels import native
-from ...kernels.native import load
 from ...profile.categories import Category
 from .weights import StoredMatrix, WeightType, store
 
@@ -102,7 +101,7 @@ class LayoutMismatch(RuntimeError):
 
 def library() -> ctypes.CDLL:
     """The compiled step (KernelUnavailable without a C compiler; LayoutMismatch if its structs differ)."""
-    return bind(load("gpt2_step"))
+    return bind(native.load("gpt2_step"))
 
 
 def bind_team(lib: ctypes.CDLL) -> bool:
