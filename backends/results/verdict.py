@@ -18,6 +18,7 @@ from enum import Enum
 
 from ..families import PrecisionGroup, engine_precision, precision_group
 from .records import RunRecord
+from .slow_rounds import SlowRound, slow_rounds
 from .speedup import Ratio, speedup
 from .stats import Summary
 from .summary import BackendSummary, interval_label, summarize_backends
@@ -29,6 +30,7 @@ MIN_REPEATS = 3
 class CaveatKind(str, Enum):
     RANDOM_WEIGHTS = "random weights"
     CONTENDED = "contended"
+    SLOW_ROUND = "slow round"
     OVERLAP = "overlap"
     FAILED = "failed"
     ONE_PRECISION = "one precision"
@@ -236,6 +238,7 @@ def verdict(
         random_weights,
         overlaps,
         [s for s in summaries if s.runs > 0 and not s.comparable],
+        slow_rounds(runs),
     )
     return Verdict(reference if reference_measured else "", engines, tuple(picks), tuple(caveats), random_weights)
 
@@ -286,6 +289,7 @@ def _caveats(
     random_weights: bool,
     overlaps: list[str],
     not_comparable: list[BackendSummary],
+    slow: list[SlowRound],
 ) -> list[Caveat]:
     out = []
     if random_weights:
@@ -302,6 +306,16 @@ def _caveats(
                 CaveatKind.CONTENDED,
                 "race mode: the engines ran at the same time and shared the CPU, "
                 "so these timings are contended; run them in fair mode to compare",
+            )
+        )
+    if slow:
+        out.append(
+            Caveat(
+                CaveatKind.SLOW_ROUND,
+                "a slow phase of the machine (most engines slow in the same round, not one engine's noise): "
+                + "; ".join(r.text for r in slow)
+                + ". The medians hold; those engines' intervals reach higher than their own noise would "
+                "(a quieter machine, or more --repeats, narrows them)",
             )
         )
     if overlaps:
