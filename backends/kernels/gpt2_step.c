@@ -71,6 +71,8 @@ typedef struct {
     int64_t *timers;          /* [T_COUNT] ns, or NULL */
     int8_t *kq_cache, *vq_cache; /* the 8-bit cache instead: [L][H][max_seq][hd] each, or NULL */
     float *k_scale, *v_scale;    /* its scale per row: [L][H][max_seq] each */
+    uint8_t *scratch;            /* the step's scratch, kept between calls (gpt2_scratch_bytes), or NULL */
+    int64_t scratch_bytes;
 } Model;
 
 static inline int64_t now_ns(void) {
@@ -586,6 +588,45 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
 #endif
 #define DECODE_INT_PATH INT_PANELS ", int8 activations per block of 32), " DECODE_FLOAT_PATH
 
+/* ---- the step's scratch ----------------------------------------------------------------------- */
+
+#define SCRATCH_ALIGN 64
+
+typedef struct {
+    float *x, *h, *big, *att; /* x: residual [T][d]; h: normed [T][d]; big: qkv or fc [T][widest]; att: [T][d] */
+    float *scores, *rows;     /* [threads][max_seq] attention scores; [threads][d] embedding rows, widened */
+    QuantX qx;                /* x quantised: T rows of up to `widest` */
+    uint16_t *xb;             /* prefill only (a decode step needs no more): x in bf16 */
+    uint8_t *tiles;           /* prefill's attention tiles, [threads] of att_scratch, or NULL */
+} StepScratch;
+
+/* Lays the scratch of a T-token step out from `base` (NULL: only counts) and returns its bytes,
+ * each part aligned to SCRATCH_ALIGN. */
+static size_t step_scratch(const Model *md, int64_t T, int threads, int exact, uint8_t *base, StepScratch *sp) {
+    const int64_t d = md->n_embd, inner = md->n_inner, widest = inner > 3 * d ? inner : 3 * d;
+    const int64_t blocks = T * (widest / QBLOCK) + 1;
+    const size_t tile_bytes = T >= ATT_MIN_TILED && !exact ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
+    size_t used = 0;
+#define PART(FIELD, TYPE, COUNT)                                                                   \
+    do {                                                                                           \
+        sp->FIELD = (COUNT) > 0 && base ? (TYPE *)(base + used) : NULL;                             \
+        used += ((sizeof(TYPE) * (size_t)(COUNT) + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN) * SCRATCH_ALIGN; \
+    } while (0)
+    PART(x, float, T * d); PART(h, float, T * d); PART(big, float, T * widest); PART(att, float, T * d);
+    PART(scores, float, threads * md->max_seq); PART(rows, float, threads * d);
+    PART(qx.q, int8_t, T * widest); PART(qx.scale, float, blocks); PART(qx.sum, int32_t, blocks);
+    PART(xb, uint16_t, T > 1 ? T * widest : 0); PART(tiles, uint8_t, tile_bytes * threads);
+#undef PART
+    return used;
+}
+
+/* The scratch bytes a step of up to T tokens needs with the team as it is now (the engine keeps a
+ * buffer of this size for the model's whole context: untouched pages cost no memory). */
+int64_t gpt2_scratch_bytes(const Model *md, int64_t T) {
+    StepScratch sp;
+    return (int64_t)step_scratch(md, T, omp_get_max_threads(), 0, NULL, &sp);
+}
+
 /* ---- the step -------------------------------------------------------------------------------- */
 
 #define TICK(CAT)                                                                                  \
@@ -601,22 +642,20 @@ static void kv_write(const Model *md, int64_t layer, const float *restrict qkv, 
 int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, float *logits, int all_logits,
                  int exact) {
     const int64_t d = md->n_embd, inner = md->n_inner, V = md->vocab, wt = md->wtype;
-    const int64_t widest = inner > 3 * d ? inner : 3 * d;
     const int64_t rows_out = all_logits ? T : 1;
     const int threads = omp_get_max_threads();
-    /* x: residual [T][d]; h: normed [T][d]; big: qkv or fc [T][widest]; att: [T][d] */
-    float *x = malloc(sizeof(float) * T * d), *h = malloc(sizeof(float) * T * d);
-    float *big = malloc(sizeof(float) * T * widest), *att = malloc(sizeof(float) * T * d);
-    float *scores = malloc(sizeof(float) * threads * md->max_seq);
-    float *rows = malloc(sizeof(float) * threads * d); /* each thread's embedding row, widened */
-    const int64_t blocks = T * (widest / QBLOCK) + 1; /* x quantised: T rows of up to `widest` */
-    QuantX qx = {malloc(T * widest), malloc(sizeof(float) * blocks), malloc(sizeof(int32_t) * blocks)};
-    /* prefill only (a decode step allocates nothing more): x in bf16 */
-    uint16_t *xb = T > 1 ? malloc(sizeof(uint16_t) * T * widest) : NULL;
-    const size_t tile_bytes = T >= ATT_MIN_TILED && !exact ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
-    uint8_t *tiles = tile_bytes ? malloc(tile_bytes * threads) : NULL;
-    int failed = !x || !h || !big || !att || !scores || !rows || !qx.q || !qx.scale || !qx.sum || (T > 1 && !xb) ||
-                 (tile_bytes && !tiles);
+    StepScratch sp;
+    const size_t need = step_scratch(md, T, threads, exact, NULL, &sp);
+    /* The model's own scratch when it is large enough: its pages stay mapped between calls, so a
+     * step pays no page faults for it (a fresh block each call faulted ~350 pages at 50 tokens). */
+    const int kept = md->scratch && (int64_t)need <= md->scratch_bytes;
+    uint8_t *fresh = kept ? NULL : aligned_alloc(SCRATCH_ALIGN, need);
+    const int failed = !kept && !fresh;
+    step_scratch(md, T, threads, exact, kept ? md->scratch : fresh, &sp);
+    float *x = sp.x, *h = sp.h, *big = sp.big, *att = sp.att, *scores = sp.scores, *rows = sp.rows;
+    QuantX qx = sp.qx;
+    uint16_t *xb = sp.xb;
+    uint8_t *tiles = sp.tiles;
     if (!failed) {
         const int timing = md->timers != NULL;
         #pragma omp parallel
@@ -670,8 +709,7 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             if (main_thread) TICK(T_MATMUL);
         }
     }
-    free(x); free(h); free(big); free(att); free(scores); free(rows); free(qx.q); free(qx.scale); free(qx.sum);
-    free(xb); free(tiles);
+    free(fresh);
     return failed ? -1 : 0;
 }
 
@@ -758,7 +796,7 @@ const char *gpt2_layout(void) {
     FIELD(Model, vocab); FIELD(Model, max_seq); FIELD(Model, wtype); FIELD(Model, eps); FIELD(Model, wpe);
     FIELD(Model, lnf_w); FIELD(Model, lnf_b); FIELD(Model, lm_head); FIELD(Model, layers); FIELD(Model, k_cache);
     FIELD(Model, v_cache); FIELD(Model, timers); FIELD(Model, kq_cache); FIELD(Model, vq_cache);
-    FIELD(Model, k_scale); FIELD(Model, v_scale);
+    FIELD(Model, k_scale); FIELD(Model, v_scale); FIELD(Model, scratch); FIELD(Model, scratch_bytes);
 #undef STRUCT
 #undef FIELD
     return text;

@@ -75,6 +75,8 @@ class Model(ctypes.Structure):
         ("vq_cache", _P),
         ("k_scale", _P),
         ("v_scale", _P),
+        ("scratch", _P),
+        ("scratch_bytes", ctypes.c_int64),
     ]
 
 
@@ -124,6 +126,8 @@ def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS
         ctypes.c_int,
     ]
     lib.gpt2_set_threads.argtypes = [ctypes.c_int]
+    lib.gpt2_scratch_bytes.restype = ctypes.c_int64
+    lib.gpt2_scratch_bytes.argtypes = [ctypes.POINTER(Model), ctypes.c_int64]
     lib.gpt2_bind_threads.restype = ctypes.c_int
     lib.gpt2_bind_threads.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
     lib.gpt2_threads.restype = ctypes.c_int
@@ -261,6 +265,10 @@ class NativeGPT2:
             None if f32 else _ptr(self.v_scale),
         )
         self._forward, self._model_ref = self.lib.gpt2_forward, ctypes.byref(self.model)
+        # The step's scratch for the whole context, kept: a step reuses the pages the last one mapped
+        # (zero pages until written). A team grown since takes a block of its own per step.
+        self._scratch = np.zeros(self.lib.gpt2_scratch_bytes(self._model_ref, c.n_positions), np.uint8)
+        self.model.scratch, self.model.scratch_bytes = _ptr(self._scratch), self._scratch.nbytes
         self._one = np.zeros(1, np.int32)  # decode's token
         self._one_address = _ptr(self._one)
 
