@@ -9,41 +9,30 @@ from whistle_stop.backends.report import figures as fg
 from whistle_stop.backends.report.html import build_report, environment_differences
 from whistle_stop.backends.results import bandwidth as bw
 from whistle_stop.backends.results.export import write_csv, write_results
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.records import TokenRecord
 from whistle_stop.backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow
+
+from .run_records import run_record
 
 WEIGHT_BYTES = {"hf": ("fp32", 4e8), "hf-int8": ("int8", 1e8)}
 
 
 def _run(backend, prompt, new, repeat, ttft, tok_s, dtype="fp32"):
-    return RunRecord(
+    return run_record(
+        backend,
+        repeat,
+        itl=1e3 / tok_s,
         run_id=f"{backend}/p{prompt}n{new}/r{repeat}",
-        backend=backend,
         model="random:tiny",
         weights="random",
-        device="cpu",
         dtype=dtype,
-        threads=1,
         prompt_tokens=prompt,
         new_tokens=new,
-        decoding="greedy",
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        repeat=repeat,
-        is_warmup=False,
         import_s=1.0,
         load_s=0.1,
         ttft_ms=ttft,
-        tpot_ms=1e3 / tok_s,
-        itl_p50_ms=1e3 / tok_s,
         itl_p90_ms=None,
         itl_p99_ms=None,
-        decode_tok_s=tok_s,
-        e2e_s=1.0,
-        peak_rss_mb=100.0,
-        status="ok",
         bandwidth_gb_s=WEIGHT_BYTES[backend][1] * tok_s / 1e9,
     )
 

@@ -12,38 +12,24 @@ from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.results.load import LoadRequestRecord, Slo, load_levels, requests_from_runs
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 
+from .run_records import run_record
+
 PROMPT, NEW = 8, 4
 
 
 def _run(backend: str, repeat: int, itl: float) -> RunRecord:
-    return RunRecord(
-        run_id=f"{backend}/r{repeat}",
-        backend=backend,
+    return run_record(
+        backend,
+        repeat,
+        itl=itl,
         model="random:tiny",
         weights="random",
-        device="cpu",
-        dtype="fp32",
-        threads=1,
         prompt_tokens=PROMPT,
         new_tokens=NEW,
-        decoding="greedy",
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        repeat=repeat,
-        is_warmup=False,
         import_s=1.0,
         load_s=0.1,
         ttft_ms=20.0,
-        tpot_ms=itl,
-        itl_p50_ms=itl,
-        itl_p90_ms=itl,
-        itl_p99_ms=itl,
-        decode_tok_s=1e3 / itl,
         e2e_s=0.02 + 3 * itl / 1e3,
-        peak_rss_mb=100.0,
-        status="ok",
         tokens_generated=NEW,
     )
 

@@ -3,39 +3,26 @@ from the records: environment, command, the verdict and the summary table with i
 
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.results.export import write_results
-from whistle_stop.backends.results.records import RunRecord
 from whistle_stop.backends.results.verdict import verdict
+
+from .run_records import run_record
 
 
 def _run(backend, repeat, itl, dtype="fp32"):
-    return RunRecord(
-        run_id=f"{backend}/r{repeat}",
-        backend=backend,
+    return run_record(
+        backend,
+        repeat,
+        itl=itl,
         model="random:tiny",
         weights="random",
-        device="cpu",
         dtype=dtype,
         threads=2,
         prompt_tokens=50,
         new_tokens=100,
-        decoding="greedy",
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        repeat=repeat,
-        is_warmup=False,
         import_s=1.0,
         load_s=0.1,
         ttft_ms=50.0,
-        tpot_ms=itl,
-        itl_p50_ms=itl,
-        itl_p90_ms=itl,
-        itl_p99_ms=itl,
-        decode_tok_s=1e3 / itl,
-        e2e_s=1.0,
         peak_rss_mb=300.0,
-        status="ok",
         reference="hf",
         agree_tokens=100 if dtype == "fp32" else 41,
         cold_start_s=1.0 if repeat == 1 else None,

@@ -6,40 +6,13 @@ from whistle_stop.backends.results.records import RunRecord
 from whistle_stop.backends.results.slow_rounds import SLOW_RATIO, slow_rounds
 from whistle_stop.backends.results.verdict import CaveatKind, verdict
 
+from .run_records import run_record
+
 ENGINES = ("hf", "native", "onnx", "llamacpp-q8_0")
 
 
-def _run(backend: str, repeat: int, ttft: float = 10.0, itl: float = 2.0, prompt: int = 50) -> RunRecord:
-    return RunRecord(
-        run_id=f"{backend}/r{repeat}",
-        backend=backend,
-        model="m",
-        weights="real",
-        device="cpu",
-        dtype="fp32",
-        threads=2,
-        prompt_tokens=prompt,
-        new_tokens=20,
-        decoding="greedy",
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        repeat=repeat,
-        is_warmup=False,
-        import_s=0.1,
-        load_s=0.2,
-        ttft_ms=ttft,
-        tpot_ms=itl,
-        itl_p50_ms=itl,
-        itl_p90_ms=itl,
-        itl_p99_ms=itl,
-        decode_tok_s=1e3 / itl,
-        e2e_s=1.0,
-        peak_rss_mb=100.0,
-        status="ok",
-        reference="hf",
-    )
+def _run(backend: str, repeat: int, ttft: float = 10.0, prompt: int = 50) -> RunRecord:
+    return run_record(backend, repeat, ttft_ms=ttft, prompt_tokens=prompt, threads=2, reference="hf")
 
 
 def _bench(slow: dict[int, tuple[str, ...]], factor: float = 2.0, prompt: int = 50) -> list[RunRecord]:

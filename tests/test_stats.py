@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.results.records import TokenRecord
 from whistle_stop.backends.results.stats import (
     agreement,
     median_interval,
@@ -23,6 +23,8 @@ from whistle_stop.backends.results.summary import (
     summarize_backends,
     summary_rows,
 )
+
+from .run_records import run_record
 
 
 def test_vllm_definitions():
@@ -111,33 +113,21 @@ def test_pooled_percentiles_over_every_gap():
 
 
 def _run(backend, repeat, itl_p50, warmup=False, native=False, decoding="greedy", status="ok"):
-    return RunRecord(
-        run_id=f"{backend}/r{repeat}",
-        backend=backend,
-        model="m",
+    return run_record(
+        backend,
+        repeat,
+        itl=itl_p50,
         weights="random",
-        device="cpu",
-        dtype="fp32",
-        threads=1,
         prompt_tokens=4,
         new_tokens=4,
         decoding=decoding,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        repeat=repeat,
         is_warmup=warmup,
         import_s=1.0,
         load_s=0.1,
         ttft_ms=10.0 + repeat,
-        tpot_ms=itl_p50,
-        itl_p50_ms=itl_p50,
         itl_p90_ms=None,
         itl_p99_ms=None,
-        decode_tok_s=1e3 / itl_p50,
         e2e_s=0.1,
-        peak_rss_mb=100.0,
         status=status,
         native_sampling=native,
     )

@@ -3,9 +3,10 @@
 import pytest
 
 from whistle_stop.backends import registry
-from whistle_stop.backends.results.records import RunRecord
 from whistle_stop.backends.results.speedup import speedup
 from whistle_stop.backends.results.verdict import OVERALL, CaveatKind, verdict
+
+from .run_records import run_record
 
 
 def _run(
@@ -22,33 +23,14 @@ def _run(
     build_s=0.0,
     cold=None,
 ):
-    return RunRecord(
+    return run_record(
+        backend,
+        repeat,
+        itl=itl,
         run_id=f"{backend}/{'w' if warmup else 'r'}{repeat}",
-        backend=backend,
-        model="m",
         weights=weights,
-        device="cpu",
         dtype=dtype,
-        threads=1,
-        prompt_tokens=8,
-        new_tokens=20,
-        decoding="greedy",
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
-        repeat=repeat,
         is_warmup=warmup,
-        import_s=0.1,
-        load_s=0.2,
-        ttft_ms=10.0,
-        tpot_ms=itl,
-        itl_p50_ms=itl,
-        itl_p90_ms=itl,
-        itl_p99_ms=itl,
-        decode_tok_s=None if itl is None else 1e3 / itl,
-        e2e_s=1.0,
-        peak_rss_mb=100.0,
         status=status,
         error=error,
         reference="hf",
