@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+from whistle_stop.backends.report.verdict_html import verdict_html
 from whistle_stop.backends.results.records import RunRecord
 from whistle_stop.backends.results.slow_rounds import SLOW_RATIO, slow_rounds
 from whistle_stop.backends.results.verdict import CaveatKind, verdict
@@ -65,4 +66,5 @@ def test_the_verdict_carries_it_as_a_caveat_and_keeps_the_medians():
     caveat = result.caveat(CaveatKind.SLOW_ROUND)
     assert caveat is not None and "slow phase of the machine" in caveat.text and "repeat 1: 3 of 4" in caveat.text
     assert result.engines["native"].runs == 5  # nothing dropped
+    assert "repeat 1: 3 of 4" in verdict_html(result)  # what the window's Summary and the HTML report show
     assert verdict(_bench({}), reference="hf").caveat(CaveatKind.SLOW_ROUND) is None
