@@ -13,25 +13,23 @@ from whistle_stop.backends.results.reader import ResultsError, load_results
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.status import RunStatus
 
+from .run_records import run_record
+
 
 def _run(run_id: str, **changes) -> RunRecord:
-    record = RunRecord(
+    """A record with every kind of field set to a value other than its default (and `changes` set after
+    construction, as a reader would find them)."""
+    record = run_record(
+        "hf",
+        1,
         run_id=run_id,
-        backend="hf",
         model="random:tiny",
         weights="random",
-        device="cpu",
-        dtype="fp32",
         threads=2,
         prompt_tokens=12,
         new_tokens=3,
-        decoding="greedy",
-        temperature=1.0,
-        top_k=0,
         top_p=0.9,
         seed=7,
-        repeat=1,
-        is_warmup=False,
         import_s=1.25,
         load_s=0.5,
         ttft_ms=12.5,

@@ -10,16 +10,17 @@ and the verdict names the round so the wide intervals it causes are not read as 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .records import RunRecord
+from .stats import summarize
 from .summary import is_measured
 
 SLOW_RATIO = 1.25  # a run this many times its engine's own median (TTFT or ms/token) is slow
 MIN_ENGINES = 3  # fewer engines in a round cannot tell a machine's phase from an engine's noise
 MIN_REPEATS = 3  # a median of fewer runs is no yardstick for one of them
+_METRICS = ("ttft_ms", "ms_per_token")
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,12 @@ def slow_rounds(runs: Sequence[RunRecord]) -> list[SlowRound]:
     for (name, prompt, output), mine in by_engine.items():
         if len({r.repeat for r in mine}) < MIN_REPEATS:
             continue
-        medians = {metric: _median([getattr(r, metric) for r in mine]) for metric in ("ttft_ms", "ms_per_token")}
+        # each engine's own medians, as its summary row computes them (stats.summarize)
+        medians = {metric: summarize([getattr(r, metric) for r in mine]).median for metric in _METRICS}
         for run in mine:
-            mine_now = [getattr(run, m) / median for m, median in medians.items() if _usable(getattr(run, m), median)]
-            if mine_now:
-                round_ratios = ratios.setdefault((prompt, output, run.repeat), {})
-                round_ratios[name] = max(max(mine_now), round_ratios.get(name, 0.0))
+            known = [r for m, median in medians.items() if (r := _ratio(getattr(run, m), median)) is not None]
+            if known:
+                ratios.setdefault((prompt, output, run.repeat), {})[name] = max(known)
     out = []
     for prompt, output, repeat in sorted(ratios):
         engines = ratios[(prompt, output, repeat)]
@@ -78,10 +79,6 @@ def slow_rounds(runs: Sequence[RunRecord]) -> list[SlowRound]:
     return out
 
 
-def _median(values: list[float | None]) -> float | None:
-    finite = [v for v in values if v is not None and v > 0]
-    return statistics.median(finite) if finite else None
-
-
-def _usable(value: float | None, median: float | None) -> bool:
-    return value is not None and median is not None and median > 0
+def _ratio(value: float | None, median: float) -> float | None:
+    """value / median, None where either is missing (a metric a run or an engine does not have)."""
+    return value / median if value is not None and median > 0 else None
