@@ -26,6 +26,10 @@ from whistle_stop.backends.serve.request_log import parse as parse_log
 from whistle_stop.backends.sources.tokenizer import decode
 
 KEY = "sk-test-0123456789"
+# A scripted engine's logits are flat but for one 1.0, so a request at the API's default temperature (1)
+# draws nearly uniformly and ends at a drawn end-of-text 1 time in 50,000 tokens. Requests that must
+# reach a scripted position (a crash, a failure) are greedy.
+GREEDY = {"temperature": 0}
 
 
 @pytest.fixture(scope="module")
@@ -189,15 +193,16 @@ def test_a_worker_that_keeps_dying_waits_longer_each_time():
 def test_a_crashing_worker_gives_500_then_a_fresh_worker(tiny_model, how):
     with served(fake_engines.spec("crashy", **{how: 3}), tiny_model) as server:
         port = server.port
-        assert complete(port, {"prompt": "hi", "max_tokens": 2})[0] == 200  # crashes only at its 4th token
-        status, _, body = complete(port, {"prompt": "hi", "max_tokens": 8})
-        assert status == 500 and "worker was lost" in body["error"]["message"], body
+        assert complete(port, {"prompt": "hi", "max_tokens": 2, **GREEDY})[0] == 200  # crashes only at its 4th token
+        status, _, body = complete(port, {"prompt": "hi", "max_tokens": 8, **GREEDY})
+        assert status == 500 and "worker was lost" in body["error"]["message"], (body, server.lines)
         status, _, health = request(port, "GET", "/health")
         assert status == 503 and health["status"] == "restarting" and "crashed" in health["reason"], health
         wait_healthy(port, 30)
-        status, _, body = complete(port, {"prompt": "hi", "max_tokens": 2})
+        status, _, body = complete(port, {"prompt": "hi", "max_tokens": 2, **GREEDY})
         assert status == 200, body
-        status, events = stream_events(port, {"prompt": "hi", "max_tokens": 8})  # crashes after streaming began
+        # crashes after streaming began
+        status, events = stream_events(port, {"prompt": "hi", "max_tokens": 8, **GREEDY})
         assert status == 200 and "error" in events[-2] and events[-1] == "[DONE]"
         wait_healthy(port, 30)
         metrics = request(port, "GET", "/metrics")[2]
@@ -301,8 +306,8 @@ def test_bench_remote_with_load_rounds_against_the_server(tiny_model, tmp_path, 
 
 def test_a_scripted_engine_failure_is_a_500_and_the_worker_stays(tiny_model):
     with served(fake_engines.spec("failing", fail_at=2), tiny_model) as server:
-        status, _, body = complete(server.port, {"prompt": "hi", "max_tokens": 5})
-        assert status == 500 and "scripted failure" in body["error"]["message"]
+        status, _, body = complete(server.port, {"prompt": "hi", "max_tokens": 5, **GREEDY})
+        assert status == 500 and "scripted failure" in body["error"]["message"], (body, server.lines)
         assert complete(server.port, {"prompt": "hi", "max_tokens": 2})[0] == 200
         assert request(server.port, "GET", "/health")[0] == 200
 
