@@ -28,7 +28,7 @@ from whistle_stop.backends.sources.tokenizer import decode
 KEY = "sk-test-0123456789"
 # A scripted engine's logits are flat but for one 1.0, so a request at the API's default temperature (1)
 # draws nearly uniformly and ends at a drawn end-of-text 1 time in 50,000 tokens. Requests that must
-# reach a scripted position (a crash, a failure) are greedy.
+# reach a scripted position (a crash, a failure) or run their whole length are greedy.
 GREEDY = {"temperature": 0}
 
 
@@ -135,7 +135,7 @@ def _slow_spec(name: str = "slow", decode_s: float = 0.05, **kwargs):
 def test_a_client_that_goes_away_cancels_its_generation(tiny_model):
     with served(_slow_spec(), tiny_model) as server:
         sock = socket.create_connection((HOST, server.port))
-        body = json.dumps({"prompt": "hi", "max_tokens": 1000, "stream": True}).encode()
+        body = json.dumps({"prompt": "hi", "max_tokens": 1000, "stream": True, **GREEDY}).encode()
         sock.sendall(
             b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
@@ -159,7 +159,7 @@ def test_a_full_queue_answers_503_with_retry_after(tiny_model):
         results: list[int] = []
 
         def one() -> None:
-            results.append(complete(server.port, {"prompt": "hi", "max_tokens": 100})[0])
+            results.append(complete(server.port, {"prompt": "hi", "max_tokens": 100, **GREEDY})[0])
 
         threads = [threading.Thread(target=one) for _ in range(2)]  # one runs, one waits
         threads[0].start()
@@ -324,7 +324,7 @@ def test_two_workers_serve_two_streams_at_once(tiny_model):
         statuses: list[int] = []
         threads = [
             threading.Thread(
-                target=lambda: statuses.append(complete(server.port, {"prompt": "hi", "max_tokens": 20})[0])
+                target=lambda: statuses.append(complete(server.port, {"prompt": "hi", "max_tokens": 20, **GREEDY})[0])
             )
             for _ in range(2)
         ]
