@@ -106,7 +106,16 @@ def _stream_in_thread(port: int, max_tokens: int) -> tuple[threading.Thread, dic
             conn.request(
                 "POST",
                 "/v1/completions",
-                body=json.dumps({"prompt": "hi", "max_tokens": max_tokens, "stream": True, "return_token_ids": True}),
+                # greedy: a scripted engine's flat logits at temperature 1 draw end-of-text now and then
+                body=json.dumps(
+                    {
+                        "prompt": "hi",
+                        "max_tokens": max_tokens,
+                        "stream": True,
+                        "return_token_ids": True,
+                        "temperature": 0,
+                    }
+                ),
                 headers={"Content-Type": "application/json"},
             )
             response = conn.getresponse()
