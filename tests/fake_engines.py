@@ -19,7 +19,9 @@ VOCAB = 50257
 
 
 class ScriptedEngine(Engine):
-    """Emits tokens 100, 101, ... with `prefill_s` before the first and `decode_s` between the rest."""
+    """Emits tokens 100, 101, ... with `prefill_s` before the first and `decode_s` between the rest.
+    Greedily: its logits are flat but for one 1.0, so a sampled run draws nearly any token, end-of-text
+    included (test_quality's scores count on those logits)."""
 
     def __init__(
         self,
