@@ -24,6 +24,10 @@ from whistle_stop.backends.serve.service import Service
 from whistle_stop.backends.worker.process import Timeouts
 
 HOST = "127.0.0.1"
+# A scripted engine's logits are flat but for one 1.0, so a request at the API's default temperature (1)
+# draws nearly uniformly and ends at a drawn end-of-text 1 time in 50,000 tokens. Requests that must
+# reach a scripted position (a crash, a failure) or run their whole length are greedy.
+GREEDY = {"temperature": 0}
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests import fake_engines
-from tests.serve_helpers import HOST, complete, request, served, stream_events, wait_healthy
+from tests.serve_helpers import GREEDY, HOST, complete, request, served, stream_events, wait_healthy
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.engines.remote_engine import FRESH_NOTE
 from whistle_stop.backends.engines.remote_options import RemoteOptions
@@ -26,10 +26,6 @@ from whistle_stop.backends.serve.request_log import parse as parse_log
 from whistle_stop.backends.sources.tokenizer import decode
 
 KEY = "sk-test-0123456789"
-# A scripted engine's logits are flat but for one 1.0, so a request at the API's default temperature (1)
-# draws nearly uniformly and ends at a drawn end-of-text 1 time in 50,000 tokens. Requests that must
-# reach a scripted position (a crash, a failure) or run their whole length are greedy.
-GREEDY = {"temperature": 0}
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from tests.serve_helpers import HOST, complete, start_serve, stop_serve
+from tests.serve_helpers import GREEDY, HOST, complete, start_serve, stop_serve
 from whistle_stop.backends.cli.main import main
 
 SLOW = {"slow": {"decode_s": 0.02}}  # a scripted engine: 50 tokens a second
@@ -106,15 +106,8 @@ def _stream_in_thread(port: int, max_tokens: int) -> tuple[threading.Thread, dic
             conn.request(
                 "POST",
                 "/v1/completions",
-                # greedy: a scripted engine's flat logits at temperature 1 draw end-of-text now and then
                 body=json.dumps(
-                    {
-                        "prompt": "hi",
-                        "max_tokens": max_tokens,
-                        "stream": True,
-                        "return_token_ids": True,
-                        "temperature": 0,
-                    }
+                    {"prompt": "hi", "max_tokens": max_tokens, "stream": True, "return_token_ids": True, **GREEDY}
                 ),
                 headers={"Content-Type": "application/json"},
             )
