@@ -43,6 +43,23 @@ def test_logits_of_prefill_and_every_decode_step_match_transformers(name, engine
     assert np.abs(scored - hf_reference.logits(prompt_ids + tokens)).max() < TOLERANCE[name]
 
 
+@pytest.mark.parametrize("name", list(TOLERANCE))
+def test_a_prefill_that_returns_one_position_skips_nothing_it_needs(name, engines, hf_reference):
+    """Prefill runs its last layer past the keys and values only for the last position (the other
+    rows feed nothing): its logits are the full pass's last row, on prompts that take the attention's
+    tiles (9, 37: odd, past a tile of 12 queries) and on one token."""
+    from whistle_stop.backends.sources.prompts import prompt_of_length
+
+    engine = engines(name, threads=2)
+    for length in (1, 9, 37):
+        ids = prompt_of_length(length)
+        last = engine.prefill(ids)
+        every = engine.forward_logits(ids)
+        assert every.shape[0] == length
+        assert np.abs(last - every[-1]).max() < TOLERANCE[name] / 4, length
+        assert np.abs(last - hf_reference.logits(ids)[-1]).max() < TOLERANCE[name], length
+
+
 def _stored_weights(engine) -> tuple[int, list[bool]]:
     """In the engine's child: its matrices' bytes, and whether each weight array maps the weight file."""
     arrays = [engine.model.lm_head.data] + [a if isinstance(a, np.ndarray) else a.data for a in engine.model._keep]

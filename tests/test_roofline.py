@@ -28,23 +28,29 @@ TINY = GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=50257, n_inner=256)
 
 def test_a_tiny_prefill_counted_by_hand():
     """random:tiny, 10 tokens from position 0, multiply-adds:
-    matrices per token and layer: qkv 64 x 192 + proj 64 x 64 + fc 64 x 256 + fc2 256 x 64 = 49,152;
-    x 10 tokens x 2 layers = 983,040. Attention: query t sees t keys (1..10, 55 in all), each 64
-    multiply-adds for q.k and 64 for p.v over the 4 heads of 16: 55 x 128 x 2 layers = 14,080.
-    lm_head for the last position: 64 x 50,257 = 3,216,448. FLOPs = 2 x 4,213,568."""
-    assert prefill_flops(TINY, 10) == 2 * (983_040 + 14_080 + 3_216_448) == 8_427_136
+    matrices per token and layer: qkv 64 x 192 + proj 64 x 64 + fc 64 x 256 + fc2 256 x 64 = 49,152.
+    Layer 0, every token: 10 x 49,152 = 491,520. Layer 1 (the last): every token's keys and values,
+    10 x 2 x 64 x 64 = 81,920, and the last token's query, proj, fc and fc2, 4,096 + 4,096 + 16,384 +
+    16,384 = 40,960: 614,400 in all. Attention, 64 multiply-adds for q.k and 64 for p.v per key over
+    the 4 heads of 16: layer 0's query t sees t keys (1..10, 55 in all), layer 1's one query 10:
+    (55 + 10) x 128 = 8,320. lm_head for the last position: 64 x 50,257 = 3,216,448.
+    FLOPs = 2 x 3,839,168."""
+    assert prefill_flops(TINY, 10) == 2 * (614_400 + 8_320 + 3_216_448) == 7_678_336
     assert resolve_model("random:tiny").gpt2_config.n_inner == 256  # the config the count is of
-    # from position 5: the same matrices, each query sees 5 more keys (50 more in all)
-    assert prefill_flops(TINY, 10, pos=5) - prefill_flops(TINY, 10) == 2 * 50 * 128 * 2
+    # from position 5: the same matrices; layer 0's queries each see 5 more keys (50), layer 1's one 5
+    assert prefill_flops(TINY, 10, pos=5) - prefill_flops(TINY, 10) == 2 * (50 + 5) * 128
+    # one token: every layer whole
+    assert prefill_flops(TINY, 1) == 2 * (2 * 49_152 + 2 * 128 + 3_216_448)
 
 
-def test_gpt2_prefill_is_about_8_6_gflop_at_50_tokens_and_attention_grows_with_the_square():
+def test_gpt2_prefill_is_about_8_gflop_at_50_tokens_and_attention_grows_with_the_square():
     gpt2 = GPT2Config(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_inner=3072)
-    assert prefill_flops(gpt2, 50) == pytest.approx(8.6e9, rel=0.01)
-    # at 1,024 tokens causal attention, 2 x 2 x 768 x (1024 x 1025 / 2) x 12 = 19.3 GFLOP, is a tenth
-    matrices = 2 * 1024 * 12 * (768 * 3 * 768 + 768 * 768 + 2 * 768 * 3072) + 2 * 768 * 50257
+    assert prefill_flops(gpt2, 50) == pytest.approx(8.04e9, rel=0.01)
+    # at 1,024 tokens causal attention, 2 x 2 x 768 x (1024 x 1025 / 2 x 11 + 1024) = 17.7 GFLOP, is a tenth
+    per_token = 768 * 3 * 768 + 768 * 768 + 2 * 768 * 3072
+    matrices = 2 * (1024 * 11 * per_token + 1024 * 2 * 768 * 768 + per_token - 2 * 768 * 768) + 2 * 768 * 50257
     attention = prefill_flops(gpt2, 1024) - matrices
-    assert attention == 2 * 2 * 768 * (1024 * 1025 // 2) * 12 == pytest.approx(19.35e9, rel=0.01)
+    assert attention == 2 * 2 * 768 * (1024 * 1025 // 2 * 11 + 1024) == pytest.approx(17.74e9, rel=0.01)
     assert attention / prefill_flops(gpt2, 1024) == pytest.approx(0.10, abs=0.005)
 
 

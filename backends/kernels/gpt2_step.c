@@ -672,6 +672,10 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
             if (main_thread) TICK(T_OTHER);
             for (int64_t l = 0; l < md->n_layer; l++) {
                 const Layer *ly = &md->layers[l];
+                /* After the last layer's keys and values, only the rows whose logits are asked for
+                 * go on: the others' outputs feed nothing (llama.cpp's unused outputs, likewise). */
+                const int64_t skip = l == md->n_layer - 1 ? T - rows_out : 0, R = T - skip;
+                float *xr = x + skip * d, *hr = h + skip * d, *ar = att + skip * d;
                 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < T; t++) layer_norm(x + t * d, h + t * d, ly->ln1_w, ly->ln1_b, d, md->eps);
                 if (main_thread) TICK(T_NORM_ACT);
@@ -679,26 +683,26 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
                 if (main_thread) TICK(T_MATMUL);
                 kv_write(md, l, big, T, pos);
                 if (main_thread) TICK(T_KV);
-                attention(md, l, big, att, T, pos, scores, tiles);
+                attention(md, l, big + skip * 3 * d, ar, R, pos + skip, scores, tiles);
                 if (main_thread) TICK(T_ATTENTION);
-                matmul(&ly->proj, wt, att, h, T, d, d, &sc, exact);
+                matmul(&ly->proj, wt, ar, hr, R, d, d, &sc, exact);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
-                for (int64_t t = 0; t < T; t++) {
-                    for (int64_t i = 0; i < d; i++) x[t * d + i] += h[t * d + i];
-                    layer_norm(x + t * d, h + t * d, ly->ln2_w, ly->ln2_b, d, md->eps);
+                for (int64_t t = 0; t < R; t++) {
+                    for (int64_t i = 0; i < d; i++) xr[t * d + i] += hr[t * d + i];
+                    layer_norm(xr + t * d, hr + t * d, ly->ln2_w, ly->ln2_b, d, md->eps);
                 }
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc, wt, h, big, T, inner, d, &sc, exact);
+                matmul(&ly->fc, wt, hr, big, R, inner, d, &sc, exact);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
-                for (int64_t t = 0; t < T; t++) gelu(big + t * inner, inner);
+                for (int64_t t = 0; t < R; t++) gelu(big + t * inner, inner);
                 if (main_thread) TICK(T_NORM_ACT);
-                matmul(&ly->fc2, wt, big, h, T, d, inner, &sc, exact);
+                matmul(&ly->fc2, wt, big, hr, R, d, inner, &sc, exact);
                 if (main_thread) TICK(T_MATMUL);
                 #pragma omp for schedule(static)
-                for (int64_t t = 0; t < T; t++)
-                    for (int64_t i = 0; i < d; i++) x[t * d + i] += h[t * d + i];
+                for (int64_t t = 0; t < R; t++)
+                    for (int64_t i = 0; i < d; i++) xr[t * d + i] += hr[t * d + i];
                 if (main_thread) TICK(T_OTHER);
             }
             const int64_t first = T - rows_out; /* the lm_head only for the rows asked for */

@@ -7,10 +7,13 @@ arithmetic, not by one read of the weights as decode is. Its roofline is the lar
                                                            bf16 or int8 products, each measured)
     bytes / the memory bandwidth                           (the weights once, and the KV cache written)
 
-FLOPs are the matrix products' 2 x multiply-adds: the four matrices of every layer for each token,
-causal attention (each query t against its t + 1 keys: scores and weighted values, 2 x 2 x d per
-key and layer), and the lm_head for the last position only (what prefill must return). Norms,
-GELU, softmax and the embedding are left out: a lower bound. Which arithmetic an engine's prefill
+FLOPs are the matrix products' 2 x multiply-adds of the work the first token needs: the four
+matrices of every layer for each token, causal attention (each query t against its t + 1 keys:
+scores and weighted values, 2 x 2 x d per key and layer) and the lm_head for the last position
+(what prefill must return). In the last layer only the keys and values are needed for every token
+(the cache); its queries, attention, projection and MLP only for the last position, whose logits
+are asked for: the other rows feed nothing. Norms, GELU, softmax and the embedding are left out: a
+lower bound. Which arithmetic an engine's prefill
 uses is a fact the engine reports (EngineInfo.prefill_arithmetic); without one, its precision's
 fastest (`default_arithmetic`), so that the bound is never one it can beat by its instructions.
 """
@@ -53,12 +56,16 @@ def arithmetic_of(reported: str, precision: str) -> Arithmetic:
 
 
 def prefill_flops(config: GPT2Config, tokens: int, pos: int = 0) -> float:
-    """2 x the multiply-adds of a prefill of `tokens` tokens at positions [pos, pos + tokens)."""
+    """2 x the multiply-adds of a prefill of `tokens` tokens at positions [pos, pos + tokens) that
+    returns the last position's logits."""
     d, layers = config.n_embd, config.n_layer
     inner = config.n_inner or 4 * d
-    matrices = tokens * layers * (d * 3 * d + d * d + 2 * d * inner)
+    per_token = d * 3 * d + d * d + 2 * d * inner  # qkv, proj, fc, fc2
+    last_layer = tokens * 2 * d * d + (per_token - 2 * d * d)  # every token's k and v; the rest for one
+    matrices = tokens * (layers - 1) * per_token + last_layer
     keys = tokens * pos + tokens * (tokens + 1) // 2  # query t sees pos + t + 1 keys
-    attention = layers * 2 * d * keys  # q . k and p x v, d multiply-adds each per key (all heads)
+    last_keys = pos + tokens  # the last layer's one query
+    attention = 2 * d * ((layers - 1) * keys + last_keys)  # q . k and p x v, d multiply-adds each per key
     return 2.0 * (matrices + attention + d * config.vocab_size)
 
 
