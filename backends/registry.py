@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -472,6 +472,20 @@ def with_role(role: Role) -> str:
 def reference() -> str:
     """The engine ticked by default and compared with when selected: the baseline."""
     return with_role(Role.REFERENCE)
+
+
+def reference_among(backends: Sequence[str]) -> str:
+    """The engine a run's tokens are compared with: the reference where it runs, else the first fp32
+    engine (agreement then still means agreement with full precision, whatever order the engines
+    run in), else the first engine. The calibration engine's tokens are a baseline only alone."""
+    if reference() in backends:
+        return reference()
+    known = [(name, ENGINES.get(name)) for name in backends]
+    candidates = [(name, spec) for name, spec in known if spec is None or spec.role is not Role.CALIBRATION]
+    for name, spec in candidates:
+        if spec is not None and spec.precision == "fp32":
+            return name
+    return (candidates or known)[0][0]
 
 
 def serving_concurrently() -> list[str]:

@@ -71,6 +71,24 @@ def test_one_reference_one_calibration_engine_and_the_servers():
     assert BenchConfig(backends=("x", registry.reference())).reference_backend == registry.reference()
 
 
+def test_without_the_reference_a_run_is_compared_with_its_first_fp32_engine():
+    """A quantised engine first in the run's order (onnx-int8 before native in the registry, as the
+    window orders them) is not the baseline while a full-precision engine runs beside it."""
+    by_precision: dict[str, list[str]] = {}
+    for spec in BUILT_IN.values():
+        if spec.role is Role.NONE:
+            by_precision.setdefault(spec.precision, []).append(spec.name)
+    int8, fp32, bf16 = by_precision["int8"][0], by_precision["fp32"][-1], by_precision["bf16"][0]
+    assert BenchConfig(backends=(int8, bf16, fp32)).reference_backend == fp32
+    assert BenchConfig(backends=(int8, fp32), reference=int8).reference_backend == int8  # --reference wins
+    assert BenchConfig(backends=(int8, bf16)).reference_backend == int8  # no fp32 engine: the first
+    calibration = registry.with_role(Role.CALIBRATION)
+    assert BenchConfig(backends=(int8, calibration, fp32)).reference_backend == fp32
+    assert BenchConfig(backends=(calibration, int8)).reference_backend == int8
+    assert BenchConfig(backends=(calibration,)).reference_backend == calibration
+    assert BenchConfig(backends=(fp32, registry.reference())).reference_backend == registry.reference()
+
+
 def test_the_cli_defaults_and_help_come_from_the_registry(capsys):
     from whistle_stop.backends.cli.common import config_from_args
     from whistle_stop.backends.cli.parser import build_parser

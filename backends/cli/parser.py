@@ -212,7 +212,9 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         help="goodput SLO: a request's mean inter-token latency (TPOT, as vLLM's goodput) at most this",
     )
     p.add_argument(
-        "--reference", help=f"engine whose tokens the others are compared with (default: {registry.reference()})"
+        "--reference",
+        help=f"engine whose tokens the others are compared with (default: {registry.reference()} where it runs, "
+        "else the first fp32 engine)",
     )
     p.add_argument(
         "--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung"

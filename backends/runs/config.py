@@ -74,11 +74,8 @@ class BenchConfig:
 
     @property
     def reference_backend(self) -> str:
-        """The engine every other one's tokens are compared with."""
-        if self.reference:
-            return self.reference
-        reference = registry.reference()
-        return reference if reference in self.backends else self.backends[0]
+        """The engine every other one's tokens are compared with (--reference, else registry.reference_among)."""
+        return self.reference or registry.reference_among(self.backends)
 
     def as_dict(self) -> dict:
         """Settings for environment.json; secrets (API keys) are never written."""
