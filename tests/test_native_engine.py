@@ -6,6 +6,7 @@ The C code runs in spawned children (tests/engine_process.py): a crash fails one
 from __future__ import annotations
 
 import mmap
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from whistle_stop.backends.engines.native import weights
 from whistle_stop.backends.engines.numpy_runtime.model import file_mapping
 from whistle_stop.backends.kernels import native
+from whistle_stop.backends.storage import huge_pages
 from whistle_stop.backends.profile.capture import ProfileCapture
 from whistle_stop.backends.profile.categories import Category
 
@@ -60,10 +62,15 @@ def test_a_prefill_that_returns_one_position_skips_nothing_it_needs(name, engine
         assert np.abs(last - hf_reference.logits(ids)[-1]).max() < TOLERANCE[name], length
 
 
-def _stored_weights(engine) -> tuple[int, list[bool]]:
-    """In the engine's child: its matrices' bytes, and whether each weight array maps the weight file."""
-    arrays = [engine.model.lm_head.data] + [a if isinstance(a, np.ndarray) else a.data for a in engine.model._keep]
-    return engine.model.matrix_bytes, [isinstance(file_mapping(a), (mmap.mmap, np.memmap)) for a in arrays]
+def _stored_weights(engine) -> tuple[int, list[bool], list[bool]]:
+    """In the engine's child: its matrices' bytes, whether each weight array maps the weight file, and
+    whether each matrix lies in a mapping advised for huge pages (Linux's VmFlags "hg")."""
+    from tests.test_huge_pages import _vm_flags
+
+    matrices = [engine.model.lm_head.data] + [a.data for a in engine.model._keep if not isinstance(a, np.ndarray)]
+    arrays = matrices + [a for a in engine.model._keep if isinstance(a, np.ndarray)]
+    mapped = [isinstance(file_mapping(a), (mmap.mmap, np.memmap)) for a in arrays]
+    return engine.model.matrix_bytes, mapped, ["hg" in _vm_flags(m.ctypes.data) for m in matrices]
 
 
 @pytest.mark.parametrize(
@@ -72,7 +79,7 @@ def _stored_weights(engine) -> tuple[int, list[bool]]:
 def test_info_counts_the_stored_bytes(name, dtype, tiny_model, engines):
     engine = engines(name)
     info = engine.info
-    matrix_bytes, mapped = engine.apply(_stored_weights)
+    matrix_bytes, mapped, advised = engine.apply(_stored_weights)
     config = tiny_model.gpt2_config
     vectors = config.weight_bytes(0, 4)
     assert info.dtype == dtype and info.device == "cpu"
@@ -84,6 +91,10 @@ def test_info_counts_the_stored_bytes(name, dtype, tiny_model, engines):
     assert info.kv_bytes_per_position == config.kv_bytes_per_position(4)
     # every weight is its own copy at the stored type: nothing keeps the weight file mapped
     assert not any(mapped)
+    # the matrices, read every token, in one region advised for 2 MB pages (storage/huge_pages)
+    assert re.search(r"weights (in|advised for) (2 MB|4 KB) pages", info.notes)
+    if huge_pages.thp_setting() in ("always", "madvise"):
+        assert all(advised) and "weights in 4 KB pages" not in info.notes
 
 
 def test_sequence_restarts_and_the_context_has_an_end(tiny_model, prompt_ids, engines):

@@ -17,6 +17,7 @@ from ...engine import Engine, EngineInfo, EngineOptions
 from ...kernels.native import KernelUnavailable, build_report
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy
+from ...storage.huge_pages import describe as huge_pages_note
 from ..native_options import NativeOptions
 from ..numpy_runtime.model import nest_params
 from . import layout_cache
@@ -69,7 +70,7 @@ class NativeEngine(Engine):
         progress("mapping weights", None)
         began = time.perf_counter()
         params = nest_params(mmap_numpy(model.safetensors), config.n_layer)
-        arrays, layout = layout_cache.cached_arrays(
+        arrays, layout, region = layout_cache.cached_arrays(
             model, self.dtype, lambda: stored_arrays(params, self.wtype), progress
         )
         self.model = NativeGPT2(params, config, self.wtype, lib, kv=self.kv, stored=arrays)
@@ -79,6 +80,7 @@ class NativeEngine(Engine):
             _HOW[self.wtype],
             lib.gpt2_paths(int(self.wtype)).decode(),
             _KV_NOTE[self.kv],
+            huge_pages_note(region),
             f"weights read in their layout from the cache in {read_s:.2f} s{laid_out}",
             f"OpenMP threads={lib.gpt2_threads()}" + (", each bound to a CPU of its own" if bound else ""),
             "one C call per token (backends/kernels/gpt2_step.c)",

@@ -1,7 +1,8 @@
 """The native engines' matrices at their stored type, cached per weights and stored type
 (storage/artifact_cache), so converting them (transposing, rounding to bf16, quantising to int8 or
 4 bits) is a one-time build, as ONNX Runtime's quantisation is, and not part of every cold start.
-A load then reads them into this process's memory (never a view of the file, as before)."""
+A load then reads them into this process's memory (never a view of the file), in one region advised for
+huge pages (storage/huge_pages: the step reads every weight each token)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 
 from ...progress import ProgressFn
 from ...sources.model_files import ModelFiles
 from ...storage import artifact_cache
+from ...storage.huge_pages import HugeRegion, load_safetensors
 from ..artifact_folders import NATIVE_LAYOUT_FILE, NATIVE_LAYOUT_KIND
 
 # weights.py's layouts: a change of any stored type's layout bumps it, so an old cache is rebuilt
@@ -22,8 +24,9 @@ LAYOUT = 4  # 2: float32 and bf16 as panels of 32 rows; 3: int8 too; 4: 4-bit to
 
 def cached_arrays(
     model: ModelFiles, dtype: str, make: Callable[[], dict[str, np.ndarray]], progress: ProgressFn
-) -> tuple[dict[str, np.ndarray], artifact_cache.Artifact]:
-    """The stored matrices at `dtype` (step.stored_arrays' names), made by `make` and cached on first use."""
+) -> tuple[dict[str, np.ndarray], artifact_cache.Artifact, HugeRegion]:
+    """The stored matrices at `dtype` (step.stored_arrays' names), made by `make` and cached on first use,
+    and the region they lie in."""
 
     def build(staging: Path) -> dict:
         progress(f"laying out the weights as {dtype} (once per model)", None)
@@ -33,4 +36,5 @@ def cached_arrays(
     artefact = artifact_cache.ensure(
         NATIVE_LAYOUT_KIND, model.weights_hash, dtype, build, progress, meta={"layout": LAYOUT}
     )
-    return load_file(str(artefact.folder / NATIVE_LAYOUT_FILE)), artefact
+    arrays, region = load_safetensors(artefact.folder / NATIVE_LAYOUT_FILE)
+    return arrays, artefact, region

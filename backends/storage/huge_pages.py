@@ -1,0 +1,124 @@
+"""Arrays in transparent huge pages: a decode step reads every weight once, and in 4 KB pages that is a
+TLB miss and a page walk per 4 KB (gpt2's int8 matrices: ~33,000 a token; after an idle moment the walks'
+own entries are out of the caches too). In 2 MB pages it is ~70.
+
+Linux backs a private anonymous mapping advised `MADV_HUGEPAGE` with 2 MB pages when transparent huge
+pages are `always` or `madvise` (/sys/kernel/mm/transparent_hugepage/enabled), as far as it finds free
+2 MB blocks when the pages are first written. Elsewhere (another OS, THP `never`) the arrays are the same
+in 4 KB pages. `HugeRegion.huge_bytes` says how much the kernel really gave, for the engine's notes.
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+
+HUGE_PAGE = 2 << 20
+ALIGN = 64  # each array starts on a cache line, as numpy's own allocations do
+THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def thp_setting() -> str:
+    """The kernel's THP mode ("always", "madvise", "never"), or "" where there is none to read."""
+    try:
+        chosen = re.search(r"\[(\w+)\]", THP_SETTING.read_text())
+    except OSError:
+        return ""
+    return chosen.group(1) if chosen else ""
+
+
+@dataclass
+class HugeRegion:
+    """One private anonymous mapping, advised for huge pages, that arrays are laid out in."""
+
+    size: int
+    advised: bool = False
+    _map: mmap.mmap = field(init=False, repr=False)
+    _bytes: np.ndarray = field(init=False, repr=False)
+    _start: int = field(init=False, default=0)  # the first byte at a 2 MB boundary
+    _used: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+        # MAP_SHARED anonymous memory is shmem, whose huge pages are a separate setting (often never)
+        self._map = mmap.mmap(-1, self.size + HUGE_PAGE, flags=private) if private else mmap.mmap(-1, self.size)
+        if private and hasattr(mmap, "MADV_HUGEPAGE") and thp_setting() in ("always", "madvise"):
+            try:
+                self._map.madvise(mmap.MADV_HUGEPAGE)
+                self.advised = True
+            except OSError:  # a kernel built without THP
+                pass
+        self._bytes = np.frombuffer(self._map, np.uint8)
+        self._start = (-self._bytes.ctypes.data) % HUGE_PAGE if private else 0
+
+    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised array carved from the region (which the array keeps alive)."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        offset = self._start + self._used
+        if self._used + nbytes > self.size:
+            raise MemoryError(f"the region's {self.size} bytes are used up")
+        self._used += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        return self._bytes[offset : offset + nbytes].view(dtype).reshape(shape)
+
+    @property
+    def used(self) -> int:
+        """Bytes handed out, padding included."""
+        return self._used
+
+    @property
+    def address(self) -> int:
+        return self._bytes.ctypes.data
+
+    def huge_bytes(self) -> int | None:
+        """Bytes of the region the kernel backs with huge pages now (Linux's smaps), or None unknown."""
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            smaps = Path("/proc/self/smaps").read_text()
+        except OSError:
+            return None
+        inside = False
+        for line in smaps.splitlines():
+            head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+            if head:
+                inside = int(head.group(1), 16) <= self.address < int(head.group(2), 16)
+            elif inside and line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) * 1024
+        return None
+
+
+def load_safetensors(path: Path) -> tuple[dict[str, np.ndarray], HugeRegion]:
+    """Every tensor of a safetensors file copied into one region advised for huge pages, a tensor at a
+    time (the peak is the region and one tensor, not two copies of the file)."""
+    with safe_open(str(path), framework="np") as f:
+        names = list(f.keys())
+        # the file's size bounds the tensors' bytes; each may add up to ALIGN of padding
+        region = HugeRegion(path.stat().st_size + ALIGN * len(names))
+        arrays = {}
+        for name in names:
+            tensor = f.get_tensor(name)
+            arrays[name] = region.array(tensor.shape, tensor.dtype)
+            arrays[name][...] = tensor
+            del tensor
+    return arrays, region
+
+
+def describe(region: HugeRegion, what: str = "weights") -> str:
+    """For an engine's notes: how much of the region the kernel backs with huge pages."""
+    huge = region.huge_bytes()
+    used_mb = region.used / 1e6
+    if not region.advised:
+        setting = thp_setting()
+        why = f"transparent huge pages {setting}" if setting else "no transparent huge pages here"
+        return f"{what} in 4 KB pages ({why})"
+    if huge is None:
+        return f"{what} advised for 2 MB pages (how many the kernel gave is not known here)"
+    if huge >= region.used:  # the last 2 MB page also holds the region's unused tail
+        return f"{what} in 2 MB pages (all {used_mb:.0f} MB)"
+    return f"{what} in 2 MB pages: {huge / 1e6:.0f} of {used_mb:.0f} MB (the rest in 4 KB pages)"

@@ -1,0 +1,80 @@
+"""Arrays in one region advised for transparent huge pages (storage/huge_pages): the same values as
+safetensors' own reader, laid out aligned in one mapping, and the advice really given where Linux takes it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from whistle_stop.backends.storage import huge_pages
+from whistle_stop.backends.storage.huge_pages import HugeRegion, describe, load_safetensors
+
+
+def _tensors() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "a": rng.standard_normal((300, 77)).astype(np.float32),
+        "b": rng.integers(0, 255, (3, 5000), dtype=np.uint8),
+        "c": rng.integers(0, 65535, 9, dtype=np.uint16),
+        "d": rng.standard_normal(1).astype(np.float32),
+    }
+
+
+def test_the_arrays_are_the_files_aligned_in_one_region(tmp_path):
+    path = tmp_path / "m.safetensors"
+    save_file(_tensors(), str(path))
+    arrays, region = load_safetensors(path)
+    expected = load_file(str(path))
+    assert arrays.keys() == expected.keys()
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(array, expected[name])
+        assert array.dtype == expected[name].dtype and array.flags.c_contiguous
+        assert array.ctypes.data % huge_pages.ALIGN == 0
+        assert region.address <= array.ctypes.data < region.address + region.size + huge_pages.HUGE_PAGE
+    assert region.used >= sum(a.nbytes for a in arrays.values())
+    arrays["a"][0, 0] = 7.0  # the process's own memory: writable, never the file
+    assert load_file(str(path))["a"][0, 0] != 7.0
+
+
+def test_a_region_refuses_more_than_it_holds():
+    region = HugeRegion(1024)
+    region.array((200,), np.dtype(np.float32))
+    with pytest.raises(MemoryError):
+        region.array((200,), np.dtype(np.float32))
+
+
+def _vm_flags(address: int) -> list[str]:
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+        if head:
+            inside = int(head.group(1), 16) <= address < int(head.group(2), 16)
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return []
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or huge_pages.thp_setting() not in ("always", "madvise"),
+    reason="needs Linux with transparent huge pages on (always or madvise)",
+)
+def test_linux_is_asked_for_huge_pages_and_the_note_says_what_it_gave():
+    region = HugeRegion(8 * huge_pages.HUGE_PAGE)
+    region.array((4 * huge_pages.HUGE_PAGE,), np.dtype(np.uint8))[...] = 1  # pages exist once written
+    assert region.advised and "hg" in _vm_flags(region.address)  # MADV_HUGEPAGE applied to the mapping
+    huge = region.huge_bytes()
+    assert huge is not None and huge % huge_pages.HUGE_PAGE == 0
+    note = describe(region)
+    assert "2 MB pages" in note and "MB" in note
+
+
+def test_without_the_advice_the_note_says_4_kb_pages(monkeypatch):
+    monkeypatch.setattr(huge_pages, "thp_setting", lambda: "never")
+    region = HugeRegion(1 << 20)
+    assert not region.advised
+    assert describe(region) == "weights in 4 KB pages (transparent huge pages never)"
