@@ -22,10 +22,15 @@ def _tensors() -> dict[str, np.ndarray]:
         "b": rng.integers(0, 255, (3, 5000), dtype=np.uint8),
         "c": rng.integers(0, 65535, 9, dtype=np.uint16),
         "d": rng.standard_normal(1).astype(np.float32),
+        "scalar": np.array(3.5, np.float32),
+        "empty": np.zeros((0, 4), np.float32),
+        "one row": rng.integers(-128, 127, (1, 33), dtype=np.int8),
     }
 
 
-def test_the_arrays_are_the_files_aligned_in_one_region(tmp_path):
+@pytest.mark.parametrize("chunk", [huge_pages.CHUNK, 1000])  # 1000: every tensor in pieces of rows
+def test_the_arrays_are_the_files_aligned_in_one_region(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(huge_pages, "CHUNK", chunk)
     path = tmp_path / "m.safetensors"
     save_file(_tensors(), str(path))
     arrays, region = load_safetensors(path)

@@ -94,19 +94,36 @@ class HugeRegion:
 
 
 def load_safetensors(path: Path) -> tuple[dict[str, np.ndarray], HugeRegion]:
-    """Every tensor of a safetensors file copied into one region advised for huge pages, a tensor at a
-    time (the peak is the region and one tensor, not two copies of the file)."""
+    """Every tensor of a safetensors file copied into one region advised for huge pages, in pieces of
+    at most CHUNK bytes (the peak is the region and one piece, not a second copy of a tensor)."""
     with safe_open(str(path), framework="np") as f:
         names = list(f.keys())
         # the file's size bounds the tensors' bytes; each may add up to ALIGN of padding
         region = HugeRegion(path.stat().st_size + ALIGN * len(names))
-        arrays = {}
-        for name in names:
-            tensor = f.get_tensor(name)
-            arrays[name] = region.array(tensor.shape, tensor.dtype)
-            arrays[name][...] = tensor
-            del tensor
+        arrays = {name: _copy_in(f, name, region) for name in names}
     return arrays, region
+
+
+CHUNK = 16 << 20
+
+
+def _copy_in(f, name: str, region: HugeRegion) -> np.ndarray:
+    """One tensor of an open safetensors file into the region, CHUNK bytes of rows at a time."""
+    piece = f.get_slice(name)
+    shape = tuple(piece.get_shape())
+    if len(shape) == 0 or shape[0] < 2:  # nothing to split: a scalar, an empty tensor or one row
+        tensor = f.get_tensor(name)
+        out = region.array(tensor.shape, tensor.dtype)
+        out[...] = tensor
+        return out
+    first = piece[0:1]
+    out = region.array(shape, first.dtype)
+    out[0:1] = first
+    rows = max(1, CHUNK // max(1, first.nbytes))
+    for start in range(1, shape[0], rows):
+        stop = min(start + rows, shape[0])
+        out[start:stop] = piece[start:stop]
+    return out
 
 
 def describe(region: HugeRegion, what: str = "weights") -> str:
