@@ -13,9 +13,9 @@ scores and weighted values, 2 x 2 x d per key and layer) and the lm_head for the
 (what prefill must return). In the last layer only the keys and values are needed for every token
 (the cache); its queries, attention, projection and MLP only for the last position, whose logits
 are asked for: the other rows feed nothing. Norms, GELU, softmax and the embedding are left out: a
-lower bound. Which arithmetic an engine's prefill
-uses is a fact the engine reports (EngineInfo.prefill_arithmetic); without one, its precision's
-fastest (`default_arithmetic`), so that the bound is never one it can beat by its instructions.
+lower bound. Which arithmetic an engine's prefill uses is a fact the engine reports
+(EngineInfo.prefill_arithmetic); without one, its precision's fastest (`default_arithmetic`), so that
+the bound is never one it can beat by its instructions.
 """
 
 from __future__ import annotations

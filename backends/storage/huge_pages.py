@@ -1,5 +1,5 @@
 """Arrays in transparent huge pages: a decode step reads every weight once, and in 4 KB pages that is a
-TLB miss and a page walk per 4 KB (gpt2's int8 matrices: ~33,000 a token; after an idle moment the walks'
+TLB miss and a page walk per 4 KB (gpt2's int8 matrices: ~30,000 a token; after an idle moment the walks'
 own entries are out of the caches too). In 2 MB pages it is ~70.
 
 Linux backs a private anonymous mapping advised `MADV_HUGEPAGE` with 2 MB pages when transparent huge
@@ -38,7 +38,7 @@ class HugeRegion:
     """One private anonymous mapping, advised for huge pages, that arrays are laid out in."""
 
     size: int
-    advised: bool = False
+    advised: bool = field(init=False, default=False)
     _map: mmap.mmap = field(init=False, repr=False)
     _bytes: np.ndarray = field(init=False, repr=False)
     _start: int = field(init=False, default=0)  # the first byte at a 2 MB boundary
