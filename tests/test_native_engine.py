@@ -360,14 +360,34 @@ def test_an_8_bit_kv_cache_reads_a_quarter_and_stays_close(name, tiny_model, pro
         assert np.abs(scored - hf_reference.logits(prompt_ids + tokens)).max() < max(TOLERANCE[name], 0.3)
 
 
-def test_the_kv_setting_is_checked_and_a_cli_flag():
+def test_the_kv_and_pages_settings_are_checked_and_cli_flags():
     from whistle_stop.backends.cli.parser import build_parser
     from whistle_stop.backends.engines.native_options import NativeOptions
 
     assert NativeOptions(kv="int4").problem().startswith("--native-kv must be one of fp32, int8")
     assert NativeOptions(kv="int8").problem() == "" and NativeOptions().problem() == ""
+    assert NativeOptions(pages="1gb").problem().startswith("--native-pages must be one of 2mb, 4kb")
+    assert NativeOptions(pages="4kb").problem() == ""
     args = build_parser().parse_args(["bench", "--backends", "native-int8", "--native-kv", "int8"])
     assert args.native_kv == "int8"
+    assert build_parser().parse_args(["bench", "--native-pages", "4kb"]).native_pages == "4kb"
+
+
+def test_weights_in_4_kb_pages_when_asked(tiny_model, prompt_ids, engines):
+    """--native-pages 4kb (for a machine where huge pages are slow to come): the same logits, the
+    matrices in a mapping not advised for huge pages, and the notes say so."""
+    from whistle_stop.backends.engine import EngineOptions
+    from whistle_stop.backends.engines.native_options import NativeOptions
+
+    from .engine_process import EngineProcess
+
+    options = EngineOptions(threads=1, settings=NativeOptions(pages="4kb"))
+    with EngineProcess("native-int8", tiny_model, options=options) as engine:
+        assert "weights in 4 KB pages (as asked)" in engine.info.notes
+        _, _, advised = engine.apply(_stored_weights)
+        assert not any(advised)
+        small = engine.prefill(prompt_ids)
+    np.testing.assert_array_equal(small, engines("native-int8").prefill(prompt_ids))
 
 
 def _kept_and_fresh_scratch(tiny_model, prompt_ids) -> list:

@@ -38,6 +38,7 @@ class HugeRegion:
     """One private anonymous mapping, advised for huge pages, that arrays are laid out in."""
 
     size: int
+    wanted: bool = True  # False: ordinary pages (the user's choice), the same layout
     advised: bool = field(init=False, default=False)
     _map: mmap.mmap = field(init=False, repr=False)
     _bytes: np.ndarray = field(init=False, repr=False)
@@ -48,7 +49,7 @@ class HugeRegion:
         private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
         # MAP_SHARED anonymous memory is shmem, whose huge pages are a separate setting (often never)
         self._map = mmap.mmap(-1, self.size + HUGE_PAGE, flags=private) if private else mmap.mmap(-1, self.size)
-        if private and hasattr(mmap, "MADV_HUGEPAGE") and thp_setting() in ("always", "madvise"):
+        if self.wanted and private and hasattr(mmap, "MADV_HUGEPAGE") and thp_setting() in ("always", "madvise"):
             try:
                 self._map.madvise(mmap.MADV_HUGEPAGE)
                 self.advised = True
@@ -93,13 +94,13 @@ class HugeRegion:
         return None
 
 
-def load_safetensors(path: Path) -> tuple[dict[str, np.ndarray], HugeRegion]:
-    """Every tensor of a safetensors file copied into one region advised for huge pages, in pieces of
-    at most CHUNK bytes (the peak is the region and one piece, not a second copy of a tensor)."""
+def load_safetensors(path: Path, huge: bool = True) -> tuple[dict[str, np.ndarray], HugeRegion]:
+    """Every tensor of a safetensors file copied into one region advised for huge pages (`huge`), in
+    pieces of at most CHUNK bytes (the peak is the region and one piece, not a second copy of a tensor)."""
     with safe_open(str(path), framework="np") as f:
         names = list(f.keys())
         # the file's size bounds the tensors' bytes; each may add up to ALIGN of padding
-        region = HugeRegion(path.stat().st_size + ALIGN * len(names))
+        region = HugeRegion(path.stat().st_size + ALIGN * len(names), wanted=huge)
         arrays = {name: _copy_in(f, name, region) for name in names}
     return arrays, region
 
@@ -130,6 +131,8 @@ def describe(region: HugeRegion, what: str = "weights") -> str:
     """For an engine's notes: how much of the region the kernel backs with huge pages."""
     huge = region.huge_bytes()
     used_mb = region.used / 1e6
+    if not region.wanted:
+        return f"{what} in 4 KB pages (as asked)"
     if not region.advised:
         setting = thp_setting()
         why = f"transparent huge pages {setting}" if setting else "no transparent huge pages here"

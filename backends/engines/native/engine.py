@@ -52,6 +52,7 @@ class NativeEngine(Engine):
         self.wtype = _DTYPES[dtype]
         settings = options.settings if isinstance(options.settings, NativeOptions) else NativeOptions()
         self.kv = KvCache(settings.kv or KvCache.F32.value)
+        self.huge_pages = settings.pages != "4kb"
         self.model: NativeGPT2 | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
@@ -71,7 +72,7 @@ class NativeEngine(Engine):
         began = time.perf_counter()
         params = nest_params(mmap_numpy(model.safetensors), config.n_layer)
         arrays, layout, region = layout_cache.cached_arrays(
-            model, self.dtype, lambda: stored_arrays(params, self.wtype), progress
+            model, self.dtype, lambda: stored_arrays(params, self.wtype), progress, self.huge_pages
         )
         self.model = NativeGPT2(params, config, self.wtype, lib, kv=self.kv, stored=arrays)
         read_s = time.perf_counter() - began - layout.build_s

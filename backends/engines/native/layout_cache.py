@@ -23,10 +23,14 @@ LAYOUT = 4  # 2: float32 and bf16 as panels of 32 rows; 3: int8 too; 4: 4-bit to
 
 
 def cached_arrays(
-    model: ModelFiles, dtype: str, make: Callable[[], dict[str, np.ndarray]], progress: ProgressFn
+    model: ModelFiles,
+    dtype: str,
+    make: Callable[[], dict[str, np.ndarray]],
+    progress: ProgressFn,
+    huge_pages: bool = True,
 ) -> tuple[dict[str, np.ndarray], artifact_cache.Artifact, HugeRegion]:
     """The stored matrices at `dtype` (step.stored_arrays' names), made by `make` and cached on first use,
-    and the region they lie in."""
+    and the region they lie in (advised for huge pages unless `huge_pages` is False)."""
 
     def build(staging: Path) -> dict:
         progress(f"laying out the weights as {dtype} (once per model)", None)
@@ -36,5 +40,5 @@ def cached_arrays(
     artefact = artifact_cache.ensure(
         NATIVE_LAYOUT_KIND, model.weights_hash, dtype, build, progress, meta={"layout": LAYOUT}
     )
-    arrays, region = load_safetensors(artefact.folder / NATIVE_LAYOUT_FILE)
+    arrays, region = load_safetensors(artefact.folder / NATIVE_LAYOUT_FILE, huge=huge_pages)
     return arrays, artefact, region
