@@ -58,25 +58,31 @@ class Attention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x: Tensor, input_pos: Tensor | None, kv_len: int | None, mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, input_pos: Tensor | None, kv_len: int | None, mask: Tensor | None, last_only: bool = False
+    ) -> Tensor:
+        # last_only: every token's keys and values go to the cache, the output is the last token's [B, 1, C]
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x [B, T, C]
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
-        y = self._attend(q, k, v, input_pos, kv_len, mask)  # [B, H, T, D]
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        if last_only:
+            q = q[:, :, -1:]  # [B, H, 1, D]
+        y = self._attend(q, k, v, input_pos, kv_len, mask)  # [B, H, T or 1, D]
+        return self.c_proj(y.transpose(1, 2).reshape(B, q.shape[2], C))
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, input_pos: Tensor | None, kv_len: int | None, mask: Tensor | None
     ) -> Tensor:
         if self.kv_cache is None or input_pos is None:  # scoring a whole sequence: no cache
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1)
         k_all, v_all = self.kv_cache.update(input_pos, k, v)  # [1, H, S, D]
         if mask is not None:  # fixed shapes for torch.compile: the whole cache, stale slots masked
             return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask)
         if kv_len is not None:  # eager one-token decode: only the filled part of the cache
             return F.scaled_dot_product_attention(q, k_all[:, :, :kv_len], v_all[:, :, :kv_len])
-        # prefill starts at position 0, so the new tokens are all there is to attend to
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # prefill starts at position 0, so the new tokens are all there is to attend to; the last
+        # token alone sees every one of them (is_causal would align its one row with the first key)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1)
 
 
 class MLP(nn.Module):
@@ -98,8 +104,11 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, input_pos: Tensor | None, kv_len: int | None, mask: Tensor | None) -> Tensor:
-        x = x + self.attn(self.ln_1(x), input_pos, kv_len, mask)
+    def forward(
+        self, x: Tensor, input_pos: Tensor | None, kv_len: int | None, mask: Tensor | None, last_only: bool = False
+    ) -> Tensor:
+        attended = self.attn(self.ln_1(x), input_pos, kv_len, mask, last_only)
+        x = (x[:, -1:] if last_only else x) + attended
         return x + self.mlp(self.ln_2(x))
 
 
@@ -139,10 +148,10 @@ class GPT2(nn.Module):
         # idx [B, T]; input_pos [T] (None: positions 0..T-1, no cache) -> logits [B, T or 1, V]
         pos = torch.arange(idx.shape[1], device=idx.device) if input_pos is None else input_pos
         x = self.wte(idx) + self.wpe(pos)  # [B, T, C]
-        for block in self.h:
-            x = block(x, input_pos, kv_len, mask)
-        if last_only:
-            x = x[:, -1:]  # the lm_head is the largest matmul: only the last position is needed
+        # last_only: the last block past its keys and values, and the lm_head, for the last position
+        # alone (the other rows feed nothing; the lm_head is the largest matmul)
+        for index, block in enumerate(self.h):
+            x = block(x, input_pos, kv_len, mask, last_only and index == len(self.h) - 1)
         return self.lm_head(self.ln_f(x))
 
 
