@@ -480,12 +480,10 @@ def reference_among(backends: Sequence[str]) -> str:
     run in), else the first engine. The calibration engine's tokens are a baseline only alone."""
     if reference() in backends:
         return reference()
-    known = [(name, ENGINES.get(name)) for name in backends]
-    candidates = [(name, spec) for name, spec in known if spec is None or spec.role is not Role.CALIBRATION]
-    for name, spec in candidates:
-        if spec is not None and spec.precision == "fp32":
-            return name
-    return (candidates or known)[0][0]
+    specs = {name: ENGINES.get(name) for name in backends}
+    usable = [name for name, spec in specs.items() if spec is None or spec.role is not Role.CALIBRATION]
+    fp32 = [name for name in usable if (spec := specs[name]) is not None and spec.precision == "fp32"]
+    return (fp32 or usable or list(backends))[0]
 
 
 def serving_concurrently() -> list[str]:

@@ -3,9 +3,7 @@ safetensors' own reader, laid out aligned in one mapping, and the advice really 
 
 from __future__ import annotations
 
-import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,17 +51,6 @@ def test_a_region_refuses_more_than_it_holds():
         region.array((200,), np.dtype(np.float32))
 
 
-def _vm_flags(address: int) -> list[str]:
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
-        if head:
-            inside = int(head.group(1), 16) <= address < int(head.group(2), 16)
-        elif inside and line.startswith("VmFlags:"):
-            return line.split()[1:]
-    return []
-
-
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or huge_pages.thp_setting() not in ("always", "madvise"),
     reason="needs Linux with transparent huge pages on (always or madvise)",
@@ -71,7 +58,8 @@ def _vm_flags(address: int) -> list[str]:
 def test_linux_is_asked_for_huge_pages_and_the_note_says_what_it_gave():
     region = HugeRegion(8 * huge_pages.HUGE_PAGE)
     region.array((4 * huge_pages.HUGE_PAGE,), np.dtype(np.uint8))[...] = 1  # pages exist once written
-    assert region.advised and "hg" in _vm_flags(region.address)  # MADV_HUGEPAGE applied to the mapping
+    flags = huge_pages.mapping_fields(region.address)["VmFlags"].split()
+    assert region.advised and "hg" in flags  # MADV_HUGEPAGE applied to the mapping
     huge = region.huge_bytes()
     assert huge is not None and huge % huge_pages.HUGE_PAGE == 0
     note = describe(region)

@@ -65,12 +65,11 @@ def test_a_prefill_that_returns_one_position_skips_nothing_it_needs(name, engine
 def _stored_weights(engine) -> tuple[int, list[bool], list[bool]]:
     """In the engine's child: its matrices' bytes, whether each weight array maps the weight file, and
     whether each matrix lies in a mapping advised for huge pages (Linux's VmFlags "hg")."""
-    from tests.test_huge_pages import _vm_flags
-
     matrices = [engine.model.lm_head.data] + [a.data for a in engine.model._keep if not isinstance(a, np.ndarray)]
     arrays = matrices + [a for a in engine.model._keep if isinstance(a, np.ndarray)]
     mapped = [isinstance(file_mapping(a), (mmap.mmap, np.memmap)) for a in arrays]
-    return engine.model.matrix_bytes, mapped, ["hg" in _vm_flags(m.ctypes.data) for m in matrices]
+    flags = [huge_pages.mapping_fields(m.ctypes.data).get("VmFlags", "").split() for m in matrices]
+    return engine.model.matrix_bytes, mapped, ["hg" in f for f in flags]
 
 
 @pytest.mark.parametrize(

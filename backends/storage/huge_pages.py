@@ -21,6 +21,7 @@ from safetensors import safe_open
 
 HUGE_PAGE = 2 << 20
 ALIGN = 64  # each array starts on a cache line, as numpy's own allocations do
+CHUNK = 16 << 20  # a load copies at most this much of a tensor at a time
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -78,20 +79,31 @@ class HugeRegion:
 
     def huge_bytes(self) -> int | None:
         """Bytes of the region the kernel backs with huge pages now (Linux's smaps), or None unknown."""
-        if not sys.platform.startswith("linux"):
-            return None
-        try:
-            smaps = Path("/proc/self/smaps").read_text()
-        except OSError:
-            return None
-        inside = False
-        for line in smaps.splitlines():
-            head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
-            if head:
-                inside = int(head.group(1), 16) <= self.address < int(head.group(2), 16)
-            elif inside and line.startswith("AnonHugePages:"):
-                return int(line.split()[1]) * 1024
-        return None
+        size = mapping_fields(self.address).get("AnonHugePages")
+        return int(size.split()[0]) * 1024 if size else None
+
+
+def mapping_fields(address: int) -> dict[str, str]:
+    """The fields of /proc/self/smaps for the mapping holding `address` (e.g. "AnonHugePages": "2048 kB",
+    "VmFlags": "rd wr mr mw me ac hg"); empty off Linux or where the file cannot be read."""
+    if not sys.platform.startswith("linux"):
+        return {}
+    try:
+        smaps = Path("/proc/self/smaps").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    inside = False
+    for line in smaps.splitlines():
+        head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+        if head:
+            if inside:
+                break
+            inside = int(head.group(1), 16) <= address < int(head.group(2), 16)
+        elif inside:
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+    return fields
 
 
 def load_safetensors(path: Path, huge: bool = True) -> tuple[dict[str, np.ndarray], HugeRegion]:
@@ -103,9 +115,6 @@ def load_safetensors(path: Path, huge: bool = True) -> tuple[dict[str, np.ndarra
         region = HugeRegion(path.stat().st_size + ALIGN * len(names), wanted=huge)
         arrays = {name: _copy_in(f, name, region) for name in names}
     return arrays, region
-
-
-CHUNK = 16 << 20
 
 
 def _copy_in(f, name: str, region: HugeRegion) -> np.ndarray:
@@ -129,7 +138,6 @@ def _copy_in(f, name: str, region: HugeRegion) -> np.ndarray:
 
 def describe(region: HugeRegion, what: str = "weights") -> str:
     """For an engine's notes: how much of the region the kernel backs with huge pages."""
-    huge = region.huge_bytes()
     used_mb = region.used / 1e6
     if not region.wanted:
         return f"{what} in 4 KB pages (as asked)"
@@ -137,6 +145,7 @@ def describe(region: HugeRegion, what: str = "weights") -> str:
         setting = thp_setting()
         why = f"transparent huge pages {setting}" if setting else "no transparent huge pages here"
         return f"{what} in 4 KB pages ({why})"
+    huge = region.huge_bytes()  # read only for a region advised: smaps is the whole process's map
     if huge is None:
         return f"{what} advised for 2 MB pages (how many the kernel gave is not known here)"
     if huge >= region.used:  # the last 2 MB page also holds the region's unused tail
