@@ -128,6 +128,56 @@ def test_plots_render_offscreen_to_pngs_of_the_right_size(tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))
 
 
+def test_ttft_over_a_doubling_grid_is_drawn_on_log_axes_with_its_bars_where_the_points_are():
+    """A 1..1,024 grid on linear axes leaves its short prompts in one corner: both axes go
+    logarithmic, x marked at powers of two. pyqtgraph maps curves in log mode but not error bars or
+    limit lines, so those are placed in log10 coordinates; the next linear figure drawn into the same
+    item (the window reuses its plots) is linear again, with the axis's own ticks."""
+    import math
+
+    import pyqtgraph as pg
+
+    from whistle_stop.backends.report.plots import draw, ensure_qt_app, log_ticks
+
+    ensure_qt_app()
+    lengths = (1, 4, 16, 64, 256, 1024)
+    runs = [
+        _run("hf", p, 8, r, (2.0 + p / 10) * jitter, 50) for p in lengths for r, jitter in ((1, 0.9), (2, 1), (3, 1.2))
+    ]
+    figure = fg.ttft_vs_prompt(runs, gb_s=10.0)
+    assert figure.log_axes and "both axes logarithmic" in figure.note
+    assert not fg.ttft_vs_prompt(_records()[0], gb_s=10.0).log_axes  # 16 and 64: linear
+
+    plot = pg.PlotItem()
+    draw(plot, figure)
+    assert plot.getAxis("bottom").logMode and plot.getAxis("left").logMode
+    x_ticks = dict((round(v, 6), text) for v, text in plot.getAxis("bottom")._tickLevels[0])
+    assert [x_ticks.get(round(math.log10(p), 6)) for p in (1, 2, 64, 1024)] == ["1", "2", "64", "1024"]
+    (bars,) = [item for item in plot.items if isinstance(item, pg.ErrorBarItem)]
+    series = figure.series[0]
+    assert list(bars.opts["x"]) == pytest.approx([math.log10(p) for p in lengths])
+    assert list(bars.opts["y"]) == pytest.approx([math.log10(y) for y in series.y])
+    tops = [math.log10(y + e) - math.log10(y) for y, e in zip(series.y, series.err)]
+    assert list(bars.opts["top"]) == pytest.approx(tops) and min(tops) > 0
+    (line,) = [item for item in plot.items if isinstance(item, pg.InfiniteLine)]  # weights / bandwidth
+    assert line.value() == pytest.approx(math.log10(figure.limits[0].value))
+    low, high = plot.getViewBox().viewRange()[1]
+    assert low < math.log10(min(series.y)) and high > math.log10(max(series.y))
+
+    draw(plot, fg.ttft_vs_prompt(_records()[0], gb_s=10.0))
+    assert not plot.getAxis("bottom").logMode and plot.getAxis("bottom")._tickLevels is None
+
+    assert [text for _, text in log_ticks(math.log10(3), math.log10(600), (1, 2, 5))] == [
+        "5",
+        "10",
+        "20",
+        "50",
+        "100",
+        "200",
+        "500",
+    ]
+
+
 def test_bandwidth_probe_is_positive_and_cached(monkeypatch):
     first = bw.probe_bandwidth(threads=1, n_bytes=16 << 20)
     assert first.gb_s > 0 and first.median_gb_s > 0 and not first.cached and first.threads == 1

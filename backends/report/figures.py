@@ -59,6 +59,9 @@ class Figure:
     categories: list[str] = field(default_factory=list)
     note: str = ""  # a caption line for reports
     markers: list[Series] = field(default_factory=list)  # short horizontal ticks at (x, y): per-bar limits
+    # both axes logarithmic (x marked at powers of two: token counts; y at 1, 2, 5 a decade): a
+    # doubling grid, whose short end would sit in one corner of linear axes
+    log_axes: bool = False
 
     @property
     def empty(self) -> bool:
@@ -206,6 +209,9 @@ def _by_axis(
     return figure
 
 
+LOG_SPAN = 16  # prompt lengths this many times apart or more are drawn on log axes (the sweep's 1..1,024)
+
+
 def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environment: dict | None = None) -> Figure:
     """TTFT by prompt length (pooled over output lengths: the first token does not depend on them)."""
     data = measured(runs)
@@ -218,11 +224,14 @@ def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environ
         "TTFT (ms)",
         "ttft_vs_prompt",
     )
+    lengths = [x for s in figure.series for x in s.x]
+    figure.log_axes = bool(lengths) and min(lengths) > 0 and max(lengths) >= LOG_SPAN * min(lengths)
+    scale = "; both axes logarithmic" if figure.log_axes else ""
     figure.limits = roofline_limits(environment)
     if figure.limits:
         figure.note = _noted(
             "dashed: prefill's roofline per arithmetic, the larger of the prompt's FLOPs over the CPU's peak "
-            "for it (the instructions named) and its bytes over the measured bandwidth",
+            f"for it (the instructions named) and its bytes over the measured bandwidth{scale}",
             runs,
             environment,
         )
@@ -234,7 +243,7 @@ def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environ
         ((environment or {}).get("bandwidth") or {}).get("label", ""),
     )
     figure.note = _noted(
-        "dashed: one read of the weights at the measured bandwidth (a floor for prefill)", runs, environment
+        f"dashed: one read of the weights at the measured bandwidth (a floor for prefill){scale}", runs, environment
     )
     return figure
 

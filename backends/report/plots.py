@@ -6,6 +6,7 @@ QApplication is made (offscreen when there is no display) only when a PNG is ren
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -50,10 +51,15 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
     plot_item.setTitle(figure.title, color=foreground)
     for side, text in (("bottom", figure.x_label), ("left", figure.y_label)):
         axis = plot_item.getAxis(side)
+        axis.setTicks(None)  # the axis's own, unless this figure names them (categories, log axes)
         axis.setPen(pg.mkPen(foreground))
         axis.setTextPen(pg.mkPen(foreground))
         plot_item.setLabel(side, text, color=pg.mkColor(foreground).name())
     plot_item.showGrid(x=True, y=True, alpha=0.15)
+    log = figure.log_axes
+    plot_item.setLogMode(x=log, y=log)  # every figure sets it: the GUI draws several figures into one item
+    corner = (0, 0) if log else (1, 0)  # log-log curves rise to the top right: the legend goes top left
+    plot_item.legend.anchor(itemPos=corner, parentPos=corner, offset=(10, 10) if log else (-10, 10))
     n_series = max(1, len(figure.series))
     if figure.kind == "stacked":
         _draw_stacked(plot_item, figure, foreground)
@@ -91,11 +97,13 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
                 symbolPen=pg.mkPen(rgb),
                 name=series.name,
             )
-            _label_points(plot_item, x, y, series.labels, rgb)  # e.g. a load curve's c=N
+            _label_points(plot_item, x, y, series.labels, rgb, log)  # e.g. a load curve's c=N
         if series.x_whiskers:
             _draw_whiskers(plot_item, series, rgb, tick=0.02 * max(_top(figure), 1e-9))
         if np.any(err > 0) or np.any(err_low > 0):
             beam = 0.15 / n_series if figure.kind == "bar" else _beam(figure)
+            if log:
+                x, y, err, err_low = log_error_bars(x, y, err, err_low)
             plot_item.addItem(
                 pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5))
             )
@@ -106,7 +114,7 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
             plot_item.plot(np.asarray(limit.x, float), np.asarray(limit.y, float), pen=pen, name=limit.label)
             continue
         line = pg.InfiniteLine(
-            pos=limit.value,
+            pos=math.log10(limit.value) if log and limit.value > 0 else limit.value,  # a view coordinate
             angle=0,
             pen=pg.mkPen(LIMIT_COLOUR, width=1.5, style=QtCore.Qt.PenStyle.DashLine),
             label=limit.label,
@@ -175,13 +183,28 @@ def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
         plot_item.legend.addItem(pg.PlotDataItem(pen=pg.mkPen(foreground, width=3)), series.name)
 
 
-def _label_points(plot_item, x, y, labels: list[str], rgb) -> None:
+def _label_points(plot_item, x, y, labels: list[str], rgb, log: bool = False) -> None:
     import pyqtgraph as pg
 
     for px, py, label in zip(x, y, labels):
         text = pg.TextItem(label, color=rgb, anchor=(0, 1))
-        text.setPos(px, py)
+        text.setPos(*((math.log10(px), math.log10(py)) if log and px > 0 and py > 0 else (px, py)))
         plot_item.addItem(text)
+
+
+def log_error_bars(x, y, up, down):
+    """(x, y, up, down) in a log-log plot's view coordinates: pyqtgraph's log mode maps the curves'
+    data, but an ErrorBarItem is drawn where it is put. A bar whose low end reaches zero or below
+    stops at its point."""
+    import numpy as np
+
+    x, y, up, down = (np.asarray(a, float) for a in (x, y, up, down))
+    keep = (x > 0) & (y > 0)
+    x, y, up, down = x[keep], y[keep], up[keep], down[keep]
+    centre = np.log10(y)
+    low = y - down
+    below = np.where(low > 0, centre - np.log10(np.where(low > 0, low, 1.0)), 0.0)
+    return np.log10(x), centre, np.log10(y + up) - centre, below
 
 
 def _draw_whiskers(plot_item, series, rgb, tick: float) -> None:
@@ -213,7 +236,8 @@ def _top(figure: Figure) -> float:
 
 
 def _beam(figure: Figure) -> float:
-    xs = sorted({x for s in figure.series for x in s.x})
+    """An error bar's cap width: 15% of the closest points' gap (in the view's coordinates)."""
+    xs = sorted({(math.log10(x) if x > 0 else 0.0) if figure.log_axes else x for s in figure.series for x in s.x})
     gaps = [b - a for a, b in zip(xs, xs[1:]) if b > a]
     return (min(gaps) if gaps else 1.0) * 0.15
 
@@ -230,6 +254,9 @@ def _fit_range(plot_item, figure: Figure) -> None:
     ys += [max(limit.y or [limit.value]) for limit in figure.limits] + [y for s in figure.markers for y in s.y]
     xs = [x for s in figure.series for x in s.x] + [e for s in figure.series for ends in s.x_whiskers for e in ends]
     labelled = any(s.labels for s in figure.series)
+    if figure.log_axes:
+        _fit_log_range(plot_item, figure, ys, xs)
+        return
     if figure.kind == "scatter":
         if xs:
             for lo, hi, set_range in ((min(xs), max(xs), plot_item.setXRange), (min(ys), max(ys), plot_item.setYRange)):
@@ -242,6 +269,34 @@ def _fit_range(plot_item, figure: Figure) -> None:
         lo, hi = min(xs), max(xs)
         pad = 0.6 if figure.kind in ("bar", "stacked") else max((hi - lo) * 0.06, 0.5)
         plot_item.setXRange(lo - pad, hi + pad * (3 if labelled else 1), padding=0)  # labels sit right of points
+
+
+def _fit_log_range(plot_item, figure: Figure, tops: list[float], xs: list[float]) -> None:
+    """A log-log figure's view (log10 coordinates): every point, bar and limit, a margin around."""
+    bottoms = [y - e for s in figure.series for y, e in zip(s.y, s.err_low or s.err or [0.0] * len(s.y))]
+    bottoms += [min(limit.y or [limit.value]) for limit in figure.limits]
+    ys = [math.log10(y) for y in tops + bottoms + [y for s in figure.series for y in s.y] if y > 0]
+    logs = [math.log10(x) for x in xs if x > 0]
+    for values, set_range, side, steps in (
+        (ys, plot_item.setYRange, "left", (1, 2, 5)),
+        (logs, plot_item.setXRange, "bottom", (1, 2, 4, 8)),
+    ):
+        if values:
+            lo, hi = min(values), max(values)
+            pad = max((hi - lo) * 0.06, 0.05)
+            set_range(lo - pad, hi + pad, padding=0)
+            plot_item.getAxis(side).setTicks([log_ticks(lo - pad, hi + pad, steps)])
+
+
+def log_ticks(lo: float, hi: float, steps: tuple[int, ...]) -> list[tuple[float, str]]:
+    """Ticks of a log axis from 10**lo to 10**hi, at `steps` times each power of ten (1, 2, 5: a
+    decade's usual marks; 1, 2, 4, 8 with 10x: powers of two, a doubling grid's own values), as
+    (log10 of the value, the value written out): pyqtgraph's own log ticks write 3·10¹."""
+    if steps[-1] == 8:  # powers of two
+        values = [2.0**k for k in range(math.floor(lo / math.log10(2)), math.ceil(hi / math.log10(2)) + 1)]
+    else:
+        values = [m * 10.0**e for e in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in steps]
+    return [(math.log10(v), f"{v:g}" if v < 1e5 else f"{v:.0e}") for v in values if lo <= math.log10(v) <= hi]
 
 
 def render_png(figure: Figure, path: Path, size: tuple[int, int] = DEFAULT_SIZE) -> Path:
