@@ -178,6 +178,40 @@ def test_ttft_over_a_doubling_grid_is_drawn_on_log_axes_with_its_bars_where_the_
     ]
 
 
+def test_a_ttft_grid_says_why_it_has_no_decode_figures_instead_of_drawing_empty_axes(tmp_path):
+    """Every run of `--grid ttft-vs-length` makes one token: the decode figures have nothing to draw.
+    The report leaves them out with a line saying why, and a figure drawn empty (the window's fixed
+    plots) shows that line in the middle of its view, not a limit line over blank axes."""
+    import pyqtgraph as pg
+
+    from whistle_stop.backends.report.plots import draw, ensure_qt_app
+
+    runs = [
+        run_record("hf", r, itl=None, run_id=f"hf/p{p}n1/r{r}", prompt_tokens=p, new_tokens=1, ttft_ms=2.0 + p / 10)
+        for p in (1, 64, 1023)
+        for r in (1, 2)
+    ]
+    figures = [fg.ttft_vs_prompt(runs, 10.0), fg.decode_vs_output(runs, 10.0), fg.itl_vs_position(runs, [], 10.0)]
+    shown, left_out = fg.with_data(figures)
+    assert shown == figures[:1] and len(left_out) == 2
+    assert all(line.endswith(fg.ONE_TOKEN) for line in left_out)
+    assert fg.itl_vs_position(_records()[0], [], 10.0).empty_reason == "no data"  # decoding runs, no tokens read
+
+    ensure_qt_app()
+    plot = pg.PlotItem()
+    draw(plot, figures[1])
+    texts = [item.textItem.toPlainText() for item in plot.items if isinstance(item, pg.TextItem)]
+    assert texts == [fg.ONE_TOKEN] and not any(isinstance(item, pg.InfiniteLine) for item in plot.items)
+    (x_low, x_high), (y_low, y_high) = plot.getViewBox().viewRange()
+    assert x_low < 0 < x_high and y_low < 0 < y_high  # the text's place, (0, 0), in view
+
+    write_results(tmp_path / "sweep", runs, [], {"sweep": {"completed": [[1, 1]]}})
+    report = build_report([tmp_path / "sweep"], tmp_path / "out")
+    page = report.read_text(encoding="utf-8")
+    assert page.count("<img") == 1 and f"Decode speed vs output length (1-token prompt): {fg.ONE_TOKEN}" in page
+    assert [p.name for p in (tmp_path / "out").glob("*.png")] == ["1-ttft_vs_prompt.png"]
+
+
 def test_bandwidth_probe_is_positive_and_cached(monkeypatch):
     first = bw.probe_bandwidth(threads=1, n_bytes=16 << 20)
     assert first.gb_s > 0 and first.median_gb_s > 0 and not first.cached and first.threads == 1
@@ -232,7 +266,11 @@ def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
     html_path = build_report([sweep, bench, quality], out)
     page = html_path.read_text(encoding="utf-8")
     images = sorted(p.name for p in out.glob("*.png"))
-    assert page.count("data:image/png;base64,") == len(images) >= 3 + 3 + 4 + 2
+    # sweep 3, bench 3, quality 3, comparison 2; a figure with nothing to draw is a line saying so: these
+    # records hold no cold starts, and the quality folder kept no tokens for its position chart
+    assert page.count("data:image/png;base64,") == len(images) == 3 + 3 + 3 + 2
+    assert page.count("Starting an engine: cold start and one-time build: no data") == 2
+    assert "3-itl_vs_position.png" not in images and "ms/token vs position in the sequence: no data" in page
     assert {
         "1-ttft_vs_prompt.png",
         "1-decode_vs_output.png",

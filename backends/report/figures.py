@@ -62,6 +62,7 @@ class Figure:
     # both axes logarithmic (x marked at powers of two: token counts; y at 1, 2, 5 a decade): a
     # doubling grid, whose short end would sit in one corner of linear axes
     log_axes: bool = False
+    empty_reason: str = "no data"  # what an empty figure says in place of its points
 
     @property
     def empty(self) -> bool:
@@ -79,6 +80,16 @@ class Figure:
             if levels
             else ""
         )
+
+
+def with_data(figures: Iterable[Figure]) -> tuple[list[Figure], list[str]]:
+    """The figures with something to draw, and for each one left out a line: its title and why."""
+    figures = list(figures)
+    shown = [f for f in figures if not f.empty]
+    return shown, [f"{f.title}: {f.empty_reason}" for f in figures if f.empty]
+
+
+ONE_TOKEN = "no decode to show: every run made one token (a TTFT grid)"
 
 
 def measured(runs: Iterable[RunRecord]) -> list[RunRecord]:
@@ -285,6 +296,8 @@ def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, envir
     figure.note = _noted(
         "dashed: the most tokens/s memory bandwidth allows when every weight is read per token", runs, environment
     )
+    if data and all(r.new_tokens <= 1 for r in data):
+        figure.empty_reason = ONE_TOKEN
     return figure
 
 
@@ -312,6 +325,8 @@ def itl_vs_position(
     )
     if not positions:
         figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
+        if data and all(r.new_tokens <= 1 for r in data.values()):
+            figure.empty_reason = ONE_TOKEN
         return figure
     figure.limits = floor_curves(environment, runs, gb_s, max(positions) + 1)
     width = max(1, math.ceil((max(positions) + 1) / bins))

@@ -434,7 +434,9 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
         )
     columns = []
     for index, data in enumerate(datas, start=1):
-        images = [_img(render_png(f, out_dir / f"{index}-{f.name}.png"), f) for f in folder_figures(data)]
+        shown, left_out = fg.with_data(folder_figures(data))
+        images = [_img(render_png(f, out_dir / f"{index}-{f.name}.png"), f) for f in shown]
+        images += [f'<p class="note">{html.escape(line)}</p>' for line in left_out]
         levels, load = data.load_levels, ""
         if levels:
             curve = fg.load_curve(levels)

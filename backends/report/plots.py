@@ -107,6 +107,10 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
             plot_item.addItem(
                 pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5))
             )
+    if figure.empty:  # why, in the middle of the view; no limit lines, which would set its range alone
+        plot_item.addItem(pg.TextItem(figure.empty_reason, color=foreground, anchor=(0.5, 0.5)))
+        plot_item.getViewBox().setRange(xRange=(-1, 1), yRange=(-1, 1), padding=0)
+        return
     for index, limit in enumerate(figure.limits):
         if limit.x:  # a curve: dashed through its points, named in the legend (curves may lie close)
             styles = (QtCore.Qt.PenStyle.DashLine, QtCore.Qt.PenStyle.DotLine, QtCore.Qt.PenStyle.DashDotLine)
@@ -128,9 +132,6 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         plot_item.addItem(line)
     if figure.kind in ("bar", "stacked"):
         _category_ticks(plot_item, figure.categories)
-    if figure.empty:
-        text = pg.TextItem("no data", color=foreground, anchor=(0.5, 0.5))
-        plot_item.addItem(text)
     _fit_range(plot_item, figure)
 
 
