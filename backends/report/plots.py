@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from .colours import LIGHT, rgb
@@ -17,6 +18,7 @@ from .figures import Figure
 PALETTE = [rgb(c) for c in LIGHT]  # the engines' colours on white, in the run's order
 LIMIT_COLOUR = (90, 90, 90)
 DEFAULT_SIZE = (900, 520)
+EMPTY_CHARS = 28  # an empty figure's line, wrapped: the window's plots sit three abreast
 
 
 def colour(index: int) -> tuple[int, int, int]:
@@ -107,9 +109,12 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
             plot_item.addItem(
                 pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5))
             )
-    if figure.empty:  # why, in the middle of the view; no limit lines, which would set its range alone
-        plot_item.addItem(pg.TextItem(figure.empty_reason, color=foreground, anchor=(0.5, 0.5)))
+    if figure.empty:  # why, in the middle of the view (no values on its axes, no limit lines)
+        reason = "\n".join(textwrap.wrap(figure.empty_reason, EMPTY_CHARS))
+        plot_item.addItem(pg.TextItem(reason, color=foreground, anchor=(0.5, 0.5)))
         plot_item.getViewBox().setRange(xRange=(-1, 1), yRange=(-1, 1), padding=0)
+        for side in ("bottom", "left"):
+            plot_item.getAxis(side).setTicks([[]])
         return
     for index, limit in enumerate(figure.limits):
         if limit.x:  # a curve: dashed through its points, named in the legend (curves may lie close)
@@ -286,18 +291,24 @@ def _fit_log_range(plot_item, figure: Figure, tops: list[float], xs: list[float]
             lo, hi = min(values), max(values)
             pad = max((hi - lo) * 0.06, 0.05)
             set_range(lo - pad, hi + pad, padding=0)
-            plot_item.getAxis(side).setTicks([log_ticks(lo - pad, hi + pad, steps)])
+            plot_item.getAxis(side).setTicks(log_ticks(lo - pad, hi + pad, steps))
 
 
-def log_ticks(lo: float, hi: float, steps: tuple[int, ...]) -> list[tuple[float, str]]:
-    """Ticks of a log axis from 10**lo to 10**hi, at `steps` times each power of ten (1, 2, 5: a
-    decade's usual marks; 1, 2, 4, 8 with 10x: powers of two, a doubling grid's own values), as
-    (log10 of the value, the value written out): pyqtgraph's own log ticks write 3·10¹."""
-    if steps[-1] == 8:  # powers of two
-        values = [2.0**k for k in range(math.floor(lo / math.log10(2)), math.ceil(hi / math.log10(2)) + 1)]
+def log_ticks(lo: float, hi: float, steps: tuple[int, ...]) -> list[list[tuple[float, str]]]:
+    """A log axis's ticks from 10**lo to 10**hi in pyqtgraph's levels, as (log10 of the value, the
+    value written out): pyqtgraph's own write 3·10¹. `steps` (1, 2, 5): a decade's usual marks, the
+    powers of ten major; (1, 2, 4, 8): powers of two (a doubling grid's own values), every other one
+    major. pyqtgraph writes a minor level's values only where they fit (a narrow plot in the window)."""
+    if steps[-1] == 8:
+        first, last = math.floor(lo / math.log10(2)), math.ceil(hi / math.log10(2))
+        marks = [(2.0**k, k % 2 == 0) for k in range(first, last + 1)]
     else:
-        values = [m * 10.0**e for e in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in steps]
-    return [(math.log10(v), f"{v:g}" if v < 1e5 else f"{v:.0e}") for v in values if lo <= math.log10(v) <= hi]
+        marks = [(m * 10.0**e, m == 1) for e in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in steps]
+    levels: list[list[tuple[float, str]]] = [[], []]
+    for value, major in marks:
+        if lo <= math.log10(value) <= hi:
+            levels[0 if major else 1].append((math.log10(value), f"{value:g}" if value < 1e5 else f"{value:.0e}"))
+    return levels
 
 
 def render_png(figure: Figure, path: Path, size: tuple[int, int] = DEFAULT_SIZE) -> Path:
