@@ -10,6 +10,7 @@ in 4 KB pages. `HugeRegion.huge_bytes` says how much the kernel really gave, for
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import re
 import sys
@@ -20,6 +21,7 @@ import numpy as np
 from safetensors import safe_open
 
 HUGE_PAGE = 2 << 20
+PAGE = mmap.PAGESIZE
 ALIGN = 64  # each array starts on a cache line, as numpy's own allocations do
 CHUNK = 16 << 20  # a load copies at most this much of a tensor at a time
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -36,11 +38,12 @@ def thp_setting() -> str:
 
 @dataclass
 class HugeRegion:
-    """One private anonymous mapping, advised for huge pages, that arrays are laid out in."""
+    """One private anonymous mapping, advised for huge pages (or, not `wanted`, against them), that
+    arrays are laid out in, between two guard pages."""
 
     size: int
     wanted: bool = True  # False: ordinary pages (the user's choice), the same layout
-    advised: bool = field(init=False, default=False)
+    advised: bool = field(init=False, default=False)  # the kernel took the advice, either way
     _map: mmap.mmap = field(init=False, repr=False)
     _bytes: np.ndarray = field(init=False, repr=False)
     _start: int = field(init=False, default=0)  # the first byte at a 2 MB boundary
@@ -49,15 +52,23 @@ class HugeRegion:
     def __post_init__(self) -> None:
         private = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
         # MAP_SHARED anonymous memory is shmem, whose huge pages are a separate setting (often never)
-        self._map = mmap.mmap(-1, self.size + HUGE_PAGE, flags=private) if private else mmap.mmap(-1, self.size)
-        if self.wanted and private and hasattr(mmap, "MADV_HUGEPAGE") and thp_setting() in ("always", "madvise"):
+        length = self.size + HUGE_PAGE + 2 * PAGE if private else self.size
+        self._map = mmap.mmap(-1, length, flags=private) if private else mmap.mmap(-1, self.size)
+        # With THP "always" an aligned mapping gets 2 MB pages unless advised against them.
+        advice = "MADV_HUGEPAGE" if self.wanted else "MADV_NOHUGEPAGE"
+        if private and hasattr(mmap, advice) and (not self.wanted or thp_setting() in ("always", "madvise")):
             try:
-                self._map.madvise(mmap.MADV_HUGEPAGE)
+                self._map.madvise(getattr(mmap, advice))
                 self.advised = True
             except OSError:  # a kernel built without THP
                 pass
         self._bytes = np.frombuffer(self._map, np.uint8)
-        self._start = (-self._bytes.ctypes.data) % HUGE_PAGE if private else 0
+        base = self._bytes.ctypes.data
+        self._start = PAGE + (-(base + PAGE)) % HUGE_PAGE if private else 0
+        if private:  # Linux merges neighbouring anonymous mappings of the same flags: smaps would then
+            # count another region's huge pages as this one's. A page without access at each end parts them.
+            _guard(base)
+            _guard(base + (len(self._map) - 1) // PAGE * PAGE)
 
     def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array carved from the region (which the array keeps alive)."""
@@ -75,12 +86,23 @@ class HugeRegion:
 
     @property
     def address(self) -> int:
-        return self._bytes.ctypes.data
+        """The first byte the arrays may use."""
+        return self._bytes.ctypes.data + self._start
 
     def huge_bytes(self) -> int | None:
         """Bytes of the region the kernel backs with huge pages now (Linux's smaps), or None unknown."""
         size = mapping_fields(self.address).get("AnonHugePages")
         return int(size.split()[0]) * 1024 if size else None
+
+
+def _guard(address: int) -> None:
+    """The page at `address` without access (its own mapping now); nothing where libc has no mprotect."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.mprotect(address, PAGE, 0)  # PROT_NONE
+    except (OSError, AttributeError):
+        pass
 
 
 def mapping_fields(address: int) -> dict[str, str]:
@@ -89,7 +111,7 @@ def mapping_fields(address: int) -> dict[str, str]:
     if not sys.platform.startswith("linux"):
         return {}
     try:
-        smaps = Path("/proc/self/smaps").read_text()
+        smaps = Path("/proc/self/smaps").read_text(errors="replace")  # a mapped file's name need not be UTF-8
     except OSError:
         return {}
     fields: dict[str, str] = {}
@@ -140,7 +162,9 @@ def describe(region: HugeRegion, what: str = "weights") -> str:
     """For an engine's notes: how much of the region the kernel backs with huge pages."""
     used_mb = region.used / 1e6
     if not region.wanted:
-        return f"{what} in 4 KB pages (as asked)"
+        if region.advised or thp_setting() != "always":
+            return f"{what} in 4 KB pages (as asked)"
+        return f"{what} asked for 4 KB pages; the kernel refused the advice, and with THP always some may be 2 MB"
     if not region.advised:
         setting = thp_setting()
         why = f"transparent huge pages {setting}" if setting else "no transparent huge pages here"
