@@ -180,6 +180,47 @@ def own_loop_spec(name: str = "own-loop", **kwargs) -> EngineSpec:
     )
 
 
+# --- An engine whose runtime makes tokens on a thread of its own, handed over late ---------------
+
+
+class LateHandoverEngine(ScriptedEngine):
+    """A token every `step_s` on the runtime's own thread, each stamped as made (StampedToken), while
+    the consumer gets none until all are made: the worker's thread waiting for a core (CTranslate2's
+    threads on both of 2 cores) at its worst. Its times must be the runtime's, not the handover's."""
+
+    capabilities = Capabilities(own_loop=True)
+
+    def __init__(self, name: str, options: EngineOptions, step_s: float = 0.01) -> None:
+        super().__init__(name, options)
+        self.step_s = step_s
+
+    def stream(self, token_ids, new_tokens, sampler, cancel=None):
+        import threading
+
+        from whistle_stop.backends.engines.threaded_generate import made_now
+
+        made = []
+
+        def runtime() -> None:
+            for index in range(new_tokens):
+                busy_wait(self.step_s)  # the runtime's step
+                made.append(made_now(100 + index))
+
+        thread = threading.Thread(target=runtime)
+        thread.start()
+        thread.join()  # every token made before the first is handed over
+        yield from made
+
+
+def late_handover_spec(name: str = "late", **kwargs) -> EngineSpec:
+    return EngineSpec(
+        name=name,
+        target="tests.fake_engines:LateHandoverEngine",
+        description="scripted engine whose tokens are handed over late",
+        engine_args=kwargs,
+    )
+
+
 # --- An engine whose steps make several tokens (speculative decoding; tests/test_speculation_records.py)
 
 

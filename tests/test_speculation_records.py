@@ -119,3 +119,18 @@ def test_the_columns_survive_the_files_and_older_files_read_as_before(result, tm
         }
     )
     assert old.ms_per_token == old.itl_p50_ms
+
+
+def test_tokens_made_on_a_runtime_s_thread_keep_its_times_when_handed_over_late(tiny_model):
+    """CTranslate2, OpenVINO GenAI and transformers' assisted generation make tokens on threads of
+    their own and stamp them as made: a worker thread that gets them late (no free core) must not
+    turn steady 10 ms steps into a late first token and a burst of zero gaps."""
+    config = BenchConfig(
+        model="random:tiny", backends=("late",), prompt_tokens=4, new_tokens=8, repeats=1, warmup=0, threads=1
+    )
+    with registry.use([fake_engines.late_handover_spec("late", step_s=0.01)]):
+        result = BenchSession(config).run()
+    (run,) = result.runs
+    assert run.status == RunStatus.OK and run.ttft_ms < 40  # its first token, not its eighth (80 ms in)
+    gaps = [t.itl_ms for t in result.tokens if t.itl_ms is not None]
+    assert len(gaps) == 7 and min(gaps) > 8.0 and 8.0 < run.ms_per_token < 15.0

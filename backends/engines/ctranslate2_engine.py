@@ -16,12 +16,13 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..engine import Capabilities, Engine, EngineInfo, EngineOptions
+from ..engine import Capabilities, Engine, EngineInfo, EngineOptions, StampedToken
 from ..sampling import Sampler
 from ..sources.model_files import ModelFiles
 from ..storage import artifact_cache
@@ -123,7 +124,7 @@ class CTranslate2Engine(Engine):
 
     def stream(
         self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
-    ) -> Iterator[int]:
+    ) -> Iterator[StampedToken]:
         params = sampler.params
         options = {"max_length": new_tokens, "end_token": [], "sampling_topk": 1}
         if not params.is_greedy:
@@ -135,10 +136,17 @@ class CTranslate2Engine(Engine):
                 "sampled by CTranslate2's own sampler (same temperature/top-k/top-p/seed, "
                 "its own random numbers: tokens differ from the shared sampler's)"
             )
-        steps = self.generator.generate_tokens([self.vocab[i] for i in token_ids], **options)
+        made: dict[int, int] = {}  # step -> when CTranslate2's decoding thread made it
+
+        def stamp(step) -> bool:  # called on that thread, before generate_tokens queues the step
+            made[step.step] = time.perf_counter_ns()
+            return False
+
+        prompt = [self.vocab[i] for i in token_ids]
+        steps = self.generator.generate_tokens(prompt, callback=stamp, **options)
         try:
             for index, step in enumerate(steps):
-                yield step.token_id
+                yield StampedToken(step.token_id, made.pop(step.step))
                 if index + 1 >= new_tokens or (cancel is not None and cancel.is_set()):
                     return
         finally:

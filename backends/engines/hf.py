@@ -19,12 +19,12 @@ from transformers.generation.streamers import BaseStreamer
 from transformers.pytorch_utils import Conv1D
 from transformers.utils import logging as hf_logging
 
-from ..engine import Capabilities, Engine, EngineInfo, EngineOptions
+from ..engine import Capabilities, Engine, EngineInfo, EngineOptions, StampedToken
 from ..sampling import Sampler
 from ..sources.model_files import ModelFiles
 from ..speculation import SpeculationStats
 from .hf_options import DEFAULT_CONFIDENCE, DEFAULT_TOKENS, AssistedOptions
-from .threaded_generate import tokens_from_thread
+from .threaded_generate import made_now, tokens_from_thread
 from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16-dynamic": torch.float32}
@@ -162,7 +162,7 @@ class HFAssistedEngine(HFEngine):
 
     def stream(
         self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
-    ) -> Iterator[int]:
+    ) -> Iterator[StampedToken]:
         params = sampler.params
         generation = GenerationConfig(
             max_new_tokens=new_tokens,
@@ -240,7 +240,7 @@ class _QueueStreamer(BaseStreamer):
         if self.passes == 1:
             self.first = len(tokens)
         for token in tokens:
-            self.tokens.put(int(token))
+            self.tokens.put(made_now(token))  # a pass's tokens together: their burst is the method's
 
     def end(self) -> None:
         pass

@@ -1,12 +1,21 @@
 """Tokens from a runtime's own generate loop run in a thread: the library hands each token to a
-streamer that puts it on a queue, and the engine's stream yields them as they come. One mechanism
-for the engines whose runtime drives its own loop (transformers' assisted generation, OpenVINO GenAI)."""
+streamer that puts it on a queue, stamped as it is made (`made_now`), and the engine's stream yields
+them as they come. One mechanism for the engines whose runtime drives its own loop (transformers'
+assisted generation, OpenVINO GenAI)."""
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Generator
+
+from ..engine import StampedToken
+
+
+def made_now(token: int) -> StampedToken:
+    """`token`, stamped now: called on the runtime's thread as it hands the token over."""
+    return StampedToken(int(token), time.perf_counter_ns())
 
 
 def tokens_from_thread(
@@ -17,7 +26,7 @@ def tokens_from_thread(
     new_tokens: int,
     cancel: threading.Event | None,
     name: str,
-) -> Generator[int, None, None]:
+) -> Generator[StampedToken, None, None]:
     """Run `generate` in a thread and yield what it puts on `tokens` until `done`, `new_tokens` or a
     cancel. Closing the iterator sets `stop` (the streamer tells the runtime to stop at its next
     token) and joins the thread, so the runtime never outlives the stream; an exception raised in

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import Engine, EngineOptions, ServerEngine
+from ..engine import Engine, EngineOptions, ServerEngine, StampedToken
 from ..errors import one_line
 from ..registry import EngineSpec
 from ..sampling import Sampler
@@ -289,19 +289,26 @@ def _relay(
     start: int,
 ) -> Iterator[Token]:
     """An engine with its own `stream` (a server, a native generator): only the time spent outside
-    its generator is the harness's; its engine time is not separable (engine_ns None)."""
-    outside = start  # when the child last got control back from the generator (the previous stamp)
+    its generator is the harness's; its engine time is not separable (engine_ns None). A token the
+    engine stamped where its runtime's thread made it (StampedToken) takes that time, not the time
+    this thread got it: the wait for a core is the harness's, never the engine's."""
+    outside = start  # when the child last got control back from the generator
+    previous = start  # the previous token's time
     tokens = engine.stream(request.prompt_ids, request.new_tokens, sampler, cancel)
     index = 0
     while True:
         resumed = time.perf_counter_ns()  # control goes back to the engine's generator
         try:
-            token = next(tokens)
+            item = next(tokens)
         except StopIteration:
             return
-        stamp = time.perf_counter_ns()
-        yield Token(request.run_id, index, int(token), detokenizer.push(token), stamp, None, resumed - outside)
-        outside = stamp
+        received = time.perf_counter_ns()
+        token, stamp = int(item), received
+        if isinstance(item, StampedToken):  # never before the previous token, nor after it came
+            stamp = min(max(item.made_ns, previous), received)
+        harness = resumed - outside
+        yield Token(request.run_id, index, token, detokenizer.push(token), stamp, None, harness)
+        outside, previous = received, stamp
         index += 1
 
 

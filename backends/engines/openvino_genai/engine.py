@@ -28,13 +28,13 @@ import numpy as np
 import openvino as ov
 import openvino_genai
 
-from ...engine import Capabilities, Engine, EngineInfo, EngineOptions
+from ...engine import Capabilities, Engine, EngineInfo, EngineOptions, StampedToken
 from ...sampling import Sampler, SamplingParams
 from ...sources.model_files import ModelFiles
 from ...storage import artifact_cache
 from ...worker.threads import default_threads
 from ..artifact_folders import OPENVINO_GENAI_KIND
-from ..threaded_generate import tokens_from_thread
+from ..threaded_generate import made_now, tokens_from_thread
 from . import build as builder
 
 WEIGHT_FORMATS = ("fp32", "int8", "int4")
@@ -136,7 +136,7 @@ class OpenVinoGenAIEngine(Engine):
 
     def stream(
         self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
-    ) -> Iterator[int]:
+    ) -> Iterator[StampedToken]:
         params = sampler.params
         self.run_notes = (
             ""
@@ -181,7 +181,7 @@ class _TokenStreamer(openvino_genai.StreamerBase):
 
     def write(self, token) -> openvino_genai.StreamingStatus:
         for t in token if isinstance(token, (list, tuple)) else (token,):
-            self.tokens.put(int(t))
+            self.tokens.put(made_now(t))
         if self.stop.is_set() or (self.cancel is not None and self.cancel.is_set()):
             return openvino_genai.StreamingStatus.CANCEL
         return openvino_genai.StreamingStatus.RUNNING
