@@ -96,6 +96,24 @@ def test_the_prefill_is_held_to_its_roofline(tmp_path):
     assert "ttft_share" in (tmp_path / "files" / "breakdown.csv").read_text().splitlines()[0]
 
 
+def test_a_slower_phase_of_the_cores_shows_beside_the_roofline_share():
+    """The roofline holds a prefill to the machine's best peak (a slow phase only lowers one); where
+    this profile's own probe read lower, the table shows it and the share it would give, as decode's
+    floor share shows its slower bandwidth probe."""
+    from whistle_stop.backends.profile.breakdown import EngineProfile
+    from whistle_stop.backends.profile.table import PREFILL_HEADERS, prefill_row
+
+    profile = EngineProfile("e", prefill_ms=20.0, prefill_flops=8e9, prefill_bytes=1e6, bandwidth_gb_s=50.0)
+    profile.peak_gops, profile.peak_probed_gops = 800.0, 500.0
+    assert profile.ttft_share == pytest.approx(10.0 / 20.0)
+    assert profile.ttft_share_at_probe == pytest.approx(16.0 / 20.0)
+    row = dict(zip(PREFILL_HEADERS, prefill_row(profile)))
+    assert row["roofline share"] == "50% (80%)" and row["peak G/s"] == "800 (500)"
+    profile.peak_probed_gops = 790.0  # within the probe's own noise: one figure
+    row = dict(zip(PREFILL_HEADERS, prefill_row(profile)))
+    assert row["roofline share"] == "50%" and row["peak G/s"] == "800"
+
+
 @pytest.mark.parametrize(
     "engine, expected_events",
     [

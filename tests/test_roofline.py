@@ -94,6 +94,9 @@ def test_a_refresh_keeps_the_faster_peak_of_the_same_instructions():
     merged = faster_peaks(new, old)
     assert merged.peaks["fp32"]["gops"] == 200.0  # a busy pass only ever lowers a peak
     assert merged.peaks["int8"]["gops"] == 50.0  # other instructions (a new build): the new figure
+    # what this probe read stays with each: a slower phase now shows beside the machine's best
+    assert merged.peaks["fp32"]["probed_gops"] == 100.0 and merged.peaks["int8"]["probed_gops"] == 50.0
+    assert merged.peak(Arithmetic.FP32)[1].probed_gops == 100.0
 
 
 def test_the_sweep_curve_holds_each_arithmetic_to_its_engines_fewest_bytes():
@@ -141,5 +144,7 @@ def test_the_peaks_are_cached_per_cpu_and_threads(monkeypatch):
     first = compute_peak.probe_compute_peaks(3)
     again = compute_peak.probe_compute_peaks(3)
     assert calls == [3] and not first.cached and again.cached and again.peaks == PEAKS.peaks
+    assert first.peaks["fp32"]["probed_gops"] == 200.0  # measured now
+    assert "probed_gops" not in again.peaks["fp32"]  # the cache keeps the best, not a run's own probe
     compute_peak.probe_compute_peaks(4)
     assert calls == [3, 4]

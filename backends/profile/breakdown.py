@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..results.bandwidth import limit_ms_per_token
 from ..results.roofline import Roofline
@@ -81,7 +81,8 @@ class EngineProfile:
     floor_note: str = ""  # set when the weights fit in the last-level cache: DRAM does not bound the engine
     prefill_arithmetic: str = ""  # what its prefill multiplies (EngineInfo's, or its precision's fastest)
     peak_arithmetic: str = ""  # whose peak holds it: its own, or fp32's where the CPU has no instructions for it
-    peak_gops: float | None = None  # that peak, 1e9 operations per second
+    peak_gops: float | None = None  # that peak, 1e9 operations per second (the machine's best seen)
+    peak_probed_gops: float | None = None  # what this profile's own probe of it read (a slower phase reads less)
     peak_isa: str = ""  # the instructions the peak ran
     prefill_flops: float | None = None  # the prompt's matrix products and attention (results.roofline.prefill_flops)
     prefill_bytes: float | None = None  # the weights once and the prompt's keys and values written
@@ -121,6 +122,15 @@ class EngineProfile:
         """Roofline / measured TTFT: how close the prefill runs to the machine's limit (decode's floor share's twin)."""
         roofline = self.roofline_ms
         return roofline / self.prefill_ms if roofline and self.prefill_ms else None
+
+    @property
+    def ttft_share_at_probe(self) -> float | None:
+        """The roofline share had this profile's own probe of the peak set it: with `ttft_share`, the
+        range a slower phase of the machine (the cores' clocks, a neighbour) leaves the figure in."""
+        roofline = self.roofline
+        if roofline is None or not self.peak_probed_gops or not self.prefill_ms:
+            return None
+        return replace(roofline, peak_gops=self.peak_probed_gops).ms / self.prefill_ms
 
     @property
     def single_token_floor_ms(self) -> float | None:

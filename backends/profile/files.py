@@ -39,11 +39,13 @@ BREAKDOWN_COLUMNS = (
         "ttft_ms",
         "prefill_arithmetic",
         "peak_gops",
+        "peak_probed_gops",
         "peak_isa",
         "prefill_flops",
         "prefill_bytes",
         "roofline_ms",
         "ttft_share",
+        "ttft_share_at_probe",
     ]
     + [f"{c.value.replace(' ', '_').replace('+', 'and')}_ms" for c in ORDER]
     + ["unattributed_share", "status", "error", "trace_file", "note"]
@@ -82,11 +84,13 @@ def breakdown_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
                     _num(p.prefill_ms),
                     p.prefill_arithmetic,
                     _num(p.peak_gops, 1),
+                    _num(p.peak_probed_gops, 1),
                     p.peak_isa,
                     _num(p.prefill_flops, 0),
                     _num(p.prefill_bytes, 0),
                     _num(p.roofline_ms),
                     _num(p.ttft_share),
+                    _num(p.ttft_share_at_probe),
                     *values,
                     _num(unattributed),
                     p.status,
@@ -135,6 +139,7 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
                 floor_share_at_slower=p.floor_share_at_slower,
                 roofline_ms=p.roofline_ms,
                 ttft_share=p.ttft_share,
+                ttft_share_at_probe=p.ttft_share_at_probe,
                 single_token_floor_ms=p.single_token_floor_ms,
             )
             for p in profiles

@@ -33,6 +33,8 @@ class Peak:
     gops: float  # 1e9 operations (a multiply and an add are two) per second, all threads
     median_gops: float
     isa: str  # e.g. "avx512-vnni vpdpbusd zmm"
+    # what this probe read where `gops` is the machine's best, kept from a faster phase (None: no probe now)
+    probed_gops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -116,17 +118,19 @@ def probe_compute_peaks(threads: int, refresh: bool = False) -> ComputePeaks:
     if cached is not None and not refresh:
         return cached
     result = faster_peaks(measure_compute_peaks(threads), cached)
-    write_probe_cache(CACHE_FILE, probe_key(threads), {k: v for k, v in asdict(result).items() if k != "cached"})
+    # the cache keeps the machine's best; what this probe read is this run's alone
+    best = {name: {k: v for k, v in entry.items() if k != "probed_gops"} for name, entry in result.peaks.items()}
+    cached_now = {k: v for k, v in asdict(replace(result, peaks=best)).items() if k != "cached"}
+    write_probe_cache(CACHE_FILE, probe_key(threads), cached_now)
     return result
 
 
 def faster_peaks(new: ComputePeaks, old: ComputePeaks | None) -> ComputePeaks:
-    """`new`, each arithmetic's peak replaced by `old`'s where that was faster with the same instructions."""
-    if old is None:
-        return new
-    peaks = dict(new.peaks)
-    for name, entry in old.peaks.items():
+    """`new`, each arithmetic's peak replaced by `old`'s where that was faster with the same
+    instructions; each keeps what `new` probed (`probed_gops`), so a slower phase now shows."""
+    peaks = {name: {**entry, "probed_gops": entry.get("gops")} for name, entry in new.peaks.items()}
+    for name, entry in (old.peaks if old else {}).items():
         mine = peaks.get(name)
         if mine and mine.get("isa") == entry.get("isa") and entry.get("gops", 0) > mine.get("gops", 0):
-            peaks[name] = entry
+            peaks[name] = {**entry, "probed_gops": mine["gops"]}
     return replace(new, peaks=peaks)

@@ -214,6 +214,7 @@ def set_roofline(profile: EngineProfile, peaks: ComputePeaks | None) -> None:
     if found is not None:
         arithmetic, peak = found
         profile.peak_arithmetic, profile.peak_gops, profile.peak_isa = arithmetic.value, peak.gops, peak.isa
+        profile.peak_probed_gops = peak.probed_gops
 
 
 def _fill_prefill_work(profile: EngineProfile, ready, model: ModelFiles, prompt_tokens: int) -> None:
