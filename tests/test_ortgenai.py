@@ -16,7 +16,7 @@ from whistle_stop.backends.engine import EngineInfo
 from whistle_stop.backends.engines import artifact_folders
 from whistle_stop.backends.engines.ortgenai import cache as genai_cache
 from whistle_stop.backends.results.stats import agreement
-from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.sampling import Sampler, SamplingParams
 from whistle_stop.backends.storage import artifact_cache
 
 pytestmark = [pytest.mark.extras]
@@ -48,6 +48,36 @@ def fp32(tiny_model):
     engine, info = load(tiny_model)
     yield engine, info
     engine.close()
+
+
+def _search_options_of_a_run(engine, ids: list[int], sampling: SamplingParams) -> list[dict]:
+    """In the engine's child: the search options each Generator of one run was given."""
+    og, seen = engine.og, []
+    real = og.GeneratorParams
+
+    class Recording:
+        def __init__(self, model) -> None:
+            self.params = real(model)
+
+        def set_search_options(self, **options) -> None:
+            seen.append(options)
+            self.params.set_search_options(**options)
+
+    generator = og.Generator
+    og.GeneratorParams, og.Generator = Recording, lambda model, params: generator(model, params.params)
+    try:
+        list(engine.stream(ids, 3, Sampler(sampling)))
+    finally:
+        og.GeneratorParams, og.Generator = real, generator
+    return seen
+
+
+def test_every_run_seeds_genai_so_no_request_waits_on_the_cpu_s_entropy(fp32, prompt_ids):
+    """Without a seed each Generator seeds its sampler from std::random_device: RDSEED retries took
+    12-15 ms a request on a VM that traps it, greedy runs included, and sat in every TTFT."""
+    for sampling in (SamplingParams(), SAMPLED):
+        (options,) = fp32[0].apply(_search_options_of_a_run, list(prompt_ids), sampling)
+        assert options["random_seed"] == sampling.seed
 
 
 def test_fp32_greedy_equals_hf(fp32, prompt_ids, hf_reference):

@@ -105,14 +105,19 @@ class OrtGenAIEngine(Engine):
             raise ValueError(f"{len(ids)} prompt + {new_tokens} new tokens: need 1..{self._context} in all")
         params = sampler.params
         self.run_notes = ""  # a greedy run after a sampled one is the shared argmax again
-        options = {"max_length": length, "min_length": length, "num_beams": 1, "do_sample": False, "top_k": 1}
+        # A seed always: without one, each Generator seeds its sampler from std::random_device, whose
+        # RDSEED retries took 12-15 ms a request on a VM that traps it (the Zen 5 EPYC), greedy or not.
+        options = {
+            "max_length": length,
+            "min_length": length,
+            "num_beams": 1,
+            "do_sample": False,
+            "top_k": 1,
+            "random_seed": params.seed,
+        }
         if not params.is_greedy:
             options.update(
-                do_sample=True,
-                top_k=params.top_k or self._vocab,
-                top_p=params.top_p,
-                temperature=params.temperature,
-                random_seed=params.seed,
+                do_sample=True, top_k=params.top_k or self._vocab, top_p=params.top_p, temperature=params.temperature
             )
             self.run_notes = (
                 "sampled by GenAI's own sampler (same temperature/top-k/top-p/seed, "
