@@ -37,6 +37,8 @@ class ScriptedEngine(Engine):
         device: str = "cpu",
         segfault_at: int | None = None,
         build_s: float = 0.0,
+        odd_run: int | None = None,
+        odd_decode_s: float = 0.0,
     ) -> None:
         super().__init__(name, options)
         self.device = device  # what its Ready says (a "cuda" one: whose memory the profile probes)
@@ -45,7 +47,9 @@ class ScriptedEngine(Engine):
         self.segfault_at = segfault_at
         self.fail_load, self.load_s = fail_load, load_s
         self.build_s = build_s  # a first export's time: spent in load, reported as EngineInfo.build_s
-        self._position = 0
+        # the odd run (1-based, warm-ups counted): `odd_decode_s` a token, and `fail_at` only there
+        self.odd_run, self.odd_decode_s = odd_run, odd_decode_s
+        self._position = self._runs = 0
 
     def load(self, model, progress) -> EngineInfo:
         if self.fail_load:
@@ -79,15 +83,17 @@ class ScriptedEngine(Engine):
             ctypes.string_at(0)  # a real native crash: reading address 0 (SIGSEGV), as a broken kernel would
         if self.hang_at is not None and self._position == self.hang_at:
             time.sleep(3600)
-        if self.fail_at is not None and self._position == self.fail_at:
+        odd = self.odd_run is not None and self._runs == self.odd_run
+        if self.fail_at is not None and self._position == self.fail_at and (self.odd_run is None or odd):
             raise ValueError("scripted failure mid-run")
-        busy_wait(delay)
+        busy_wait(self.odd_decode_s if odd and self._position else delay)
         logits = self._logits()
         self._position += 1
         return logits
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
         self._position = 0
+        self._runs += 1
         return self._step(self.prefill_s)
 
     def decode(self, token_id: int) -> np.ndarray:

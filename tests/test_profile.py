@@ -17,6 +17,7 @@ from whistle_stop.backends.results.compute_peak import ComputePeaks
 from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.profile import ProfileSession
+from whistle_stop.backends.status import RunStatus
 
 BANDWIDTH = Bandwidth(gb_s=10.0, median_gb_s=10.0, bytes=1, threads=1, passes=1, cpu="test", measured_at="now")
 PEAKS = ComputePeaks(peaks={"fp32": {"gops": 0.5, "median_gops": 0.4, "isa": "test fma"}}, threads=1, cpu="test")
@@ -352,3 +353,16 @@ def test_a_speculative_engine_is_judged_per_decoded_token_and_says_how_it_beats_
     write_profile(tmp_path / "again", [profile], {})
     (read,) = read_profile(tmp_path / "again")
     assert read.single_token_bytes == profile.single_token_bytes and speculation_line(read) == line
+
+
+def test_a_run_that_failed_midway_is_no_figure_of_the_profile(tmp_path):
+    """The profile's ms/token and TTFT are bench's: medians of the finished measured runs. A run that
+    failed after a few slow tokens has timings, and must not move them."""
+    from tests.fake_engines import spec
+
+    odd = spec("odd", decode_s=0.002, odd_run=3, odd_decode_s=0.03, fail_at=6)  # warm-up, r1, then r2 fails
+    result = _profile(tmp_path, ["odd"], {"odd": odd}, repeats=2)
+    (profile,) = result.profiles
+    runs = [r for r in result.bench.runs if not r.is_warmup]
+    assert [r.status for r in runs] == [RunStatus.OK, RunStatus.ERROR] and runs[1].ms_per_token > 20
+    assert profile.status == RunStatus.OK and profile.ms_per_token < 10  # r1's 2 ms, not a median with r2's 30

@@ -30,6 +30,7 @@ from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
 from ..results.compute_peak import ComputePeaks, probe_compute_peaks
 from ..results.records import RunRecord, decode_bytes_per_token, runs_of
 from ..results.roofline import arithmetic_of, prefill_bytes, prefill_flops
+from ..results.summary import is_measured
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from .bench import BenchResult, bench_cell, finish_bench
@@ -157,7 +158,7 @@ class ProfileSession:
             if orchestrator.cancelled or not orchestrator.usable(name):
                 break
             orchestrator.run_once(name, repeat, False, cell)
-        measured = [r for r in runs_of(result.bench.runs, name) if not r.is_warmup]
+        measured = [r for r in runs_of(result.bench.runs, name) if is_measured(r)]  # bench's: not a failed run
         if orchestrator.cancelled or not orchestrator.usable(name) or not measured:
             return _failed(profile, result.bench.runs, name)
         outcome = orchestrator.run_profiled(name, cell, str(self.trace_dir / f"{name}.trace.json"))
