@@ -232,13 +232,15 @@ def late_handover_spec(name: str = "late", **kwargs) -> EngineSpec:
 
 class BurstEngine(ScriptedEngine):
     """Tokens in bursts of `burst`: one `step_s` wait per burst, then its tokens back to back, as a
-    speculative engine's target pass decides several at once; it reports its counts as one would."""
+    speculative engine's target pass decides several at once; it reports its counts as one would.
+    `first`: the tokens the prefill's step makes (transformers' assisted generation checks its first
+    drafts with the prompt)."""
 
     capabilities = Capabilities(own_loop=True)
 
-    def __init__(self, name: str, options: EngineOptions, burst: int = 4, step_s: float = 0.02) -> None:
+    def __init__(self, name: str, options: EngineOptions, burst: int = 4, step_s: float = 0.02, first: int = 1) -> None:
         super().__init__(name, options)
-        self.burst, self.step_s = burst, step_s
+        self.burst, self.step_s, self.first = burst, step_s, first
 
     def load(self, model, progress) -> EngineInfo:
         info = super().load(model, progress)
@@ -249,14 +251,16 @@ class BurstEngine(ScriptedEngine):
         from whistle_stop.backends.speculation import SpeculationStats
 
         busy_wait(self.step_s)  # the prefill
-        yield 100
+        first = min(self.first, new_tokens)
+        for index in range(first):
+            yield 100 + index
         passes = 0
-        for start in range(1, new_tokens, self.burst):
+        for start in range(first, new_tokens, self.burst):
             busy_wait(self.step_s)
             passes += 1
             for index in range(start, min(start + self.burst, new_tokens)):
                 yield 100 + index
-        decoded = new_tokens - 1
+        decoded = new_tokens - first
         self.speculation = SpeculationStats(
             tokens=decoded,
             target_passes=passes,

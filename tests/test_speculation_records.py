@@ -5,6 +5,7 @@ it counted, and its line under every table. Scripted engines in real workers (te
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import pytest
 
@@ -63,7 +64,11 @@ def test_the_summary_ranks_by_ms_per_token_and_says_what_speculation_did(result)
     )
     (note,) = speculation_notes(list(summaries.values()))
     assert note.startswith("burst (speculative): acceptance 75.0%, 4.00 tokens per target pass")
-    assert "TPOT" in note and note in markdown_table(list(summaries.values()))
+    assert "first to last token over those made after its first step" in note
+    assert note in markdown_table(list(summaries.values()))
+    older = [dataclasses.replace(r, decoded_tokens=None) for r in result.runs]  # records before the column
+    (old_note,) = speculation_notes(summarize_backends(older))
+    assert old_note.endswith("ms/token is its TPOT (tokens come in bursts)")
     found = verdict(result.runs, ["steady", "burst"], "steady")
     assert found.engines["burst"].ms_per_token.median == summaries["burst"].ms_per_token.median
     assert found.picks[0].leaders[0] == "burst"  # 5 ms per token against 12: by TPOT, not by its ~0 median gap
@@ -134,3 +139,33 @@ def test_tokens_made_on_a_runtime_s_thread_keep_its_times_when_handed_over_late(
     assert run.status == RunStatus.OK and run.ttft_ms < 40  # its first token, not its eighth (80 ms in)
     gaps = [t.itl_ms for t in result.tokens if t.itl_ms is not None]
     assert len(gaps) == 7 and min(gaps) > 8.0 and 8.0 < run.ms_per_token < 15.0
+
+
+def test_tokens_the_first_step_made_are_in_the_ttft_not_in_ms_per_token(tiny_model):
+    """Assisted generation checks its first drafts with the prompt: those tokens come with the first,
+    their time is the TTFT's. ms/token and tokens/s count the tokens decoded after that step (vLLM's
+    TPOT keeps its own definition); when the first step made them all, there is no decode to time."""
+    config = BenchConfig(
+        model="random:tiny", backends=("first",), prompt_tokens=4, new_tokens=20, repeats=1, warmup=0, threads=1
+    )
+    spec = fake_engines.burst_spec("first", burst=4, step_s=0.02, first=4)
+    with registry.use([spec]):
+        (run,) = BenchSession(config).run().runs
+        short = BenchSession(dataclasses.replace(config, new_tokens=4)).run().runs[0]
+    assert run.decoded_tokens == 16  # four passes of four after the first step's four
+    assert 4.5 < run.ms_per_token < 6.0  # 20 ms a pass of four; 80 ms over 19 tokens (TPOT) would say 4.2
+    assert run.tpot_ms == pytest.approx(run.ms_per_token * 16 / 19)
+    assert run.decode_tok_s == pytest.approx(1e3 / run.ms_per_token)
+    assert short.status == RunStatus.OK and short.decoded_tokens == 0
+    assert short.ms_per_token is None and short.decode_tok_s is None and "nothing decoded after it" in short.notes
+    assert load_results_roundtrip(run).ms_per_token == pytest.approx(run.ms_per_token)
+
+
+def load_results_roundtrip(run: RunRecord) -> RunRecord:
+    """The record written to runs.csv and read back."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    write_results(folder, [run], [], {})
+    return load_results(folder)[0][0]

@@ -93,6 +93,9 @@ class RunRecord:
     # steps make several tokens (multi_token_steps: speculative decoding; its median gap is inside a burst)
     ms_per_token: float | None = None
     multi_token_steps: bool = False
+    # tokens made after the first token's step: every token but the first, or, where a step makes
+    # several (multi_token_steps), those after the first step (which are in the TTFT): ms/token's count
+    decoded_tokens: int | None = None
     # Speculative decoding (speculation.SpeculationStats): accepted / drafted tokens, decoded tokens per
     # target pass, and the draft's and the target's forward time per decoded token
     spec_acceptance: float | None = None
@@ -105,7 +108,12 @@ class RunRecord:
         # A record built by hand or from an older file may carry a plain word: make it the enum.
         self.status = RunStatus.parse(self.status)
         if self.ms_per_token is None:  # a file from before the column, or a record built by hand
-            self.ms_per_token = ms_per_token(self.itl_p50_ms, self.tpot_ms, self.multi_token_steps)
+            self.ms_per_token = self._ms_per_token()
+
+    def _ms_per_token(self) -> float | None:
+        return ms_per_token(
+            self.itl_p50_ms, self.tpot_ms, self.multi_token_steps, self.tokens_generated, self.decoded_tokens
+        )
 
 
 TOKEN_COLUMNS = [f.name for f in fields(TokenRecord)]
@@ -160,11 +168,14 @@ def fill_metrics(
     weight_bytes_per_token: int,
     kv_bytes_per_position: int = 0,
     bytes_per_token: float | None = None,
+    decoded_tokens: int | None = None,
 ) -> None:
     """vLLM's metrics from the token stamps, and ms/token; GB/s = (weight bytes + the mean KV bytes
     per decode step, at record.prompt_tokens) x decode tokens/s, or `bytes_per_token` (what a
     speculative engine counted it read) x decode tokens/s, with a note when the weights fit in the
-    last-level cache (the DRAM limit does not bound them)."""
+    last-level cache (the DRAM limit does not bound them). `decoded_tokens`: what an engine whose
+    steps make several tokens made after its first step (the rest came with the first token, in the
+    TTFT); its ms/token and tokens/s count those (vLLM's TPOT keeps its own definition)."""
     metrics = run_metrics(start_ns, [t.t_ns for t in tokens])
     record.tokens_generated = metrics.tokens
     record.ttft_ms = _finite(metrics.ttft_ms)
@@ -174,7 +185,15 @@ def fill_metrics(
     record.itl_p99_ms = _finite(metrics.itl_p99_ms)
     record.decode_tok_s = _finite(metrics.decode_tok_s)
     record.e2e_s = _finite(metrics.e2e_s)
-    record.ms_per_token = ms_per_token(record.itl_p50_ms, record.tpot_ms, record.multi_token_steps)
+    record.decoded_tokens = max(0, metrics.tokens - 1)
+    if record.multi_token_steps and decoded_tokens is not None:
+        record.decoded_tokens = min(decoded_tokens, record.decoded_tokens)
+        decode_s = (tokens[-1].t_ns - tokens[0].t_ns) / 1e9
+        record.decode_tok_s = record.decoded_tokens / decode_s if record.decoded_tokens and decode_s > 0 else None
+        if not record.decoded_tokens:
+            note = "every token came with the first step's: nothing decoded after it to time (more --new-tokens)"
+            record.notes = "; ".join(n for n in (record.notes, note) if n)
+    record.ms_per_token = record._ms_per_token()
     if record.decode_tok_s and (weight_bytes_per_token or bytes_per_token):
         per_token = bytes_per_token or decode_bytes_per_token(
             weight_bytes_per_token, kv_bytes_per_position, record.prompt_tokens, metrics.tokens

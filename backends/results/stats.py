@@ -44,11 +44,23 @@ def run_metrics(start_ns: int, token_ns: Sequence[int]) -> RunMetrics:
     return RunMetrics(n, ttft_ms, e2e_s, tpot_ms, tuple(itl.tolist()), float(p50), float(p90), float(p99), tok_s)
 
 
-def ms_per_token(itl_p50_ms: float | None, tpot_ms: float | None, multi_token_steps: bool) -> float | None:
-    """A run's ms per decoded token: its median inter-token gap, robust to a slow step; its TPOT when
-    the engine makes several tokens per step (speculative decoding), whose tokens arrive in bursts
-    and whose median gap falls inside a burst."""
-    return tpot_ms if multi_token_steps else itl_p50_ms
+def ms_per_token(
+    itl_p50_ms: float | None,
+    tpot_ms: float | None,
+    multi_token_steps: bool,
+    tokens: int | None = None,
+    decoded: int | None = None,
+) -> float | None:
+    """A run's ms per decoded token: its median inter-token gap, robust to a slow step; for an engine
+    that makes several tokens per step (speculative decoding), whose tokens arrive in bursts and whose
+    median gap falls inside one, the time from its first token to its last over the `decoded` tokens
+    made after the first token's step (its TPOT when that step made one; of `tokens` in all). None
+    when the first step made them all: nothing was decoded after it."""
+    if not multi_token_steps:
+        return itl_p50_ms
+    if tpot_ms is None or tokens is None or decoded is None:
+        return tpot_ms  # a record from before `decoded_tokens`
+    return tpot_ms * (tokens - 1) / decoded if decoded > 0 else None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,9 @@ class BackendSummary:
     spec_tokens_per_pass: float | None = None
     spec_draft_ms_per_token: float | None = None
     spec_verify_ms_per_token: float | None = None
+    # every run counted its ms/token over the tokens made after the first step (records before
+    # RunRecord.decoded_tokens divided by every token after the first: the TPOT)
+    decoded_after_first_step: bool = False
 
     @property
     def comparable(self) -> bool:
@@ -133,6 +136,7 @@ def summarize_backends(
                 spec_tokens_per_pass=_median([r.spec_tokens_per_pass for r in measured]),
                 spec_draft_ms_per_token=_median([r.spec_draft_ms_per_token for r in measured]),
                 spec_verify_ms_per_token=_median([r.spec_verify_ms_per_token for r in measured]),
+                decoded_after_first_step=bool(measured) and all(r.decoded_tokens is not None for r in measured),
             )
         )
     return out
@@ -293,7 +297,13 @@ def speculation_note(s: BackendSummary) -> str:
         parts.insert(0, f"acceptance {100 * s.spec_acceptance:.1f}%")
     if s.spec_draft_ms_per_token is not None and s.spec_verify_ms_per_token is not None:
         parts.append(f"draft {s.spec_draft_ms_per_token:.2f} + verify {s.spec_verify_ms_per_token:.2f} ms per token")
-    return f"{s.backend} (speculative): " + ", ".join(parts) + "; ms/token is its TPOT (tokens come in bursts)"
+    basis = (
+        "ms/token is its first to last token over those made after its first step (tokens come in bursts; "
+        "what the first step made is in the TTFT)"
+        if s.decoded_after_first_step
+        else "ms/token is its TPOT (tokens come in bursts)"
+    )
+    return f"{s.backend} (speculative): " + ", ".join(parts) + "; " + basis
 
 
 def speculation_notes(summaries: list[BackendSummary]) -> list[str]:

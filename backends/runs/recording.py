@@ -102,6 +102,7 @@ def run_records(
             ready.weight_bytes_per_token,
             ready.kv_bytes_per_position,
             speculation.bytes_per_token if speculation is not None else None,
+            speculation.tokens if speculation is not None else None,
         )
     return record, tokens
 
