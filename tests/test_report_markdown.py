@@ -156,6 +156,7 @@ def test_markdown_page_of_a_profile_folder_has_its_tables_and_options(tmp_path):
     assert main(["report", str(folder), "--markdown", str(out)]) == 0
     page = out.read_text(encoding="utf-8")
     assert "python main.py profile --model random:gpt2 --backends native" in page
+    assert ", each engine alone (profile), reference" in page and "fair mode" not in page  # not interleaved
     assert page.split("```")[1].strip().endswith("--native-kv int8")  # the option that was not the default
     assert "## Profile: decode, ms per token" in page
     assert "| native | 10.00 | - | 10.00 | 50.0 | 100% | 200 |" in page  # the floor: 500 MB at 50 GB/s

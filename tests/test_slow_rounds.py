@@ -68,3 +68,5 @@ def test_the_verdict_carries_it_as_a_caveat_and_keeps_the_medians():
     assert result.engines["native"].runs == 5  # nothing dropped
     assert "repeat 1: 3 of 4" in verdict_html(result)  # what the window's Summary and the HTML report show
     assert verdict(_bench({}), reference="hf").caveat(CaveatKind.SLOW_ROUND) is None
+    # a profile runs each engine's repeats alone, one engine after another: repeat 1 is no round
+    assert verdict(runs, reference="hf", interleaved=False).caveat(CaveatKind.SLOW_ROUND) is None

@@ -165,7 +165,7 @@ def folder_verdict(data: FolderData, folders: list[FolderData]) -> Verdict | Non
     if data.kind == "sweep" or not data.runs:
         return None
     quality = data.quality or next((f.quality for f in folders if f.quality and _same_model(f, data)), [])
-    return verdict(data.runs, data.backends, data.environment.get("reference"), quality)
+    return verdict(data.runs, data.backends, data.environment.get("reference"), quality, not data.profiles)
 
 
 def _same_model(a: FolderData, b: FolderData) -> bool:

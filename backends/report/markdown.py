@@ -162,8 +162,8 @@ def environment_rows(data: FolderData) -> list[tuple[str, str]]:
             f"{settings.get('new_tokens', '?')} new tokens, {decoding}, {settings.get('repeats', '?')} "
             f"repeats, {settings.get('warmup', '?')} warm-up, {threads} threads"
             + (f" ({how})" if how else "")
-            + f", {settings.get('mode', 'fair')} mode, "
-            f"reference {env.get('reference') or '?'}",
+            + (", each engine alone (profile)" if data.profiles else f", {settings.get('mode', 'fair')} mode")
+            + f", reference {env.get('reference') or '?'}",
         ),
         ("finished", str(env.get("finished_at") or "?")),
     ]

@@ -198,12 +198,15 @@ def verdict(
     backends: Sequence[str] | None = None,
     reference: str | None = None,
     quality: Sequence[dict] | None = None,
+    interleaved: bool = True,
 ) -> Verdict:
     """The verdict over one session's records (a bench, the window's session, a report's folder).
 
     `reference`: the engine speed-ups and agreement are measured against (default: the one the
     records name); `quality`: quality.csv's rows (runs.quality_files.read_quality), whose
-    perplexity change vs the reference is shown beside each pick."""
+    perplexity change vs the reference is shown beside each pick; `interleaved`: False for a
+    profile's records, which ran each engine's repeats alone, one engine after another: its
+    repeats are no rounds, so no round is called a slow phase of the machine."""
     runs = list(runs)
     summaries = summarize_backends(runs, list(backends) if backends else None)
     reference = reference or next((r.reference for r in runs if r.reference), "")
@@ -238,7 +241,7 @@ def verdict(
         random_weights,
         overlaps,
         [s for s in summaries if s.runs > 0 and not s.comparable],
-        slow_rounds(runs),
+        slow_rounds(runs) if interleaved else [],
     )
     return Verdict(reference if reference_measured else "", engines, tuple(picks), tuple(caveats), random_weights)
 
