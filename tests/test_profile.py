@@ -366,3 +366,21 @@ def test_a_run_that_failed_midway_is_no_figure_of_the_profile(tmp_path):
     runs = [r for r in result.bench.runs if not r.is_warmup]
     assert [r.status for r in runs] == [RunStatus.OK, RunStatus.ERROR] and runs[1].ms_per_token > 20
     assert profile.status == RunStatus.OK and profile.ms_per_token < 10  # r1's 2 ms, not a median with r2's 30
+
+
+def test_each_engine_s_roofline_has_the_cores_probed_right_before_its_runs(tmp_path):
+    """The cores' speed moves over minutes: each engine's bracket is the probe taken as its runs begin."""
+    probes = iter([0.5, 0.25])
+
+    def peaks(threads):
+        entry = dict(PEAKS.peaks["fp32"], probed_gops=next(probes))
+        return ComputePeaks(peaks={"fp32": entry}, threads=threads, cpu="test")
+
+    config = BenchConfig(model="random:tiny", backends=("a", "b"), new_tokens=4, repeats=1, warmup=0, threads=1)
+    with registry.use([phased_spec("a"), phased_spec("b")]):
+        session = ProfileSession(
+            config, tmp_path / "prof", bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH, compute_peaks=peaks
+        )
+        result = session.run()
+    assert [p.peak_probed_gops for p in result.profiles] == [0.5, 0.25]
+    assert all(p.peak_gops == 0.5 for p in result.profiles)  # the machine's best, the same for every engine

@@ -14,8 +14,9 @@ does, and only a read of the same size is a floor the engine cannot beat. The sl
 probes is kept too: the floor share it would have given shows how much of a gap is the machine
 moving. The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow
 phase slows arithmetic too. Prefill's roofline divides the prompt's FLOPs by the CPU's peak for the
-engine's arithmetic (results/compute_peak.py, probed once per profile in a process of its own, the
-instructions it ran recorded) and its bytes by the engine's faster bandwidth probe.
+engine's arithmetic (results/compute_peak.py, in a process of its own, the instructions it ran recorded: the
+machine's best, and this probe's right before the engine's runs beside it) and its bytes by the engine's faster
+bandwidth probe.
 """
 
 from __future__ import annotations
@@ -98,7 +99,6 @@ class ProfileSession:
         result = ProfileResult(BenchResult(self.config, model, list(prompt_ids)))
         cell = bench_cell(self.config, list(prompt_ids))
         orchestrator, names = self._orchestrator, self.config.backends
-        result.compute_peaks = self._peaks()
         with orchestrator.session(result.bench):
             for index, name in enumerate(names, start=1):
                 if orchestrator.cancelled:
@@ -145,6 +145,8 @@ class ProfileSession:
             device = ready.device if ready is not None and ready.device else "cpu"
             n_bytes = bytes_per_token(ready, len(cell.prompt_ids), cell.new_tokens)
             before = self._probe(n_bytes, device)  # the worker has loaded and sits quiet: its memory is in place
+            # the cores' peaks at the same moment (the machine's best kept, this probe's beside it)
+            result.compute_peaks = self._peaks() or result.compute_peaks
             profile = self._measure(name, cell, result, profile)
         finally:
             orchestrator.close(name)
