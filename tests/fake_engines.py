@@ -109,10 +109,15 @@ def busy_wait(seconds: float) -> None:
         pass
 
 
-def spec(name: str, **kwargs) -> EngineSpec:
+def _spec(engine_class: str, description: str, name: str, engine_args: dict) -> EngineSpec:
+    """A registry entry for one of this module's engines."""
     return EngineSpec(
-        name=name, target="tests.fake_engines:ScriptedEngine", description="scripted test engine", engine_args=kwargs
+        name=name, target=f"tests.fake_engines:{engine_class}", description=description, engine_args=engine_args
     )
+
+
+def spec(name: str, **kwargs) -> EngineSpec:
+    return _spec("ScriptedEngine", "scripted test engine", name, kwargs)
 
 
 # --- A profiled engine with known costs per phase (tests/test_profile.py) -----------------------
@@ -178,12 +183,7 @@ class OwnLoopEngine(ScriptedEngine):
 
 
 def own_loop_spec(name: str = "own-loop", **kwargs) -> EngineSpec:
-    return EngineSpec(
-        name=name,
-        target="tests.fake_engines:OwnLoopEngine",
-        description="scripted engine with its own loop",
-        engine_args=kwargs,
-    )
+    return _spec("OwnLoopEngine", "scripted engine with its own loop", name, kwargs)
 
 
 # --- An engine whose runtime makes tokens on a thread of its own, handed over late ---------------
@@ -219,12 +219,7 @@ class LateHandoverEngine(ScriptedEngine):
 
 
 def late_handover_spec(name: str = "late", **kwargs) -> EngineSpec:
-    return EngineSpec(
-        name=name,
-        target="tests.fake_engines:LateHandoverEngine",
-        description="scripted engine whose tokens are handed over late",
-        engine_args=kwargs,
-    )
+    return _spec("LateHandoverEngine", "scripted engine whose tokens are handed over late", name, kwargs)
 
 
 # --- An engine whose steps make several tokens (speculative decoding; tests/test_speculation_records.py)
@@ -273,9 +268,4 @@ class BurstEngine(ScriptedEngine):
 
 
 def burst_spec(name: str = "burst", **kwargs) -> EngineSpec:
-    return EngineSpec(
-        name=name,
-        target="tests.fake_engines:BurstEngine",
-        description="scripted engine with bursts",
-        engine_args=kwargs,
-    )
+    return _spec("BurstEngine", "scripted engine with bursts", name, kwargs)
