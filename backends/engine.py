@@ -120,8 +120,8 @@ class Engine(ABC):
     def stream(
         self, token_ids: Sequence[int], new_tokens: int, sampler: Sampler, cancel: threading.Event | None = None
     ) -> Iterator[int]:
-        """Yield `new_tokens` token ids (no early stop at end-of-text), each stamped where a thread of the
-        runtime's own made it. Cancel is checked between tokens."""
+        """Yield `new_tokens` token ids (no early stop at end-of-text); an engine whose runtime makes
+        them on threads of its own yields StampedTokens. Cancel is checked between tokens."""
         logits = self.prefill(token_ids)
         for index in range(new_tokens):
             token = sampler(logits)
