@@ -19,7 +19,7 @@ from whistle_stop.backends.runs.perplexity import strided_windows
 from whistle_stop.backends.runs.quality import DEFAULT_TEXT, QualitySession, QualitySettings
 from whistle_stop.backends.runs.quality_files import read_quality, write_quality
 from whistle_stop.backends.sources.tokenizer import encode
-from whistle_stop.backends.worker.events import ScoreRequest
+from whistle_stop.backends.worker.events import Failed, LogitsRequest, ScoreRequest, TopLogits
 from whistle_stop.backends.worker.process import Worker
 
 
@@ -130,6 +130,51 @@ def test_engines_without_forward_logits_are_teacher_forced(tiny_model):
     # ScriptedEngine puts one logit of 1.0 at 100 + step; the text's ids never match it.
     assert outcome.done.method == "prefill+decode" and outcome.done.tokens == len(ids) - 1
     assert outcome.done.nll_sum == pytest.approx((len(ids) - 1) * math.log(VOCAB - 1 + math.e), rel=1e-9)
+
+
+class OwnCacheEngine(ScriptedEngine):
+    """No prefill (its cache lives inside its own loop, as CTranslate2's), but a scoring pass."""
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        raise NotImplementedError("keeps its KV cache inside its own loop")
+
+    def forward_logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        logits = np.zeros((len(token_ids), VOCAB), np.float32)
+        logits[:, 300] = 1.0
+        logits[-1, 400 + len(token_ids)] = 5.0  # the next token after the whole prefix
+        return logits
+
+
+class NoLogitsEngine(ScriptedEngine):
+    """Neither a prefill nor a scoring pass (OpenVINO GenAI's LLMPipeline)."""
+
+    def prefill(self, token_ids: Sequence[int]) -> np.ndarray:
+        raise NotImplementedError("keeps its KV cache inside its own loop")
+
+
+def test_the_divergence_s_top_tokens_come_from_a_scoring_pass_where_an_engine_has_no_prefill(tiny_model):
+    """CTranslate2 and the GenAI runtimes keep their cache inside their own loop: the top tokens after
+    the common prefix are the last row of their whole-sequence logits, not a NotImplementedError."""
+    spec = EngineSpec(name="own-cache", target="tests.test_quality:OwnCacheEngine", description="no prefill")
+    worker = Worker(spec, tiny_model, EngineOptions(threads=1))
+    worker.start()
+    try:
+        answer = worker.top_logits(LogitsRequest("own-cache/div", (1, 2, 3), 2))
+    finally:
+        worker.close()
+    assert isinstance(answer, TopLogits) and answer.token_ids == (403, 300)
+
+    plain = EngineSpec(name="own-loop-only", target="tests.test_quality:NoLogitsEngine", description="no logits")
+    worker = Worker(plain, tiny_model, EngineOptions(threads=1))
+    worker.start()
+    try:
+        answer = worker.top_logits(LogitsRequest("own-loop-only/div", (1, 2, 3), 2))
+    finally:
+        worker.close()
+    assert (
+        isinstance(answer, Failed)
+        and answer.message == "not available: own-loop-only gives no logits outside its own loop"
+    )
 
 
 @pytest.fixture(scope="module")

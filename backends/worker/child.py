@@ -338,6 +338,17 @@ def _serve_logits(conn, engine, request: LogitsRequest) -> None:
     from .scoring import top_logits
 
     try:
-        conn.send(top_logits(request.run_id, np.asarray(engine.prefill(request.prefix_ids)), request.k))
+        conn.send(top_logits(request.run_id, _logits_after(engine, list(request.prefix_ids)), request.k))
+    except NotImplementedError:  # neither a prefill nor a scoring pass: its logits stay inside its loop
+        conn.send(Failed(f"not available: {engine.name} gives no logits outside its own loop", "", request.run_id))
     except Exception as exc:
         conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))
+
+
+def _logits_after(engine, prefix_ids: list[int]) -> np.ndarray:
+    """The logits for the token after `prefix_ids`: its prefill's, or, for an engine that keeps its
+    cache inside its own loop (CTranslate2, the GenAI runtimes), the last row of its scoring pass."""
+    try:
+        return np.asarray(engine.prefill(prefix_ids))
+    except NotImplementedError:
+        return np.asarray(engine.forward_logits(prefix_ids))[-1]
