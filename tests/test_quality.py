@@ -152,25 +152,24 @@ class NoLogitsEngine(ScriptedEngine):
         raise NotImplementedError("keeps its KV cache inside its own loop")
 
 
+def _top_after(model, engine_class: str, name: str) -> TopLogits | Failed:
+    """One of this module's engines in a worker of its own: its top 2 tokens after (1, 2, 3)."""
+    spec = EngineSpec(name=name, target=f"tests.test_quality:{engine_class}", description=engine_class)
+    worker = Worker(spec, model, EngineOptions(threads=1))
+    worker.start()
+    try:
+        return worker.top_logits(LogitsRequest(f"{name}/div", (1, 2, 3), 2))
+    finally:
+        worker.close()
+
+
 def test_the_divergence_s_top_tokens_come_from_a_scoring_pass_where_an_engine_has_no_prefill(tiny_model):
     """CTranslate2 and the GenAI runtimes keep their cache inside their own loop: the top tokens after
     the common prefix are the last row of their whole-sequence logits, not a NotImplementedError."""
-    spec = EngineSpec(name="own-cache", target="tests.test_quality:OwnCacheEngine", description="no prefill")
-    worker = Worker(spec, tiny_model, EngineOptions(threads=1))
-    worker.start()
-    try:
-        answer = worker.top_logits(LogitsRequest("own-cache/div", (1, 2, 3), 2))
-    finally:
-        worker.close()
+    answer = _top_after(tiny_model, "OwnCacheEngine", "own-cache")
     assert isinstance(answer, TopLogits) and answer.token_ids == (403, 300)
 
-    plain = EngineSpec(name="own-loop-only", target="tests.test_quality:NoLogitsEngine", description="no logits")
-    worker = Worker(plain, tiny_model, EngineOptions(threads=1))
-    worker.start()
-    try:
-        answer = worker.top_logits(LogitsRequest("own-loop-only/div", (1, 2, 3), 2))
-    finally:
-        worker.close()
+    answer = _top_after(tiny_model, "NoLogitsEngine", "own-loop-only")
     assert (
         isinstance(answer, Failed)
         and answer.message == "not available: own-loop-only gives no logits outside its own loop"
