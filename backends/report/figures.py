@@ -92,6 +92,11 @@ def with_data(figures: Iterable[Figure]) -> tuple[list[Figure], list[str]]:
 ONE_TOKEN = "no decode to show: every run made one token (a TTFT grid)"
 
 
+def why_empty(runs: Sequence[RunRecord]) -> str:
+    """What a decode figure with nothing to draw says: why, where the runs tell."""
+    return ONE_TOKEN if runs and all(r.new_tokens <= 1 for r in runs) else "no data"
+
+
 def measured(runs: Iterable[RunRecord]) -> list[RunRecord]:
     return [r for r in runs if is_measured(r)]
 
@@ -296,8 +301,7 @@ def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, envir
     figure.note = _noted(
         "dashed: the most tokens/s memory bandwidth allows when every weight is read per token", runs, environment
     )
-    if data and all(r.new_tokens <= 1 for r in data):
-        figure.empty_reason = ONE_TOKEN
+    figure.empty_reason = why_empty(data)
     return figure
 
 
@@ -325,8 +329,7 @@ def itl_vs_position(
     )
     if not positions:
         figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
-        if data and all(r.new_tokens <= 1 for r in data.values()):
-            figure.empty_reason = ONE_TOKEN
+        figure.empty_reason = why_empty(list(data.values()))
         return figure
     figure.limits = floor_curves(environment, runs, gb_s, max(positions) + 1)
     width = max(1, math.ceil((max(positions) + 1) / bins))

@@ -283,27 +283,27 @@ def _fit_log_range(plot_item, figure: Figure, tops: list[float], xs: list[float]
     bottoms += [min(limit.y or [limit.value]) for limit in figure.limits]
     ys = [math.log10(y) for y in tops + bottoms + [y for s in figure.series for y in s.y] if y > 0]
     logs = [math.log10(x) for x in xs if x > 0]
-    for values, set_range, side, steps in (
-        (ys, plot_item.setYRange, "left", (1, 2, 5)),
-        (logs, plot_item.setXRange, "bottom", (1, 2, 4, 8)),
+    for values, set_range, side, powers_of_two in (
+        (ys, plot_item.setYRange, "left", False),
+        (logs, plot_item.setXRange, "bottom", True),
     ):
         if values:
             lo, hi = min(values), max(values)
             pad = max((hi - lo) * 0.06, 0.05)
             set_range(lo - pad, hi + pad, padding=0)
-            plot_item.getAxis(side).setTicks(log_ticks(lo - pad, hi + pad, steps))
+            plot_item.getAxis(side).setTicks(log_ticks(lo - pad, hi + pad, powers_of_two))
 
 
-def log_ticks(lo: float, hi: float, steps: tuple[int, ...]) -> list[list[tuple[float, str]]]:
+def log_ticks(lo: float, hi: float, powers_of_two: bool = False) -> list[list[tuple[float, str]]]:
     """A log axis's ticks from 10**lo to 10**hi in pyqtgraph's levels, as (log10 of the value, the
-    value written out): pyqtgraph's own write 3·10¹. `steps` (1, 2, 5): a decade's usual marks, the
-    powers of ten major; (1, 2, 4, 8): powers of two (a doubling grid's own values), every other one
-    major. pyqtgraph writes a minor level's values only where they fit (a narrow plot in the window)."""
-    if steps[-1] == 8:
+    value written out): pyqtgraph's own write 3·10¹. A decade's usual marks (1, 2, 5), the powers of
+    ten major; or powers of two (a doubling grid's own values), every other one major. pyqtgraph
+    writes a minor level's values only where they fit (a narrow plot in the window)."""
+    if powers_of_two:
         first, last = math.floor(lo / math.log10(2)), math.ceil(hi / math.log10(2))
         marks = [(2.0**k, k % 2 == 0) for k in range(first, last + 1)]
     else:
-        marks = [(m * 10.0**e, m == 1) for e in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in steps]
+        marks = [(m * 10.0**e, m == 1) for e in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in (1, 2, 5)]
     levels: list[list[tuple[float, str]]] = [[], []]
     for value, major in marks:
         if lo <= math.log10(value) <= hi:
