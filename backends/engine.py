@@ -10,6 +10,7 @@ override `stream` and declare it in their `Capabilities`; servers also implement
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,14 +34,23 @@ class StampedToken(int):
     process). A runtime that generates on threads of its own hands tokens to the worker's thread,
     which may wait for a core while the runtime's threads hold them all (2 cores, 2 threads:
     CTranslate2's first dozen tokens came in one burst 6-12 ms late); such an engine yields these, and
-    a token's time is its runtime's. An int still, for every consumer that only wants the id."""
+    a token's time is its runtime's. `step`: the runtime's step that made it, where a step makes
+    several (a speculative pass: its tokens share it), so a view of the stream counts what came with
+    the first step as the records do. An int still, for every consumer that only wants the id."""
 
     made_ns: int
+    step: int | None
 
-    def __new__(cls, token: int, made_ns: int) -> StampedToken:
+    def __new__(cls, token: int, made_ns: int, step: int | None = None) -> StampedToken:
         stamped = super().__new__(cls, token)
         stamped.made_ns = made_ns
+        stamped.step = step
         return stamped
+
+    @classmethod
+    def now(cls, token: int, step: int | None = None) -> StampedToken:
+        """`token`, stamped now: called where the runtime hands it over (on its own thread, if it has one)."""
+        return cls(int(token), time.perf_counter_ns(), step)
 
 
 @dataclass

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
-from whistle_stop.backends.results.stats import ms_per_token, run_metrics
+from whistle_stop.backends.results.stats import decode_rate, run_metrics
+from whistle_stop.backends.results.summary import is_measured
 from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
 from whistle_stop.backends.sources.prompts import prompt_text
 from whistle_stop.backends.worker.events import (
@@ -62,6 +63,10 @@ class Trace:
     run_id: str
     start_ns: int
     total: int
+    # tokens its engine's first step made (a speculative first pass can make several: they come in the
+    # TTFT, and ms/token counts those after it, as the record does)
+    first_step_tokens: int = 1
+    first_step: int | None = None
     ids: GrowBuffer = field(default_factory=lambda: GrowBuffer(np.int64))
     stamps: GrowBuffer = field(default_factory=lambda: GrowBuffer(np.int64))
     texts: list[str] = field(default_factory=list)
@@ -74,6 +79,13 @@ class Trace:
             out[0] = (stamps[0] - self.start_ns) / 1e6
             out[1:] = np.diff(stamps) / 1e6
         return out
+
+    def count_step(self, index: int, step: int | None) -> None:
+        """Note the engine's step of token `index` (StampedToken.step; None: one token per step)."""
+        if index == 0:
+            self.first_step = step
+        elif step is not None and step == self.first_step:
+            self.first_step_tokens = index + 1
 
     def seconds(self) -> np.ndarray:
         return (self.stamps.view() - self.start_ns) / 1e9
@@ -109,6 +121,7 @@ class LiveView:
         self._labels.clear()
         self._totals.clear()
         self._failed.clear()
+        self._multi_token.clear()
         self.prompt, self.reference, self.greedy, self.repeats = prompt, reference, greedy, repeats
         for pane in self.grid.panes.values():
             pane.reset(prompt)
@@ -135,6 +148,7 @@ class LiveView:
         if isinstance(event, Token):
             trace = self.traces.get(name)
             if trace is not None and trace.run_id == event.run_id:
+                trace.count_step(event.index, event.step)
                 ids, stamps, texts = self._pending.setdefault(name, ([], [], []))
                 ids.append(event.token_id)
                 stamps.append(event.t_ns)
@@ -172,9 +186,23 @@ class LiveView:
             pane.show_error(message, event.traceback if isinstance(event, Failed) else event.detail)
             self._failed.add(name)
 
-    def start_trace(self, name: str, run_id: str, start_ns: int, label: str, total: int | None = None) -> None:
+    def start_trace(
+        self,
+        name: str,
+        run_id: str,
+        start_ns: int,
+        label: str,
+        total: int | None = None,
+        record: RunRecord | None = None,
+    ) -> None:
+        """A run begins on `name`'s pane; `record`: the recorded run a replay plays (it knows how its
+        engine's steps went)."""
         total = total or self._totals.get(name, 0)
-        self.traces[name] = Trace(run_id, start_ns, total)
+        self.traces[name] = trace = Trace(run_id, start_ns, total)
+        if record is not None:
+            self._multi_token[name] = record.multi_token_steps
+            if record.multi_token_steps and record.decoded_tokens is not None:
+                trace.first_step_tokens = max(1, record.tokens_generated - record.decoded_tokens)
         pane = self.grid.panes[name]
         pane.reset(self.prompt)
         earlier = "an earlier run failed · " if name in self._failed else ""
@@ -205,8 +233,9 @@ class LiveView:
         pane = self.grid.panes[name]
         pane.append(texts)
         metrics = run_metrics(trace.start_ns, trace.stamps.view().tolist())
-        per_token = ms_per_token(metrics.itl_p50_ms, metrics.tpot_ms, self._multi_token.get(name, False))
-        pane.set_status(status_line(metrics.ttft_ms, per_token, metrics.decode_tok_s, metrics.tokens, trace.total))
+        multi = self._multi_token.get(name, False)
+        per_token, tok_s = decode_rate(metrics, multi, metrics.tokens - trace.first_step_tokens)
+        pane.set_status(status_line(metrics.ttft_ms, per_token, tok_s, metrics.tokens, trace.total))
         pane.set_progress(metrics.tokens, max(1, trace.total))
         self.latency.set_series(name, trace.latency_ms(), trace.texts)
         self.race.set_series(name, trace.seconds())
@@ -262,10 +291,10 @@ class LiveView:
                 pane.set_status(record_status(shown))
                 pane.set_progress(len(run_tokens), max(1, shown.new_tokens))
             pane.set_tag(run_label(shown.repeat, shown.is_warmup, max(r.repeat for r in mine)))
-            if shown.status == "cancelled":
-                pane.set_tag("cancelled", "warn")
             if failures:
                 pane.show_error(failures[0].error or failures[0].status)
+            elif shown.status == "cancelled":  # says more than whether its part agrees
+                pane.set_tag("cancelled", "warn")
             elif self.greedy and name == self.reference:
                 pane.set_tag("reference", "ok")
             elif self.greedy and shown.first_divergence is not None and shown.first_divergence < len(run_tokens):
@@ -275,10 +304,13 @@ class LiveView:
 
 
 def display_run(records: list[RunRecord], by_run: dict[str, list[TokenRecord]]) -> RunRecord:
-    """The run a pane shows: the last measured run with tokens, else the last with tokens, else the last."""
+    """The run a pane shows: the last complete measured run (the kind the figures count), else the
+    last measured run with tokens (a cancelled or failed one, tagged so), else the last with tokens,
+    else the last."""
     with_tokens = [r for r in records if by_run.get(r.run_id)]
     measured = [r for r in with_tokens if not r.is_warmup]
-    for group in (measured, with_tokens):
+    complete = [r for r in measured if is_measured(r)]
+    for group in (complete, measured, with_tokens):
         if group:
             return max(group, key=lambda r: (not r.is_warmup, r.repeat))
     return records[-1]

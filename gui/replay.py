@@ -14,7 +14,7 @@ from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
 
 from .event_queue import TICK_MS
-from .live import LiveView, display_run
+from .live import LiveView, display_run, record_status
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Replayer(QObject):
                 )
             )
             label = f"replay · run {record.repeat}" + (f" at {speed:g}×" if speed != 1 else "")
-            self.live.start_trace(name, record.run_id, 0, label, total=record.new_tokens)
+            self.live.start_trace(name, record.run_id, 0, label, total=record.new_tokens, record=record)
         self._clock.start()
         self._timer.start()
         self.started.emit()
@@ -104,6 +104,7 @@ class Replayer(QObject):
         if done:
             for lane in self._lanes:
                 pane = self.live.grid.panes[lane.name]
+                pane.set_status(record_status(lane.record))  # the record is the authority, as after a run
                 if pane.divergence is None:  # keep a divergence tag: it says more
                     pane.set_tag("replayed", "ok")
             self.stop()

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from whistle_stop.backends.engine import Capabilities, Engine, EngineInfo, EngineOptions
+from whistle_stop.backends.engine import Capabilities, Engine, EngineInfo, EngineOptions, StampedToken
 from whistle_stop.backends.registry import EngineSpec
 
 VOCAB = 50257
@@ -203,14 +203,12 @@ class LateHandoverEngine(ScriptedEngine):
     def stream(self, token_ids, new_tokens, sampler, cancel=None):
         import threading
 
-        from whistle_stop.backends.engines.threaded_generate import made_now
-
         made = []
 
         def runtime() -> None:
             for index in range(new_tokens):
                 busy_wait(self.step_s)  # the runtime's step
-                made.append(made_now(100 + index))
+                made.append(StampedToken.now(100 + index))
 
         thread = threading.Thread(target=runtime)
         thread.start()
@@ -248,13 +246,13 @@ class BurstEngine(ScriptedEngine):
         busy_wait(self.step_s)  # the prefill
         first = min(self.first, new_tokens)
         for index in range(first):
-            yield 100 + index
+            yield StampedToken.now(100 + index, 0)
         passes = 0
         for start in range(first, new_tokens, self.burst):
             busy_wait(self.step_s)
             passes += 1
             for index in range(start, min(start + self.burst, new_tokens)):
-                yield 100 + index
+                yield StampedToken.now(100 + index, passes)
         decoded = new_tokens - first
         self.speculation = SpeculationStats(
             tokens=decoded,

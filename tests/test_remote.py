@@ -75,6 +75,13 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "garbage_sse":
             self.wfile.write(b"data: {this is not json\n\n")
             return
+        if mode == "chunks":  # 4 tokens an event every 20 ms, as a speculating server streams them
+            for start in range(0, body["max_tokens"], 4):
+                time.sleep(0.02)
+                ids = list(range(100 + start, 100 + min(start + 4, body["max_tokens"])))
+                self._event({"choices": [{"index": 0, "text": " hi" * len(ids), "token_ids": ids}]})
+            self.wfile.write(b"data: [DONE]\n\n")
+            return
         for index in range(body["max_tokens"]):
             choice = {"index": 0, "text": " hello", "finish_reason": None}
             if mode != "text":
@@ -152,6 +159,33 @@ def _post(url: str, body: dict) -> None:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         response.read()
+
+
+def test_a_server_streaming_several_tokens_an_event_is_timed_per_decoded_token(tiny_model, prompt_ids):
+    """An event's tokens share its arrival and its step: the run is a multi-token one, its ms/token the
+    time per token after the first event's (~5 ms), never the ~0 gap inside an event."""
+    from tests.run_records import run_record
+    from whistle_stop.backends.results.records import fill_metrics
+    from whistle_stop.backends.sources.tokenizer import IncrementalDetokenizer
+    from whistle_stop.backends.worker.child import _relay
+    from whistle_stop.backends.worker.events import RunRequest
+
+    with fake_server("chunks") as (_, url):
+        engine, _ = remote(url, tiny_model)
+        request = RunRequest("r", tuple(prompt_ids), 16, SamplingParams())
+        start = time.perf_counter_ns()
+        tokens = list(
+            _relay(engine, request, Sampler(request.sampling), IncrementalDetokenizer(), threading.Event(), start)
+        )
+    assert [t.step for t in tokens] == [i // 4 for i in range(16)]
+    record = run_record("remote", new_tokens=16)
+    fill_metrics(record, start, tokens, 0)
+    assert record.multi_token_steps and record.decoded_tokens == 12
+    assert 3.0 < record.ms_per_token < 15.0 and record.itl_p50_ms < 1.0  # the median gap is inside an event
+    from whistle_stop.backends.results.summary import speculation_notes, summarize_backends
+
+    (note,) = speculation_notes(summarize_backends([record]))
+    assert note.startswith("remote: several tokens per step")
 
 
 def test_fake_prefix_cache_serves_a_repeated_prompt_from_the_cache(prompt_ids):

@@ -169,3 +169,22 @@ def load_results_roundtrip(run: RunRecord) -> RunRecord:
     folder = Path(tempfile.mkdtemp())
     write_results(folder, [run], [], {})
     return load_results(folder)[0][0]
+
+
+def test_a_speculative_engines_tokens_carry_their_step_to_the_window():
+    """The worker's relay hands on each token's step (StampedToken.step), so the window's live line
+    can count what the first step made as the record does (gui/live.py)."""
+    import threading
+    import time
+
+    from whistle_stop.backends.engine import EngineOptions
+    from whistle_stop.backends.sampling import Sampler, SamplingParams
+    from whistle_stop.backends.sources.tokenizer import IncrementalDetokenizer
+    from whistle_stop.backends.worker.child import _relay
+    from whistle_stop.backends.worker.events import RunRequest
+
+    engine = fake_engines.BurstEngine("first", EngineOptions(), burst=4, step_s=0.001, first=3)
+    request = RunRequest("r", (1, 2, 3), 11, SamplingParams())
+    sampler = Sampler(request.sampling)
+    tokens = list(_relay(engine, request, sampler, IncrementalDetokenizer(), threading.Event(), time.perf_counter_ns()))
+    assert [t.step for t in tokens] == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]

@@ -24,7 +24,7 @@ from ..sampling import Sampler
 from ..sources.model_files import ModelFiles
 from ..speculation import SpeculationStats
 from .hf_options import DEFAULT_CONFIDENCE, DEFAULT_TOKENS, AssistedOptions
-from .threaded_generate import made_now, tokens_from_thread
+from .threaded_generate import tokens_from_thread
 from .torch_util import count_int8_linears, logits_to_numpy, quantize_linear_fp16, quantize_linear_int8, set_threads
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "fp16-dynamic": torch.float32}
@@ -239,8 +239,8 @@ class _QueueStreamer(BaseStreamer):
         tokens = value.reshape(-1).tolist()
         if self.passes == 1:
             self.first = len(tokens)
-        for token in tokens:
-            self.tokens.put(made_now(token))  # a pass's tokens together: their burst is the method's
+        for token in tokens:  # a pass's tokens together, its step theirs: their burst is the method's
+            self.tokens.put(StampedToken.now(token, self.passes - 1))
 
     def end(self) -> None:
         pass

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..engine import EngineInfo, EngineOptions, ServerEngine
+from ..engine import EngineInfo, EngineOptions, ServerEngine, StampedToken
 from ..sampling import Sampler, SamplingParams
 from ..serve.protocol import OWNER as WHISTLE_STOP_OWNER
 from ..sources.model_files import ModelFiles
@@ -46,6 +46,7 @@ from .server.metrics import parse as parse_metrics
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins
 _POLL_S = 0.05  # how often the cancel event is checked while waiting for the server
+DRAIN_S = 2.0  # the most a finished run waits for the stream's end ([DONE]) after its last token
 _MAX_ERROR_BODY = 64 * 1024
 SALT_NOTE = "prefix caching defeated: a fresh cache_salt per request (vLLM)"
 NO_CACHE_NOTE = (
@@ -98,9 +99,9 @@ class RemoteEngine(ServerEngine):
         self.resolved_key = ""
         self._use_extensions = True  # dropped (and noted) if the server rejects unknown fields
         self._ids_prompt = True  # falls back to text if the server wants a string prompt
-        self._server_kind: str | None = (
-            None  # "vllm", "llamacpp", "whistle-stop" or "" (unknown); asked at the first run
-        )
+        # "vllm", "llamacpp", "whistle-stop" or "" (unknown); asked at load, outside every timed run
+        # (at the first run if the server did not answer then)
+        self._server_kind: str | None = None
         self._has_metrics = True  # until a GET of /metrics fails: then never asked again
 
     # --- setup -------------------------------------------------------------------------------
@@ -131,6 +132,8 @@ class RemoteEngine(ServerEngine):
             notes.append(
                 f"API key from ${self.api_key_env}" if self.resolved_key else f"${self.api_key_env} not set: no API key"
             )
+        self._server_kind = self._server()
+        encode(" ")  # the tokenizer a text-only server's stream needs, loaded now rather than in a timed run
         return EngineInfo(
             device=f"remote ({self.label})",
             dtype="server",
@@ -192,7 +195,7 @@ class RemoteEngine(ServerEngine):
         if not params.is_greedy:
             notes.append(f"sampled by the server's own sampler (seed {params.seed} sent; servers may ignore it)")
         if self._server_kind is None:
-            self._server_kind = self._server()
+            self._server_kind = self._server() or ""
         for _attempt in range(3):  # at most: as asked, without extensions, with a text prompt
             reader = _Reader(self, self._body(ids, new_tokens, params))
             try:
@@ -221,16 +224,20 @@ class RemoteEngine(ServerEngine):
             if self._fresh
             else PREFIX_NOTE
         )
-        count, finish = 0, None
+        count, finish, step = 0, None, 0
         try:
             event = first
             while event is not None:
                 new_ids, finish = self._tokens_of(event, notes)
-                for token in new_ids:
-                    yield token
+                for token in new_ids:  # an event's tokens came together: its arrival, its step
+                    yield StampedToken(token, reader.received_ns, step)
                     count += 1
-                    if count >= new_tokens or (cancel is not None and cancel.is_set()):
+                    if cancel is not None and cancel.is_set():
                         return
+                    if count >= new_tokens:
+                        reader.drain(DRAIN_S)  # to [DONE]: hanging up first reads as an abort to the server
+                        return
+                step += bool(new_ids)
                 event = reader.next_event(cancel)
         finally:
             reader.close()
@@ -266,12 +273,14 @@ class RemoteEngine(ServerEngine):
                 body["cache_salt"] = secrets.token_hex(16)
         return json.dumps(body).encode()
 
-    def _server(self) -> str:
-        """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), "whistle-stop", or ""
-        (unknown, failed)."""
+    def _server(self) -> str | None:
+        """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), "whistle-stop", ""
+        (unknown), or None (no answer)."""
         body = self._get(self.path.rsplit("/completions", 1)[0] + "/models", _MAX_ERROR_BODY)
+        if body is None:
+            return None
         try:
-            models = (json.loads(body).get("data") or []) if body is not None else []
+            models = json.loads(body).get("data") or []
             owners = {m.get("owned_by") for m in models if isinstance(m, dict)}
         except (ValueError, AttributeError, TypeError):
             return ""
@@ -338,6 +347,7 @@ class _Reader:
     def __init__(self, engine: RemoteEngine, body: bytes) -> None:
         self.engine = engine
         self.events: queue.Queue = queue.Queue()
+        self.received_ns = 0  # when the last event next_event returned arrived (perf_counter_ns)
         self.conn: http.client.HTTPConnection | None = None
         self.closed = threading.Event()
         threading.Thread(target=self._run, args=(body,), name="remote-reader", daemon=True).start()
@@ -357,10 +367,23 @@ class _Reader:
                     raise RemoteError(f"no answer from {e.label} within {e.read_timeout:g} s (timeout)") from None
                 continue
             if kind == "event":
-                return value
+                event, self.received_ns = value
+                return event
             if kind == "end":
                 return None
             raise value
+
+    def drain(self, seconds: float) -> None:
+        """Read the rest of the stream (what follows the last token wanted: a usage chunk, [DONE])
+        without using it, for at most `seconds`."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                kind, _ = self.events.get(timeout=left)
+            except queue.Empty:
+                return
+            if kind != "event":
+                return
 
     def close(self) -> None:
         self.closed.set()
@@ -445,6 +468,7 @@ class _Reader:
             self._dispatch("\n".join(data))
 
     def _dispatch(self, payload: str) -> bool:
+        received = time.perf_counter_ns()
         if payload.strip() == "[DONE]":
             return False
         try:
@@ -453,7 +477,7 @@ class _Reader:
             raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}") from None
         if not isinstance(event, dict):
             raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}")
-        self.events.put(("event", event))
+        self.events.put(("event", (event, received)))
         return True
 
 

@@ -1,5 +1,5 @@
 """Tokens from a runtime's own generate loop run in a thread: the library hands each token to a
-streamer that puts it on a queue, stamped as it is made (`made_now`), and the engine's stream yields
+streamer that puts it on a queue, stamped as it is made (`StampedToken.now`), and the engine's stream yields
 them as they come. One mechanism for the engines whose runtime drives its own loop (transformers'
 assisted generation, OpenVINO GenAI)."""
 
@@ -7,15 +7,9 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Generator
 
 from ..engine import StampedToken
-
-
-def made_now(token: int) -> StampedToken:
-    """`token`, stamped now: called on the runtime's thread as it hands the token over."""
-    return StampedToken(int(token), time.perf_counter_ns())
 
 
 def tokens_from_thread(

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Protocol, TypeVar
 
 from ..status import RunStatus
 from ..worker.events import Token
-from .stats import ms_per_token, run_metrics
+from .stats import decode_rate, finite, ms_per_token, run_metrics
 
 
 class _OfAnEngine(Protocol):
@@ -39,6 +38,7 @@ class TokenRecord:
     phase: str  # "prefill" (first token, includes the prompt) or "decode"
     engine_ms: float | None = None  # the engine's prefill/decode call that produced this token
     harness_ms: float | None = None  # the harness's own work for this token (sampling, detokenizing, sending)
+    step: int | None = None  # the engine's step that made it, where a step makes several (Token.step)
 
 
 @dataclass
@@ -140,6 +140,7 @@ def token_records(
                 "prefill" if token.index == 0 else "decode",
                 _ms(token.engine_ns),
                 _ms(token.harness_ns),
+                token.step,
             )
         )
         previous = token.t_ns
@@ -175,21 +176,27 @@ def fill_metrics(
     speculative engine counted it read) x decode tokens/s, with a note when the weights fit in the
     last-level cache (the DRAM limit does not bound them). `decoded_tokens`: what an engine whose
     steps make several tokens made after its first step (the rest came with the first token, in the
-    TTFT); its ms/token and tokens/s count those (vLLM's TPOT keeps its own definition)."""
+    TTFT); its ms/token and tokens/s count those (vLLM's TPOT keeps its own definition). Tokens that
+    carry their steps (Token.step) and share one mark the run as such (a server that streams several
+    per chunk), its decoded tokens counted from them where the engine gives no count."""
     metrics = run_metrics(start_ns, [t.t_ns for t in tokens])
     record.tokens_generated = metrics.tokens
-    record.ttft_ms = _finite(metrics.ttft_ms)
-    record.tpot_ms = _finite(metrics.tpot_ms)
-    record.itl_p50_ms = _finite(metrics.itl_p50_ms)
-    record.itl_p90_ms = _finite(metrics.itl_p90_ms)
-    record.itl_p99_ms = _finite(metrics.itl_p99_ms)
-    record.decode_tok_s = _finite(metrics.decode_tok_s)
-    record.e2e_s = _finite(metrics.e2e_s)
+    record.ttft_ms = finite(metrics.ttft_ms)
+    record.tpot_ms = finite(metrics.tpot_ms)
+    record.itl_p50_ms = finite(metrics.itl_p50_ms)
+    record.itl_p90_ms = finite(metrics.itl_p90_ms)
+    record.itl_p99_ms = finite(metrics.itl_p99_ms)
+    record.decode_tok_s = finite(metrics.decode_tok_s)
+    record.e2e_s = finite(metrics.e2e_s)
     record.decoded_tokens = max(0, metrics.tokens - 1)
+    steps = [t.step for t in tokens]
+    if None not in steps and len(set(steps)) < len(steps):  # the engine's steps made several (a server's chunks)
+        record.multi_token_steps = True
+        if decoded_tokens is None:
+            decoded_tokens = sum(step != steps[0] for step in steps)
     if record.multi_token_steps and decoded_tokens is not None:
         record.decoded_tokens = min(decoded_tokens, record.decoded_tokens)
-        decode_s = (tokens[-1].t_ns - tokens[0].t_ns) / 1e9
-        record.decode_tok_s = record.decoded_tokens / decode_s if record.decoded_tokens and decode_s > 0 else None
+        _, record.decode_tok_s = decode_rate(metrics, True, record.decoded_tokens)
         if not record.decoded_tokens:
             note = "every token came with the first step's: nothing decoded after it to time (more --new-tokens)"
             record.notes = "; ".join(n for n in (record.notes, note) if n)
@@ -205,7 +212,3 @@ def fill_metrics(
         note = fits_in_cache_note(weight_bytes_per_token, record.device or "cpu")
         if note and note not in record.notes:
             record.notes = "; ".join(n for n in (record.notes, note) if n)
-
-
-def _finite(value: float) -> float | None:
-    return None if value is None or math.isnan(value) else float(value)

@@ -63,6 +63,20 @@ def ms_per_token(
     return tpot_ms * (tokens - 1) / decoded if decoded > 0 else None
 
 
+def decode_rate(metrics: RunMetrics, multi_token_steps: bool, decoded: int) -> tuple[float | None, float | None]:
+    """(ms per decoded token, decoded tokens/s) of a run from its stamps, as its record gives them:
+    for an engine whose steps make one token, its median gap and vLLM's (N - 1) / (e2e - TTFT); for
+    one whose steps make several, over the `decoded` tokens made after the first token's step."""
+    if not multi_token_steps:
+        return finite(metrics.itl_p50_ms), finite(metrics.decode_tok_s)
+    per_token = ms_per_token(None, finite(metrics.tpot_ms), True, metrics.tokens, min(decoded, metrics.tokens - 1))
+    return per_token, (1e3 / per_token if per_token else None)
+
+
+def finite(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
 @dataclass(frozen=True)
 class Summary:
     """A metric across repeats. The figure shown is the median, with the median's own interval:

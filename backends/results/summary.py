@@ -291,7 +291,12 @@ def speculation_note(s: BackendSummary) -> str:
     """A speculative engine's line under the table: how much of its draft the target kept, the tokens
     each target pass made, and where its time went (medians across runs); "" for other engines."""
     if s.spec_tokens_per_pass is None:
-        return ""
+        if not s.multi_token_steps:
+            return ""
+        return (  # a server that streamed several tokens per event: no draft counts, the same method
+            f"{s.backend}: several tokens per step (per streamed event); ms/token is its first to last token over "
+            "those after its first step (the median gap falls inside a step)"
+        )
     parts = [f"{s.spec_tokens_per_pass:.2f} tokens per target pass"]
     if s.spec_acceptance is not None:
         parts.insert(0, f"acceptance {100 * s.spec_acceptance:.1f}%")

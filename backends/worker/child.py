@@ -303,11 +303,11 @@ def _relay(
         except StopIteration:
             return
         received = time.perf_counter_ns()
-        token, stamp = int(item), received
+        token, stamp, step = int(item), received, None
         if isinstance(item, StampedToken):  # never before the previous token, nor after it came
-            stamp = min(max(item.made_ns, previous), received)
+            stamp, step = min(max(item.made_ns, previous), received), item.step
         harness = resumed - outside
-        yield Token(request.run_id, index, token, detokenizer.push(token), stamp, None, harness)
+        yield Token(request.run_id, index, token, detokenizer.push(token), stamp, None, harness, step)
         outside, previous = received, stamp
         index += 1
 

@@ -165,6 +165,7 @@ class Token:
     t_ns: int  # taken once the token id is on the CPU
     engine_ns: int | None = None  # the engine's prefill/decode call that produced this token's logits
     harness_ns: int | None = None  # the rest of the gap before t_ns: sampling, the previous token's send
+    step: int | None = None  # the engine's step that made it, where a step makes several (StampedToken.step)
 
 
 @message

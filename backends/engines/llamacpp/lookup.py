@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-from ...engine import Capabilities, EngineInfo, EngineOptions
+from ...engine import Capabilities, EngineInfo, EngineOptions, StampedToken
 from ...sampling import Sampler
 from ...sources.model_files import ModelFiles
 from ...speculation import SpeculationStats
@@ -87,7 +87,7 @@ class LlamaCppLookupEngine(LlamaCppEngine):
         try:
             for token in self.llm.generate(list(token_ids), repeat_penalty=1.0, **settings):
                 count += 1
-                yield int(token)
+                yield StampedToken.now(token, evals.calls - 1)  # the pass that decided it (the prompt's: 0)
                 if count >= new_tokens or (cancel is not None and cancel.is_set()):
                     return
         finally:

@@ -34,7 +34,7 @@ from ...sources.model_files import ModelFiles
 from ...storage import artifact_cache
 from ...worker.threads import default_threads
 from ..artifact_folders import OPENVINO_GENAI_KIND
-from ..threaded_generate import made_now, tokens_from_thread
+from ..threaded_generate import tokens_from_thread
 from . import build as builder
 
 WEIGHT_FORMATS = ("fp32", "int8", "int4")
@@ -181,7 +181,7 @@ class _TokenStreamer(openvino_genai.StreamerBase):
 
     def write(self, token) -> openvino_genai.StreamingStatus:
         for t in token if isinstance(token, (list, tuple)) else (token,):
-            self.tokens.put(made_now(t))
+            self.tokens.put(StampedToken.now(t))
         if self.stop.is_set() or (self.cancel is not None and self.cancel.is_set()):
             return openvino_genai.StreamingStatus.CANCEL
         return openvino_genai.StreamingStatus.RUNNING

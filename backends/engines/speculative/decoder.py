@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ...engine import StampedToken
 from ...sampling import Sampler
 from ...speculation import SpeculationStats
 from .draft_length import DraftLength
@@ -88,9 +89,10 @@ class SpeculativeDecoder:
         self.draft.prefill(np.asarray(tokens, dtype=np.int32))
         read = len(tokens)  # the draft's cache holds positions [0, read)
         tokens.append(token)
-        yield token
-        produced = 1
+        yield StampedToken.now(token, 0)
+        produced, step = 1, 0
         while produced < new_tokens and not (cancel is not None and cancel.is_set()):
+            step += 1  # a target pass: the tokens it decides share it
             position = len(tokens) - 1  # of `token`, which the target has not read yet
             room = min(new_tokens - produced - 1, self.context - 1 - position)
             k = self.lengths.choose(room)
@@ -100,7 +102,7 @@ class SpeculativeDecoder:
                 out, read = self._speculate(tokens, read, k, greedy, sampler, rng)
             for token in out[: new_tokens - produced]:
                 tokens.append(token)
-                yield token
+                yield StampedToken.now(token, step)
                 produced += 1
                 if cancel is not None and cancel.is_set():
                     return

@@ -1,0 +1,112 @@
+"""A saved session reopened in the window: its panes show what the records say, before and after a
+Replay (a speculative engine's ms/token, a cancelled repeat beside a complete one), offscreen."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pyqtgraph")
+pytest.importorskip("pytestqt")
+
+from tests.run_records import run_record  # noqa: E402
+from whistle_stop.backends.results.export import write_results  # noqa: E402
+from whistle_stop.backends.results.records import fill_metrics, token_records  # noqa: E402
+from whistle_stop.backends.worker.events import Token  # noqa: E402
+from whistle_stop.gui.live import record_status  # noqa: E402
+
+pytestmark = pytest.mark.gui
+MS = 1_000_000
+
+
+def recorded(backend: str, repeat: int, stamps_ms: list[float], **fields):
+    """A record and its tokens from token times (ms since the request), as a worker's would be."""
+    tokens = [Token(f"{backend}/r{repeat}", i, 100 + i, "x", int(t * MS)) for i, t in enumerate(stamps_ms)]
+    record = run_record(backend, repeat, **fields)
+    fill_metrics(record, 0, tokens, 1_000_000, decoded_tokens=fields.get("decoded_tokens"))
+    return record, token_records(record.run_id, backend, repeat, False, 0, tokens)
+
+
+def burst_stamps(first: int, passes: int, per_pass: int, pass_ms: float) -> list[float]:
+    """`first` tokens together at 10 ms (the prefill's pass), then `per_pass` together every `pass_ms`."""
+    out = [10.0] * first
+    for p in range(1, passes + 1):
+        out += [10.0 + p * pass_ms] * per_pass
+    return out
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from whistle_stop.gui.main_window import MainWindow
+    from whistle_stop.gui.settings import settings_in
+
+    window = MainWindow(settings=settings_in(tmp_path / "settings"))
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def test_a_speculative_engines_line_is_its_records_after_reopen_and_replay(qtbot, window, tmp_path):
+    # 4 tokens with the first pass, then 9 passes of 4 every 40 ms: 36 decoded in 360 ms, 10 ms/token
+    stamps = burst_stamps(4, 9, 4, 40.0)
+    spec, spec_tokens = recorded("spec", 1, stamps, multi_token_steps=True, new_tokens=40, decoded_tokens=36)
+    plain, plain_tokens = recorded("plain", 1, [10.0 + 5 * i for i in range(40)], new_tokens=40)
+    assert spec.ms_per_token == pytest.approx(10.0) and spec.decode_tok_s == pytest.approx(100.0)
+    write_results(tmp_path / "s", [spec, plain], spec_tokens + plain_tokens, {"reference": "plain"})
+
+    with qtbot.waitSignal(window.session_loaded):
+        assert window.open_session(tmp_path / "s")
+    panes = window.grid.panes
+    assert panes["spec"].status.text() == record_status(spec)
+    assert "10.00 ms/token" in panes["spec"].status.text() and "100 tok/s" in panes["spec"].status.text()
+
+    seen = []  # the live line as Replay draws it: never a gap inside a burst (0.00 ms/token)
+    window.replayer._timer.timeout.connect(lambda: seen.append(window.grid.panes["spec"].status.text()))
+    with qtbot.waitSignal(window.replayer.finished, timeout=30_000):
+        assert window.replay(speed=8)
+    per_token = [float(m.group(1)) for line in seen if (m := re.search(r"([\d.]+) ms/token", line))]
+    assert per_token and all(v == pytest.approx(10.0, abs=1.5) for v in per_token), seen
+    panes = window.grid.panes
+    assert panes["spec"].status.text() == record_status(spec)
+    assert panes["plain"].status.text() == record_status(plain)
+
+
+def test_a_cancelled_repeat_is_not_shown_over_a_complete_one(qtbot, window, tmp_path):
+    ok, ok_tokens = recorded("hf", 1, [10.0 + 2 * i for i in range(20)])
+    cut, cut_tokens = recorded("hf", 2, [10.0 + 2 * i for i in range(7)], status="cancelled")
+    write_results(tmp_path / "s", [ok, cut], ok_tokens + cut_tokens, {"reference": "hf"})
+    with qtbot.waitSignal(window.session_loaded):
+        assert window.open_session(tmp_path / "s")
+    pane = window.grid.panes["hf"]
+    assert pane.token_count == 20 and pane.status.text() == record_status(ok)
+    assert window.replayer.lanes_for(window.view.data.runs, window.view.data.tokens)["hf"][0].run_id == "hf/r1"
+
+    only_cut, only_tokens = recorded("solo", 1, [10.0 + 2 * i for i in range(7)], status="cancelled")
+    write_results(tmp_path / "c", [only_cut], only_tokens, {"reference": "solo"})
+    with qtbot.waitSignal(window.session_loaded):
+        assert window.open_session(tmp_path / "c")
+    assert window.grid.panes["solo"].tag.text() == "cancelled"  # not "reference": its run was cut short
+
+
+def test_a_streamed_speculative_run_counts_its_first_pass_as_its_record_does():
+    """hf-assisted's first pass makes several tokens (its StampedTokens share step 0): the live line
+    counts the tokens after it, as fill_metrics counts SpeculationStats.tokens."""
+    from whistle_stop.backends.results.stats import decode_rate, run_metrics
+    from whistle_stop.gui.live import Trace
+
+    stamps = burst_stamps(4, 9, 4, 40.0)
+    trace = Trace("r", 0, 40)
+    for index in range(len(stamps)):
+        trace.count_step(index, index // 4)
+    assert trace.first_step_tokens == 4
+    metrics = run_metrics(0, [int(t * MS) for t in stamps])
+    per_token, tok_s = decode_rate(metrics, True, metrics.tokens - trace.first_step_tokens)
+    record, _ = recorded("spec", 1, stamps, multi_token_steps=True, new_tokens=40, decoded_tokens=36)
+    assert per_token == pytest.approx(record.ms_per_token) and tok_s == pytest.approx(record.decode_tok_s)
+
+    one_per_step = Trace("r", 0, 40)
+    for index in range(5):
+        one_per_step.count_step(index, None)
+    assert one_per_step.first_step_tokens == 1
