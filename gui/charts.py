@@ -234,9 +234,11 @@ class RaceChart(_Chart):
 class HistogramChart(_Chart):
     """Distribution of inter-token latency over the measured runs (warm-ups excluded)."""
 
+    TITLE = "Inter-token latency, measured runs"
+
     def __init__(self) -> None:
         super().__init__(
-            "Inter-token latency, measured runs",
+            self.TITLE,
             "inter-token latency (ms)",
             "tokens",
             {"left": CountAxis(orientation="left")},
@@ -250,6 +252,7 @@ class HistogramChart(_Chart):
         for curve in self.curves.values():
             curve.setData([], [])
         self.show_values(bool(values))
+        self.plotItem.titleLabel.setText(self.TITLE, color=self.theme.plot_fg)
         if not values:
             return
         everything = np.concatenate(values)
@@ -257,11 +260,15 @@ class HistogramChart(_Chart):
         low = float(everything.min())
         if high <= low:
             high = low + 1e-3
+        over = int((everything > high).sum())
+        if over:  # off the axis, said so: piled into the last bin they would read as a latency
+            title = f"{self.TITLE} · {over} {'gap' if over == 1 else 'gaps'} over {high:.3g} ms not drawn"
+            self.plotItem.titleLabel.setText(title, color=self.theme.plot_fg)
         edges = np.histogram_bin_edges(everything, bins=min(80, max(20, everything.size // 8)), range=(low, high))
         for name, data in itl_ms.items():
             if name not in self.curves or not data.size:
                 continue
-            counts, _ = np.histogram(np.clip(data, low, high), bins=edges)
+            counts, _ = np.histogram(data[data <= high], bins=edges)
             colour = QColor(self.colours[name])
             fill = QColor(colour)
             fill.setAlpha(70)

@@ -10,6 +10,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
+from whistle_stop.backends.results.export import format_number
 from whistle_stop.backends.results.records import RUN_COLUMNS, RunRecord
 from whistle_stop.backends.results.summary import NATIVE_MARK
 
@@ -23,7 +24,7 @@ def format_cell(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
+        return format_number(value)  # as runs.csv has it
     return str(value)
 
 

@@ -32,6 +32,9 @@ class SessionData:
     notice: str = ""
     finished: bool = False  # complete (or cancelled) and final: exports and Replay are allowed
     cancelled: bool = False
+    # the engines' repeats ran in rounds (bench, the window); False for a profile's folder, which runs
+    # each engine alone: its verdict names no slow round, as its report's does not
+    interleaved: bool = True
 
     @classmethod
     def from_result(cls, result: BenchResult, prompt: str) -> SessionData:
@@ -53,7 +56,9 @@ class SessionData:
         )
 
     @classmethod
-    def from_folder(cls, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict) -> SessionData:
+    def from_folder(
+        cls, runs: list[RunRecord], tokens: list[TokenRecord], environment: dict, interleaved: bool = True
+    ) -> SessionData:
         """A saved session: the settings and model come from environment.json when it has them."""
         settings = environment.get("settings") or {}
         model = environment.get("model") or {}
@@ -81,6 +86,7 @@ class SessionData:
             "",
             True,
             bool(environment.get("cancelled")),
+            interleaved,
         )
 
     @property
@@ -92,7 +98,7 @@ class SessionData:
 
     def verdict(self, quality: list[dict] | None = None) -> Verdict:
         """The verdict `bench` prints under its table, on these records (results/verdict.py)."""
-        return verdict(self.runs, self.backends or None, self.reference or None, quality)
+        return verdict(self.runs, self.backends or None, self.reference or None, quality, self.interleaved)
 
     def markdown(self, quality: list[dict] | None = None) -> str:
         """Copy summary as Markdown: the verdict, then the table with its notes."""

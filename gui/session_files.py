@@ -15,6 +15,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from whistle_stop.backends.errors import UsageError
+from whistle_stop.backends.profile.files import read_profile
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.results.reader import load_results
 
@@ -73,7 +74,8 @@ class SessionFiles:
             self.messages.report("Cannot open the session", str(exc))
             return None
         self.store.set_last_folder(Path(folder))
-        return Path(folder), SessionData.from_folder(runs, tokens, environment)
+        profiled = bool(read_profile(Path(folder)))  # a profile's folder: each engine ran alone
+        return Path(folder), SessionData.from_folder(runs, tokens, environment, interleaved=not profiled)
 
     def export_charts(self, charts: dict[str, PngChart], folder: Path | None = None) -> list[Path]:
         """One PNG per chart (keys of CHART_FILES); the ones written before a failure."""

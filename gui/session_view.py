@@ -52,7 +52,7 @@ class SessionView:
     def show_engines(self, names: list[str]) -> None:
         """A pane and a curve per engine, each in its colour."""
         colours = engine_colours(names)
-        described = [(n, colours[n], registry.get(n).description) for n in names]
+        described = [(n, colours[n], _description(n)) for n in names]
         self.grid.set_engines(described)
         for chart in (self.latency, self.race, self.histogram):
             chart.set_engines(colours)
@@ -111,3 +111,9 @@ class SessionView:
         )
         self.summary.verdict.set_verdict(self.data.verdict(self.quality_rows(self.data)) if self.data.runs else None)
         self.histogram.set_data(self.data.measured_itl())
+
+
+def _description(name: str) -> str:
+    """An engine's line under its pane; a saved session may name one this install does not have."""
+    spec = registry.ENGINES.get(name)
+    return spec.description if spec is not None else "not an engine of this install (from the saved session)"

@@ -57,8 +57,9 @@ def _spread(value: Summary | float | None) -> tuple[float, float, float]:
 
 
 _BARS_NOTE = (
-    "Bars: median of the measured runs (warm-ups excluded); whiskers: the table's interval of the "
-    "median across repeats (order statistics), at the confidence level the table's note gives."
+    "Bars: TTFT, ms/token and tok/s: the median of the measured runs (warm-ups excluded), whiskers: the "
+    "table's interval of the median across repeats (order statistics), at the confidence level the table's "
+    "note gives; cold start and build: the engine's one figure; peak RSS: the highest of its runs."
 )
 
 

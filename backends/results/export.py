@@ -51,13 +51,23 @@ SUMMARY_COLUMNS = [
 ]
 
 
+def format_number(value: float) -> str:
+    """A float as the CSVs write it (and the window's table shows it): 6 significant digits below
+    1,000; above, 9 without an exponent, so a token's time in a long run keeps its microseconds
+    (32,512.3457 ms, not 32,512.3: Replay and a reopened session rebuild the gaps from it)."""
+    if abs(value) < 1e3 or not math.isfinite(value):
+        return f"{value:.6g}"
+    text = f"{value:.{max(0, 8 - int(math.log10(abs(value))))}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _cell(value) -> object:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.1f}"
+        return format_number(value)
     return value
 
 
