@@ -103,6 +103,64 @@ def test_the_position_chart_draws_decode_s_floor_growing_with_the_kv_cache():
     }
 
 
+def test_the_position_chart_gives_a_speculative_engine_its_time_per_decoded_token():
+    """Tokens in bursts (4 per 20 ms pass after a first pass of 3): a median gap falls inside a burst
+    (~0); each token's figure is its pass's time shared by the pass's tokens, 5 ms, the record's
+    ms/token, in every bin however bins cut the passes; the first pass's tokens (in the TTFT) are
+    left out, and each bin sits where its tokens are. Records without steps (older files) still
+    read a burst's time, not its zeros."""
+    from whistle_stop.backends.results.records import fill_metrics, token_records
+    from whistle_stop.backends.worker.events import Token
+
+    stamps = [10.0] * 3 + [10.0 + 20.0 * (1 + i // 4) for i in range(40)]
+    steps = [0] * 3 + [1 + i // 4 for i in range(40)]
+    events = [Token("spec/r1", i, 100 + i, "", int(t * 1e6), step=s) for i, (t, s) in enumerate(zip(stamps, steps))]
+    record = run_record("spec", multi_token_steps=True, new_tokens=43, prompt_tokens=16)
+    fill_metrics(record, 0, events, 1_000_000, decoded_tokens=40)
+    assert record.ms_per_token == pytest.approx(5.0)
+    tokens = token_records("spec/r1", "spec", 1, False, 0, events)
+    (series,) = fg.itl_vs_position([record], tokens, bins=5).series
+    assert series.y == pytest.approx([5.0] * len(series.y)) and len(series.y) >= 4
+    assert min(series.x) >= 16 + 3 and max(series.x) <= 16 + 42  # positions of its decoded tokens
+    for t in tokens:
+        t.step = None
+    (older,) = fg.itl_vs_position([record], tokens, bins=5).series
+    assert min(older.y) > 2.0
+
+
+def test_the_decode_speed_limit_counts_the_kv_cache_a_run_reads():
+    """Decode tokens/s against output length: a run's steps read the weights and, on average, the KV
+    cache of prompt + n/2 positions (what its GB/s counts), so the limit falls with n."""
+    runs, _ = _records()
+    environment = {
+        "engines": {
+            "hf": {"dtype": "fp32", "weight_bytes_per_token": 4e8, "kv_bytes_per_position": 1e5},
+            "hf-int8": {"dtype": "int8", "weight_bytes_per_token": 1e8, "kv_bytes_per_position": 1e5},
+        }
+    }
+    figure = fg.decode_vs_output(runs, gb_s=10.0, environment=environment)
+    lengths = sorted({r.new_tokens for r in runs})
+    int8 = next(limit for limit in figure.limits if limit.label.startswith("int8"))
+    assert int8.x == [float(n) for n in lengths]
+    assert int8.y == pytest.approx([1e10 / (1e8 + 1e5 * (16 + n / 2)) for n in lengths])
+    assert "KV cache" in figure.note
+
+
+def test_the_limit_lines_take_each_precision_s_fewest_bytes_and_no_speculative_guess():
+    """Without the engines' bytes (a bench folder) they are recovered from GB/s / tokens/s, except a
+    speculative engine's (what target and draft read per decoded token, not its weights); two
+    engines of one precision: the line of the fewer bytes, the bound of them both."""
+    runs = [
+        run_record("a", bandwidth_gb_s=4.0, decode_tok_s=10.0, dtype="int8"),
+        run_record("b", bandwidth_gb_s=3.0, decode_tok_s=10.0, dtype="int8"),
+        run_record("spec", bandwidth_gb_s=1.0, decode_tok_s=10.0, dtype="fp32", multi_token_steps=True),
+    ]
+    weights = fg.weight_bytes_by_backend(runs)
+    assert "spec" not in weights and weights["b"] == ("int8", pytest.approx(3e8))
+    (line,) = fg.limits(weights, 10.0, "ms")
+    assert line.value == pytest.approx(30.0)
+
+
 def test_plots_render_offscreen_to_pngs_of_the_right_size(tmp_path):
     from PySide6.QtGui import QImage
 
@@ -277,6 +335,12 @@ def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
     assert "exceed the context" in page and "random weights - timing only" in page
     assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page
     assert "<script" not in page and 'src="http' not in page and "<link" not in page
+    # a sweep's runs are many lengths: one median of them all stands beside no other folder's
+    from whistle_stop.backends.report.html import comparison_figures, load_folder
+
+    compared = comparison_figures([load_folder(f) for f in (sweep, bench, quality)])
+    assert all("1: " not in series.name for figure in compared for series in figure.series)
+    assert all(figure.note.startswith("left out: 1: ") for figure in compared)
 
 
 def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_path):

@@ -104,6 +104,8 @@ def test_the_sweep_curve_holds_each_arithmetic_to_its_engines_fewest_bytes():
         "a": {"precision": "fp32", "prefill_arithmetic": "fp32", "weight_bytes_per_token": 4e6, "device": "cpu"},
         "b": {"precision": "fp32", "prefill_arithmetic": "", "weight_bytes_per_token": 2e6, "device": "cpu"},
         "gpu": {"precision": "fp32", "weight_bytes_per_token": 1, "device": "cuda:0"},
+        # a server elsewhere: no bytes known (its zero would take the memory side off the curve)
+        "remote": {"precision": "server", "weight_bytes_per_token": 0, "device": "remote (http://x)"},
     }
     (curve,) = prefill_curves(TINY, engines, PEAKS, 1.0, [1, 10])
     assert curve["engines"] == ["a", "b"] and curve["isa"] == "avx2 vfmadd231ps ymm"

@@ -107,6 +107,12 @@ def test_other_settings_are_refused_unless_restart(tiny_model, tmp_path):
     session.run()
     with pytest.raises(UsageError, match=r"other settings \(repeats: 1 then, 2 now\).*--restart"):
         _session(tmp_path, grid=grid, repeats=2, warmup=0)[0].prepare()
+    with pytest.raises(UsageError, match=r"warmup: 0 then, 1 now"):  # a first repeat's first-call costs
+        _session(tmp_path, grid=grid, repeats=1, warmup=1)[0].prepare()
+    from whistle_stop.backends.runs.sweep_plan import fingerprint_differences
+
+    older = {k: v for k, v in _environment(tmp_path)["sweep"]["fingerprint"].items() if k not in ("warmup", "cold")}
+    assert fingerprint_differences(older, {**older, "warmup": 1, "cold": False}) == []  # begun before the keys
     restarted, log = _session(tmp_path, grid=grid, repeats=2, warmup=0, restart=True)
     assert [c.key for c in restarted.prepare().cells] == [(4, 2)]
     restarted.run()

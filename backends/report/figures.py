@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..results.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
-from ..results.records import RunRecord, TokenRecord, runs_of
+from ..results.records import RunRecord, TokenRecord, decode_bytes_per_token, runs_of
 from ..results.roofline_curves import ENVIRONMENT_KEY as ROOFLINE_KEY
 from ..results.stats import Summary, summarize
 from ..results.summary import interval_levels, is_measured
@@ -137,7 +137,8 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
     for name in _backends(runs):
         if name in out:
             continue
-        mine = runs_of(runs, name)
+        # a speculative engine's GB/s is what target and draft read per decoded token, not its weights
+        mine = [r for r in runs_of(runs, name) if not r.multi_token_steps]
         ratios = [r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in mine if r.bandwidth_gb_s and r.decode_tok_s]
         if ratios:
             dtype = next((r.dtype for r in mine if r.dtype), "")
@@ -157,8 +158,8 @@ def limits(weights: dict[str, tuple[str, float]], gb_s: float | None, unit: str,
     if not gb_s or gb_s <= 0:
         return []
     by_dtype: dict[str, float] = {}
-    for dtype, n_bytes in weights.values():
-        by_dtype.setdefault(dtype or "?", n_bytes)
+    for dtype, n_bytes in weights.values():  # the fewest of a precision's engines: the bound of them all
+        by_dtype[dtype or "?"] = min(n_bytes, by_dtype.get(dtype or "?", n_bytes))
     out = []
     for index, (dtype, n_bytes) in enumerate(sorted(by_dtype.items(), key=lambda kv: -kv[1])):
         ms = limit_ms_per_token(n_bytes, gb_s)
@@ -292,17 +293,49 @@ def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, envir
         "decode tokens/s",
         "decode_vs_output",
     )
-    figure.limits = limits(
+    lengths = sorted({r.new_tokens for r in data})
+    figure.limits = output_floor_curves(environment, runs, gb_s, shortest, lengths) or limits(
         weight_bytes_by_backend(runs, environment),
         gb_s,
         "tok/s",
         ((environment or {}).get("bandwidth") or {}).get("label", ""),
     )
     figure.note = _noted(
-        "dashed: the most tokens/s memory bandwidth allows when every weight is read per token", runs, environment
+        "dashed: the most tokens/s memory bandwidth allows when every weight, and the KV cache as it grows, is "
+        "read per token",
+        runs,
+        environment,
     )
     figure.empty_reason = why_empty(data)
     return figure
+
+
+def output_floor_curves(
+    environment: dict | None, runs: Sequence[RunRecord], gb_s: float | None, prompt: int, lengths: list[int]
+) -> list[Limit]:
+    """Decode's most tokens/s against output length n at a `prompt`-token prompt, per precision and
+    KV cache size: bandwidth / (weights + KV bytes per position x (prompt + n / 2)), the mean read of
+    a run's decode steps (records.decode_bytes_per_token); [] without the engines' KV bytes."""
+    if not gb_s or gb_s <= 0 or not lengths:
+        return []
+    engines = (environment or {}).get("engines") or {}
+    kv = {name: float(info.get("kv_bytes_per_position") or 0) for name, info in engines.items()}
+    groups: dict[tuple[str, float], float] = {}
+    for name, (dtype, n_bytes) in weight_bytes_by_backend(runs, environment).items():
+        if name in kv:
+            key = (dtype or "?", kv[name])
+            groups[key] = min(n_bytes, groups.get(key, n_bytes))
+    several = len({dtype for dtype, _ in groups}) < len(groups)
+    out = []
+    for (dtype, per_position), n_bytes in sorted(groups.items(), key=lambda kv_: -kv_[1]):
+        per_token = [decode_bytes_per_token(n_bytes, per_position, prompt, n) for n in lengths]
+        values = [1e3 / limit_ms_per_token(n, gb_s) for n in per_token]
+        cache = f", KV {per_position / 1e3:.0f} kB/position" if several and per_position else ""
+        span = f"{values[0]:.3g} -> {values[-1]:.3g}" if len(values) > 1 else f"{values[0]:.3g}"
+        label = f"{dtype} limit{cache}: {span} tok/s at {gb_s:.0f} GB/s"
+        curve = len(values) > 1 and values[0] != values[-1]
+        out.append(Limit(label, values[-1], [float(n) for n in lengths], values) if curve else Limit(label, values[0]))
+    return out
 
 
 def itl_vs_position(
@@ -314,12 +347,14 @@ def itl_vs_position(
 ) -> Figure:
     """ms/token by position in the sequence (prompt + index): the KV cache grows as it goes.
 
-    Positions are binned; each run contributes its median ITL per bin, and the bin's value is
-    the median across runs with the median's interval across them."""
+    Positions are binned; each run contributes its median ITL per bin (an engine whose steps make
+    several tokens, speculative decoding: its mean time per decoded token in the bin, each step's
+    time shared by the tokens it made, since its median gap falls inside a burst; the first step's
+    tokens are in the TTFT), and the bin's value is the median across runs with the median's
+    interval across them, drawn at the mean position of the bin's tokens."""
     data = {r.run_id: r for r in measured(runs)}
-    positions = [
-        data[t.run_id].prompt_tokens + t.token_index for t in tokens if t.run_id in data and t.itl_ms is not None
-    ]
+    costs = token_costs(data, tokens)
+    positions = {key: data[key[0]].prompt_tokens + key[1] for key in costs}
     figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
     figure.note = _noted(
         "dashed: decode's floor per precision, one read of the weights and of the KV cache up to that position "
@@ -331,20 +366,61 @@ def itl_vs_position(
         figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
         figure.empty_reason = why_empty(list(data.values()))
         return figure
-    figure.limits = floor_curves(environment, runs, gb_s, max(positions) + 1)
-    width = max(1, math.ceil((max(positions) + 1) / bins))
+    last = max(positions.values())
+    figure.limits = floor_curves(environment, runs, gb_s, last + 1)
+    width = max(1, math.ceil((last + 1) / bins))
     per_run: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for t in tokens:
-        run = data.get(t.run_id)
-        if run is not None and t.itl_ms is not None:
-            per_run[(run.backend, (run.prompt_tokens + t.token_index) // width)][t.run_id].append(t.itl_ms)
+    where: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for (run_id, index), ms in costs.items():
+        backend, b = data[run_id].backend, positions[(run_id, index)] // width
+        per_run[(backend, b)][run_id].append(ms)
+        where[(backend, b)].append(positions[(run_id, index)])
     for backend in _backends(list(data.values())):
         series = Series(backend, [], [])
         for b in sorted(k[1] for k in per_run if k[0] == backend):
-            s = summarize([statistics.median(v) for v in per_run[(backend, b)].values()])
-            _add(series, (b + 0.5) * width, s)
+            average = {run_id: _mean_or_median(data[run_id], v) for run_id, v in per_run[(backend, b)].items()}
+            _add(series, statistics.fmean(where[(backend, b)]), summarize(list(average.values())))
         figure.series.append(series)
     return figure
+
+
+def token_costs(runs: dict[str, RunRecord], tokens: Sequence[TokenRecord]) -> dict[tuple[str, int], float]:
+    """{(run_id, token_index): ms} for each decoded token of these runs: its gap; for an engine whose
+    steps make several tokens, its step's time (from the previous step's last token) shared evenly
+    by the step's tokens where the tokens say their step (else its gap: a burst's first token holds
+    it all), and nothing for the first step's tokens (in the TTFT)."""
+    by_run: dict[str, list[TokenRecord]] = defaultdict(list)
+    for t in tokens:
+        if t.run_id in runs:
+            by_run[t.run_id].append(t)
+    out: dict[tuple[str, int], float] = {}
+    for run_id, mine in by_run.items():
+        mine.sort(key=lambda t: t.token_index)
+        run = runs[run_id]
+        if not run.multi_token_steps:
+            out.update({(run_id, t.token_index): t.itl_ms for t in mine if t.itl_ms is not None})
+            continue
+        first = mine[0].step
+        if first is None or any(t.step is None for t in mine):
+            skip = run.tokens_generated - run.decoded_tokens if run.decoded_tokens is not None else 1
+            out.update({(run_id, t.token_index): t.itl_ms for t in mine[skip:] if t.itl_ms is not None})
+            continue
+        steps: dict[int, list[TokenRecord]] = defaultdict(list)
+        for t in mine:
+            steps[t.step].append(t)  # type: ignore[index]
+        previous_end = None
+        for step, made in steps.items():
+            if previous_end is not None and step != first:
+                share = (made[0].t_ms - previous_end) / len(made)
+                out.update({(run_id, t.token_index): share for t in made})
+            previous_end = made[-1].t_ms
+    return out
+
+
+def _mean_or_median(run: RunRecord, values: list[float]) -> float:
+    """A run's ms/token over some of its tokens: their median, or their mean where its steps make
+    several tokens (a burst's gaps are near zero but for its first)."""
+    return statistics.fmean(values) if run.multi_token_steps else statistics.median(values)
 
 
 def floor_curves(environment: dict | None, runs: Sequence[RunRecord], gb_s: float | None, last: int) -> list[Limit]:
@@ -357,7 +433,8 @@ def floor_curves(environment: dict | None, runs: Sequence[RunRecord], gb_s: floa
     kv = {name: float(info.get("kv_bytes_per_position") or 0) for name, info in engines.items()}
     groups: dict[tuple[str, float], float] = {}
     for name, (dtype, n_bytes) in weight_bytes_by_backend(runs, environment).items():
-        groups.setdefault((dtype or "?", kv.get(name, 0.0)), n_bytes)
+        key = (dtype or "?", kv.get(name, 0.0))
+        groups[key] = min(n_bytes, groups.get(key, n_bytes))
     several = len({dtype for dtype, _ in groups}) < len(groups)  # one precision with two cache sizes
     out = []
     for (dtype, per_position), n_bytes in sorted(groups.items(), key=lambda kv_: -kv_[1]):

@@ -143,6 +143,9 @@ def folder_figures(data: FolderData) -> list[fg.Figure]:
 
 
 def comparison_figures(folders: list[FolderData]) -> list[fg.Figure]:
+    """Each engine's median per folder, folders side by side; a sweep's folder is left out (its runs
+    are many prompt and output lengths: one median of them all compares with nothing), and said so."""
+    sweeps = [f"{index}: {data.label}" for index, data in enumerate(folders, start=1) if data.kind == "sweep"]
     out = []
     for metric, title, unit in (
         ("decode_tok_s", "Decode speed by folder", "decode tokens/s"),
@@ -150,12 +153,17 @@ def comparison_figures(folders: list[FolderData]) -> list[fg.Figure]:
     ):
         groups = {}
         for index, data in enumerate(folders, start=1):
+            if data.kind == "sweep":
+                continue
             measured = fg.measured(data.runs)
             groups[f"{index}: {data.label}"] = {
                 b: summarize([getattr(r, metric) for r in runs_of(measured, b)])
                 for b in dict.fromkeys(r.backend for r in measured)
             }
-        out.append(fg.bars(title, unit, groups, f"compare_{metric}"))
+        figure = fg.bars(title, unit, groups, f"compare_{metric}")
+        if sweeps:
+            figure.note = f"left out: {', '.join(sweeps)}, a sweep (its cells are compared in its own charts)"
+        out.append(figure)
     return out
 
 

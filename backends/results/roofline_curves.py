@@ -31,8 +31,8 @@ def prefill_curves(
         return []
     groups: dict[str, list[tuple[str, dict]]] = {}
     for name, info in engines.items():
-        if str(info.get("device", "cpu")).startswith("cuda"):
-            continue  # a GPU's prefill is not the host's
+        if str(info.get("device", "cpu")).startswith("cuda") or not info.get("weight_bytes_per_token"):
+            continue  # a GPU's prefill is not the host's; a remote server's bytes (and machine) are unknown
         own = arithmetic_of(str(info.get("prefill_arithmetic", "")), str(info.get("precision", "")))
         groups.setdefault(own.value, []).append((name, info))
     curves = []

@@ -80,6 +80,9 @@ def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, refe
         "engine_options": settings["engine_options"],
         "reference": reference,
         "cpu": cpu_model(),
+        # a cell's first repeat without a warm-up pays first-call costs (a compile for the new shape)
+        "warmup": config.warmup,
+        "cold": config.cold,
     }
     if config.concurrency:  # (absent otherwise: sweeps begun before load runs existed still resume)
         data["concurrency"] = sorted(set(config.concurrency))
@@ -87,11 +90,14 @@ def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, refe
     return json.loads(json.dumps(data))
 
 
+LATER_KEYS = {"warmup", "cold"}  # not in the fingerprints of sweeps begun before them: those still resume
+
+
 def fingerprint_differences(old: dict, new: dict) -> list[str]:
     return [
         f"{key}: {old.get(key)!r} then, {new.get(key)!r} now"
         for key in sorted(set(old) | set(new))
-        if old.get(key) != new.get(key)
+        if old.get(key) != new.get(key) and not (key in LATER_KEYS and key not in old)
     ]
 
 
