@@ -115,3 +115,19 @@ def test_unwritable_folder_is_an_error(result, tmp_path):
     blocker.write_text("x")
     with pytest.raises(OSError):
         write_results(blocker / "sub", result.runs, result.tokens, result.environment)
+
+
+def test_numbers_keep_their_digits_in_the_csvs_and_the_window_s_table():
+    """6 significant digits below 1,000; above, 9 and no exponent: a token's time 32.5 s into a run
+    keeps its microseconds (Replay and a reopened session rebuild its gaps from it), and the window's
+    table shows what runs.csv holds (4 digits had turned 12345.6 into 1.235e+04)."""
+    from whistle_stop.backends.results.export import format_number
+
+    assert format_number(1.23456789) == "1.23457"
+    assert format_number(32512.3456789) == "32512.3457"
+    assert format_number(12345.6) == "12345.6"
+    assert format_number(497758208.0) == "497758208"
+    pytest.importorskip("PySide6")
+    from whistle_stop.gui.results_model import format_cell
+
+    assert format_cell(12345.6) == "12345.6"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 pytest.importorskip("PySide6")
@@ -110,3 +111,40 @@ def test_a_streamed_speculative_run_counts_its_first_pass_as_its_record_does():
     for index in range(5):
         one_per_step.count_step(index, None)
     assert one_per_step.first_step_tokens == 1
+
+
+def test_a_profile_folder_s_verdict_names_no_slow_round_as_its_report_does(qtbot, window, tmp_path):
+    """A profile runs each engine alone: its repeats are no rounds of the machine."""
+    import json
+
+    from tests.test_slow_rounds import _bench
+    from whistle_stop.backends.report.html import folder_verdict, load_folder
+    from whistle_stop.backends.results.verdict import CaveatKind
+
+    runs = _bench({2: ("hf", "native", "onnx")})
+    for name, extra in (("bench", None), ("profile", {"engines": [{"engine": "hf"}]})):
+        write_results(tmp_path / name, runs, [], {"reference": "hf"})
+        if extra:
+            (tmp_path / name / "profile.json").write_text(json.dumps(extra))
+        with qtbot.waitSignal(window.session_loaded):
+            assert window.open_session(tmp_path / name)
+        kinds = {c.kind for c in window.view.data.verdict().caveats}
+        report = folder_verdict(data := load_folder(tmp_path / name), [data])
+        assert kinds == {c.kind for c in report.caveats}
+        assert (CaveatKind.SLOW_ROUND in kinds) == (name == "bench")
+
+
+def test_the_histogram_says_what_lies_off_its_axis(qtbot):
+    from whistle_stop.gui.charts import HistogramChart
+
+    chart = HistogramChart()
+    qtbot.addWidget(chart)
+    chart.set_engines({"a": "#336699"})
+    gaps = np.concatenate([np.full(999, 10.0) + np.linspace(0, 1, 999), [500.0, 900.0]])
+    chart.set_data({"a": gaps})
+    title = chart.plotItem.titleLabel.text
+    assert "gaps over" in title and "not drawn" in title
+    counts = chart.curves["a"].getData()[1]
+    assert counts.sum() == gaps.size - int(title.split("·")[1].split()[0])  # none piled into the last bin
+    chart.set_data({"a": np.full(10, 10.0)})
+    assert chart.plotItem.titleLabel.text == HistogramChart.TITLE
