@@ -11,11 +11,16 @@ from .errors import UsageError
 
 Decoding = Literal["greedy", "sample"]
 
+# Temperatures below this are greedy (argmax), as in vLLM: dividing logits by a tiny one overflows
+# float32 (1e-38 made every logit inf, and every draw the last token id), and well before that the
+# softmax is one-hot at the argmax anyway.
+GREEDY_BELOW = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     decoding: Decoding = "greedy"
-    temperature: float = 1.0
+    temperature: float = 1.0  # >= 0; below GREEDY_BELOW (0 included) it is greedy: see is_greedy
     top_k: int = 0  # 0: no limit
     top_p: float = 1.0
     seed: int = 0
@@ -35,7 +40,8 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.decoding == "greedy" or self.temperature == 0
+        """Greedy decoding, or a temperature below GREEDY_BELOW (0 included): every engine then takes the argmax."""
+        return self.decoding == "greedy" or self.temperature < GREEDY_BELOW
 
     def as_dict(self) -> dict:
         return asdict(self)

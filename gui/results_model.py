@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidge
 
 from whistle_stop.backends.results.export import format_number
 from whistle_stop.backends.results.records import RUN_COLUMNS, RunRecord
-from whistle_stop.backends.results.summary import NATIVE_MARK
+from whistle_stop.backends.results.summary import NATIVE_MARK, sampled
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 Index = QModelIndex | QPersistentModelIndex
@@ -26,10 +26,6 @@ def format_cell(value: object) -> str:
     if isinstance(value, float):
         return format_number(value)  # as runs.csv has it
     return str(value)
-
-
-def _sampled(record: RunRecord) -> bool:
-    return record.decoding == "sample" and bool(record.temperature) and record.temperature > 0
 
 
 class RunsModel(QAbstractTableModel):
@@ -52,12 +48,12 @@ class RunsModel(QAbstractTableModel):
         value = getattr(record, column)
         native = column == "native_sampling" and bool(value)
         if role == Qt.ItemDataRole.DisplayRole:
-            return f"yes {NATIVE_MARK}" if native and _sampled(record) else format_cell(value)
+            return f"yes {NATIVE_MARK}" if native and sampled(record) else format_cell(value)
         if role == Qt.ItemDataRole.ToolTipRole and native:
             return (
                 f"{NATIVE_MARK} sampled in the engine's own code, not the shared sampler: this run's timings are "
                 "not comparable with the other engines'"
-                if _sampled(record)
+                if sampled(record)
                 else "the engine samples in its own code, but this greedy run is comparable"
             )
         if role == SORT_ROLE:

@@ -6,12 +6,17 @@ server's whole process group, its engine workers included; if the app itself die
 just the same. The server's stdout is its request log (one line per request), its stderr its status
 lines. A few times a second the thread reads /health and /metrics (over loopback, with a short
 timeout) and posts what the tab shows: the GUI thread never waits on the server.
+
+The TTFT and ITL p50 come from the server's own Prometheus histograms, so they are estimates inside
+a bucket (the server's buckets step by at most 20%: backends/serve/metrics.py), and they cover every
+request since the server started, not a recent window. `ServerSample.ttft_text` and `itl_text` say both.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -30,6 +35,7 @@ SAMPLE_EVERY_S = 0.25
 SHUTDOWN_TIMEOUT_S = 3  # below the guard's grace (5 s) before it kills the server's group
 STOP_WAIT_S = 15.0
 HOST = "127.0.0.1"
+P50_NOTE = "p50 bucket, since the server started"  # what a p50 figure is: a histogram's bucket, cumulative
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,30 @@ class ServerSample:
     running: int = 0
     waiting: int = 0
     tokens: int = 0
-    ttft_p50_ms: float | None = None
+    ttft_p50_ms: float | None = None  # estimated inside its bucket (Prometheus's histogram_quantile)
     itl_p50_ms: float | None = None
+    ttft_p50_bucket_ms: tuple[float, float] | None = None  # (lower, upper] holding the median: what is known
+    itl_p50_bucket_ms: tuple[float, float] | None = None
+
+    @property
+    def ttft_text(self) -> str:
+        return bucket_text(self.ttft_p50_bucket_ms)
+
+    @property
+    def itl_text(self) -> str:
+        return bucket_text(self.itl_p50_bucket_ms)
+
+
+def bucket_text(bounds: tuple[float, float] | None) -> str:
+    """A p50's bucket as the tab shows it: "100-110 ms" (the median is in there), "over 150 ms" past the last."""
+    if bounds is None:
+        return "-"
+    lower, upper = bounds
+    return f"over {_ms(lower)} ms" if math.isinf(upper) else f"{_ms(lower)}-{_ms(upper)} ms"
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"  # bounds are round: 110, 2.5, 0.05
 
 
 @dataclass(frozen=True)
@@ -171,12 +199,16 @@ def _sample(port: int) -> ServerSample:
     health = _get(port, "/health")
     if health is None:
         return ServerSample("unreachable")
+    return server_sample(health, _get(port, "/metrics") or "")
+
+
+def server_sample(health: str, metrics_text: str) -> ServerSample:
+    """What the tab shows, from the bodies of /health and /metrics."""
     try:
         state = json.loads(health)
     except ValueError:
         state = {}
-    text = _get(port, "/metrics") or ""
-    found = server_metrics.samples(text)
+    found = server_metrics.samples(metrics_text)
     ttft = server_metrics.histogram(found, server_metrics.TTFT_METRICS[0])
     itl = server_metrics.histogram(found, server_metrics.ITL_METRICS[0])
 
@@ -185,6 +217,10 @@ def _sample(port: int) -> ServerSample:
 
     def p50_ms(histogram) -> float | None:
         return histogram.quantile(0.5) * 1e3 if histogram is not None and histogram.count else None
+
+    def p50_bucket_ms(histogram) -> tuple[float, float] | None:
+        bounds = histogram.bucket(0.5) if histogram is not None else None
+        return None if bounds is None else (bounds[0] * 1e3, bounds[1] * 1e3)
 
     return ServerSample(
         state.get("status", "unknown"),
@@ -195,6 +231,8 @@ def _sample(port: int) -> ServerSample:
         count(server_metrics.GENERATION_TOKENS_METRIC),
         p50_ms(ttft),
         p50_ms(itl),
+        p50_bucket_ms(ttft),
+        p50_bucket_ms(itl),
     )
 
 

@@ -17,7 +17,7 @@ from whistle_stop.backends.errors import UsageError
 from .job_controls import JobControls, JobWording
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
-from .serve_job import ServerLine, ServerListening, ServerSample, ServeSettings, start_serve
+from .serve_job import P50_NOTE, ServerLine, ServerListening, ServerSample, ServeSettings, start_serve
 from .setup_panel import SetupPanel
 from .theme import Theme
 from .widgets import controls_column, read_only_table, spin, stacked, three_panes
@@ -103,8 +103,8 @@ class ServeTab(QWidget):
             ("running", "Running"),
             ("waiting", "Queue depth"),
             ("tokens", "Tokens"),
-            ("ttft", "TTFT p50 ms"),
-            ("itl", "ITL p50 ms"),
+            ("ttft", f"TTFT ({P50_NOTE})"),
+            ("itl", f"ITL ({P50_NOTE})"),
         ):
             self.figures[key] = QLabel("-")
             figures.addRow(label, self.figures[key])
@@ -204,9 +204,6 @@ class ServeTab(QWidget):
         self.log.scrollToBottom()
 
     def _sample(self, sample: ServerSample) -> None:
-        def ms(value: float | None) -> str:
-            return "-" if value is None else f"{value:.2f}"
-
         state = sample.health + (f": {sample.reason}" if sample.reason and sample.health != "ok" else "")
         values = {
             "health": state,
@@ -214,8 +211,8 @@ class ServeTab(QWidget):
             "running": str(sample.running),
             "waiting": str(sample.waiting),
             "tokens": str(sample.tokens),
-            "ttft": ms(sample.ttft_p50_ms),
-            "itl": ms(sample.itl_p50_ms),
+            "ttft": sample.ttft_text,  # the bucket holding the median: what the server's histogram knows
+            "itl": sample.itl_text,
         }
         for key, text in values.items():
             self.figures[key].setText(text)

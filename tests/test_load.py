@@ -23,12 +23,14 @@ from whistle_stop.backends.results.load import (
     Slo,
     load_levels,
     load_rows,
+    request_records,
     requests_from_runs,
 )
 from whistle_stop.backends.results.reader import load_requests
 from whistle_stop.backends.runs.bench import BenchSession
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.status import RunStatus
+from whistle_stop.backends.worker.events import StreamResult
 
 from .fake_servers import fake_vllm_server
 
@@ -129,7 +131,10 @@ def test_goodput_arithmetic():
     level = load_levels(requests, Slo(ttft_ms=200, itl_ms=50))[0]
     assert level.duration_s == pytest.approx(5.0)  # two rounds: 2 s + 3 s
     assert level.requests == 4 and level.failed == 1
-    assert level.output_tok_s == pytest.approx(16 / 5.0)
+    # vLLM's serving benchmark counts successful requests only: 3 of them, 4 tokens each (the failed
+    # one's 4 tokens and the request itself are in neither figure; its time is in the duration)
+    assert level.output_tok_s == pytest.approx(12 / 5.0)
+    assert level.request_s == pytest.approx(3 / 5.0)
     assert level.goodput_req_s == pytest.approx(1 / 5.0)  # only the first meets both; a failed one never does
     assert level.slo_met_pct == pytest.approx(25.0)
     assert level.itl_p50_ms == pytest.approx(20.0)  # pooled gaps of the ok requests
@@ -140,6 +145,47 @@ def test_goodput_arithmetic():
     assert unset.goodput_req_s is None and unset.slo_met_pct is None
     assert load_rows([unset])[0][-2:] == ["-", "-"]
     assert math.isnan(load_levels([_request(1, 1, RunStatus.ERROR)])[0].ttft_p50_ms)
+
+
+def test_a_one_token_output_meets_a_tpot_slo():
+    """One token has no gap (TPOT None): vLLM's goodput counts its TPOT as 0, so a TPOT SLO holds."""
+    one = replace(_request(100, None, gaps=()), new_tokens=1, tokens_generated=1)
+    level = load_levels([one], Slo(ttft_ms=200, itl_ms=50))[0]
+    assert level.slo_met_pct == pytest.approx(100.0) and level.goodput_req_s == pytest.approx(1 / 2.0)
+    assert math.isnan(level.tpot_p50_ms)  # the TPOT column itself still has no value for it
+    assert load_levels([replace(one, ttft_ms=300)], Slo(ttft_ms=200, itl_ms=50))[0].slo_met_pct == 0.0
+
+
+def test_a_round_ends_when_its_last_request_ends_an_error_included():
+    """A request that hung until a timeout fails after the others' last token: the round (and the
+    level's duration) runs until then, as vLLM's benchmark waits for every request."""
+    ms = 1_000_000
+    streams = [
+        StreamResult(0, 0, (100 * ms, 200 * ms), ended_ns=200 * ms),
+        StreamResult(1, 0, (150 * ms,), "read timed out", ended_ns=5_000 * ms),
+    ]
+    records = request_records("r1", "vllm", "", 8, 2, 2, 1, False, 0, streams)
+    assert [r.round_s for r in records] == [pytest.approx(5.0)] * 2
+    level = load_levels(records)[0]
+    assert level.duration_s == pytest.approx(5.0) and level.request_s == pytest.approx(1 / 5.0)
+    assert level.output_tok_s == pytest.approx(2 / 5.0)  # the ok request's tokens only
+    # a result without `ended_ns` ends at its last token, as before
+    plain = [replace(s, ended_ns=0) for s in streams]
+    assert request_records("r1", "vllm", "", 8, 2, 2, 1, False, 0, plain)[0].round_s == pytest.approx(0.2)
+
+
+def test_the_load_table_pools_one_gap_per_streamed_chunk_as_vllm_does():
+    """A server that sends 4 tokens an event every 40 ms: vLLM's ITL is 40 ms a chunk, not three
+    near-zero gaps and a long one (p50 ~0); a token a step keeps its own gaps."""
+    ms = 1_000_000
+    stamps = tuple(t * ms + i for t in (10, 50, 90) for i in range(4))  # each event's tokens microseconds apart
+    steps = tuple(i // 4 for i in range(12))
+    chunked = StreamResult(0, 0, stamps, ended_ns=stamps[-1], token_steps=steps)
+    (record,) = request_records("r1", "remote", "", 8, 12, 1, 1, False, 0, [chunked])
+    assert record.gaps == pytest.approx([40.0, 40.0])
+    plain = replace(chunked, token_steps=())
+    (each,) = request_records("r1", "remote", "", 8, 12, 1, 1, False, 0, [plain])
+    assert len(each.gaps) == 11 and min(each.gaps) < 0.01
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.sampling import Sampler, SamplingParams
+from whistle_stop.backends.sampling import GREEDY_BELOW, Sampler, SamplingParams
 
 
 def _logits(seed=0, scale=3.0):
@@ -17,6 +17,18 @@ def test_greedy_is_argmax():
 def test_temperature_zero_is_greedy():
     logits = _logits(1)
     assert Sampler(SamplingParams("sample", temperature=0.0, seed=5))(logits) == int(np.argmax(logits))
+
+
+@pytest.mark.parametrize("temperature", [1e-38, 1e-30, 1e-6, 9.99e-6])
+def test_a_tiny_temperature_is_greedy(temperature):
+    """Below GREEDY_BELOW (vLLM's 1e-5) a temperature acts as 0: logits / 1e-38 overflow float32 to inf,
+    and the draw had been the last token id (50256) every time."""
+    logits = _logits(1)
+    params = SamplingParams("sample", temperature, 40, 0.9, 5).validate()
+    sampler = Sampler(params)
+    assert params.is_greedy and {sampler(logits) for _ in range(5)} == {int(np.argmax(logits))}
+    assert sampler.probabilities(logits)[int(np.argmax(logits))] == 1.0
+    assert not SamplingParams("sample", GREEDY_BELOW).is_greedy  # from the bound up: sampled
 
 
 @pytest.mark.parametrize(

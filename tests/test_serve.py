@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import http.client
 import json
+import logging
 import socket
 import threading
 import time
@@ -22,6 +23,8 @@ from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.engines.server import metrics as server_metrics
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.sampling import SamplingParams
+from whistle_stop.backends.serve import app as app_module
+from whistle_stop.backends.serve.jobs import Job
 from whistle_stop.backends.serve.request_log import parse as parse_log
 from whistle_stop.backends.sources.tokenizer import decode
 
@@ -73,6 +76,7 @@ def test_completion_streamed_and_not(null_server):
         (b"{not json", 400, "malformed JSON"),
         (b"", 400, "body is empty"),
         (b"[1, 2]", 400, "must be a JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),  # json.loads' RecursionError: had been a 500
         ({"prompt": "hi", "max_tokens": 4, "tempreature": 0.5}, 400, "unknown field(s): tempreature"),
         ({"prompt": "hi " * 1000, "max_tokens": 100}, 400, "maximum context length is 1024"),
         ({"prompt": list(range(1020)), "max_tokens": 10}, 400, "1030 (1020 in the prompt, 10 in the completion)"),
@@ -147,6 +151,90 @@ def test_a_client_that_goes_away_cancels_its_generation(tiny_model):
         assert logged[0].status == 499 and logged[0].finish == "abort" and logged[0].tokens < 100
         text = request(server.port, "GET", "/metrics")[2]
         assert 'finished_reason="abort"} 1' in text
+
+
+def _send_partial(port: int, body: bytes, declared: int) -> socket.socket:
+    """A POST whose Content-Length says `declared` bytes, with only `body` sent."""
+    sock = socket.create_connection((HOST, port))
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(declared).encode() + b"\r\n\r\n" + body
+    )
+    return sock
+
+
+def _logged(server) -> list:
+    return [parse_log(line) for line in server.lines if parse_log(line)]
+
+
+class _Records(logging.Handler):
+    """uvicorn's error log (where an unhandled exception's traceback goes), kept for a test. Added once
+    the server runs: uvicorn's config replaces its loggers' handlers."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_body_that_never_completes_is_a_408(null_server, monkeypatch):
+    monkeypatch.setattr(app_module, "BODY_TIMEOUT_S", 0.5)
+    before = len(_logged(null_server))
+    sock = _send_partial(null_server.port, b'{"prompt": "hi"', 100)
+    sock.settimeout(10)
+    answer = b""
+    try:
+        while chunk := sock.recv(4096):  # the server answers, then closes: the rest may still come
+            answer += chunk
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in answer, answer
+    assert [e.status for e in _logged(null_server)[before:]] == [408]
+    assert complete(null_server.port, {"prompt": "hi", "max_tokens": 2})[0] == 200  # still serving
+
+
+def test_a_client_gone_mid_body_is_logged_without_a_traceback(null_server):
+    errors = _Records()
+    logging.getLogger("uvicorn.error").addHandler(errors)
+    try:
+        before = len(_logged(null_server))
+        _send_partial(null_server.port, b'{"prompt": "hi"', 100).close()
+        _wait_for(lambda: len(_logged(null_server)) > before, timeout_s=10)
+        gone = _logged(null_server)[before]
+        assert gone.status == 499 and "went away before its request body was complete" in gone.error
+        assert complete(null_server.port, {"prompt": "hi", "max_tokens": 2})[0] == 200
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(errors)
+    assert errors.records == []  # ClientDisconnect had been an unhandled exception, its traceback logged
+
+
+def test_a_client_that_read_every_token_and_left_before_done_was_served(tiny_model, monkeypatch):
+    """The worker's end comes just after its last token; a client that has its max_tokens tokens may
+    close before the finish chunk and [DONE]. It was served: 200/length in the log, not 499/abort."""
+    finish = Job.finish
+
+    def late_finish(job, end=None):
+        time.sleep(0.5)  # the worker's end arrives after the client has gone
+        return finish(job, end)
+
+    monkeypatch.setattr(Job, "finish", late_finish)
+    with served(_slow_spec(decode_s=0.01), tiny_model) as server:
+        sock = socket.create_connection((HOST, server.port))
+        body = json.dumps({"prompt": "hi", "max_tokens": 3, "stream": True, **GREEDY}).encode()
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        received = b""
+        while received.count(b"data:") < 3:
+            received += sock.recv(4096)
+        assert b"[DONE]" not in received and b'"finish_reason":"length"' not in received
+        sock.close()
+        _wait_for(lambda: _logged(server), timeout_s=10)
+        entry = _logged(server)[0]
+        assert (entry.status, entry.finish, entry.tokens) == (200, "length", 3), entry
 
 
 def test_a_full_queue_answers_503_with_retry_after(tiny_model):

@@ -23,6 +23,8 @@ def test_text_and_ids_and_the_apps_own_sampling():
     assert request.sampling == SamplingParams("sample", 0.7, 40, 0.9, 5)
     greedy = parse_completion({"prompt": [1, 2], "temperature": 0, "top_k": 3}, MODEL)
     assert greedy.sampling == SamplingParams() and greedy.max_tokens == 16 and greedy.stop_at_eos
+    tiny = parse_completion({"prompt": [1, 2], "temperature": 1e-38}, MODEL)  # vLLM's: below 1e-5 is greedy
+    assert tiny.sampling == SamplingParams()
     assert parse_completion({"prompt": [[1, 2]]}, MODEL).prompt_ids == (1, 2)  # a batch of one
 
 

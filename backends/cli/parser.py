@@ -183,7 +183,7 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         p.add_argument("--prompt-tokens", type=int, default=50, help="length of the bundled prompt in tokens")
         p.add_argument("--new-tokens", type=int, default=100, help="tokens to generate (no early stop)")
     p.add_argument("--decoding", choices=["greedy", "sample"], default="greedy")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=1.0, help="below 1e-5: greedy (as vLLM takes it)")
     p.add_argument("--top-k", type=int, default=0, help="0: no limit")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)

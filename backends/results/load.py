@@ -4,9 +4,12 @@ benchmark reports (aggregate output tokens/s, TTFT and pooled ITL percentiles, g
 Concurrency 1 is every engine's measured bench runs (local engines serve one sequence at a time:
 they appear there only, as the reference); higher levels are load runs of server engines, where
 `concurrency` requests start together and the level's duration is the sum of its rounds (first
-request sent -> last token). Goodput follows vLLM's definition: requests per second that meet
-every SLO set (TTFT <= --slo-ttft-ms, TPOT <= --slo-itl-ms, TPOT being the request's mean
-inter-token latency), counted over the same duration.
+request sent -> the last request's end: its last token, or its error where a request failed or hung
+until a timeout after the others' tokens). As in vLLM's serving benchmark, requests/s and output
+tokens/s count successful requests only (a failed request's tokens and time-out are in the duration,
+not in the counts). Goodput follows vLLM's definition: requests per second that meet every SLO set
+(TTFT <= --slo-ttft-ms, TPOT <= --slo-itl-ms, TPOT being the request's mean inter-token latency, 0 for
+a one-token output), counted over the same duration.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import numpy as np
 
 from ..engines.server.metrics import CROSS_CHECK_PREFIX
 from ..status import RunStatus
+from ..worker.events import StreamResult
 from .records import RunRecord, TokenRecord
-from .stats import run_metrics
+from .stats import chunk_gaps_ms, finite, run_metrics
 
 
 @dataclass(frozen=True)
@@ -37,13 +41,19 @@ class Slo:
             return False
         if self.ttft_ms is not None and request.ttft_ms > self.ttft_ms:
             return False
-        return not (self.itl_ms is not None and (request.tpot_ms is None or request.tpot_ms > self.itl_ms))
+        tpot = _slo_tpot_ms(request)
+        return not (self.itl_ms is not None and (tpot is None or tpot > self.itl_ms))
 
     def describe(self) -> str:
         parts = ([f"TTFT <= {self.ttft_ms:g} ms"] if self.ttft_ms is not None else []) + (
             [f"TPOT <= {self.itl_ms:g} ms"] if self.itl_ms is not None else []
         )
         return " and ".join(parts) or "no SLO set (--slo-ttft-ms, --slo-itl-ms)"
+
+
+def _slo_tpot_ms(request: LoadRequestRecord) -> float | None:
+    """The TPOT an SLO is held to: a one-token output has no gap, and vLLM's goodput counts its TPOT as 0."""
+    return 0.0 if request.tokens_generated == 1 and request.tpot_ms is None else request.tpot_ms
 
 
 @dataclass
@@ -63,7 +73,7 @@ class LoadRequestRecord:
     tpot_ms: float | None = None
     e2e_s: float | None = None
     start_offset_ms: float | None = None  # when this request was sent, after the round's first one
-    round_s: float | None = None  # the round's wall time: first request sent -> last token of any
+    round_s: float | None = None  # the round's wall time: first request sent -> the last request's end
     itl_ms: str = ""  # every gap between this request's tokens (ms, space-separated): pooled per level
     error: str = ""
     notes: str = ""
@@ -92,8 +102,8 @@ class LoadLevel:
     # end-of-text, or interrupted one stream for another): counted apart, never as met SLOs.
     short: int
     duration_s: float
-    output_tok_s: float  # every generated token over the level's duration
-    request_s: float
+    output_tok_s: float  # the successful requests' tokens over the level's duration (vLLM's)
+    request_s: float  # successful requests over the level's duration (vLLM's: a failed one is not served)
     ttft_p50_ms: float
     ttft_p90_ms: float
     ttft_p99_ms: float
@@ -145,7 +155,7 @@ def request_records(
             )
             for i in range(concurrency)
         ]
-    ends = [s.token_ns[-1] for s in streams if s.token_ns]
+    ends = [end for end in map(_ended_ns, streams) if end]
     round_s = (max(ends) - started_ns) / 1e9 if ends else None
     out = []
     for stream in streams:
@@ -170,12 +180,12 @@ def request_records(
                 stream.index,
                 status,
                 metrics.tokens,
-                _finite(metrics.ttft_ms),
-                _finite(metrics.tpot_ms),
-                _finite(metrics.e2e_s),
+                finite(metrics.ttft_ms),
+                finite(metrics.tpot_ms),
+                finite(metrics.e2e_s),
                 (stream.started_ns - started_ns) / 1e6,
                 round_s,
-                " ".join(f"{g:.4f}" for g in metrics.itl_ms),
+                " ".join(f"{g:.4f}" for g in chunk_gaps_ms(stream.token_ns, stream.token_steps)),
                 stream.error,
                 notes,
             )
@@ -183,12 +193,26 @@ def request_records(
     return out
 
 
+def _ended_ns(stream: StreamResult) -> int:
+    """When a request ended: its end as the child stamped it (`ended_ns`: after its last token, or its
+    error, which can come long after the others' tokens when it hung until a timeout), else its last
+    token; 0 when neither is known."""
+    return max(stream.ended_ns, stream.token_ns[-1] if stream.token_ns else 0)
+
+
 def requests_from_runs(runs: list[RunRecord], tokens: list[TokenRecord]) -> list[LoadRequestRecord]:
     """Measured bench runs as concurrency-1 requests (each run is a round of one)."""
-    gaps: dict[str, list[float]] = defaultdict(list)
+    streamed: dict[str, list[TokenRecord]] = defaultdict(list)
     for token in tokens:
-        if token.itl_ms is not None and not token.is_warmup:
-            gaps[token.run_id].append(token.itl_ms)
+        if not token.is_warmup:
+            streamed[token.run_id].append(token)
+    gaps: dict[str, list[float]] = {}
+    for run_id, mine in streamed.items():
+        mine.sort(key=lambda t: t.token_index)
+        if any(t.step is None for t in mine):  # a token a step: its recorded gaps
+            gaps[run_id] = [t.itl_ms for t in mine if t.itl_ms is not None]
+        else:  # one gap per chunk, as at the higher levels
+            gaps[run_id] = chunk_gaps_ms([round(t.t_ms * 1e6) for t in mine], [t.step for t in mine])
     out = []
     for run in runs:
         if run.is_warmup or run.status == RunStatus.CANCELLED:
@@ -234,7 +258,7 @@ def load_levels(
         duration = float(sum(rounds.values()))
         ok = [r for r in group if r.status == RunStatus.OK]
         short = [r for r in ok if r.tokens_generated < r.new_tokens]
-        generated = sum(r.tokens_generated for r in group)
+        generated = sum(r.tokens_generated for r in ok)  # vLLM: a failed request's tokens are not output
         ttft = _percentiles([r.ttft_ms for r in ok])
         itl = _percentiles([g for r in ok for g in r.gaps])
         tpot = _percentiles([r.tpot_ms for r in ok])
@@ -259,7 +283,7 @@ def load_levels(
                 len(short),
                 duration,
                 generated / duration if duration > 0 else math.nan,
-                len(group) / duration if duration > 0 else math.nan,
+                len(ok) / duration if duration > 0 else math.nan,
                 *ttft,
                 *itl,
                 tpot[0],
@@ -299,10 +323,6 @@ def _percentiles(values) -> tuple[float, float, float]:
         return (math.nan,) * 3
     p50, p90, p99 = np.percentile(data, [50, 90, 99])
     return float(p50), float(p90), float(p99)
-
-
-def _finite(value: float) -> float | None:
-    return None if value is None or math.isnan(value) else float(value)
 
 
 LOAD_HEADERS = [

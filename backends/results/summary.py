@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..sampling import GREEDY_BELOW
 from ..status import RunStatus
 from .records import RunRecord, TokenRecord, runs_of
 from .stats import Summary, median_interval_rank, pooled_summary, summarize
@@ -45,7 +46,7 @@ class BackendSummary:
     # Every inter-token gap of every measured run pooled (n = gaps; median/p90/p99 = pooled p50/p90/p99).
     itl_pooled_ms: Summary = pooled_summary([])
     native_sampling: bool = False  # the engine samples in its own code
-    sampled: bool = False  # the measured runs sampled (decoding "sample", temperature > 0)
+    sampled: bool = False  # the measured runs sampled (decoding "sample", temperature >= GREEDY_BELOW)
     cpu_s_per_token: Summary = pooled_summary([])  # worker user + system CPU seconds per token, across runs
     load_peak_rss_mb: float | None = None  # the worker's own peak at Ready (load transients included)
     build_s: float | None = None  # one-time artefact building (export, conversion, kernel): not in cold_start_s
@@ -124,7 +125,7 @@ def summarize_backends(
                 notes=next((r.notes for r in mine if r.notes), ""),
                 itl_pooled_ms=pooled_summary(gaps.get(name, [])),
                 native_sampling=any(r.native_sampling for r in mine),
-                sampled=any(_sampled(r) for r in (measured or mine)),
+                sampled=any(sampled(r) for r in (measured or mine)),
                 cpu_s_per_token=summarize([r.cpu_s_per_token for r in measured]),
                 load_peak_rss_mb=max(
                     (r.load_peak_rss_mb for r in mine if r.load_peak_rss_mb is not None), default=None
@@ -147,8 +148,9 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def _sampled(run: RunRecord) -> bool:
-    return run.decoding == "sample" and bool(run.temperature) and run.temperature > 0
+def sampled(run: RunRecord) -> bool:
+    """Whether a run drew its tokens (a temperature below GREEDY_BELOW is greedy: SamplingParams.is_greedy)."""
+    return run.decoding == "sample" and (run.temperature or 0) >= GREEDY_BELOW
 
 
 def fmt(value: float | None, digits: int = 1) -> str:

@@ -2,7 +2,8 @@
 
 Every refusal is a JSON error body with a 4xx (or 503 with Retry-After when the queue is full),
 and nothing a request does can stop the server. A client that goes away cancels its request:
-waiting, it leaves the queue; running, its worker stops after the current token.
+waiting, it leaves the queue; running, its worker stops after the current token. A body that does
+not arrive within BODY_TIMEOUT_S is a 408, and a client gone before its body is complete a logged 499.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -27,6 +28,7 @@ from .service import Service
 
 MAX_BODY_BYTES = 1 << 20  # a prompt fills at most the context: a megabyte is far more than any needs
 CLIENT_GONE = 499  # the log's status for a request whose client went away (nginx's)
+BODY_TIMEOUT_S = 5.0  # a request body still incomplete after this is refused (408): it would hold its connection
 
 
 def create_app(service: Service) -> Starlette:
@@ -92,6 +94,11 @@ async def completions(request: Request) -> Response:
         completion = parse_completion(await _json(request), service.info)
     except RequestError as exc:
         return _refuse(service, exc, arrived)
+    except ClientDisconnect:  # nobody to answer: one line in the log, no traceback
+        _refuse(
+            service, RequestError("the client went away before its request body was complete", CLIENT_GONE), arrived
+        )
+        return Response(status_code=CLIENT_GONE)
     job = Job(completion, asyncio.get_running_loop())
     try:
         service.pool.submit(job)
@@ -125,7 +132,10 @@ async def _json(request: Request) -> object:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
-    body = await request.body()
+    try:
+        body = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
+    except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11; distinct on 3.10
+        raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", 408) from None
     if len(body) > MAX_BODY_BYTES:
         raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
     if not body.strip():
@@ -134,6 +144,8 @@ async def _json(request: Request) -> object:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"malformed JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses once per level: [[[[...]]]] a hundred thousand deep
+        raise RequestError("malformed JSON: nested too deeply") from None
 
 
 async def _cancel_on_disconnect(request: Request, job: Job) -> None:
@@ -181,6 +193,7 @@ class _EventStream(StreamingResponse):
     def __init__(self, service: Service, job: Job, first: JobToken | JobEnd) -> None:
         self.service, self.job, self.first = service, job, first
         self.status = CLIENT_GONE  # until the last event is sent
+        self.sent = 0  # token chunks handed to the connection
         super().__init__(
             self._events(),
             media_type="text/event-stream",
@@ -192,7 +205,11 @@ class _EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.job.cancel()
-            _log(self.service, self.job, self.status, stream=True)
+            if self.status == CLIENT_GONE and self.sent >= self.job.request.max_tokens:
+                # gone before [DONE] but after every token it asked for: it was served
+                _log(self.service, self.job, 200, stream=True, finish="length")
+            else:
+                _log(self.service, self.job, self.status, stream=True)
 
     async def _events(self):
         job, service = self.job, self.service
@@ -202,6 +219,7 @@ class _EventStream(StreamingResponse):
         while isinstance(item, JobToken):
             ids = [item.token_id] if request.token_ids else None
             yield _event(chunk_body(job.id, name, created, detokenizer.push(item.token_id), ids, None))
+            self.sent += 1  # resumed: the chunk went out
             item = await job.next()
         if item.status != 200:  # the status line went out with the first token: the error goes in the stream
             self.status = item.status
@@ -238,6 +256,8 @@ def _refuse(service: Service, exc: RequestError, arrived: int, headers: dict | N
     service.record(
         RequestLogEntry(stamp(), exc.status, "-", 0, None, (time.perf_counter_ns() - arrived) / 1e6, error=exc.message)
     )
+    if exc.status == 408:  # the rest of the body may still come: not on this connection
+        headers = {**(headers or {}), "Connection": "close"}
     return JSONResponse(exc.body(), exc.status, headers=headers)
 
 
@@ -248,7 +268,7 @@ def _failed(service: Service, job: Job, end: JobEnd) -> Response:
     return JSONResponse(error_body(end.error, end.status, kind=kind), end.status, headers=headers)
 
 
-def _log(service: Service, job: Job, status: int, stream: bool = False, error: str = "") -> None:
+def _log(service: Service, job: Job, status: int, stream: bool = False, error: str = "", finish: str = "") -> None:
     end = job.end
     ttft = (job.token_ns[0] - job.arrived_ns) / 1e6 if job.token_ns else None
     service.record(
@@ -260,7 +280,7 @@ def _log(service: Service, job: Job, status: int, stream: bool = False, error: s
             ttft,
             (time.perf_counter_ns() - job.arrived_ns) / 1e6,
             stream,
-            end.finish_reason if end is not None else "abort",
+            finish or (end.finish_reason if end is not None else "abort"),
             error or (end.error if end else ""),
         )
     )

@@ -152,7 +152,7 @@ def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
             str(exc).replace("top-p", "top_p").replace("top-k", "top_k"), param=_param_of(str(exc))
         ) from None
     if sampling.is_greedy:
-        sampling = SamplingParams()  # temperature 0: argmax, whatever the other settings say
+        sampling = SamplingParams()  # temperature below GREEDY_BELOW (0 too): argmax, whatever the others say
     options = body.get("stream_options")
     if options is not None and not (isinstance(options, dict) and set(options) <= {"include_usage"}):
         raise RequestError("stream_options must be an object with at most include_usage", param="stream_options")

@@ -198,6 +198,8 @@ class StreamResult:
     started_ns: int
     token_ns: tuple[int, ...]
     error: str = ""  # one failing request is recorded, the others go on
+    ended_ns: int = 0  # when the request ended: after its last token (the stream's end), or its error
+    token_steps: tuple[int | None, ...] = ()  # each token's step (StampedToken.step): a server's event
 
 
 @message

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..engine import Engine, ServerEngine
+from ..engine import Engine, ServerEngine, StampedToken
 from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
 from ..errors import one_line
 from ..sampling import Sampler
@@ -31,10 +31,14 @@ class _Stream:
         self.index = index
         self.started_ns = 0
         self.stamps: list[int] = []
+        self.steps: list[int | None] = []
         self.error = ""
+        self.ended_ns = 0
 
     def result(self) -> StreamResult:
-        return StreamResult(self.index, self.started_ns, tuple(self.stamps), self.error)
+        return StreamResult(
+            self.index, self.started_ns, tuple(self.stamps), self.error, self.ended_ns, tuple(self.steps)
+        )
 
 
 def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadRequest, vocab_size: int) -> None:
@@ -52,10 +56,16 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadReque
         go.wait()
         stream.started_ns = time.perf_counter_ns()
         try:
-            for _token in engine.stream(ids, request.new_tokens, sampler, cancel):
-                stream.stamps.append(time.perf_counter_ns())
+            for token in engine.stream(ids, request.new_tokens, sampler, cancel):
+                now = time.perf_counter_ns()
+                if isinstance(token, StampedToken):  # when its event arrived: never before the previous, nor after now
+                    now = min(max(token.made_ns, stream.stamps[-1] if stream.stamps else 0), now)
+                stream.stamps.append(now)
+                stream.steps.append(token.step if isinstance(token, StampedToken) else None)
         except Exception as exc:  # noqa: BLE001 - one failing request must not lose the others
             stream.error = one_line(exc)
+        finally:
+            stream.ended_ns = time.perf_counter_ns()
 
     threads = [threading.Thread(target=run, args=(s,), name=f"load-{s.index}", daemon=True) for s in streams]
     for thread in threads:

@@ -112,6 +112,19 @@ class Histogram:
             lower, below = upper, cumulative
         return lower
 
+    def bucket(self, q: float) -> tuple[float, float] | None:
+        """The bounds (lower, upper] of the bucket the q-quantile's rank falls in: what the histogram
+        knows of it (upper is inf above the last finite bound; None when empty)."""
+        if self.count <= 0 or not self.buckets:
+            return None
+        rank = q * self.count
+        lower = 0.0
+        for upper, cumulative in self.buckets:
+            if cumulative >= rank:
+                return lower, upper
+            lower = upper
+        return lower, math.inf
+
 
 def samples(text: str) -> dict[str, list[tuple[str, float]]]:
     """Every sample of a Prometheus text page: name -> [(labels, value)]."""
