@@ -132,14 +132,20 @@ def _slow_spec(name: str = "slow", decode_s: float = 0.05, **kwargs):
     return fake_engines.spec(name, decode_s=decode_s, **kwargs)
 
 
+def _stream_request(port: int, max_tokens: int) -> socket.socket:
+    """A raw socket that has sent one streamed greedy completion request (the test reads and hangs up)."""
+    sock = socket.create_connection((HOST, port))
+    body = json.dumps({"prompt": "hi", "max_tokens": max_tokens, "stream": True, **GREEDY}).encode()
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    return sock
+
+
 def test_a_client_that_goes_away_cancels_its_generation(tiny_model):
     with served(_slow_spec(), tiny_model) as server:
-        sock = socket.create_connection((HOST, server.port))
-        body = json.dumps({"prompt": "hi", "max_tokens": 1000, "stream": True, **GREEDY}).encode()
-        sock.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-        )
+        sock = _stream_request(server.port, 1000)
         received = b""
         while b"data:" not in received:
             received += sock.recv(4096)
@@ -221,12 +227,7 @@ def test_a_client_that_read_every_token_and_left_before_done_was_served(tiny_mod
 
     monkeypatch.setattr(Job, "finish", late_finish)
     with served(_slow_spec(decode_s=0.01), tiny_model) as server:
-        sock = socket.create_connection((HOST, server.port))
-        body = json.dumps({"prompt": "hi", "max_tokens": 3, "stream": True, **GREEDY}).encode()
-        sock.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-        )
+        sock = _stream_request(server.port, 3)
         received = b""
         while received.count(b"data:") < 3:
             received += sock.recv(4096)
