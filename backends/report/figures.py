@@ -294,11 +294,9 @@ def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, envir
         "decode_vs_output",
     )
     lengths = sorted({r.new_tokens for r in data})
-    figure.limits = output_floor_curves(environment, runs, gb_s, shortest, lengths) or limits(
-        weight_bytes_by_backend(runs, environment),
-        gb_s,
-        "tok/s",
-        ((environment or {}).get("bandwidth") or {}).get("label", ""),
+    what = ((environment or {}).get("bandwidth") or {}).get("label", "")
+    figure.limits = output_floor_curves(environment, runs, gb_s, shortest, lengths, what) or limits(
+        weight_bytes_by_backend(runs, environment), gb_s, "tok/s", what
     )
     figure.note = _noted(
         "dashed: the most tokens/s memory bandwidth allows when every weight, and the KV cache as it grows, is "
@@ -311,11 +309,17 @@ def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, envir
 
 
 def output_floor_curves(
-    environment: dict | None, runs: Sequence[RunRecord], gb_s: float | None, prompt: int, lengths: list[int]
+    environment: dict | None,
+    runs: Sequence[RunRecord],
+    gb_s: float | None,
+    prompt: int,
+    lengths: list[int],
+    what: str = "",
 ) -> list[Limit]:
     """Decode's most tokens/s against output length n at a `prompt`-token prompt, per precision and
     KV cache size: bandwidth / (weights + KV bytes per position x (prompt + n / 2)), the mean read of
-    a run's decode steps (records.decode_bytes_per_token); [] without the engines' KV bytes."""
+    a run's decode steps (records.decode_bytes_per_token); [] without the engines' KV bytes. `what`:
+    the probe's label, on the first line (as `limits`)."""
     if not gb_s or gb_s <= 0 or not lengths:
         return []
     engines = (environment or {}).get("engines") or {}
@@ -327,12 +331,13 @@ def output_floor_curves(
             groups[key] = min(n_bytes, groups.get(key, n_bytes))
     several = len({dtype for dtype, _ in groups}) < len(groups)
     out = []
-    for (dtype, per_position), n_bytes in sorted(groups.items(), key=lambda kv_: -kv_[1]):
+    for index, ((dtype, per_position), n_bytes) in enumerate(sorted(groups.items(), key=lambda kv_: -kv_[1])):
         per_token = [decode_bytes_per_token(n_bytes, per_position, prompt, n) for n in lengths]
         values = [1e3 / limit_ms_per_token(n, gb_s) for n in per_token]
         cache = f", KV {per_position / 1e3:.0f} kB/position" if several and per_position else ""
         span = f"{values[0]:.3g} -> {values[-1]:.3g}" if len(values) > 1 else f"{values[0]:.3g}"
-        label = f"{dtype} limit{cache}: {span} tok/s at {gb_s:.0f} GB/s"
+        where = (f" ({what})" if what else f" at {gb_s:.0f} GB/s") if index == 0 else ""
+        label = f"{dtype} limit{cache}{where}: {span} tok/s"
         curve = len(values) > 1 and values[0] != values[-1]
         out.append(Limit(label, values[-1], [float(n) for n in lengths], values) if curve else Limit(label, values[0]))
     return out
