@@ -53,6 +53,14 @@ class StampedToken(int):
         return cls(int(token), time.perf_counter_ns(), step)
 
 
+def token_time(item: int, previous_ns: int, received_ns: int) -> tuple[int, int | None]:
+    """(time, step) of a token an engine's stream yielded, `received_ns` when the consumer got it: a
+    StampedToken's own time, never before the previous token's nor after it came; else its arrival."""
+    if isinstance(item, StampedToken):
+        return min(max(item.made_ns, previous_ns), received_ns), item.step
+    return received_ns, None
+
+
 @dataclass
 class EngineOptions:
     """Settings the user can give any engine; engines read what applies to them."""

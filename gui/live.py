@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
-from whistle_stop.backends.results.stats import decode_rate, run_metrics
+from whistle_stop.backends.results.stats import decode_rate, first_step_tokens, run_metrics
 from whistle_stop.backends.results.summary import is_measured
 from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
 from whistle_stop.backends.sources.prompts import prompt_text
@@ -63,10 +63,9 @@ class Trace:
     run_id: str
     start_ns: int
     total: int
-    # tokens its engine's first step made (a speculative first pass can make several: they come in the
-    # TTFT, and ms/token counts those after it, as the record does)
-    first_step_tokens: int = 1
-    first_step: int | None = None
+    # what its record says its engine's first step made (a replay); else its tokens' steps tell
+    recorded_first_step: int | None = None
+    steps: list[int | None] = field(default_factory=list)  # each token's engine step (Token.step)
     ids: GrowBuffer = field(default_factory=lambda: GrowBuffer(np.int64))
     stamps: GrowBuffer = field(default_factory=lambda: GrowBuffer(np.int64))
     texts: list[str] = field(default_factory=list)
@@ -80,12 +79,11 @@ class Trace:
             out[1:] = np.diff(stamps) / 1e6
         return out
 
-    def count_step(self, index: int, step: int | None) -> None:
-        """Note the engine's step of token `index` (StampedToken.step; None: one token per step)."""
-        if index == 0:
-            self.first_step = step
-        elif step is not None and step == self.first_step:
-            self.first_step_tokens = index + 1
+    @property
+    def first_step_tokens(self) -> int:
+        """Tokens its engine's first step made (a speculative first pass can make several: they come
+        in the TTFT, and ms/token counts those after it, as the record does)."""
+        return self.recorded_first_step or first_step_tokens(self.steps) or 1
 
     def seconds(self) -> np.ndarray:
         return (self.stamps.view() - self.start_ns) / 1e9
@@ -148,7 +146,7 @@ class LiveView:
         if isinstance(event, Token):
             trace = self.traces.get(name)
             if trace is not None and trace.run_id == event.run_id:
-                trace.count_step(event.index, event.step)
+                trace.steps.append(event.step)
                 ids, stamps, texts = self._pending.setdefault(name, ([], [], []))
                 ids.append(event.token_id)
                 stamps.append(event.t_ns)
@@ -202,7 +200,7 @@ class LiveView:
         if record is not None:
             self._multi_token[name] = record.multi_token_steps
             if record.multi_token_steps and record.decoded_tokens is not None:
-                trace.first_step_tokens = max(1, record.tokens_generated - record.decoded_tokens)
+                trace.recorded_first_step = max(1, record.tokens_generated - record.decoded_tokens)
         pane = self.grid.panes[name]
         pane.reset(self.prompt)
         earlier = "an earlier run failed · " if name in self._failed else ""

@@ -99,8 +99,7 @@ def test_a_streamed_speculative_run_counts_its_first_pass_as_its_record_does():
 
     stamps = burst_stamps(4, 9, 4, 40.0)
     trace = Trace("r", 0, 40)
-    for index in range(len(stamps)):
-        trace.count_step(index, index // 4)
+    trace.steps.extend(index // 4 for index in range(len(stamps)))
     assert trace.first_step_tokens == 4
     metrics = run_metrics(0, [int(t * MS) for t in stamps])
     per_token, tok_s = decode_rate(metrics, True, metrics.tokens - trace.first_step_tokens)
@@ -108,8 +107,7 @@ def test_a_streamed_speculative_run_counts_its_first_pass_as_its_record_does():
     assert per_token == pytest.approx(record.ms_per_token) and tok_s == pytest.approx(record.decode_tok_s)
 
     one_per_step = Trace("r", 0, 40)
-    for index in range(5):
-        one_per_step.count_step(index, None)
+    one_per_step.steps.extend([None] * 5)
     assert one_per_step.first_step_tokens == 1
 
 

@@ -8,7 +8,7 @@ from typing import Protocol, TypeVar
 
 from ..status import RunStatus
 from ..worker.events import Token
-from .stats import decode_rate, finite, ms_per_token, run_metrics
+from .stats import decode_rate, finite, first_step_tokens, ms_per_token, run_metrics
 
 
 class _OfAnEngine(Protocol):
@@ -189,11 +189,11 @@ def fill_metrics(
     record.decode_tok_s = finite(metrics.decode_tok_s)
     record.e2e_s = finite(metrics.e2e_s)
     record.decoded_tokens = max(0, metrics.tokens - 1)
-    steps = [t.step for t in tokens]
-    if None not in steps and len(set(steps)) < len(steps):  # the engine's steps made several (a server's chunks)
+    first_step = first_step_tokens([t.step for t in tokens])
+    if first_step is not None:  # the engine's steps made several (a server's chunks)
         record.multi_token_steps = True
         if decoded_tokens is None:
-            decoded_tokens = sum(step != steps[0] for step in steps)
+            decoded_tokens = metrics.tokens - first_step
     if record.multi_token_steps and decoded_tokens is not None:
         record.decoded_tokens = min(decoded_tokens, record.decoded_tokens)
         _, record.decode_tok_s = decode_rate(metrics, True, record.decoded_tokens)

@@ -54,6 +54,14 @@ def chunk_gaps_ms(token_ns: Sequence[int], steps: Sequence[int | None]) -> list[
     return (np.diff(np.asarray(arrivals, dtype=np.int64)) / 1e6).tolist()
 
 
+def first_step_tokens(steps: Sequence[int | None]) -> int | None:
+    """How many tokens a stream's first step made, where its steps show a step making several (a
+    server's event, a speculative pass); None where each token is its own step or a step is unknown."""
+    if not steps or None in steps or len(set(steps)) == len(steps):
+        return None
+    return sum(step == steps[0] for step in steps)
+
+
 def ms_per_token(
     itl_p50_ms: float | None,
     tpot_ms: float | None,

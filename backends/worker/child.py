@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import Engine, EngineOptions, ServerEngine, StampedToken
+from ..engine import Engine, EngineOptions, ServerEngine, token_time
 from ..errors import one_line
 from ..registry import EngineSpec
 from ..sampling import Sampler
@@ -303,9 +303,7 @@ def _relay(
         except StopIteration:
             return
         received = time.perf_counter_ns()
-        token, stamp, step = int(item), received, None
-        if isinstance(item, StampedToken):  # never before the previous token, nor after it came
-            stamp, step = min(max(item.made_ns, previous), received), item.step
+        token, (stamp, step) = int(item), token_time(item, previous, received)
         harness = resumed - outside
         yield Token(request.run_id, index, token, detokenizer.push(token), stamp, None, harness, step)
         outside, previous = received, stamp

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..engine import Engine, ServerEngine, StampedToken
+from ..engine import Engine, ServerEngine, token_time
 from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
 from ..errors import one_line
 from ..sampling import Sampler
@@ -57,11 +57,10 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadReque
         stream.started_ns = time.perf_counter_ns()
         try:
             for token in engine.stream(ids, request.new_tokens, sampler, cancel):
-                now = time.perf_counter_ns()
-                if isinstance(token, StampedToken):  # when its event arrived: never before the previous, nor after now
-                    now = min(max(token.made_ns, stream.stamps[-1] if stream.stamps else 0), now)
-                stream.stamps.append(now)
-                stream.steps.append(token.step if isinstance(token, StampedToken) else None)
+                previous = stream.stamps[-1] if stream.stamps else stream.started_ns
+                stamp, step = token_time(token, previous, time.perf_counter_ns())  # a server event's arrival
+                stream.stamps.append(stamp)
+                stream.steps.append(step)
         except Exception as exc:  # noqa: BLE001 - one failing request must not lose the others
             stream.error = one_line(exc)
         finally:

@@ -99,31 +99,32 @@ class Histogram:
 
     def quantile(self, q: float) -> float:
         """Prometheus's histogram_quantile: linear inside the bucket the rank falls in (nan when empty)."""
-        if self.count <= 0 or not self.buckets:
+        found = self._find(q)
+        if found is None:
             return math.nan
-        rank = q * self.count
-        lower, below = 0.0, 0.0
-        for upper, cumulative in self.buckets:
-            if cumulative >= rank:
-                if math.isinf(upper):
-                    return lower  # above the last finite bound: its bound is all that is known
-                inside = cumulative - below
-                return lower + (upper - lower) * ((rank - below) / inside if inside > 0 else 1.0)
-            lower, below = upper, cumulative
-        return lower
+        (lower, upper), below, inside, rank = found
+        if math.isinf(upper):
+            return lower  # above the last finite bound: its bound is all that is known
+        return lower + (upper - lower) * ((rank - below) / inside if inside > 0 else 1.0)
 
     def bucket(self, q: float) -> tuple[float, float] | None:
         """The bounds (lower, upper] of the bucket the q-quantile's rank falls in: what the histogram
         knows of it (upper is inf above the last finite bound; None when empty)."""
+        found = self._find(q)
+        return None if found is None else found[0]
+
+    def _find(self, q: float) -> tuple[tuple[float, float], float, float, float] | None:
+        """((lower, upper], the count below it, the count inside it, the rank) of the bucket the
+        q-quantile's rank falls in; None when empty."""
         if self.count <= 0 or not self.buckets:
             return None
         rank = q * self.count
-        lower = 0.0
+        lower, below = 0.0, 0.0
         for upper, cumulative in self.buckets:
             if cumulative >= rank:
-                return lower, upper
-            lower = upper
-        return lower, math.inf
+                return (lower, upper), below, cumulative - below, rank
+            lower, below = upper, cumulative
+        return (lower, math.inf), below, 0.0, rank
 
 
 def samples(text: str) -> dict[str, list[tuple[str, float]]]:
