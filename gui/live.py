@@ -80,6 +80,11 @@ class Trace:
         return out
 
     @property
+    def steps_make_several(self) -> bool:
+        """Whether its tokens' steps show a step making several (a server's event, a speculative pass)."""
+        return first_step_tokens(self.steps) is not None
+
+    @property
     def first_step_tokens(self) -> int:
         """Tokens its engine's first step made (a speculative first pass can make several: they come
         in the TTFT, and ms/token counts those after it, as the record does)."""
@@ -231,7 +236,8 @@ class LiveView:
         pane = self.grid.panes[name]
         pane.append(texts)
         metrics = run_metrics(trace.start_ns, trace.stamps.view().tolist())
-        multi = self._multi_token.get(name, False)
+        # as the record will: the engine said so at load, or its steps show it (a server's events)
+        multi = self._multi_token.get(name, False) or trace.steps_make_several
         per_token, tok_s = decode_rate(metrics, multi, metrics.tokens - trace.first_step_tokens)
         pane.set_status(status_line(metrics.ttft_ms, per_token, tok_s, metrics.tokens, trace.total))
         pane.set_progress(metrics.tokens, max(1, trace.total))

@@ -146,3 +146,25 @@ def test_the_histogram_says_what_lies_off_its_axis(qtbot):
     assert counts.sum() == gaps.size - int(title.split("·")[1].split()[0])  # none piled into the last bin
     chart.set_data({"a": np.full(10, 10.0)})
     assert chart.plotItem.titleLabel.text == HistogramChart.TITLE
+
+
+def test_a_server_streaming_several_tokens_an_event_reads_per_decoded_token_while_it_streams(window):
+    """`remote` says nothing at load about its steps; its tokens' steps (one per server event) do:
+    the live line times it per decoded token as its record will (4 tokens every 40 ms: 10 ms/token),
+    never by the ~0 gap inside an event."""
+    from whistle_stop.backends.sampling import SamplingParams
+    from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunRequest, RunStarted, Token
+
+    window.view.show_engines(["remote"])
+    window.live.begin("prompt", "remote", True, 1)
+    stamps = burst_stamps(4, 9, 4, 40.0)
+    batch = [
+        BackendEvent("remote", RunRequest("remote/r1", (1, 2), 40, SamplingParams()), RunContext(1, False)),
+        BackendEvent("remote", RunStarted("remote/r1", 0)),
+    ]
+    batch += [
+        BackendEvent("remote", Token("remote/r1", i, 100 + i, "x", int(t * MS) + i, step=i // 4))
+        for i, t in enumerate(stamps)
+    ]
+    window.live.apply(batch)
+    assert "10.00 ms/token" in window.grid.panes["remote"].status.text()
