@@ -3,7 +3,8 @@
 Engines, model and generation settings come from the setup panel; the grid, the output folder
 and the run controls are here. A `SweepSession` runs in a thread (the tab's job controller); after each cell
 it writes the folder, so running again into the same folder continues where a cancel stopped.
-The three sweep plots are `whistle_stop.backends.report.figures` drawn with `whistle_stop.backends.report.plots.draw`.
+The three sweep plots are `whistle_stop.backends.report.sweep_figures`, drawn with
+`whistle_stop.backends.report.plots.draw`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.report import figures
+from whistle_stop.backends.report.sweep_figures import sweep_figures
 from whistle_stop.backends.results.export import RUNS_CSV
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.sweep import CellDone, CellStarted, SweepGrid, SweepNote, SweepPlan, SweepSession
@@ -375,14 +376,7 @@ class SweepTab(QWidget):
         if bandwidth is None and self._plan is not None:
             bandwidth = self._plan.previous_bandwidth
         gb_s = (bandwidth or {}).get("gb_s")
-        self.figures.show_figures(
-            [
-                figures.ttft_vs_prompt(self.runs, gb_s, environment),
-                figures.decode_vs_output(self.runs, gb_s, environment),
-                figures.itl_vs_position(self.runs, self.tokens, gb_s, environment),
-            ],
-            self._colours,
-        )
+        self.figures.show_figures(sweep_figures(self.runs, self.tokens, environment, gb_s), self._colours)
 
     def results_folder(self) -> Path | None:
         """The folder of the last sweep, if it holds records (for reports)."""

@@ -127,7 +127,7 @@ def test_a_sized_probe_reads_that_many_bytes_and_leaves_the_cached_figure(monkey
 
 
 def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
-    from whistle_stop.backends.report import figures
+    from whistle_stop.backends.report import sweep_figures
 
     runs = [_record(prompt_tokens=4)]
     runs[0].decode_tok_s, runs[0].bandwidth_gb_s, runs[0].new_tokens = 100.0, 0.1, 3
@@ -139,7 +139,7 @@ def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
         },
         "engines": {"e": {"dtype": "fp32", "weight_bytes_per_token": 1_000_000}},
     }
-    figure = figures.decode_vs_output(runs, 10.0, environment)
+    figure = sweep_figures.decode_vs_output(runs, 10.0, environment)
     assert "sgemv over a 1074 MB" in figure.limits[0].label
     assert "limit: sgemv" in figure.note and "weights of e fit in the last-level cache" in figure.note
     # weights a few times the cache but a quarter of the probe's bytes or less: said to be able to beat it
@@ -148,14 +148,14 @@ def test_plots_name_the_limit_and_the_engines_it_does_not_bound():
         "e": {"dtype": "int4", "weight_bytes_per_token": 85_000_000},
         "big": {"dtype": "fp32", "weight_bytes_per_token": 500_000_000},
     }
-    note = figures.decode_vs_output(runs, 10.0, environment).note
+    note = sweep_figures.decode_vs_output(runs, 10.0, environment).note
     assert "e reads under a quarter of the probe's 1074 MB per token" in note and "so it can beat this limit" in note
     assert "big" not in note and "last-level" not in note
     # an engine on a GPU: no host limit line stands for it, and the note says why
     gpu_run = _record(prompt_tokens=4)
     gpu_run.backend, gpu_run.device, gpu_run.dtype = "g", "cuda", "bf16"
     environment["engines"]["g"] = {"dtype": "bf16", "weight_bytes_per_token": 250_000_000}
-    figure = figures.decode_vs_output([*runs, gpu_run], 10.0, environment)
+    figure = sweep_figures.decode_vs_output([*runs, gpu_run], 10.0, environment)
     assert not any(limit.label.startswith("bf16") for limit in figure.limits)
     assert "g runs on a GPU" in figure.note and "no host limit line bounds them" in figure.note
 

@@ -6,6 +6,7 @@ import pytest
 
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.report import figures as fg
+from whistle_stop.backends.report import sweep_figures as sf
 from whistle_stop.backends.report.html import build_report, environment_differences
 from whistle_stop.backends.results import bandwidth as bw
 from whistle_stop.backends.results.export import write_csv, write_results
@@ -65,19 +66,19 @@ def _records():
 
 def test_sweep_figures_hold_medians_intervals_and_limits():
     runs, tokens = _records()
-    ttft = fg.ttft_vs_prompt(runs, gb_s=10.0)
+    ttft = sf.ttft_vs_prompt(runs, gb_s=10.0)
     hf = next(s for s in ttft.series if s.name == "hf")
     assert hf.x == [16.0, 64.0] and hf.y == pytest.approx([16.0, 64.0])  # pooled over output lengths
     assert all(e > 0 for e in hf.err)
     # One dashed line per precision: bytes / bandwidth, in ms (and tokens/s for decode).
     assert sorted(line.value for line in ttft.limits) == pytest.approx([10.0, 40.0])
-    decode = fg.decode_vs_output(runs, gb_s=10.0)
+    decode = sf.decode_vs_output(runs, gb_s=10.0)
     assert "16-token prompt" in decode.title
     assert sorted(line.value for line in decode.limits) == pytest.approx([25.0, 100.0])
-    position = fg.itl_vs_position(runs, tokens, gb_s=10.0, bins=8)
+    position = sf.itl_vs_position(runs, tokens, gb_s=10.0, bins=8)
     int8 = next(s for s in position.series if s.name == "hf-int8")
     assert int8.x == sorted(int8.x) and len(int8.x) > 3 and min(int8.y) >= 10.0
-    assert fg.itl_vs_position(runs, [], gb_s=None).empty
+    assert sf.itl_vs_position(runs, [], gb_s=None).empty
 
 
 def test_the_position_chart_draws_decode_s_floor_growing_with_the_kv_cache():
@@ -90,14 +91,14 @@ def test_the_position_chart_draws_decode_s_floor_growing_with_the_kv_cache():
             "hf-int8": {"dtype": "int8", "weight_bytes_per_token": 1e8, "kv_bytes_per_position": 1e5},
         }
     }
-    figure = fg.itl_vs_position(runs, tokens, gb_s=10.0, environment=environment)
+    figure = sf.itl_vs_position(runs, tokens, gb_s=10.0, environment=environment)
     last = max(run.prompt_tokens + index for run in runs for index in range(run.new_tokens)) + 1
     fp32, int8 = sorted(figure.limits, key=lambda limit: -limit.y[0])
     assert fp32.x == [0.0, float(last)] and fp32.y == pytest.approx([40.0, (4e8 + 1e5 * last) / 1e7])
     assert int8.y == pytest.approx([10.0, (1e8 + 1e5 * last) / 1e7]) and "int8 floor" in int8.label
     assert "KV cache up to that position" in figure.note
     environment["engines"]["hf"] = {"dtype": "int8", "weight_bytes_per_token": 1e8, "kv_bytes_per_position": 2.5e4}
-    two = fg.itl_vs_position(runs, tokens, gb_s=10.0, environment=environment).limits
+    two = sf.itl_vs_position(runs, tokens, gb_s=10.0, environment=environment).limits
     assert len(two) == 2 and {"KV 100 kB/position", "KV 25 kB/position"} <= {
         label.split(", ")[1].split(":")[0] for label in (limit.label for limit in two)
     }
@@ -119,12 +120,12 @@ def test_the_position_chart_gives_a_speculative_engine_its_time_per_decoded_toke
     fill_metrics(record, 0, events, 1_000_000, decoded_tokens=40)
     assert record.ms_per_token == pytest.approx(5.0)
     tokens = token_records("spec/r1", "spec", 1, False, 0, events)
-    (series,) = fg.itl_vs_position([record], tokens, bins=5).series
+    (series,) = sf.itl_vs_position([record], tokens, bins=5).series
     assert series.y == pytest.approx([5.0] * len(series.y)) and len(series.y) >= 4
     assert min(series.x) >= 16 + 3 and max(series.x) <= 16 + 42  # positions of its decoded tokens
     for t in tokens:
         t.step = None
-    (older,) = fg.itl_vs_position([record], tokens, bins=5).series
+    (older,) = sf.itl_vs_position([record], tokens, bins=5).series
     assert min(older.y) > 2.0
 
 
@@ -138,7 +139,7 @@ def test_the_decode_speed_limit_counts_the_kv_cache_a_run_reads():
             "hf-int8": {"dtype": "int8", "weight_bytes_per_token": 1e8, "kv_bytes_per_position": 1e5},
         }
     }
-    figure = fg.decode_vs_output(runs, gb_s=10.0, environment=environment)
+    figure = sf.decode_vs_output(runs, gb_s=10.0, environment=environment)
     lengths = sorted({r.new_tokens for r in runs})
     int8 = next(limit for limit in figure.limits if limit.label.startswith("int8"))
     assert int8.x == [float(n) for n in lengths]
@@ -171,9 +172,9 @@ def test_plots_render_offscreen_to_pngs_of_the_right_size(tmp_path):
         "prefill_roofline": [{"arithmetic": "fp32", "peak_gops": 9.0, "isa": "x", "points": [[1, 1.0], [64, 9.0]]}]
     }
     figures = [
-        fg.ttft_vs_prompt(runs, 10.0),
-        fg.ttft_vs_prompt(runs, 10.0, roofline),
-        fg.itl_vs_position(runs, tokens, 10.0),
+        sf.ttft_vs_prompt(runs, 10.0),
+        sf.ttft_vs_prompt(runs, 10.0, roofline),
+        sf.itl_vs_position(runs, tokens, 10.0),
         fg.bench_bars(runs),
         fg.speed_vs_quality([{"backend": "hf", "decode_tok_s": 50.0, "perplexity": 30.0}]),
         fg.Figure("empty", "nothing", "x", "y"),
@@ -202,9 +203,9 @@ def test_ttft_over_a_doubling_grid_is_drawn_on_log_axes_with_its_bars_where_the_
     runs = [
         _run("hf", p, 8, r, (2.0 + p / 10) * jitter, 50) for p in lengths for r, jitter in ((1, 0.9), (2, 1), (3, 1.2))
     ]
-    figure = fg.ttft_vs_prompt(runs, gb_s=10.0)
+    figure = sf.ttft_vs_prompt(runs, gb_s=10.0)
     assert figure.log_axes and "both axes logarithmic" in figure.note
-    assert not fg.ttft_vs_prompt(_records()[0], gb_s=10.0).log_axes  # 16 and 64: linear
+    assert not sf.ttft_vs_prompt(_records()[0], gb_s=10.0).log_axes  # 16 and 64: linear
 
     plot = pg.PlotItem()
     draw(plot, figure)
@@ -223,7 +224,7 @@ def test_ttft_over_a_doubling_grid_is_drawn_on_log_axes_with_its_bars_where_the_
     low, high = plot.getViewBox().viewRange()[1]
     assert low < math.log10(min(series.y)) and high > math.log10(max(series.y))
 
-    draw(plot, fg.ttft_vs_prompt(_records()[0], gb_s=10.0))
+    draw(plot, sf.ttft_vs_prompt(_records()[0], gb_s=10.0))
     assert not plot.getAxis("bottom").logMode and plot.getAxis("bottom")._tickLevels is None
 
     tens, twos_fives = log_ticks(math.log10(3), math.log10(600))
@@ -243,17 +244,17 @@ def test_a_ttft_grid_says_why_it_has_no_decode_figures_instead_of_drawing_empty_
         for p in (1, 64, 1023)
         for r in (1, 2)
     ]
-    figures = [fg.ttft_vs_prompt(runs, 10.0), fg.decode_vs_output(runs, 10.0), fg.itl_vs_position(runs, [], 10.0)]
+    figures = [sf.ttft_vs_prompt(runs, 10.0), sf.decode_vs_output(runs, 10.0), sf.itl_vs_position(runs, [], 10.0)]
     shown, left_out = fg.with_data(figures)
     assert shown == figures[:1] and len(left_out) == 2
-    assert all(line.endswith(fg.ONE_TOKEN) for line in left_out)
-    assert fg.itl_vs_position(_records()[0], [], 10.0).empty_reason == "no data"  # decoding runs, no tokens read
+    assert all(line.endswith(sf.ONE_TOKEN) for line in left_out)
+    assert sf.itl_vs_position(_records()[0], [], 10.0).empty_reason == "no data"  # decoding runs, no tokens read
 
     ensure_qt_app()
     plot = pg.PlotItem()
     draw(plot, figures[1])
     texts = [item.textItem.toPlainText().replace("\n", " ") for item in plot.items if isinstance(item, pg.TextItem)]
-    assert texts == [fg.ONE_TOKEN] and not any(isinstance(item, pg.InfiniteLine) for item in plot.items)
+    assert texts == [sf.ONE_TOKEN] and not any(isinstance(item, pg.InfiniteLine) for item in plot.items)
     assert plot.getAxis("left")._tickLevels == [[]]  # no values on axes that have none
     (x_low, x_high), (y_low, y_high) = plot.getViewBox().viewRange()
     assert x_low < 0 < x_high and y_low < 0 < y_high  # the text's place, (0, 0), in view
@@ -261,7 +262,7 @@ def test_a_ttft_grid_says_why_it_has_no_decode_figures_instead_of_drawing_empty_
     write_results(tmp_path / "sweep", runs, [], {"sweep": {"completed": [[1, 1]]}})
     report = build_report([tmp_path / "sweep"], tmp_path / "out")
     page = report.read_text(encoding="utf-8")
-    assert page.count("<img") == 1 and f"Decode speed vs output length (1-token prompt): {fg.ONE_TOKEN}" in page
+    assert page.count("<img") == 1 and f"Decode speed vs output length (1-token prompt): {sf.ONE_TOKEN}" in page
     assert [p.name for p in (tmp_path / "out").glob("*.png")] == ["1-ttft_vs_prompt.png"]
 
 

@@ -175,7 +175,7 @@ def test_the_ttft_grid_draws_prefill_s_roofline(capsys, tmp_path, monkeypatch):
     """`sweep --grid ttft-vs-length`: prompts of 1 to 1,023 tokens with one new token each; the
     roofline per arithmetic (here fp32's, the fake engine's precision) kept in environment.json
     and drawn as a dashed curve on the TTFT chart."""
-    from whistle_stop.backends.report.figures import ttft_vs_prompt
+    from whistle_stop.backends.report.sweep_figures import ttft_vs_prompt
     from whistle_stop.backends.results.reader import load_results
     from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
     from whistle_stop.backends.runs.sweep_grid import GRIDS

@@ -28,7 +28,8 @@ from .main import EXIT_OK, EXIT_RUN_FAILED
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    from ..report.figures import decode_vs_output, itl_vs_position, ttft_vs_prompt, with_data
+    from ..report.figures import with_data
+    from ..report.sweep_figures import sweep_figures
     from ..runs.sweep import CellDone, CellStarted, SweepNote, SweepSession
 
     err = stderr_console()
@@ -71,14 +72,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         def render() -> list:
             from ..report.plots import render_all
 
-            gb_s = (result.environment.get("bandwidth") or {}).get("gb_s")
-            figures, left_out = with_data(
-                [
-                    ttft_vs_prompt(result.runs, gb_s, result.environment),
-                    decode_vs_output(result.runs, gb_s, result.environment),
-                    itl_vs_position(result.runs, result.tokens, gb_s, result.environment),
-                ]
-            )
+            figures, left_out = with_data(sweep_figures(result.runs, result.tokens, result.environment))
             for line in left_out:
                 err.print(f"not drawn: {line}")
             return render_all(figures, out)

@@ -1,4 +1,5 @@
-"""The data of every chart, Qt-free: sweeps, position, speed vs quality, comparisons, load.
+"""The data of every chart, Qt-free: what a figure is, its limit lines, bars, speed vs quality, the
+profile's breakdown, load. The charts against length and position are in sweep_figures.py.
 
 A `Figure` is plain data (series with interval error bars, dashed limit lines); `plots`
 draws it into a pyqtgraph PlotItem (the GUI's own widgets) or a PNG (reports). Values are
@@ -10,15 +11,13 @@ error bar, as in the tables: `err` reaches up to its high end, `err_low` down to
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..results.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
-from ..results.records import RunRecord, TokenRecord, decode_bytes_per_token, runs_of
-from ..results.roofline_curves import ENVIRONMENT_KEY as ROOFLINE_KEY
+from ..results.records import RunRecord, runs_of
 from ..results.stats import Summary, summarize
 from ..results.summary import interval_levels, is_measured
 
@@ -89,14 +88,6 @@ def with_data(figures: Iterable[Figure]) -> tuple[list[Figure], list[str]]:
     return shown, [f"{f.title}: {f.empty_reason}" for f in figures if f.empty]
 
 
-ONE_TOKEN = "no decode to show: every run made one token (a TTFT grid)"
-
-
-def why_empty(runs: Sequence[RunRecord]) -> str:
-    """What a decode figure with nothing to draw says: why, where the runs tell."""
-    return ONE_TOKEN if runs and all(r.new_tokens <= 1 for r in runs) else "no data"
-
-
 def measured(runs: Iterable[RunRecord]) -> list[RunRecord]:
     return [r for r in runs if is_measured(r)]
 
@@ -113,7 +104,8 @@ def _down(summary: Summary) -> float:
     return summary.median - summary.median_ci_low
 
 
-def _add(series: Series, x: float, summary: Summary) -> None:
+def add_point(series: Series, x: float, summary: Summary) -> None:
+    """A point at `x`: the median, its interval as error bars, its count."""
     series.x.append(float(x))
     series.y.append(summary.median)
     series.err.append(_up(summary))
@@ -121,7 +113,8 @@ def _add(series: Series, x: float, summary: Summary) -> None:
     series.n.append(summary.n)
 
 
-def _backends(runs: Sequence[RunRecord]) -> list[str]:
+def engines_of(runs: Sequence[RunRecord]) -> list[str]:
+    """The engines of these runs, in their order."""
     return list(dict.fromkeys(r.backend for r in runs))
 
 
@@ -134,7 +127,7 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
     for name, info in ((environment or {}).get("engines") or {}).items():
         if info.get("weight_bytes_per_token"):
             out[name] = (info.get("dtype", ""), float(info["weight_bytes_per_token"]))
-    for name in _backends(runs):
+    for name in engines_of(runs):
         if name in out:
             continue
         # a speculative engine's GB/s is what target and draft read per decoded token, not its weights
@@ -143,11 +136,11 @@ def weight_bytes_by_backend(runs: Sequence[RunRecord], environment: dict | None 
         if ratios:
             dtype = next((r.dtype for r in mine if r.dtype), "")
             out[name] = (dtype, sorted(ratios)[len(ratios) // 2])
-    gpu = gpu_backends(runs)
+    gpu = gpuengines_of(runs)
     return {name: weights for name, weights in out.items() if name not in gpu}
 
 
-def gpu_backends(runs: Sequence[RunRecord]) -> set[str]:
+def gpuengines_of(runs: Sequence[RunRecord]) -> set[str]:
     """The engines whose runs ran on a CUDA device."""
     return {r.backend for r in runs if on_gpu(r.device or "")}
 
@@ -194,7 +187,7 @@ def limit_note(runs: Sequence[RunRecord], environment: dict | None) -> str:
             f"{probe_bytes / 1e6:.0f} MB per token: caches keep part of a smaller working set, so "
             f"{'it' if one else 'they'} can beat this limit (`profile` probes each engine at its own size)"
         )
-    gpu = sorted(gpu_backends(runs))
+    gpu = sorted(gpuengines_of(runs))
     if gpu:
         parts.append(
             f"{', '.join(gpu)} run{'s' if len(gpu) == 1 else ''} on a GPU, "
@@ -204,250 +197,10 @@ def limit_note(runs: Sequence[RunRecord], environment: dict | None) -> str:
     return "; ".join(parts)
 
 
-def _noted(note: str, runs: Sequence[RunRecord], environment: dict | None) -> str:
+def with_limit_note(note: str, runs: Sequence[RunRecord], environment: dict | None) -> str:
+    """A figure's caption with what its limit lines stand on and whom they do not bound."""
     extra = limit_note(runs, environment)
     return f"{note} ({extra})" if extra else note
-
-
-def _by_axis(
-    runs: Sequence[RunRecord], axis: str, metric: str, title: str, x_label: str, y_label: str, name: str
-) -> Figure:
-    figure = Figure(name, title, x_label, y_label)
-    for backend in _backends(runs):
-        groups: dict[int, list[float]] = defaultdict(list)
-        for r in runs_of(runs, backend):
-            groups[getattr(r, axis)].append(getattr(r, metric))
-        series = Series(backend, [], [])
-        for x in sorted(groups):
-            s = summarize(groups[x])
-            if s.n:
-                _add(series, x, s)
-        figure.series.append(series)
-    return figure
-
-
-LOG_SPAN = 16  # prompt lengths this many times apart or more are drawn on log axes (the sweep's 1..1,024)
-
-
-def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environment: dict | None = None) -> Figure:
-    """TTFT by prompt length (pooled over output lengths: the first token does not depend on them)."""
-    data = measured(runs)
-    figure = _by_axis(
-        data,
-        "prompt_tokens",
-        "ttft_ms",
-        "Time to first token vs prompt length",
-        "prompt tokens",
-        "TTFT (ms)",
-        "ttft_vs_prompt",
-    )
-    lengths = [x for s in figure.series for x in s.x]
-    figure.log_axes = bool(lengths) and min(lengths) > 0 and max(lengths) >= LOG_SPAN * min(lengths)
-    scale = "; both axes logarithmic" if figure.log_axes else ""
-    figure.limits = roofline_limits(environment)
-    if figure.limits:
-        figure.note = _noted(
-            "dashed: prefill's roofline per arithmetic, the larger of the prompt's FLOPs over the CPU's peak "
-            f"for it (the instructions named) and its bytes over the measured bandwidth{scale}",
-            runs,
-            environment,
-        )
-        return figure
-    figure.limits = limits(
-        weight_bytes_by_backend(runs, environment),
-        gb_s,
-        "ms",
-        ((environment or {}).get("bandwidth") or {}).get("label", ""),
-    )
-    figure.note = _noted(
-        f"dashed: one read of the weights at the measured bandwidth (a floor for prefill){scale}", runs, environment
-    )
-    return figure
-
-
-def roofline_limits(environment: dict | None) -> list[Limit]:
-    """The sweep's prefill rooflines (environment.json's, results/roofline_curves.py) as dashed curves."""
-    out = []
-    for curve in (environment or {}).get(ROOFLINE_KEY) or []:
-        points = curve.get("points") or []
-        if not points:
-            continue
-        held = curve.get("peak_arithmetic") or curve["arithmetic"]
-        peak = f"{held} peak {curve.get('peak_gops', 0):.0f} G/s, {curve.get('isa', '')}"
-        label = f"{curve['arithmetic']} roofline ({peak})"
-        out.append(Limit(label, float(points[-1][1]), [float(p[0]) for p in points], [float(p[1]) for p in points]))
-    return out
-
-
-def decode_vs_output(runs: Sequence[RunRecord], gb_s: float | None = None, environment: dict | None = None) -> Figure:
-    """Decode tokens/s by output length, at the shortest prompt (longer prompts shift the curve)."""
-    data = measured(runs)
-    shortest = min((r.prompt_tokens for r in data), default=0)
-    data = [r for r in data if r.prompt_tokens == shortest]
-    figure = _by_axis(
-        data,
-        "new_tokens",
-        "decode_tok_s",
-        f"Decode speed vs output length ({shortest}-token prompt)",
-        "new tokens",
-        "decode tokens/s",
-        "decode_vs_output",
-    )
-    lengths = sorted({r.new_tokens for r in data})
-    what = ((environment or {}).get("bandwidth") or {}).get("label", "")
-    figure.limits = output_floor_curves(environment, runs, gb_s, shortest, lengths, what) or limits(
-        weight_bytes_by_backend(runs, environment), gb_s, "tok/s", what
-    )
-    figure.note = _noted(
-        "dashed: the most tokens/s memory bandwidth allows when every weight, and the KV cache as it grows, is "
-        "read per token",
-        runs,
-        environment,
-    )
-    figure.empty_reason = why_empty(data)
-    return figure
-
-
-def output_floor_curves(
-    environment: dict | None,
-    runs: Sequence[RunRecord],
-    gb_s: float | None,
-    prompt: int,
-    lengths: list[int],
-    what: str = "",
-) -> list[Limit]:
-    """Decode's most tokens/s against output length n at a `prompt`-token prompt, per precision and
-    KV cache size: bandwidth / (weights + KV bytes per position x (prompt + n / 2)), the mean read of
-    a run's decode steps (records.decode_bytes_per_token); [] without the engines' KV bytes. `what`:
-    the probe's label, on the first line (as `limits`)."""
-    if not gb_s or gb_s <= 0 or not lengths:
-        return []
-    engines = (environment or {}).get("engines") or {}
-    kv = {name: float(info.get("kv_bytes_per_position") or 0) for name, info in engines.items()}
-    groups: dict[tuple[str, float], float] = {}
-    for name, (dtype, n_bytes) in weight_bytes_by_backend(runs, environment).items():
-        if name in kv:
-            key = (dtype or "?", kv[name])
-            groups[key] = min(n_bytes, groups.get(key, n_bytes))
-    several = len({dtype for dtype, _ in groups}) < len(groups)
-    out = []
-    for index, ((dtype, per_position), n_bytes) in enumerate(sorted(groups.items(), key=lambda kv_: -kv_[1])):
-        per_token = [decode_bytes_per_token(n_bytes, per_position, prompt, n) for n in lengths]
-        values = [1e3 / limit_ms_per_token(n, gb_s) for n in per_token]
-        cache = f", KV {per_position / 1e3:.0f} kB/position" if several and per_position else ""
-        span = f"{values[0]:.3g} -> {values[-1]:.3g}" if len(values) > 1 else f"{values[0]:.3g}"
-        where = (f" ({what})" if what else f" at {gb_s:.0f} GB/s") if index == 0 else ""
-        label = f"{dtype} limit{cache}{where}: {span} tok/s"
-        curve = len(values) > 1 and values[0] != values[-1]
-        out.append(Limit(label, values[-1], [float(n) for n in lengths], values) if curve else Limit(label, values[0]))
-    return out
-
-
-def itl_vs_position(
-    runs: Sequence[RunRecord],
-    tokens: Sequence[TokenRecord],
-    gb_s: float | None = None,
-    environment: dict | None = None,
-    bins: int = 48,
-) -> Figure:
-    """ms/token by position in the sequence (prompt + index): the KV cache grows as it goes.
-
-    Positions are binned; each run contributes its median ITL per bin (an engine whose steps make
-    several tokens, speculative decoding: its mean time per decoded token in the bin, each step's
-    time shared by the tokens it made, since its median gap falls inside a burst; the first step's
-    tokens are in the TTFT), and the bin's value is the median across runs with the median's
-    interval across them, drawn at the mean position of the bin's tokens."""
-    data = {r.run_id: r for r in measured(runs)}
-    costs = token_costs(data, tokens)
-    positions = {key: data[key[0]].prompt_tokens + key[1] for key in costs}
-    figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
-    figure.note = _noted(
-        "dashed: decode's floor per precision, one read of the weights and of the KV cache up to that position "
-        "per token at the measured bandwidth",
-        runs,
-        environment,
-    )
-    if not positions:
-        figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
-        figure.empty_reason = why_empty(list(data.values()))
-        return figure
-    last = max(positions.values())
-    figure.limits = floor_curves(environment, runs, gb_s, last + 1)
-    width = max(1, math.ceil((last + 1) / bins))
-    per_run: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    where: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for (run_id, index), ms in costs.items():
-        backend, b = data[run_id].backend, positions[(run_id, index)] // width
-        per_run[(backend, b)][run_id].append(ms)
-        where[(backend, b)].append(positions[(run_id, index)])
-    for backend in _backends(list(data.values())):
-        series = Series(backend, [], [])
-        for b in sorted(k[1] for k in per_run if k[0] == backend):
-            average = {run_id: _mean_or_median(data[run_id], v) for run_id, v in per_run[(backend, b)].items()}
-            _add(series, statistics.fmean(where[(backend, b)]), summarize(list(average.values())))
-        figure.series.append(series)
-    return figure
-
-
-def token_costs(runs: dict[str, RunRecord], tokens: Sequence[TokenRecord]) -> dict[tuple[str, int], float]:
-    """{(run_id, token_index): ms} for each decoded token of these runs: its gap; for an engine whose
-    steps make several tokens, its step's time (from the previous step's last token) shared evenly
-    by the step's tokens where the tokens say their step (else its gap: a burst's first token holds
-    it all), and nothing for the first step's tokens (in the TTFT)."""
-    by_run: dict[str, list[TokenRecord]] = defaultdict(list)
-    for t in tokens:
-        if t.run_id in runs:
-            by_run[t.run_id].append(t)
-    out: dict[tuple[str, int], float] = {}
-    for run_id, mine in by_run.items():
-        mine.sort(key=lambda t: t.token_index)
-        run = runs[run_id]
-        if not run.multi_token_steps:
-            out.update({(run_id, t.token_index): t.itl_ms for t in mine if t.itl_ms is not None})
-            continue
-        first = mine[0].step
-        if first is None or any(t.step is None for t in mine):
-            skip = run.tokens_generated - run.decoded_tokens if run.decoded_tokens is not None else 1
-            out.update({(run_id, t.token_index): t.itl_ms for t in mine[skip:] if t.itl_ms is not None})
-            continue
-        steps: dict[int, list[TokenRecord]] = defaultdict(list)
-        for t in mine:
-            steps[t.step].append(t)  # type: ignore[index]
-        previous_end = None
-        for step, made in steps.items():
-            if previous_end is not None and step != first:
-                share = (made[0].t_ms - previous_end) / len(made)
-                out.update({(run_id, t.token_index): share for t in made})
-            previous_end = made[-1].t_ms
-    return out
-
-
-def _mean_or_median(run: RunRecord, values: list[float]) -> float:
-    """A run's ms/token over some of its tokens: their median, or their mean where its steps make
-    several tokens (a burst's gaps are near zero but for its first)."""
-    return statistics.fmean(values) if run.multi_token_steps else statistics.median(values)
-
-
-def floor_curves(environment: dict | None, runs: Sequence[RunRecord], gb_s: float | None, last: int) -> list[Limit]:
-    """Decode's floor against position, per precision and KV cache size: (weights + KV bytes per
-    position x position) / bandwidth, a line from 0 to `last`. Without the KV bytes (an older
-    folder) the weights' horizontal line."""
-    if not gb_s or gb_s <= 0:
-        return []
-    engines = (environment or {}).get("engines") or {}
-    kv = {name: float(info.get("kv_bytes_per_position") or 0) for name, info in engines.items()}
-    groups: dict[tuple[str, float], float] = {}
-    for name, (dtype, n_bytes) in weight_bytes_by_backend(runs, environment).items():
-        key = (dtype or "?", kv.get(name, 0.0))
-        groups[key] = min(n_bytes, groups.get(key, n_bytes))
-    several = len({dtype for dtype, _ in groups}) < len(groups)  # one precision with two cache sizes
-    out = []
-    for (dtype, per_position), n_bytes in sorted(groups.items(), key=lambda kv_: -kv_[1]):
-        start, end = limit_ms_per_token(n_bytes, gb_s), limit_ms_per_token(n_bytes + per_position * last, gb_s)
-        cache = f", KV {per_position / 1e3:.0f} kB/position" if several and per_position else ""
-        label = f"{dtype} floor{cache}: {start:.3g} -> {end:.3g} ms at {gb_s:.0f} GB/s"
-        out.append(Limit(label, end, [0.0, float(last)], [start, end]) if per_position else Limit(label, start))
-    return out
 
 
 def speed_vs_quality(rows: Sequence[dict], random_weights: bool = False) -> Figure:
@@ -472,14 +225,14 @@ def bars(title: str, y_label: str, groups: dict[str, dict[str, Summary]], name: 
         for index, category in enumerate(categories):
             s = per.get(category)
             if s is not None and s.n:
-                _add(series, index, s)
+                add_point(series, index, s)
         figure.series.append(series)
     return figure
 
 
 def bench_bars(runs: Sequence[RunRecord], metric: str = "decode_tok_s", label: str = "this run") -> Figure:
     data = measured(runs)
-    per = {b: summarize([getattr(r, metric) for r in runs_of(data, b)]) for b in _backends(data)}
+    per = {b: summarize([getattr(r, metric) for r in runs_of(data, b)]) for b in engines_of(data)}
     titles = {"decode_tok_s": ("Decode speed", "decode tokens/s"), "ttft_ms": ("Time to first token", "TTFT (ms)")}
     title, y_label = titles.get(metric, (metric, metric))
     return bars(title, y_label, {label: per}, f"bench_{metric}")
@@ -489,7 +242,7 @@ def startup_bars(runs: Sequence[RunRecord]) -> Figure:
     """Stacked bars per engine: its cold start (spawn to first token, artefacts cached) and, on top,
     the one-time build its first run made (export, conversion, compile): neither hides the other."""
     data = [r for r in runs if r.cold_start_s is not None]
-    names = _backends(data)
+    names = engines_of(data)
     first = {b: runs_of(data, b)[0] for b in names}
     figure = Figure(
         "bench_startup",

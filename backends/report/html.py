@@ -51,6 +51,7 @@ from ..runs.quality import read_quality
 from ..storage.atomic import atomic_write, check_writable_dir
 from . import figures as fg
 from .environment_diff import environment_differences, flatten, split_differences  # noqa: F401 (re-exported)
+from .sweep_figures import itl_vs_position, sweep_figures
 from .verdict_html import verdict_html
 
 REPORT_HTML = "report.html"
@@ -122,11 +123,7 @@ def load_folder(folder: Path) -> FolderData:
 def folder_figures(data: FolderData) -> list[fg.Figure]:
     env, gb_s = data.environment, data.gb_s
     if data.kind == "sweep":
-        return [
-            fg.ttft_vs_prompt(data.runs, gb_s, env),
-            fg.decode_vs_output(data.runs, gb_s, env),
-            fg.itl_vs_position(data.runs, data.tokens, gb_s, env),
-        ]
+        return sweep_figures(data.runs, data.tokens, env, gb_s)
     out = []
     if data.kind == "profile":
         return [fg.profile_breakdown(data.profiles, "decode"), fg.profile_breakdown(data.profiles, "prefill")]
@@ -137,7 +134,7 @@ def folder_figures(data: FolderData) -> list[fg.Figure]:
             fg.bench_bars(data.runs, "decode_tok_s", data.label),
             fg.bench_bars(data.runs, "ttft_ms", data.label),
             fg.startup_bars(data.runs),
-            fg.itl_vs_position(data.runs, data.tokens, gb_s, env),
+            itl_vs_position(data.runs, data.tokens, gb_s, env),
         ]
     return out
 
