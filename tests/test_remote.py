@@ -236,7 +236,7 @@ def test_server_rejecting_extensions_gets_a_plain_request(tiny_model, prompt_ids
 
 
 def test_connection_refused_is_a_clear_error(tiny_model, prompt_ids):
-    from whistle_stop.backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_stream import RemoteError
 
     engine, _ = remote(f"http://127.0.0.1:{free_port()}/v1", tiny_model)
     with pytest.raises(RemoteError, match="connection refused"):
@@ -244,7 +244,7 @@ def test_connection_refused_is_a_clear_error(tiny_model, prompt_ids):
 
 
 def test_stalled_server_times_out(tiny_model, prompt_ids):
-    from whistle_stop.backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_stream import RemoteError
 
     with fake_server("stall") as (server, url):
         engine, _ = remote(url, tiny_model, timeout_s=0.5)
@@ -266,7 +266,7 @@ def test_cancel_while_the_server_stalls_returns(tiny_model, prompt_ids):
     "mode, message", [("garbage_sse", "malformed server-sent event"), ("garbage_http", "malformed HTTP response")]
 )
 def test_garbage_is_a_clear_error(tiny_model, prompt_ids, mode, message):
-    from whistle_stop.backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_stream import RemoteError
 
     with fake_server(mode) as (_, url):
         engine, _ = remote(url, tiny_model)
@@ -275,7 +275,7 @@ def test_garbage_is_a_clear_error(tiny_model, prompt_ids, mode, message):
 
 
 def test_http_error_carries_the_servers_message_without_the_key(tiny_model, prompt_ids, monkeypatch):
-    from whistle_stop.backends.engines.remote_engine import RemoteError
+    from whistle_stop.backends.engines.remote_stream import RemoteError
 
     monkeypatch.setenv(KEY_ENV, SECRET)
     with fake_server("error401") as (_, url):

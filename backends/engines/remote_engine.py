@@ -3,14 +3,14 @@
 Stdlib only. The prompt goes out as token ids, with `max_tokens = N` and the servers' own
 switches against stopping at end-of-text (vLLM: ignore_eos/min_tokens; llama.cpp: ignore_eos/
 n_predict). Tokens stream back over server-sent events and are yielded as they arrive, so the
-worker's timestamps are arrival times. A reader thread does the blocking network I/O (bounded
-by connect and read timeouts) while this thread waits on a queue and checks the cancel event;
-the API key (read from the environment variable the user names) is sent in a header and
-scrubbed from every error message.
+worker's timestamps are arrival times (each event's, stamped by the reader thread of
+remote_stream.py, which does the blocking network I/O, bounded by connect and read timeouts, while
+this thread waits on a queue and checks the cancel event); the API key (read from the environment
+variable the user names) is sent in a header and scrubbed from every error message.
 
 Prefix caching (vLLM, TGI, SGLang...) would serve every run after the warm-up from the cache and
 turn TTFT into one decode step. So every request is made uncacheable, by what the server's
-/v1/models names as the models' owner (asked once, at the first run): vLLM ("vllm") gets a fresh
+/v1/models names as the models' owner (asked once, at load): vLLM ("vllm") gets a fresh
 `cache_salt`; llama.cpp's servers ("llamacpp", llama-cpp-python's "me") get `cache_prompt: false`
 (their tokens stay comparable with the other engines'); `whistle-stop serve` ("whistle-stop") has
 no prefix cache, so its prompts go as they are; any other server (or one that rejects
@@ -23,11 +23,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import queue
 import secrets
-import socket
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from urllib.parse import urlsplit
 
@@ -40,14 +37,13 @@ from ..sources.model_files import ModelFiles
 from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
 from ..sources.tokenizer import decode, encode
 from .remote_options import RemoteOptions
+from .remote_stream import MAX_ERROR_BODY, Reader, Rejected, RemoteError
 from .server.metrics import ServerMetrics
 from .server.metrics import parse as parse_metrics
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins
-_POLL_S = 0.05  # how often the cancel event is checked while waiting for the server
 DRAIN_S = 2.0  # the most a finished run waits for the stream's end ([DONE]) after its last token
-_MAX_ERROR_BODY = 64 * 1024
 SALT_NOTE = "prefix caching defeated: a fresh cache_salt per request (vLLM)"
 NO_CACHE_NOTE = (
     "prefix caching: cache_prompt=false asked (llama.cpp's server honours it; "
@@ -80,10 +76,6 @@ def _extensions(new_tokens: int, params: SamplingParams, vocab_size: int) -> dic
         "min_p": 0.0,
         "top_k": params.top_k if params.top_k > 0 else vocab_size,
     }
-
-
-class RemoteError(RuntimeError):
-    """A remote run failed: refused, timed out, HTTP error, or a malformed stream."""
 
 
 class RemoteEngine(ServerEngine):
@@ -197,10 +189,10 @@ class RemoteEngine(ServerEngine):
         if self._server_kind is None:
             self._server_kind = self._server() or ""
         for _attempt in range(3):  # at most: as asked, without extensions, with a text prompt
-            reader = _Reader(self, self._body(ids, new_tokens, params))
+            reader = Reader(self, self._body(ids, new_tokens, params))
             try:
                 first = reader.next_event(cancel)
-            except _Rejected as exc:
+            except Rejected as exc:
                 reader.close()
                 if not self._fallback(exc, notes):
                     raise RemoteError(self.scrub(str(exc))) from None
@@ -276,7 +268,7 @@ class RemoteEngine(ServerEngine):
     def _server(self) -> str | None:
         """One GET of /v1/models: "vllm", "llamacpp" (either llama.cpp server), "whistle-stop", ""
         (unknown), or None (no answer)."""
-        body = self._get(self.path.rsplit("/completions", 1)[0] + "/models", _MAX_ERROR_BODY)
+        body = self._get(self.path.rsplit("/completions", 1)[0] + "/models", MAX_ERROR_BODY)
         if body is None:
             return None
         try:
@@ -290,7 +282,7 @@ class RemoteEngine(ServerEngine):
             return WHISTLE_STOP_OWNER
         return "llamacpp" if owners & set(_LLAMA_CPP_OWNERS) else ""
 
-    def _fallback(self, exc: _Rejected, notes: list[str]) -> bool:
+    def _fallback(self, exc: Rejected, notes: list[str]) -> bool:
         """After a rejection: send the prompt as text if the server says so, else drop the extensions first."""
         if self._ids_prompt and "prompt" in str(exc).lower():
             self._ids_prompt = False  # e.g. llama-cpp-python's server: prompt must be a string
@@ -335,164 +327,6 @@ class RemoteEngine(ServerEngine):
         if self.resolved_key:
             text = text.replace(self.resolved_key, "<redacted>")
         return text
-
-
-class _Rejected(RemoteError):
-    """HTTP 400/422 (or a validation 500) before any token: the request's form may be at fault."""
-
-
-class _Reader:
-    """One HTTP request on a thread; events arrive on a queue so the caller can honour cancel."""
-
-    def __init__(self, engine: RemoteEngine, body: bytes) -> None:
-        self.engine = engine
-        self.events: queue.Queue = queue.Queue()
-        self.received_ns = 0  # when the last event next_event returned arrived (perf_counter_ns)
-        self.conn: http.client.HTTPConnection | None = None
-        self.closed = threading.Event()
-        threading.Thread(target=self._run, args=(body,), name="remote-reader", daemon=True).start()
-
-    def next_event(self, cancel: threading.Event | None) -> dict | None:
-        """The next parsed event, or None at the end of the stream; raise RemoteError on failure."""
-        e = self.engine
-        # The reader's socket timeouts bound every wait; this is a backstop (e.g. a slow DNS lookup).
-        deadline = time.monotonic() + e.connect_timeout + e.read_timeout + 5
-        while True:
-            if cancel is not None and cancel.is_set():
-                return None
-            try:
-                kind, value = self.events.get(timeout=_POLL_S)
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise RemoteError(f"no answer from {e.label} within {e.read_timeout:g} s (timeout)") from None
-                continue
-            if kind == "event":
-                event, self.received_ns = value
-                return event
-            if kind == "end":
-                return None
-            raise value
-
-    def drain(self, seconds: float) -> None:
-        """Read the rest of the stream (what follows the last token wanted: a usage chunk, [DONE])
-        without using it, for at most `seconds`."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                kind, _ = self.events.get(timeout=left)
-            except queue.Empty:
-                return
-            if kind != "event":
-                return
-
-    def close(self) -> None:
-        self.closed.set()
-        conn = self.conn
-        if conn is not None and conn.sock is not None:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv at once
-            except OSError:
-                pass
-        if conn is not None:
-            conn.close()
-
-    def _run(self, body: bytes) -> None:
-        try:
-            self._request(body)
-            self.events.put(("end", None))
-        except RemoteError as exc:
-            exc.args = (self.engine.scrub(str(exc)),)  # a server may echo the key back
-            self.events.put(("error", exc))
-        except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message
-            if not self.closed.is_set():
-                self.events.put(("error", RemoteError(self.engine.scrub(self._describe(exc)))))
-
-    def _describe(self, exc: Exception) -> str:
-        e = self.engine
-        if isinstance(exc, ConnectionRefusedError):
-            return f"connection refused by {e.label} (is the server running?)"
-        if isinstance(exc, (socket.timeout, TimeoutError)):
-            phase = "connect" if self.conn is None or self.conn.sock is None else "read"
-            limit = e.connect_timeout if phase == "connect" else e.read_timeout
-            return f"{phase} timeout: no answer from {e.label} within {limit:g} s"
-        if isinstance(exc, (http.client.BadStatusLine, http.client.HTTPException)):
-            return f"malformed HTTP response from {e.label}: {type(exc).__name__}: {exc}"
-        if isinstance(exc, OSError):
-            return f"network error talking to {e.label}: {exc.strerror or exc}"
-        return f"{type(exc).__name__} talking to {e.label}: {exc}"
-
-    def _request(self, body: bytes) -> None:
-        e = self.engine
-        cls = http.client.HTTPSConnection if e.scheme == "https" else http.client.HTTPConnection
-        conn = cls(e.host, e.port, timeout=e.connect_timeout)
-        conn.connect()
-        self.conn = conn
-        if self.closed.is_set():  # cancelled while connecting
-            conn.close()
-            return
-        conn.sock.settimeout(e.read_timeout)  # from here on: the longest silence we accept
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "whistle-stop"}
-        if e.resolved_key:
-            headers["Authorization"] = f"Bearer {e.resolved_key}"
-        conn.request("POST", e.path, body=body, headers=headers)
-        response = conn.getresponse()
-        if response.status >= 400:
-            message = _error_message(response.read(_MAX_ERROR_BODY))
-            # llama-cpp-python's server answers a request it cannot validate with a 500
-            rejected = response.status in (400, 422) or (response.status == 500 and "validation" in message.lower())
-            error_cls = _Rejected if rejected else RemoteError
-            raise error_cls(e.scrub(f"HTTP {response.status} {response.reason} from {e.label}: {message}"))
-        kind = response.getheader("Content-Type", "")
-        if "text/event-stream" not in kind:
-            sample = response.read(2000).decode("utf-8", "replace")
-            raise RemoteError(e.scrub(f"{e.label} did not stream (Content-Type {kind or 'none'}): {sample[:200]}"))
-        self._read_events(response)
-
-    def _read_events(self, response: http.client.HTTPResponse) -> None:
-        """Server-sent events: `data:` lines up to a blank line make one event; [DONE] ends."""
-        data: list[str] = []
-        while not self.closed.is_set():
-            raw = response.readline()
-            if not raw:
-                break  # end of stream
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-            elif line == "" and data:
-                if not self._dispatch("\n".join(data)):
-                    return
-                data = []
-            elif line and not line.startswith((":", "event:", "id:", "retry:")):
-                raise RemoteError(f"malformed server-sent event from {self.engine.label}: {line[:200]!r}")
-        if data:
-            self._dispatch("\n".join(data))
-
-    def _dispatch(self, payload: str) -> bool:
-        received = time.perf_counter_ns()
-        if payload.strip() == "[DONE]":
-            return False
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}") from None
-        if not isinstance(event, dict):
-            raise RemoteError(f"malformed server-sent event from {self.engine.label}: {payload[:200]!r}")
-        self.events.put(("event", (event, received)))
-        return True
-
-
-def _error_message(body: bytes) -> str:
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text[:500] or "(no message)"
-    if isinstance(data, dict):
-        error = data.get("error", data.get("detail", data.get("message", data)))
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        return str(error)[:500]
-    return str(data)[:500]
 
 
 def _short(event: object) -> str:

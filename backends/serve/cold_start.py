@@ -25,8 +25,9 @@ from pathlib import Path
 
 from ..engine import EngineOptions
 from ..engines.options import EngineSettings
-from ..engines.remote_engine import RemoteEngine, RemoteError
+from ..engines.remote_engine import RemoteEngine
 from ..engines.remote_options import RemoteOptions
+from ..engines.remote_stream import RemoteError
 from ..engines.server.guard import stop_group
 from ..engines.server.lifecycle import ServerCommand, ServerUnavailable, free_port
 from ..errors import one_line
