@@ -221,8 +221,10 @@ def test_a_client_that_read_every_token_and_left_before_done_was_served(tiny_mod
     close before the finish chunk and [DONE]. It was served: 200/length in the log, not 499/abort."""
     finish = Job.finish
 
-    def late_finish(job, end=None):
-        time.sleep(0.5)  # the worker's end arrives after the client has gone
+    def late_finish(job, end=None):  # the worker's end arrives once the server has seen the client go
+        deadline = time.monotonic() + 10
+        while not job.cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
         return finish(job, end)
 
     monkeypatch.setattr(Job, "finish", late_finish)
