@@ -40,3 +40,23 @@ def run_record(backend: str = "hf", repeat: int = 1, *, itl: float | None = 2.0,
         status="ok",
     )
     return RunRecord(**{**base, **fields})
+
+
+ROUND_ENGINES = ("hf", "native", "onnx", "llamacpp-q8_0")
+
+
+def rounds(slow: dict[int, tuple[str, ...]], factor: float = 2.0, prompt: int = 50) -> list[RunRecord]:
+    """Five fair rounds of ROUND_ENGINES, each engine's TTFT `factor` times its usual in the repeats
+    `slow` names it in (the others' figures vary a little, as real runs do)."""
+    return [
+        run_record(
+            name,
+            repeat,
+            ttft_ms=(10.0 + repeat * 0.1) * (factor if name in slow.get(repeat, ()) else 1.0),
+            prompt_tokens=prompt,
+            threads=2,
+            reference="hf",
+        )
+        for repeat in range(1, 6)
+        for name in ROUND_ENGINES
+    ]

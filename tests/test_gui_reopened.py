@@ -115,11 +115,11 @@ def test_a_profile_folder_s_verdict_names_no_slow_round_as_its_report_does(qtbot
     """A profile runs each engine alone: its repeats are no rounds of the machine."""
     import json
 
-    from tests.test_slow_rounds import _bench
+    from tests.run_records import rounds
     from whistle_stop.backends.report.html import folder_verdict, load_folder
     from whistle_stop.backends.results.verdict import CaveatKind
 
-    runs = _bench({2: ("hf", "native", "onnx")})
+    runs = rounds({2: ("hf", "native", "onnx")})
     for name, extra in (("bench", None), ("profile", {"engines": [{"engine": "hf"}]})):
         write_results(tmp_path / name, runs, [], {"reference": "hf"})
         if extra:
