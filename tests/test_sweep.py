@@ -111,13 +111,31 @@ def test_other_settings_are_refused_unless_restart(tiny_model, tmp_path):
         _session(tmp_path, grid=grid, repeats=1, warmup=1)[0].prepare()
     from whistle_stop.backends.runs.sweep_plan import fingerprint_differences
 
-    older = {k: v for k, v in _environment(tmp_path)["sweep"]["fingerprint"].items() if k not in ("warmup", "cold")}
-    assert fingerprint_differences(older, {**older, "warmup": 1, "cold": False}) == []  # begun before the keys
+    fingerprint = _environment(tmp_path)["sweep"]["fingerprint"]
+    later = ("warmup", "cold", "libraries", "thread_env", "app_commit")
+    older = {k: v for k, v in fingerprint.items() if k not in later}
+    assert fingerprint_differences(older, fingerprint) == []  # begun before the keys
     restarted, log = _session(tmp_path, grid=grid, repeats=2, warmup=0, restart=True)
     assert [c.key for c in restarted.prepare().cells] == [(4, 2)]
     restarted.run()
     assert len(log["requests"]) == 4
     assert _environment(tmp_path)["sweep"]["fingerprint"]["repeats"] == 2
+
+
+def test_a_resume_on_other_software_is_refused(tiny_model, tmp_path, monkeypatch):
+    """Cells measured before an upgrade of an engine's runtime are not mixed with cells after it."""
+    from whistle_stop.backends.runs import sweep_plan
+
+    grid = SweepGrid((4,), (2,))
+    _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].run()
+    real = sweep_plan.library_versions
+    monkeypatch.setattr(sweep_plan, "library_versions", lambda backends: {**real(backends), "numpy": "0.0.1"})
+    with pytest.raises(UsageError, match=r"libraries\.numpy: '[0-9.]+' then, '0\.0\.1' now"):
+        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
+    monkeypatch.setattr(sweep_plan, "library_versions", real)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    with pytest.raises(UsageError, match=r"thread_env\.OMP_NUM_THREADS: None then, '7' now"):
+        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
 
 
 def test_a_bench_folder_is_not_mistaken_for_a_sweep(tiny_model, tmp_path):

@@ -124,6 +124,11 @@ def library_versions(backends: Iterable[str] = ()) -> dict[str, str]:
     return {name: package_version(name) for name in dict.fromkeys(names)}
 
 
+def thread_env() -> dict[str, str]:
+    """The thread-count variables set in this environment (the runtimes' pools read them)."""
+    return {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
+
+
 def collect_environment(model=None, settings: dict | None = None, extra: dict | None = None) -> dict:
     """The record of a run; the engines whose packages it lists are the settings' "backends"."""
     memory = psutil.virtual_memory()
@@ -141,7 +146,7 @@ def collect_environment(model=None, settings: dict | None = None, extra: dict | 
         },
         "python": sys.version.split()[0],
         "libraries": library_versions((settings or {}).get("backends", ())),
-        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+        "thread_env": thread_env(),
         "bytecode": bytecode.check().as_dict(),  # without it, every worker compiles the app (cold starts)
     }
     if model is not None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
-from ..results.environment import cpu_model
+from ..results.environment import cpu_model, git_commit, library_versions, thread_env
 from ..results.export import ENVIRONMENT_JSON, RUNS_CSV
 from ..results.load import LoadRequestRecord
 from ..results.reader import load_requests, load_results
@@ -83,6 +83,10 @@ def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, refe
         # a cell's first repeat without a warm-up pays first-call costs (a compile for the new shape)
         "warmup": config.warmup,
         "cold": config.cold,
+        # the software the cells ran on: a resume after an upgrade would mix two versions' numbers
+        "libraries": library_versions(config.backends),
+        "thread_env": thread_env(),
+        "app_commit": git_commit(),
     }
     if config.concurrency:  # (absent otherwise: sweeps begun before load runs existed still resume)
         data["concurrency"] = sorted(set(config.concurrency))
@@ -90,15 +94,22 @@ def sweep_fingerprint(config: BenchConfig, model: ModelFiles, threads: int, refe
     return json.loads(json.dumps(data))
 
 
-LATER_KEYS = {"warmup", "cold"}  # not in the fingerprints of sweeps begun before them: those still resume
+# Not in the fingerprints of sweeps begun before them: those still resume.
+LATER_KEYS = {"warmup", "cold", "libraries", "thread_env", "app_commit"}
 
 
 def fingerprint_differences(old: dict, new: dict) -> list[str]:
-    return [
-        f"{key}: {old.get(key)!r} then, {new.get(key)!r} now"
-        for key in sorted(set(old) | set(new))
-        if old.get(key) != new.get(key) and not (key in LATER_KEYS and key not in old)
-    ]
+    """One line per setting that changed ("libraries.onnxruntime: '1.31' then, '1.32' now")."""
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        if key in LATER_KEYS and key not in old:
+            continue
+        then, now = old.get(key), new.get(key)
+        if isinstance(then, dict) and isinstance(now, dict):
+            lines += [f"{key}.{line}" for line in fingerprint_differences(then, now)]
+        elif then != now:
+            lines.append(f"{key}: {then!r} then, {now!r} now")
+    return lines
 
 
 def plan_sweep(
