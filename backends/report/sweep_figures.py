@@ -68,6 +68,7 @@ def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environ
     lengths = [x for s in figure.series for x in s.x]
     figure.log_axes = bool(lengths) and min(lengths) > 0 and max(lengths) >= LOG_SPAN * min(lengths)
     scale = "; both axes logarithmic" if figure.log_axes else ""
+    scale += "; each point pools the runs of every output length"
     figure.limits = roofline_limits(environment)
     if figure.limits:
         figure.note = with_limit_note(
