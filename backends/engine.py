@@ -170,3 +170,8 @@ class ServerEngine(Engine):
     def server_metrics(self) -> ServerMetrics | None:
         """The server's own latency histograms now, or None (none to read). Read outside every timed
         span: before a run starts and after its last token."""
+
+    def share_streams(self, shared: bool) -> None:  # noqa: B027 - most servers keep no per-run counters
+        """A load run's streams share the server from shared=True to shared=False. An engine that reads
+        the server's counters after each stream reads none meanwhile: they would count the other
+        streams' tokens, and each read would land inside the other streams' timed spans."""

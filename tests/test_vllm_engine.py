@@ -266,3 +266,27 @@ def test_ngram_speculation_reaches_the_server_and_its_bursts_are_timed_per_token
         assert record.spec_tokens_per_pass == pytest.approx(4.0) and record.spec_acceptance == 1.0
     gaps = [t.itl_ms for t in result.tokens if t.itl_ms is not None and not t.is_warmup]
     assert sum(g < 1.0 for g in gaps) >= len(gaps) // 2  # three of every four tokens come with the step's first
+
+
+def test_ngram_counters_are_not_read_while_a_load_run_streams(h32_model, fake_env, tmp_path, monkeypatch):
+    """Each run alone reads the server's speculation counters after its last token; a load round's
+    streams read none (another stream's tokens would count, and the read would land in its timed span)."""
+    from whistle_stop.backends.engines.vllm_options import VllmOptions
+
+    scrapes = tmp_path / "scrapes.txt"
+    monkeypatch.setenv("FAKE_VLLM_SCRAPES", str(scrapes))
+    monkeypatch.setenv("FAKE_VLLM_STAGGER_MS", "40")  # the round's streams end apart
+    config = BenchConfig(
+        model=MODEL,
+        backends=("vllm",),
+        prompt_tokens=8,
+        new_tokens=13,
+        repeats=1,
+        concurrency=(4,),
+        engine_options={"vllm": VllmOptions(ngram_tokens=3)},
+    )
+    result = BenchSession(config).run()
+    assert [r.status for r in result.load if not r.is_warmup] == [RunStatus.OK] * 4
+    assert [r.spec_acceptance for r in result.runs if not r.is_warmup] == [1.0]
+    read_while_streaming = [int(line) for line in scrapes.read_text().split()]
+    assert read_while_streaming and not any(read_while_streaming)

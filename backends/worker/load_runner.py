@@ -4,7 +4,8 @@ Each stream runs `Engine.stream` on its own thread (the engine's client is threa
 server does the batching) and stamps each token with `perf_counter_ns` as it arrives, as a
 single run does. Every stream gets a fresh random prefix of the same length, so no request is a
 prefix-cache hit. A failing stream records its error and the others go on. The server's own
-/metrics are read before the first request and after the last token, outside every timed span.
+/metrics are read before the first request and after the last token, outside every timed span
+(the engine is told the streams share the server, so it reads no per-run counters meanwhile).
 """
 
 from __future__ import annotations
@@ -67,18 +68,26 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadReque
             stream.ended_ns = time.perf_counter_ns()
 
     threads = [threading.Thread(target=run, args=(s,), name=f"load-{s.index}", daemon=True) for s in streams]
-    for thread in threads:
-        thread.start()
-    started = time.perf_counter_ns()
-    go.set()
-    while True:
-        alive = [t for t in threads if t.is_alive()]
-        if not alive:
-            break
-        alive[0].join(PROGRESS_EVERY_S)
-        conn.send(
-            LoadProgress(request.run_id, sum(len(s.stamps) for s in streams), sum(not t.is_alive() for t in threads))
-        )
+    if isinstance(engine, ServerEngine):
+        engine.share_streams(True)
+    try:
+        for thread in threads:
+            thread.start()
+        started = time.perf_counter_ns()
+        go.set()
+        while True:
+            alive = [t for t in threads if t.is_alive()]
+            if not alive:
+                break
+            alive[0].join(PROGRESS_EVERY_S)
+            conn.send(
+                LoadProgress(
+                    request.run_id, sum(len(s.stamps) for s in streams), sum(not t.is_alive() for t in threads)
+                )
+            )
+    finally:
+        if isinstance(engine, ServerEngine):
+            engine.share_streams(False)
     notes = server_cross_check(engine, before, [(s.started_ns, s.stamps) for s in streams])
     cancelled = cancel.is_set() and any(len(s.stamps) < request.new_tokens for s in streams)
     conn.send(LoadDone(request.run_id, started, tuple(s.result() for s in streams), notes, cancelled))

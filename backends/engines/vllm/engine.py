@@ -49,6 +49,7 @@ class VllmEngine(ServerEngine):
         self.dtype = dtype
         self.settings = options.settings if isinstance(options.settings, VllmOptions) else VllmOptions()
         self._spec_before: ServerMetrics | None = None
+        self._streams_shared = False  # a load run's streams are on the server (share_streams)
         self.server: ManagedServer | None = None
         self.client: RemoteEngine | None = None
 
@@ -118,11 +119,17 @@ class VllmEngine(ServerEngine):
                 yield token
         finally:
             self.run_notes = self.client.run_notes
-            if self.settings.speculative_config():  # read after the last token: outside every timed gap
+            # read after the last token, outside every timed gap (and never while other streams run)
+            if self.settings.speculative_config() and not self._streams_shared:
                 self.speculation = self._spec_since_last(count)
 
     def server_metrics(self) -> ServerMetrics | None:
         return self.client.server_metrics() if self.client is not None else None
+
+    def share_streams(self, shared: bool) -> None:
+        self._streams_shared = shared
+        if not shared and self.settings.speculative_config():
+            self._spec_before = self.server_metrics()  # after the round: the next run alone counts from here
 
     def _spec_since_last(self, tokens: int) -> SpeculationStats | None:
         """This run's part of the server's speculation counters (one stream at a time: bench runs)."""

@@ -7,7 +7,9 @@ once each one's ITL is that step and the aggregate is c tokens per step. It star
 process (like vLLM's engine core) to check that a whole process group is stopped.
 Other switches (environment): FAKE_VLLM_FAIL_REQUEST=k answers the k-th completion (1-based) with
 an HTTP 500; FAKE_VLLM_EXIT_AT_START=1 exits before listening; FAKE_VLLM_PIDS=path appends the
-server's and its helper's pids to that file.
+server's and its helper's pids to that file; FAKE_VLLM_SCRAPES=path appends, for each /metrics read,
+how many requests were still streaming tokens then; FAKE_VLLM_STAGGER_MS=m holds the k-th request
+(k mod 4) x m ms before its first step, so that streams sent together end apart.
 With --speculative-config (vLLM's JSON; method "ngram" only, as the app passes it) each step after
 a request's first grants num_speculative_tokens + 1 tokens, sent as one event with all their ids (as vLLM streams a
 speculative step), every proposal kept, and /metrics carries vLLM's spec_decode counters.
@@ -27,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 STEP_MS = float(os.environ.get("FAKE_VLLM_STEP_MS", "20"))
 PER_SEQ_MS = float(os.environ.get("FAKE_VLLM_PER_SEQ_MS", "5"))
 FAIL_REQUEST = int(os.environ.get("FAKE_VLLM_FAIL_REQUEST", "0"))
+SCRAPES = os.environ.get("FAKE_VLLM_SCRAPES")
+STAGGER_MS = float(os.environ.get("FAKE_VLLM_STAGGER_MS", "0"))
 
 
 class Scheduler:
@@ -38,6 +42,7 @@ class Scheduler:
         self.next_id = 0
         self.ttft = [0.0, 0]  # sum seconds, count
         self.itl = [0.0, 0]
+        self.streaming = 0  # requests whose last token is not yet sent
         threading.Thread(target=self.loop, daemon=True).start()
 
     def add(self) -> int:
@@ -92,6 +97,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, "application/json", json.dumps(body).encode())
         elif self.path == "/metrics":
             s = SCHEDULER
+            if SCRAPES:
+                with open(SCRAPES, "a", encoding="utf-8") as handle:
+                    handle.write(f"{s.streaming}\n")
             text = (
                 f'vllm:time_to_first_token_seconds_sum{{model_name="m"}} {s.ttft[0]}\n'
                 f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {s.ttft[1]}\n'
@@ -122,6 +130,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         s = SCHEDULER
         began = time.perf_counter()
+        with s.cond:
+            s.streaming += 1
+        streaming = True
+        time.sleep(STAGGER_MS * (number % 4) / 1000)
         rid = s.add()
         try:
             have, last = 0, began
@@ -147,11 +159,16 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                 self.wfile.flush()
                 index += len(ids)
+            with s.cond:
+                s.streaming, streaming = s.streaming - 1, False
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
+            if streaming:
+                with s.cond:
+                    s.streaming -= 1
             s.remove(rid)
 
     def _send(self, status: int, kind: str, payload: bytes) -> None:
