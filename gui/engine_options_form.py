@@ -11,7 +11,7 @@ import dataclasses
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QLineEdit, QWidget
 
-from whistle_stop.backends.engines.options import EngineSettings, OptionMeta
+from whistle_stop.backends.engines.options import REDACTED, EngineSettings, OptionMeta
 
 
 class EngineOptionsForm(QGroupBox):
@@ -70,6 +70,16 @@ class EngineOptionsForm(QGroupBox):
             value = params.get(meta.saved_as or field.name)
             if isinstance(value, str) and not meta.secret:
                 self.edits[field.name].setText(value)
+
+    def set_recorded(self, record: object) -> None:
+        """Show the settings a run recorded (environment.json's: field names, unset fields left out).
+        Secrets and fields records redact keep what the form holds."""
+        if not isinstance(record, dict):
+            return
+        for field, meta in self._shown():
+            value = record.get(field.name)
+            if not meta.secret and value != REDACTED:
+                self.edits[field.name].setText("" if value is None else str(value))
 
     def _shown(self) -> list[tuple[dataclasses.Field, OptionMeta]]:
         return [(field, meta) for field, meta in self.settings_class.options() if field.name in self.edits]

@@ -206,6 +206,7 @@ class MainWindow(QMainWindow):
             return False
         speed = speed or REPLAY_SPEEDS.get(self.actions.replay_speed.currentText(), 1.0)
         self.view.show_engines(data.backends)
+        self.setup.show_session(data.setup_params(), data.engine_options())
         self.live.begin(data.prompt, data.reference, data.greedy, 1)
         self.live.quiet_measured = False
         self.view.set_live(max((r.new_tokens for r in data.runs), default=None))
@@ -255,12 +256,15 @@ class MainWindow(QMainWindow):
         folder, data = loaded
         self.replayer.stop()
         self.view.show_engines(data.backends)
+        self.setup.show_session(data.setup_params(), data.engine_options())
         self.live.begin(data.prompt, data.reference, data.greedy, 1)
         self.view.show(data)
         self.grid.set_info(data.describe())
         self.grid.set_banner(RACE_WARNING if data.concurrent else "")
         self.setWindowTitle(f"whistle-stop — {folder.name}")
-        self.messages.say(f"Opened {folder}: {len(data.runs)} runs, {len(data.tokens)} tokens")
+        self.messages.say(
+            f"Opened {folder}: {len(data.runs)} runs, {len(data.tokens)} tokens; the setup holds its settings"
+        )
         self.session_loaded.emit()
         return True
 

@@ -5,10 +5,12 @@ reference), or loaded from a saved folder; exports write exactly these records."
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from whistle_stop.backends import registry
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
 from whistle_stop.backends.results.summary import BackendSummary, markdown_table, measured_gaps, summarize_backends
 from whistle_stop.backends.results.verdict import Verdict, verdict
@@ -111,6 +113,28 @@ class SessionData:
         out: dict[str, list[float]] = {name: [] for name in self.backends}
         out.update(measured_gaps(self.runs, self.tokens))
         return {name: np.asarray(values, dtype=np.float64) for name, values in out.items()}
+
+    def setup_params(self) -> dict:
+        """The session's settings as the setup panel's parameters (SetupPanel.params' keys), so that
+        Run after Open runs what made these records; keys environment.json lacks are left out."""
+        settings = self.environment.get("settings") or {}
+        sampling = settings.get("sampling") or {}
+        model = settings.get("model")
+        params = {
+            "model": model,
+            "folders": [model] if isinstance(model, str) and os.path.isdir(model) else [],
+            "engines": [name for name in self.backends if name in registry.ENGINES],
+            "prompt": self.prompt,
+            "mode": self.mode,
+            **{key: settings.get(key) for key in ("threads", "new_tokens", "repeats", "warmup", "cold")},
+            **{key: sampling.get(key) for key in ("decoding", "temperature", "top_k", "top_p", "seed")},
+        }
+        return {key: value for key, value in params.items() if value is not None}
+
+    def engine_options(self) -> dict[str, dict]:
+        """Each engine's settings as the session recorded them (field names; unset ones left out)."""
+        recorded = (self.environment.get("settings") or {}).get("engine_options") or {}
+        return {name: value for name, value in recorded.items() if isinstance(value, dict)}
 
     def describe(self, threads: int | None = None) -> str:
         if not self.runs and not self.model_label:

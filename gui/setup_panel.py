@@ -408,6 +408,12 @@ class SetupPanel(QWidget):
             form.set_params(params.get(name))
         self._count_tokens()
 
+    def show_session(self, params: dict, engine_options: dict[str, dict]) -> None:
+        """A reopened session's settings (SessionData.setup_params), its engines' own settings with them."""
+        self.set_params(params)
+        for name, form in self.option_forms.items():
+            form.set_recorded(engine_options.get(name, {}))
+
     # --- reactions --------------------------------------------------------------------------
     def _changed(self, *_args) -> None:
         if not self._built:

@@ -168,3 +168,33 @@ def test_a_server_streaming_several_tokens_an_event_reads_per_decoded_token_whil
     ]
     window.live.apply(batch)
     assert "10.00 ms/token" in window.grid.panes["remote"].status.text()
+
+
+def test_an_opened_session_s_settings_are_the_setup_s(qtbot, window, tmp_path):
+    """Run after Open runs what made the records: the engines, the prompt, the generation settings
+    and each engine's own settings come from environment.json."""
+    from whistle_stop.backends.engines.native_options import NativeOptions
+    from whistle_stop.backends.runs.config import BenchConfig
+    from whistle_stop.backends.sampling import SamplingParams
+
+    config = BenchConfig(
+        model="random:tiny",
+        backends=("native-int8", "numpy"),
+        prompt="The session's own prompt",
+        new_tokens=37,
+        sampling=SamplingParams(decoding="sample", temperature=0.7, top_k=11, top_p=0.9, seed=5),
+        repeats=4,
+        warmup=2,
+        engine_options={"native-int8": NativeOptions(kv="int8")},
+    )
+    runs = [run_record(name, 1) for name in config.backends]
+    write_results(tmp_path / "s", runs, [], {"reference": "numpy", "settings": config.as_dict()})
+    window.setup.set_engines(["hf"])
+    with qtbot.waitSignal(window.session_loaded):
+        assert window.open_session(tmp_path / "s")
+    setup = window.setup
+    assert sorted(setup.selected_engines()) == ["native-int8", "numpy"]
+    assert setup.model_spec() == "random:tiny" and setup.prompt.toPlainText() == "The session's own prompt"
+    assert (setup.new_tokens.value(), setup.repeats.value(), setup.warmup.value()) == (37, 4, 2)
+    assert setup.sampling() == config.sampling
+    assert setup.config().engine_options["native-int8"] == NativeOptions(kv="int8")
