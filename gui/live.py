@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
-from whistle_stop.backends.results.stats import decode_rate, first_step_tokens, run_metrics
+from whistle_stop.backends.results.stats import decode_rate, finite, first_step_tokens, run_metrics
 from whistle_stop.backends.results.summary import is_measured
 from whistle_stop.backends.runs.bench import RunRecorded, SessionStarted
 from whistle_stop.backends.sources.prompts import prompt_text
@@ -35,6 +35,8 @@ from .buffers import GrowBuffer
 from .charts import LatencyChart, RaceChart
 from .streams_grid import StreamsGrid
 
+SEPARATOR = "  ·  "
+
 
 def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float | None, tokens: int, total: int) -> str:
     parts = [f"TTFT {ttft_ms:.1f} ms" if ttft_ms is not None else "TTFT -"]
@@ -43,13 +45,21 @@ def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float 
     if tok_s is not None and tok_s == tok_s:
         parts.append(f"{tok_s:.0f} tok/s")
     parts.append(f"{tokens}/{total} tokens")
-    return "  ·  ".join(parts)
+    return SEPARATOR.join(parts)
 
 
-def record_status(record: RunRecord) -> str:
-    return status_line(
+def record_status(record: RunRecord, repeats: int | None = None) -> str:
+    """A run's figures; with `repeats`, led by which run they are (a pane shows one run, whose
+    figures are not the engine's medians) and its token count only when it fell short (its bar
+    shows it), so that the line is no wider."""
+    line = status_line(
         record.ttft_ms, record.ms_per_token, record.decode_tok_s, record.tokens_generated, record.new_tokens
     )
+    if repeats is None:
+        return line
+    if record.tokens_generated >= record.new_tokens:
+        line = line.rsplit(SEPARATOR, 1)[0]
+    return f"{run_label(record.repeat, record.is_warmup, repeats)}{SEPARATOR}{line}"
 
 
 def run_label(repeat: int, is_warmup: bool, repeats: int) -> str:
@@ -277,7 +287,7 @@ class LiveView:
 
     # --- a finished or loaded session ---------------------------------------------------------
     def show_records(self, runs: list[RunRecord], tokens: list[TokenRecord]) -> None:
-        """Fill each pane with its engine's last measured run, straight from the records."""
+        """Fill each pane with its engine's typical measured run (display_run), straight from the records."""
         by_run: dict[str, list[TokenRecord]] = {}
         for token in tokens:
             by_run.setdefault(token.run_id, []).append(token)
@@ -286,15 +296,16 @@ class LiveView:
             if not mine:
                 continue
             shown = display_run(mine, by_run)
+            repeats = max(r.repeat for r in mine if r.is_warmup == shown.is_warmup)
             run_tokens = sorted(by_run.get(shown.run_id, []), key=lambda t: t.token_index)
             pane.reset(self.prompt)
             pane.append([t.text for t in run_tokens])
             failures = [r for r in mine if r.status not in ("ok", "cancelled")]
             if run_tokens:
                 self.show_tokens(name, run_tokens)
-                pane.set_status(record_status(shown))
+                pane.set_status(record_status(shown, repeats))
                 pane.set_progress(len(run_tokens), max(1, shown.new_tokens))
-            pane.set_tag(run_label(shown.repeat, shown.is_warmup, max(r.repeat for r in mine)))
+            pane.set_tag(run_label(shown.repeat, shown.is_warmup, repeats))
             if failures:
                 pane.show_error(failures[0].error or failures[0].status)
             elif shown.status == "cancelled":  # says more than whether its part agrees
@@ -307,14 +318,31 @@ class LiveView:
                 pane.set_tag(f"matches {self.reference}", "ok")
 
 
+def typical_run(runs: list[RunRecord]) -> RunRecord:
+    """The run nearest the engine's medians of TTFT and ms/token together (the sum of how many times
+    off each is, on a log scale): not a slow round's run, whichever figure the slow round hit. A
+    figure no run has (ms/token of one-token runs) counts for none; a run without one another has
+    comes last."""
+    distance = np.zeros(len(runs))
+    for figure in ("ttft_ms", "ms_per_token"):
+        values = np.array([finite(getattr(r, figure)) or np.nan for r in runs], dtype=np.float64)
+        known = np.isfinite(values) & (values > 0)
+        if known.any():
+            logs = np.log(np.where(known, values, 1.0))
+            distance += np.where(known, np.abs(logs - np.median(logs[known])), np.inf)
+    return min(zip(distance, (r.repeat for r in runs), runs), key=lambda item: item[:2])[2]
+
+
 def display_run(records: list[RunRecord], by_run: dict[str, list[TokenRecord]]) -> RunRecord:
-    """The run a pane shows: the last complete measured run (the kind the figures count), else the
-    last measured run with tokens (a cancelled or failed one, tagged so), else the last with tokens,
-    else the last."""
+    """The run a pane shows and Replay plays: the most typical complete measured run (the kind the
+    figures count; typical_run), else the last measured run with tokens (a cancelled or failed one,
+    tagged so), else the last with tokens, else the last."""
     with_tokens = [r for r in records if by_run.get(r.run_id)]
     measured = [r for r in with_tokens if not r.is_warmup]
     complete = [r for r in measured if is_measured(r)]
-    for group in (complete, measured, with_tokens):
+    if complete:
+        return typical_run(complete)
+    for group in (measured, with_tokens):
         if group:
             return max(group, key=lambda r: (not r.is_warmup, r.repeat))
     return records[-1]

@@ -24,6 +24,7 @@ class _Lane:
     t_ms: np.ndarray
     ids: list[int]
     texts: list[str]
+    repeats: int  # the engine's measured runs: its pane says which one it replayed
     shown: int = 0
 
 
@@ -75,6 +76,7 @@ class Replayer(QObject):
                     np.array([t.t_ms for t in run_tokens]),
                     [t.token_id for t in run_tokens],
                     [t.text for t in run_tokens],
+                    max(r.repeat for r in runs_of(runs, name) if not r.is_warmup),
                 )
             )
             label = f"replay · run {record.repeat}" + (f" at {speed:g}×" if speed != 1 else "")
@@ -104,7 +106,7 @@ class Replayer(QObject):
         if done:
             for lane in self._lanes:
                 pane = self.live.grid.panes[lane.name]
-                pane.set_status(record_status(lane.record))  # the record is the authority, as after a run
+                pane.set_status(record_status(lane.record, lane.repeats))  # the record is the authority, as after a run
                 if pane.divergence is None:  # keep a divergence tag: it says more
                     pane.set_tag("replayed", "ok")
             self.stop()

@@ -60,7 +60,7 @@ def test_a_speculative_engines_line_is_its_records_after_reopen_and_replay(qtbot
     with qtbot.waitSignal(window.session_loaded):
         assert window.open_session(tmp_path / "s")
     panes = window.grid.panes
-    assert panes["spec"].status.text() == record_status(spec)
+    assert panes["spec"].status.text() == record_status(spec, 1)
     assert "10.00 ms/token" in panes["spec"].status.text() and "100 tok/s" in panes["spec"].status.text()
 
     seen = []  # the live line as Replay draws it: never a gap inside a burst (0.00 ms/token)
@@ -70,8 +70,8 @@ def test_a_speculative_engines_line_is_its_records_after_reopen_and_replay(qtbot
     per_token = [float(m.group(1)) for line in seen if (m := re.search(r"([\d.]+) ms/token", line))]
     assert per_token and all(v == pytest.approx(10.0, abs=1.5) for v in per_token), seen
     panes = window.grid.panes
-    assert panes["spec"].status.text() == record_status(spec)
-    assert panes["plain"].status.text() == record_status(plain)
+    assert panes["spec"].status.text() == record_status(spec, 1)
+    assert panes["plain"].status.text() == record_status(plain, 1)
 
 
 def test_a_cancelled_repeat_is_not_shown_over_a_complete_one(qtbot, window, tmp_path):
@@ -81,7 +81,8 @@ def test_a_cancelled_repeat_is_not_shown_over_a_complete_one(qtbot, window, tmp_
     with qtbot.waitSignal(window.session_loaded):
         assert window.open_session(tmp_path / "s")
     pane = window.grid.panes["hf"]
-    assert pane.token_count == 20 and pane.status.text() == record_status(ok)
+    assert pane.token_count == 20 and pane.status.text() == record_status(ok, 2)
+    assert pane.status.text().startswith("run 1 of 2  ·  TTFT")  # one run's figures, not the medians
     assert window.replayer.lanes_for(window.view.data.runs, window.view.data.tokens)["hf"][0].run_id == "hf/r1"
 
     only_cut, only_tokens = recorded("solo", 1, [10.0 + 2 * i for i in range(7)], status="cancelled")
@@ -89,6 +90,22 @@ def test_a_cancelled_repeat_is_not_shown_over_a_complete_one(qtbot, window, tmp_
     with qtbot.waitSignal(window.session_loaded):
         assert window.open_session(tmp_path / "c")
     assert window.grid.panes["solo"].tag.text() == "cancelled"  # not "reference": its run was cut short
+
+
+def test_a_pane_shows_a_typical_run_and_says_which(qtbot, window, tmp_path):
+    """A slow round's run is not what a pane shows or Replay plays, whether the slow round hit its
+    TTFT (run 1, whose ms/token is the lower median) or its ms/token (run 4)."""
+    records, tokens = [], []
+    for repeat, ttft_ms, gap_ms in ((1, 300.0, 5.0), (2, 10.0, 4.0), (3, 10.0, 6.0), (4, 10.0, 30.0)):
+        record, run_tokens = recorded("hf", repeat, [ttft_ms + gap_ms * i for i in range(20)])
+        records.append(record)
+        tokens += run_tokens
+    write_results(tmp_path / "s", records, tokens, {"reference": "hf"})
+    with qtbot.waitSignal(window.session_loaded):
+        assert window.open_session(tmp_path / "s")
+    status = window.grid.panes["hf"].status.text()
+    assert status == record_status(records[2], 4) and status.startswith("run 3 of 4  ·  TTFT 10.0 ms  ·  6.00 ms/token")
+    assert window.replayer.lanes_for(records, tokens)["hf"][0].run_id == "hf/r3"
 
 
 def test_a_streamed_speculative_run_counts_its_first_pass_as_its_record_does():
