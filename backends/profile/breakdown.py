@@ -160,13 +160,11 @@ class EngineProfile:
         return self.floor_share * self.bandwidth_gb_s / self.slower_bandwidth_gb_s
 
 
-def median_decode_ms(tokens: Sequence, multi_token_steps: bool = False) -> float | None:
-    """The ms/token of bench from one run's stamps: the median inter-token gap of the decode steps
-    (tokens 1..N-1), or their mean (TPOT) for an engine that makes several tokens per step."""
+def median_decode_ms(tokens: Sequence) -> float | None:
+    """The median inter-token gap of one run's decode steps (tokens 1..N-1): bench's ms/token for an
+    engine whose steps make one token each (records.fill_metrics gives it for every engine)."""
     gaps = [(b.t_ns - a.t_ns) / 1e6 for a, b in zip(tokens, tokens[1:])]
-    if not gaps:
-        return None
-    return statistics.fmean(gaps) if multi_token_steps else statistics.median(gaps)
+    return statistics.median(gaps) if gaps else None
 
 
 def phase_breakdowns(tokens: Sequence, capture: ProfileCapture, start_ns: int) -> dict[str, PhaseBreakdown]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..gpt2_config import GPT2Config
 from .compute_peak import ComputePeaks
-from .roofline import Arithmetic, Roofline, arithmetic_of, prefill_bytes, prefill_flops
+from .roofline import Arithmetic, Roofline, arithmetic_of, bounds_on_host, prefill_bytes, prefill_flops
 
 ENVIRONMENT_KEY = "prefill_roofline"
 
@@ -31,8 +31,8 @@ def prefill_curves(
         return []
     groups: dict[str, list[tuple[str, dict]]] = {}
     for name, info in engines.items():
-        if str(info.get("device", "cpu")).startswith("cuda") or not info.get("weight_bytes_per_token"):
-            continue  # a GPU's prefill is not the host's; a remote server's bytes (and machine) are unknown
+        if not bounds_on_host(str(info.get("device", "cpu")), float(info.get("weight_bytes_per_token") or 0)):
+            continue
         own = arithmetic_of(str(info.get("prefill_arithmetic", "")), str(info.get("precision", "")))
         groups.setdefault(own.value, []).append((name, info))
     curves = []

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..profile.breakdown import EngineProfile, median_decode_ms, phase_breakdowns, top_ops
+from ..profile.breakdown import EngineProfile, phase_breakdowns, top_ops
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
 from ..results.compute_peak import ComputePeaks, probe_compute_peaks
 from ..results.records import RunRecord, decode_bytes_per_token, runs_of
-from ..results.roofline import arithmetic_of, prefill_bytes, prefill_flops
+from ..results.roofline import arithmetic_of, bounds_on_host, prefill_bytes, prefill_flops
 from ..results.summary import is_measured
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
@@ -39,6 +39,7 @@ from .config import BenchConfig
 from .events import EventSink
 from .orchestrator import Orchestrator
 from .preparation import prepare_bench
+from .recording import RecordContext, run_records
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class ProfileSession:
         bandwidth: Callable[..., Bandwidth | None] | None = None,
         compute_peaks: Callable[[int], ComputePeaks | None] | None = None,
     ) -> None:
-        """`bandwidth(threads, n_bytes)`: one probe of the floor's bandwidth over n_bytes (None: the
-        machine's default size; default: measured afresh). `compute_peaks(threads)`: the arithmetic
+        """`bandwidth(threads, n_bytes, device)`: one probe of the floor's bandwidth over an engine's
+        n_bytes per token (default: measured afresh). `compute_peaks(threads)`: the arithmetic
         peaks of prefill's roofline (default: measured afresh, and cached as the machine's)."""
         self.config = config.validate()
         self.trace_dir = Path(trace_dir)
@@ -125,11 +126,13 @@ class ProfileSession:
             return None
 
     def _probe(self, n_bytes: float | None, device: str) -> Bandwidth | None:
-        """A probe over n_bytes by the memory the engine reads from: the host's, or its GPU's."""
+        """A probe over n_bytes by the memory the engine reads from: the host's, or its GPU's. None
+        without its bytes (a remote server's, the null engine's): no floor, and this host's memory is
+        not a remote server's."""
+        if not n_bytes:
+            return None
         try:
-            return (self._bandwidth or fresh_bandwidth)(
-                self.threads, None if n_bytes is None else int(n_bytes), device=device
-            )
+            return (self._bandwidth or fresh_bandwidth)(self.threads, int(n_bytes), device=device)
         except Exception:  # no floor is better than no profile
             return None
 
@@ -177,8 +180,10 @@ class ProfileSession:
         profile.profiler, profile.note, profile.trace_file = capture.profiler, capture.note, capture.trace_file
         profile.decode, profile.prefill = phases.get("decode"), phases.get("prefill")
         profile.top_ops = top_ops(capture, phases)
+        # as bench's record computes it: a speculative engine's first step may make several tokens (in the TTFT)
+        context = RecordContext(self.config, result.bench.model, self.threads)
         ready = orchestrator.ready(name)
-        profile.profiled_ms_per_token = median_decode_ms(outcome.tokens, bool(ready and ready.multi_token_steps))
+        profile.profiled_ms_per_token = run_records(context, name, ready, 0, True, cell, outcome)[0].ms_per_token
         return profile
 
 
@@ -221,13 +226,13 @@ def set_roofline(profile: EngineProfile, peaks: ComputePeaks | None) -> None:
 
 
 def _fill_prefill_work(profile: EngineProfile, ready, model: ModelFiles, prompt_tokens: int) -> None:
-    """The prompt's FLOPs and bytes, and the arithmetic the engine says its prefill uses."""
-    if ready is None:
+    """The prompt's FLOPs and bytes, and the arithmetic the engine says its prefill uses; none where
+    this host's peaks do not bound its prefill (a GPU's, a remote server's, the null engine's)."""
+    if ready is None or not bounds_on_host(ready.device or "cpu", ready.weight_bytes_per_token):
         return
     profile.prefill_arithmetic = arithmetic_of(ready.prefill_arithmetic, profile.precision).value
     profile.prefill_flops = prefill_flops(model.gpt2_config, prompt_tokens)
-    if ready.weight_bytes_per_token:
-        profile.prefill_bytes = prefill_bytes(ready.weight_bytes_per_token, ready.kv_bytes_per_position, prompt_tokens)
+    profile.prefill_bytes = prefill_bytes(ready.weight_bytes_per_token, ready.kv_bytes_per_position, prompt_tokens)
 
 
 def _fill_measured(
