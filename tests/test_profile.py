@@ -399,6 +399,10 @@ def test_the_profiled_ms_per_token_of_an_engine_whose_first_step_makes_several_i
     (profile,) = session.run().profiles
     assert profile.status == "ok", profile.error
     assert profile.ms_per_token >= 5.0 and profile.profiled_ms_per_token >= 5.0
+    # the decode breakdown's step is per token decoded after the first step too (its categories sum to it)
+    assert profile.decode.steps == 16 and profile.decode.step_ms == pytest.approx(
+        profile.profiled_ms_per_token, rel=0.01
+    )
 
 
 def test_only_a_prefill_on_this_host_with_known_bytes_is_held_to_its_roofline(tmp_path):

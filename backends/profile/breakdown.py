@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from ..results.bandwidth import limit_ms_per_token
 from ..results.roofline import Roofline
+from ..results.stats import first_step_tokens
 from ..status import RunStatus
 from .capture import ProfileCapture
 from .categories import ORDER, Category
@@ -174,7 +175,10 @@ def phase_breakdowns(tokens: Sequence, capture: ProfileCapture, start_ns: int) -
     for op in capture.ops:
         kernels[op.phase][op.category] += op.total_ns
     out = {}
-    for phase, chosen in (("prefill", tokens[:1]), ("decode", tokens[1:])):
+    # Tokens that came with the first step (a speculative pass over the prompt) are the TTFT's, as
+    # bench's ms/token counts only the tokens decoded after it.
+    first = first_step_tokens([getattr(t, "step", None) for t in tokens]) or 1
+    for phase, chosen in (("prefill", tokens[:1]), ("decode", tokens[first:])):
         timed = [t for t in chosen if t.harness_ns is not None]
         if not timed:
             continue
@@ -185,7 +189,7 @@ def phase_breakdowns(tokens: Sequence, capture: ProfileCapture, start_ns: int) -
         step = (
             sum((t.engine_ns or 0) + t.harness_ns for t in timed) / count / 1e6
             if split
-            else _mean_gap_ms(tokens, phase, start_ns)
+            else _mean_gap_ms(tokens, phase, start_ns, first)
         )
         steps = capture.steps.get(phase) or count
         own = capture.profiler_ns.get(phase, 0) / steps / 1e6  # the adapter's own time inside each step
@@ -215,13 +219,13 @@ def phase_breakdowns(tokens: Sequence, capture: ProfileCapture, start_ns: int) -
     return out
 
 
-def _mean_gap_ms(tokens: Sequence, phase: str, start_ns: int) -> float:
+def _mean_gap_ms(tokens: Sequence, phase: str, start_ns: int, first: int = 1) -> float:
     """The mean measured step of a phase from the stamps alone: prefill's is the TTFT (run start ->
-    first token), decode's the mean gap between tokens."""
+    first token), decode's the mean time per token decoded after the first step's `first` tokens."""
     if phase == "prefill":
         return (tokens[0].t_ns - start_ns) / 1e6 if tokens else 0.0
-    gaps = [(b.t_ns - a.t_ns) / 1e6 for a, b in zip(tokens, tokens[1:])]
-    return sum(gaps) / len(gaps) if gaps else 0.0
+    decoded = len(tokens) - first
+    return (tokens[-1].t_ns - tokens[first - 1].t_ns) / 1e6 / decoded if decoded > 0 else 0.0
 
 
 def top_ops(capture: ProfileCapture, phases: dict[str, PhaseBreakdown], limit: int = TOP_OPS) -> list[OpShare]:
