@@ -180,11 +180,11 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
 
     gflops = HEADERS.index("GEMM GFLOP/s")
     assert profile_row(one)[gflops] == "90" and profile_row(two)[gflops] == "-"
-    assert profile_row(one)[HEADERS.index("GB/s")] == "20.0 (10.0)"
+    assert profile_row(one)[HEADERS.index("probe GB/s")] == "20.0 (10.0)"
     known = replace(one, ms_per_token=one.floor_ms * 4, floor_note="")  # a floor share of 25%; 50% at the slower probe
     assert profile_row(known)[HEADERS.index("floor share")] == "25% (50%)"
     steady = replace(known, slower_bandwidth_gb_s=one.bandwidth_gb_s)  # two probes that agree: one figure each
-    assert [profile_row(steady)[HEADERS.index(h)] for h in ("GB/s", "floor share")] == ["20.0", "25%"]
+    assert [profile_row(steady)[HEADERS.index(h)] for h in ("probe GB/s", "floor share")] == ["20.0", "25%"]
 
 
 def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):

@@ -18,7 +18,7 @@ SHORT = {
     Category.UNATTRIBUTED: "unattr.",
 }
 HEADERS = (
-    ["engine", "ms/token", "profiled (overhead)", "floor", "GB/s", "floor share", "GEMM GFLOP/s", "CPU ms/token"]
+    ["engine", "ms/token", "profiled (overhead)", "floor", "probe GB/s", "floor share", "GEMM GFLOP/s", "CPU ms/token"]
     + [SHORT[c] for c in ORDER]
     + ["profiler"]
 )
@@ -28,7 +28,7 @@ PREFILL_HEADERS = [
     "TTFT ms",
     "profiled",
     "roofline",
-    "GB/s",
+    "probe GB/s",
     "roofline share",
     "peak G/s",
     "arithmetic",
@@ -41,8 +41,9 @@ def headers(phase: str) -> list[str]:
 
 NOTE = (
     "categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
-    "(bench's figure); floor: (weights at their stored size + KV read) per token / GB/s, the faster of "
-    "two bandwidth probes that read as many bytes as the engine does per token (caches keep part of a "
+    "(bench's figure); floor: (weights at their stored size + KV read) per token / probe GB/s (not bench's GB/s, "
+    "which is the bytes the engine read per second), the faster of two bandwidth probes that read as many "
+    "bytes as the engine does per token (caches keep part of a "
     "working set a few times their size; a CUDA engine's read its GPU's memory), just before the engine's "
     "runs and just after it closed (in brackets: the slower "
     "probe, and the floor share it would give, when the two differ: how far the machine moved meanwhile); "
@@ -58,7 +59,7 @@ NOTE = (
     "unprofiled runs; roofline: the larger of the prompt's FLOPs (matrix products, causal attention, the "
     "lm_head of the last position) over the CPU's peak for the engine's arithmetic (probed in registers "
     "with the instructions named in environment.json; fp32's where the CPU has none for it) and its bytes "
-    "(weights once, the prompt's keys and values) over the GB/s; roofline share: roofline / TTFT; the peak is "
+    "(weights once, the prompt's keys and values) over the probe GB/s; roofline share: roofline / TTFT; the peak is "
     "the machine's best probe (a slow phase only lowers one), and where this profile's own probe read lower, it "
     "and the share it would give are in brackets"
 )
