@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from whistle_stop.backends.runs.quality import Divergence, QualityRow
+from whistle_stop.backends.runs.quality_rows import ppl_change_text
 
 from .widgets import read_only_table
 
@@ -29,12 +30,7 @@ def _num(value: float | None, digits: int) -> str:
 
 
 def row_cells(row: QualityRow) -> list[str]:
-    if row.backend == row.reference:
-        delta = "reference"
-    elif row.ppl_diff is not None and row.ppl_diff_pct is not None:
-        delta = f"{row.ppl_diff:+.3f} ({row.ppl_diff_pct:+.2f}%)"
-    else:
-        delta = "-"
+    delta = ppl_change_text(row.backend, row.reference, row.ppl_diff, row.ppl_diff_pct)
     agreement = (
         f"{row.agree_tokens}/{row.compared_tokens} ({100 * row.agree_share:.0f}%)"
         if row.agree_share is not None

@@ -2,8 +2,11 @@
 
 import json
 import math
+import statistics
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,15 +15,18 @@ from tests import fake_engines
 from tests.fake_engines import VOCAB, ScriptedEngine
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.results.agreement import agreement_detail
+from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.perplexity import strided_windows
 from whistle_stop.backends.runs.quality import DEFAULT_TEXT, QualitySession, QualitySettings
 from whistle_stop.backends.runs.quality_files import read_quality, write_quality
+from whistle_stop.backends.runs.quality_rows import quality_rows
 from whistle_stop.backends.sources.tokenizer import encode
-from whistle_stop.backends.worker.events import Failed, LogitsRequest, ScoreRequest, TopLogits
-from whistle_stop.backends.worker.process import Worker
+from whistle_stop.backends.worker.events import Failed, LogitsRequest, ScoreDone, ScoreRequest, TopLogits
+from whistle_stop.backends.worker.process import ScoreOutcome, Worker
 
 
 class DivergingEngine(ScriptedEngine):
@@ -230,6 +236,76 @@ def test_quality_files_round_trip(quality_run, tmp_path):
     env = json.loads((tmp_path / "environment.json").read_text())
     assert env["quality"]["stride"] == 8 and env["quality"]["reference"] == "ref"
     assert "meaningless" in env["quality"]["note"]
+
+
+def test_a_perplexity_past_the_float_range_is_inf_and_the_other_rows_stay(quality_run):
+    """A broken engine's huge logits (mean NLL above 709.8) overflow math.exp: its row says inf,
+    not an OverflowError that loses every engine's row."""
+    session, result = quality_run
+
+    def outcome(name: str, nll_sum: float) -> ScoreOutcome:
+        request = ScoreRequest(f"{name}/perplexity", ((1, 2),), (2,))
+        return ScoreOutcome(request, ScoreDone(request.run_id, nll_sum, 10, 0.1, "forward_logits"))
+
+    scores = {"ref": outcome("ref", 25.0), "fast": outcome("fast", 10 * 800.0)}
+    rows = {r.backend: r for r in quality_rows(result, "ref", scores, 1, False)}
+    assert rows["ref"].perplexity == pytest.approx(math.exp(2.5))
+    assert rows["fast"].perplexity == math.inf and rows["fast"].ppl_diff_pct == math.inf
+
+
+def test_the_report_shows_the_perplexity_change_signed_as_the_terminal_does(quality_run, tmp_path):
+    """A rise of 0.22% read "0.22" in the report's table and "+0.22%" everywhere else."""
+    from whistle_stop.backends.report.html import _quality_html, load_folder
+
+    session, result = quality_run
+    rows = [replace(r) for r in session.quality.rows]
+    rows[1].ppl_diff, rows[1].ppl_diff_pct = 427.199, 0.2153
+    write_quality(tmp_path, result, replace(session.quality, rows=rows))
+    page = _quality_html(load_folder(tmp_path))
+    assert "+427.199 (+0.22%)" in page and "Δ vs reference %" not in page
+
+
+def _bench_folder(quality_run, folder: Path) -> Path:
+    """The fixture's bench as a results folder, as `bench` writes one."""
+    session, result = quality_run
+    write_results(folder, result.runs, result.tokens, result.environment)
+    return folder
+
+
+def _session_on(quality_run, bench_dir: Path) -> QualitySession:
+    session, _ = quality_run
+    specs = {"ref": diverging_spec("ref"), "fast": diverging_spec("fast", diverge_at=3)}
+    settings = replace(session.settings, bench_dir=bench_dir)
+    with registry.use(specs.values()):
+        return QualitySession(session.config, settings)
+
+
+def test_a_bench_folder_of_other_weights_is_refused(quality_run, tmp_path):
+    """Another model's tokens/s and streams must not stand beside this model's perplexity."""
+    folder = _bench_folder(quality_run, tmp_path / "bench")
+    environment = json.loads((folder / "environment.json").read_text())
+    environment["model"]["weights_sha256_16"] = "0123456789abcdef"
+    (folder / "environment.json").write_text(json.dumps(environment))
+    with pytest.raises(UsageError, match="--bench ran random:tiny \\(weights 0123456789abcdef\\)"):
+        _session_on(quality_run, folder).prepare()
+
+
+def test_a_sweep_folder_gives_the_speed_and_streams_of_its_first_cell_only(quality_run, tmp_path):
+    """A second cell (other output length, 100x the tokens/s) is no repeat of the first: the row's
+    tokens/s is the first cell's median, the same cell its agreement comes from."""
+    _, result = quality_run
+    other = [
+        replace(r, run_id=f"{r.run_id}/n12", new_tokens=12, decode_tok_s=100 * r.decode_tok_s) for r in result.runs
+    ]
+    tokens = result.tokens + [replace(t, run_id=f"{t.run_id}/n12") for t in result.tokens]
+    folder = tmp_path / "sweep"
+    write_results(folder, result.runs + other, tokens, result.environment)
+    session = _session_on(quality_run, folder)
+    kept = session.run()
+    for row in session.quality.rows:
+        first_cell = [r.decode_tok_s for r in result.runs if r.backend == row.backend and not r.is_warmup]
+        assert row.decode_tok_s == pytest.approx(statistics.median(first_cell))
+    assert {r.new_tokens for r in kept.runs} == {6}  # the records written (and the verdict's) are that cell's
 
 
 @pytest.mark.slow

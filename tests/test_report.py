@@ -313,7 +313,9 @@ def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
         QUALITY_COLUMNS,
         [
             QualityRow("hf", "fp32", perplexity=30.0, decode_tok_s=50.0, reference="hf"),
-            QualityRow("hf-int8", "int8", perplexity=30.6, decode_tok_s=100.0, reference="hf", ppl_diff_pct=2.0),
+            QualityRow(
+                "hf-int8", "int8", perplexity=30.6, decode_tok_s=100.0, reference="hf", ppl_diff=0.6, ppl_diff_pct=2.0
+            ),
         ],
     )
     out = tmp_path / "report"
@@ -334,7 +336,7 @@ def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
     } <= set(images)
     assert "machine.cpu" in page and "CPU two" in page and "finished_at" not in page
     assert "exceed the context" in page and "random weights - timing only" in page
-    assert "30.600" in page and "<td>2.00</td>" in page and "<td>reference</td>" in page
+    assert "30.600" in page and "<td>+0.600 (+2.00%)</td>" in page and "<td>reference</td>" in page
     assert "<script" not in page and 'src="http' not in page and "<link" not in page
     # a sweep's runs are many lengths: one median of them all stands beside no other folder's
     from whistle_stop.backends.report.html import comparison_figures, load_folder

@@ -55,7 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--text", type=Path, help="text file to score (default: the bundled English text)")
     quality.add_argument("--max-length", type=int, help="window length in tokens (default: the model's context)")
     quality.add_argument("--stride", type=int, default=512, help="tokens between window starts")
-    quality.add_argument("--bench", type=Path, help="take tokens/s and token streams from this results folder")
+    quality.add_argument(
+        "--bench",
+        type=Path,
+        help="take tokens/s and token streams from this results folder of the same model (a sweep's: its first cell)",
+    )
     quality.add_argument("--out", default="quality", help="folder for quality.csv, divergence.json and the records")
     profile = sub.add_parser("profile", help="where each engine's time goes: per-step breakdown, floor, traces")
     add_run_arguments(profile)

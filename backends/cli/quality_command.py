@@ -76,6 +76,7 @@ def quality_command(args: argparse.Namespace) -> int:
 
 def _print_quality(quality, model, console: Console) -> None:
     from ..results.summary import fmt
+    from ..runs.quality_rows import ppl_change_text
 
     table = Table(
         title=f"{model.label}: perplexity on {Path(quality.info['text']).name} "
@@ -84,11 +85,7 @@ def _print_quality(quality, model, console: Console) -> None:
     for header in ("backend", "dtype", "perplexity", "Δ vs ref", "tok/s", "agree", "first divergence", "status"):
         table.add_column(header, justify="left" if header in ("backend", "dtype", "status") else "right")
     for r in quality.rows:
-        delta = (
-            "reference"
-            if r.backend == r.reference
-            else (f"{r.ppl_diff:+.3f} ({r.ppl_diff_pct:+.2f}%)" if r.ppl_diff is not None else "-")
-        )
+        delta = ppl_change_text(r.backend, r.reference, r.ppl_diff, r.ppl_diff_pct)
         agree = (
             f"{r.agree_tokens}/{r.compared_tokens} ({100 * r.agree_share:.0f}%)" if r.agree_share is not None else "-"
         )

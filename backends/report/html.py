@@ -48,6 +48,7 @@ from ..results.summary import (
 )
 from ..results.verdict import Verdict, verdict
 from ..runs.quality import read_quality
+from ..runs.quality_rows import ppl_change_text
 from ..storage.atomic import atomic_write, check_writable_dir
 from . import figures as fg
 from .environment_diff import environment_differences, flatten, split_differences  # noqa: F401 (re-exported)
@@ -253,7 +254,7 @@ def _quality_html(data: FolderData) -> str:
     for r in data.quality:
         share = r.get("agree_share")
         agree = "-" if share is None else f"{r.get('agree_tokens')}/{r.get('compared_tokens')} ({100 * share:.0f}%)"
-        delta = "reference" if r.get("backend") == r.get("reference") else _num(r.get("ppl_diff_pct"))
+        delta = ppl_change_text(r.get("backend"), r.get("reference"), r.get("ppl_diff"), r.get("ppl_diff_pct"))
         status = r.get("status") or ""
         rows.append(
             [
@@ -274,7 +275,7 @@ def _quality_html(data: FolderData) -> str:
                 "backend",
                 "dtype",
                 "perplexity",
-                "Δ vs reference %",
+                "Δ vs reference",
                 "tok/s",
                 "agree (share)",
                 "first divergence",

@@ -49,15 +49,28 @@ def agreement_detail(reference: Sequence[int], tokens: Sequence[int]) -> Agreeme
     return AgreementDetail(agree, first, n, agree / n if n else math.nan, same / n if n else math.nan)
 
 
-def first_streams(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> dict[str, tuple[RunRecord, list[int]]]:
-    """Each backend's first measured complete run (warm-ups only if there is none), in the
-    reference cell: the prompt/new-token setting of the first such run."""
+def _streamed_runs(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> tuple[list[RunRecord], dict]:
+    """The complete runs that have tokens, measured ones first, and each run's token ids in order."""
     by_run: dict[str, list[int]] = {}
     for t in sorted(tokens, key=lambda t: t.token_index):
         by_run.setdefault(t.run_id, []).append(t.token_id)
     ok = sorted(
         (r for r in runs if r.status == RunStatus.OK and r.run_id in by_run), key=lambda r: (r.is_warmup, r.repeat)
     )
+    return ok, by_run
+
+
+def first_cell(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> tuple[int, int] | None:
+    """The reference cell: the prompt/new-token setting of the first measured complete run with
+    tokens (a bench has one cell; a sweep folder several, whose runs are no repeats of each other)."""
+    ok, _ = _streamed_runs(runs, tokens)
+    return (ok[0].prompt_tokens, ok[0].new_tokens) if ok else None
+
+
+def first_streams(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> dict[str, tuple[RunRecord, list[int]]]:
+    """Each backend's first measured complete run (warm-ups only if there is none), in the
+    reference cell (`first_cell`)."""
+    ok, by_run = _streamed_runs(runs, tokens)
     if not ok:
         return {}
     cell = (ok[0].prompt_tokens, ok[0].new_tokens)

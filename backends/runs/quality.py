@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..results.agreement import first_streams
+from ..results.agreement import first_cell, first_streams
 from ..results.reader import load_results
 from ..results.records import RunRecord, TokenRecord
 from ..results.stats import agreement
@@ -81,6 +81,29 @@ def _top(answer: TopLogits | Failed | WorkerLost, k: int) -> tuple[list[dict], s
     ], ""
 
 
+def _one_cell(runs: list[RunRecord], tokens: list[TokenRecord]) -> tuple[list[RunRecord], list[TokenRecord]]:
+    """The runs and tokens of the reference cell only: a sweep folder's cells differ in prompt and
+    output length, so their tokens/s are no repeats of each other (nor their streams)."""
+    cell = first_cell(runs, tokens)
+    if cell is None:
+        return runs, tokens
+    kept = [r for r in runs if (r.prompt_tokens, r.new_tokens) == cell]
+    ids = {r.run_id for r in kept}
+    return kept, [t for t in tokens if t.run_id in ids]
+
+
+def _check_bench_model(environment: dict, model: ModelFiles) -> None:
+    """Refuse a --bench folder of other weights: its tokens/s and streams would stand beside this
+    model's perplexity as if they were its own."""
+    theirs = environment.get("model") or {}
+    weights = theirs.get("weights_sha256_16")
+    if weights and weights != model.weights_hash:
+        raise UsageError(
+            f"--bench ran {theirs.get('id') or 'another model'} (weights {weights}), not {model.model_id} "
+            f"(weights {model.weights_hash}): run quality with that --model, or bench this one"
+        )
+
+
 class QualitySession:
     """A greedy bench (unless `bench_dir`), then perplexity and divergence logits from the same workers."""
 
@@ -110,15 +133,15 @@ class QualitySession:
         if self.settings.bench_dir is not None:
             runs, tokens, environment = load_results(Path(self.settings.bench_dir))
             keep = set(self.config.backends)
-            self._bench = (
-                [r for r in runs if r.backend in keep],
-                [t for t in tokens if t.backend in keep],
-                environment,
-            )
+            runs, tokens = _one_cell([r for r in runs if r.backend in keep], [t for t in tokens if t.backend in keep])
+            self._bench = (runs, tokens, environment)
         model, ids = prepare_bench(self.config, self._orchestrator.specs, progress, cancel)
         if self._bench is not None:
+            _check_bench_model(self._bench[2], model)
             settings = self._bench[2].get("settings") or {}
-            ids = build_prompt_ids(settings.get("prompt"), settings.get("prompt_tokens") or len(ids))
+            cell = first_cell(self._bench[0], self._bench[1])
+            length = cell[0] if cell else settings.get("prompt_tokens") or len(ids)  # the kept cell's prompt
+            ids = build_prompt_ids(settings.get("prompt"), length)
         path = Path(self.settings.text_path or DEFAULT_TEXT)
         try:
             text = path.read_text(encoding="utf-8")

@@ -73,6 +73,15 @@ def all_greedy(runs: Sequence[RunRecord]) -> bool:
     return all(r.decoding == "greedy" for r in runs if r.status == RunStatus.OK)
 
 
+def perplexity(nll_sum: float, tokens: int) -> float:
+    """exp(mean NLL); inf past the float range (a broken engine's huge logits), where math.exp would
+    raise and lose every engine's row."""
+    try:
+        return math.exp(nll_sum / tokens)
+    except OverflowError:
+        return math.inf
+
+
 def quality_rows(
     result: BenchResult, reference: str, scores: dict[str, ScoreOutcome], windows: int, cancelled: bool
 ) -> list[QualityRow]:
@@ -102,7 +111,7 @@ def quality_rows(
             if done is not None and done.tokens and not done.cancelled:
                 row.nll_sum, row.scored_tokens = done.nll_sum, done.tokens
                 row.method, row.score_s = done.method, done.seconds
-                row.perplexity = math.exp(done.nll_sum / done.tokens)
+                row.perplexity = perplexity(done.nll_sum, done.tokens)
         if greedy and ref_stream is not None and name in streams:
             detail = agreement_detail(ref_stream[1], streams[name][1])
             row.agree_tokens, row.first_divergence = detail.agree_tokens, detail.first_divergence
@@ -117,6 +126,16 @@ def quality_rows(
             row.ppl_diff = row.perplexity - ref_row.perplexity
             row.ppl_diff_pct = 100 * row.ppl_diff / ref_row.perplexity
     return rows
+
+
+def ppl_change_text(backend: str, reference: str, diff: float | None, diff_pct: float | None) -> str:
+    """The perplexity change as every quality table shows it (terminal, window, report): absolute
+    and relative, both signed, so a rise never reads as a bare number."""
+    if backend == reference:
+        return "reference"
+    if diff is None or diff_pct is None:
+        return "-"
+    return f"{diff:+.3f} ({diff_pct:+.2f}%)"
 
 
 def quality_rows_as_dicts(rows: Sequence[QualityRow]) -> list[dict]:
