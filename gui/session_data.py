@@ -117,13 +117,13 @@ class SessionData:
     def setup_params(self) -> dict:
         """The session's settings as the setup panel's parameters (SetupPanel.params' keys), so that
         Run after Open runs what made these records; keys environment.json lacks are left out."""
-        settings = self.environment.get("settings") or {}
-        sampling = settings.get("sampling") or {}
+        settings = _dict(self.environment.get("settings"))  # a hand-edited file may hold anything
+        sampling = _dict(settings.get("sampling"))
         model = settings.get("model")
         params = {
             "model": model,
             "folders": [model] if isinstance(model, str) and os.path.isdir(model) else [],
-            "engines": [name for name in self.backends if name in registry.ENGINES],
+            "engines": [name for name in self.backends if isinstance(name, str) and name in registry.ENGINES],
             "prompt": self.prompt,
             "mode": self.mode,
             **{key: settings.get(key) for key in ("threads", "new_tokens", "repeats", "warmup", "cold")},
@@ -133,7 +133,7 @@ class SessionData:
 
     def engine_options(self) -> dict[str, dict]:
         """Each engine's settings as the session recorded them (field names; unset ones left out)."""
-        recorded = (self.environment.get("settings") or {}).get("engine_options") or {}
+        recorded = _dict(_dict(self.environment.get("settings")).get("engine_options"))
         return {name: value for name, value in recorded.items() if isinstance(value, dict)}
 
     def describe(self, threads: int | None = None) -> str:
@@ -150,6 +150,10 @@ class SessionData:
             ]
         parts.append(f"{self.mode} mode")
         return "  ·  ".join(p for p in parts if p)
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _bundled_prompt(tokens: object) -> str:
