@@ -215,3 +215,15 @@ def test_an_opened_session_s_settings_are_the_setup_s(qtbot, window, tmp_path):
     assert (setup.new_tokens.value(), setup.repeats.value(), setup.warmup.value()) == (37, 4, 2)
     assert setup.sampling() == config.sampling
     assert setup.config().engine_options["native-int8"] == NativeOptions(kv="int8")
+
+
+def test_a_session_with_garbled_settings_opens_and_leaves_the_setup_as_it_is(qtbot, window, tmp_path):
+    settings = {"threads": "abc", "new_tokens": True, "model": 12, "prompt": 7, "backends": [5, "numpy"]}
+    settings |= {"sampling": {"decoding": "weird", "top_k": 1.5}, "engine_options": {"numpy": 3}}
+    runs = [run_record("numpy", 1)]
+    write_results(tmp_path / "s", runs, [], {"reference": "numpy", "settings": settings})
+    window.setup.set_engines(["hf"])
+    threads = window.setup.threads.value()
+    with qtbot.waitSignal(window.session_loaded):
+        assert window.open_session(tmp_path / "s")
+    assert window.setup.selected_engines() == ["numpy"] and window.setup.threads.value() == threads
