@@ -38,6 +38,8 @@ def _bench(capsys, *args):
         (["--concurrency", "0,2"], "--concurrency levels must be 1 to 256"),
         (["--concurrency", "two"], "expected comma-separated whole numbers"),
         (["--slo-ttft-ms", "-5", "--concurrency", "2"], "--slo-ttft-ms must be > 0"),
+        (["--timeout", "nan"], "--timeout must be a number of seconds > 0"),  # NaN passed `<= 0`
+        (["--timeout", "inf"], "--timeout must be a number of seconds > 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
@@ -46,6 +48,37 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
     assert message in out.err
     assert out.err.count("\n") == 1 and "Traceback" not in out.err
     assert not (tmp_path / "runs.csv").exists()
+
+
+@pytest.mark.parametrize("content", [b"caf\xe9 au lait", bytes(range(256))])
+def test_a_prompt_file_that_is_not_utf8_is_one_line(capsys, tmp_path, content):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_bytes(content)
+    code, out = _bench(capsys, "--out", str(tmp_path / "out"), "--prompt-file", str(prompt))
+    assert code == 2 and "cannot read --prompt-file" in out.err  # was UnicodeDecodeError's traceback
+    assert out.err.count("\n") == 1
+
+
+def test_a_huge_prompt_length_is_refused_before_its_tokens_are_built(capsys, tmp_path, monkeypatch):
+    import whistle_stop.backends.sources.prompts as prompts
+
+    built = prompts.prompt_of_length
+
+    def guarded(n_tokens: int) -> list[int]:
+        assert n_tokens <= 1024, "a list of 10**9 token ids: the memory runs out"
+        return built(n_tokens)
+
+    monkeypatch.setattr(prompts, "prompt_of_length", guarded)
+    code, out = _bench(capsys, "--out", str(tmp_path), "--prompt-tokens", "1000000000")
+    assert code == 2 and "exceed the model's context of 1024" in out.err and out.err.count("\n") == 1
+
+
+def test_a_sweep_with_no_cell_that_fits_the_context_is_bad_input(capsys, tmp_path):
+    args = ["--model", "random:tiny", "--prompt-tokens", "1000", "--new-tokens", "100", "--out", str(tmp_path)]
+    code = main(["sweep", *args, "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no cell of the sweep fits the model's context of 1024 tokens" in err  # was 0, no runs
+    assert err.count("\n") == 1 and not (tmp_path / "runs.csv").exists()
 
 
 def test_corrupt_model_folder(capsys, tmp_path, tiny_model):

@@ -48,14 +48,12 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     if args.prompt_file is not None:
         try:
             prompt = args.prompt_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read --prompt-file: {exc}") from exc
+        except (OSError, UnicodeDecodeError) as exc:  # a binary or non-UTF-8 file is bad input too
+            raise UsageError(f"cannot read --prompt-file {args.prompt_file}: {exc}") from exc
     backends = tuple(b.strip() for b in (args.backends or "").split(",") if b.strip())
     for name in backends:
         registry.get(name)  # unknown names fail here, listing the known ones
     backends = engines_with_preset(getattr(args, "preset", None), backends, args.reference)
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be > 0, got {args.timeout}")
     sampling = SamplingParams(args.decoding, args.temperature, args.top_k, args.top_p, args.seed)
     return BenchConfig(
         model=args.model,

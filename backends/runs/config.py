@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
@@ -63,6 +64,8 @@ class BenchConfig:
         for flag, value in (("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-itl-ms", self.slo_itl_ms)):
             if value is not None and not value > 0:
                 raise UsageError(f"{flag} must be > 0, got {value}")
+        if not (math.isfinite(self.timeouts.token_s) and self.timeouts.token_s > 0):  # NaN passes `<= 0`
+            raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeouts.token_s}")
         if self.concurrency and self.mode == "race":
             raise UsageError("--concurrency needs fair mode (a race already runs every engine at once)")
         self.sampling.validate()

@@ -30,10 +30,17 @@ def prepare_bench(
     """Resolve the model and the prompt; raise UsageError for anything that cannot run."""
     check_available(specs)
     model = resolve_model(config.model, progress, cancel)
+    if config.prompt is None:  # before the ids are built: --prompt-tokens 10**9 would exhaust memory
+        check_context(config.prompt_tokens, config.new_tokens, model.context)
     ids = build_prompt_ids(config.prompt, config.prompt_tokens)
-    if len(ids) + config.new_tokens > model.context:
-        raise UsageError(
-            f"prompt ({len(ids)} tokens) + new tokens ({config.new_tokens}) exceed the model's "
-            f"context of {model.context} tokens"
-        )
+    check_context(len(ids), config.new_tokens, model.context)
     return model, ids
+
+
+def check_context(prompt_tokens: int, new_tokens: int, context: int) -> None:
+    """UsageError when the prompt and the tokens to generate do not fit the model's context."""
+    if prompt_tokens + new_tokens > context:
+        raise UsageError(
+            f"prompt ({prompt_tokens} tokens) + new tokens ({new_tokens}) exceed the model's "
+            f"context of {context} tokens"
+        )

@@ -115,7 +115,14 @@ def fingerprint_differences(old: dict, new: dict) -> list[str]:
 def plan_sweep(
     config: BenchConfig, grid: SweepGrid, model: ModelFiles, fingerprint: dict, previous: PreviousSweep
 ) -> SweepPlan:
-    """The cells still to run (in grid order), those finished earlier, and those beyond the context."""
+    """The cells still to run (in grid order), those finished earlier, and those beyond the context.
+
+    UsageError when no cell fits the context: a sweep with nothing it could ever run is bad input."""
+    shortest = min(p + n for p, n in grid.keys())  # noqa: SIM118 - SweepGrid.keys(): the cells, not a dict's
+    if shortest > model.context:
+        raise UsageError(
+            f"no cell of the sweep fits the model's context of {model.context} tokens (the shortest is {shortest})"
+        )
     cells, skipped = [], []
     for p, n in grid.keys():  # noqa: SIM118 - SweepGrid.keys(): the cells, not a dict's
         if p + n > model.context:
