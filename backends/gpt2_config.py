@@ -36,16 +36,20 @@ class GPT2Config:
 
     @classmethod
     def from_dict(cls, config: Mapping) -> GPT2Config:
-        """From config.json's contents, with transformers' defaults for what it leaves out."""
-        d = int(config["n_embd"])
+        """From config.json's contents, with transformers' defaults for what it leaves out.
+
+        ValueError, naming the field, for a missing, non-numeric or non-positive size: a zero
+        n_head or a negative n_layer would otherwise fail later, in every engine, with a bare
+        ZeroDivisionError or an empty model."""
+        d = _size(config, "n_embd")
         return cls(
-            n_layer=int(config["n_layer"]),
-            n_head=int(config["n_head"]),
+            n_layer=_size(config, "n_layer"),
+            n_head=_size(config, "n_head"),
             n_embd=d,
-            vocab_size=int(config["vocab_size"]),
-            n_positions=int(config.get("n_positions", 1024)),
-            n_inner=int(config.get("n_inner") or 4 * d),
-            layer_norm_epsilon=float(config.get("layer_norm_epsilon", LAYER_NORM_EPSILON)),
+            vocab_size=_size(config, "vocab_size"),
+            n_positions=_size(config, "n_positions", 1024),
+            n_inner=_size(config, "n_inner", 4 * d),
+            layer_norm_epsilon=_epsilon(config),
             activation_function=str(config.get("activation_function", "gelu_new")),
             scale_attn_weights=bool(config.get("scale_attn_weights", True)),
             scale_attn_by_inverse_layer_idx=bool(config.get("scale_attn_by_inverse_layer_idx", False)),
@@ -103,3 +107,24 @@ class GPT2Config:
         """KV-cache bytes one decode step reads per cached position: every layer's key and value
         rows (n_embd each) at `element_bytes` per element (4 for fp32, 2 for f16/bf16 caches)."""
         return int(self.n_layer * 2 * self.n_embd * element_bytes)
+
+
+def _size(config: Mapping, key: str, default: int | None = None) -> int:
+    """A whole number >= 1 from config.json (null or absent: `default`), else ValueError naming it."""
+    value = config.get(key)
+    if value is None:
+        if default is None:
+            raise ValueError(f"{key} is missing")
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 768.0: a whole number written by a JSON writer that knows only floats
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _epsilon(config: Mapping) -> float:
+    value = config.get("layer_norm_epsilon", LAYER_NORM_EPSILON)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ValueError(f"layer_norm_epsilon must be a number in (0, 1), got {value!r}")
+    return float(value)

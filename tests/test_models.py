@@ -1,5 +1,7 @@
 import json
+import re
 import shutil
+import struct
 
 import pytest
 
@@ -57,12 +59,87 @@ def test_missing_tensor_and_wrong_shape_are_reported(tiny_model, tmp_path):
     config = json.loads((folder / "config.json").read_text())
     config["n_layer"] = 3  # the weights have 2 layers
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelError, match="lacks tensor"):
+    with pytest.raises(ModelError, match="holds 2 layers, config.json says n_layer=3"):
         validate_folder(folder)
     config["n_layer"], config["n_embd"] = 2, 128
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelError, match="shape"):
         validate_folder(folder)
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"n_head": 0}, "n_head must be a whole number >= 1, got 0"),  # was every engine's ZeroDivisionError
+        ({"n_layer": -1}, "n_layer must be a whole number >= 1"),  # was a model with no layers, run
+        ({"n_embd": None}, "n_embd is missing"),
+        ({"layer_norm_epsilon": "x"}, "layer_norm_epsilon must be a number in (0, 1)"),  # was every engine's
+        ({"n_layer": 1}, "holds 2 layers, config.json says n_layer=1"),  # was half the model, run
+    ],
+    ids=["n_head", "n_layer", "n_embd", "epsilon", "fewer_layers"],
+)
+def test_a_config_with_absurd_values_is_refused_before_any_engine(tiny_model, tmp_path, change, why):
+    folder = _copy(tiny_model, tmp_path)
+    (folder / "config.json").write_text(json.dumps({**tiny_model.config, **change}))
+    with pytest.raises(ModelError, match=re.escape(why)):
+        validate_folder(folder)
+
+
+def test_a_config_that_is_not_an_object_is_refused(tiny_model, tmp_path):
+    folder = _copy(tiny_model, tmp_path)
+    (folder / "config.json").write_text("[1, 2]")
+    with pytest.raises(ModelError, match="not a JSON object"):  # was AttributeError: 'list' ... 'get'
+        validate_folder(folder)
+
+
+def test_a_huge_n_layer_is_refused_before_its_shapes_are_listed(tiny_model, tmp_path, monkeypatch):
+    import whistle_stop.backends.sources.random_weights as random_weights
+
+    def guarded(config):
+        assert config["n_layer"] < 100, "would list 10**9 layers' tensors: the memory runs out"
+        return gpt2_shapes(config)
+
+    monkeypatch.setattr(random_weights, "gpt2_shapes", guarded)
+    folder = _copy(tiny_model, tmp_path)
+    (folder / "config.json").write_text(json.dumps({**tiny_model.config, "n_layer": 10**9}))
+    with pytest.raises(ModelError, match="holds 2 layers"):
+        validate_folder(folder)
+
+
+def _rewrite_header(path, edit) -> None:
+    """The safetensors file at `path` with its JSON header passed through `edit` (data unchanged)."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = edit(json.loads(raw[8 : 8 + length]))
+    text = json.dumps(header, separators=(",", ":")).encode().ljust(length)  # same length: offsets stay right
+    assert len(text) == length
+    path.write_bytes(raw[:8] + text + raw[8 + length :])
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda h: {**h, "wpe.weight": {**h["wpe.weight"], "dtype": "F16"}}, "spans"),  # was a failed reshape
+        (lambda h: {**h, "wpe.weight": {**h["wpe.weight"], "data_offsets": [0]}}, "malformed header entry"),
+        (lambda h: list(h), "not a JSON object"),
+    ],
+    ids=["span", "offsets", "list"],
+)
+def test_a_malformed_safetensors_header_is_reported(tiny_model, tmp_path, edit, why):
+    folder = _copy(tiny_model, tmp_path)
+    _rewrite_header(folder / "model.safetensors", edit)
+    with pytest.raises(ModelError, match=why):
+        validate_folder(folder)
+
+
+def test_a_garbled_weight_hash_cache_is_rebuilt(tiny_model):
+    from whistle_stop.backends.sources.model_files import weights_hash
+    from whistle_stop.backends.storage.paths import cache_dir
+
+    index = cache_dir() / "weight-hashes.json"
+    index.write_text("[1]")  # JSON, but not the object it should be
+    assert weights_hash(tiny_model.safetensors) == tiny_model.weights_hash  # was TypeError
+    assert tiny_model.weights_hash in index.read_text()
 
 
 def test_pickled_checkpoint_is_refused_not_loaded(tmp_path):

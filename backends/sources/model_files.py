@@ -103,15 +103,31 @@ def validate_folder(folder: Path) -> dict:
         raise ModelError(f"model folder {folder} has no {WEIGHT_FILE}")
     if not config_path.exists():
         raise ModelError(f"model folder {folder} has no config.json")
+    config = _read_config(config_path)
     try:
-        config = json.loads(config_path.read_text())
-        if config.get("model_type") != "gpt2":
-            raise ModelError(f"{config_path} describes a {config.get('model_type')!r} model, not GPT-2")
         check_against_config(weights, config)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{config_path} is not valid JSON: {exc}") from exc
     except (CorruptWeights, KeyError, TypeError) as exc:
         raise ModelError(f"model folder {folder} is corrupt or incomplete: {exc}") from exc
+    return config
+
+
+def _read_config(config_path: Path) -> dict:
+    """config.json as a GPT-2 config whose sizes make sense, else ModelError saying what is wrong.
+
+    The sizes are checked before the weights are: a weights check shaped by n_layer=10**9 would
+    exhaust memory."""
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{config_path} is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ModelError(f"{config_path} is not a JSON object of settings")
+    if config.get("model_type") != "gpt2":
+        raise ModelError(f"{config_path} describes a {config.get('model_type')!r} model, not GPT-2")
+    try:
+        GPT2Config.from_dict(config)
+    except ValueError as exc:
+        raise ModelError(f"{config_path} is not a usable GPT-2 config: {exc}") from exc
     return config
 
 
@@ -122,7 +138,9 @@ def weights_hash(path: Path) -> str:
     index_path = cache_dir() / "weight-hashes.json"
     try:
         index = json.loads(index_path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
+        index = {}
+    if not isinstance(index, dict):  # a garbled cache file is rebuilt, never fatal
         index = {}
     if key not in index:
         # here, not at the top: OpenSSL's load (hashlib) would be part of every worker's start, which never hashes

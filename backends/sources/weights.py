@@ -7,7 +7,10 @@ Names are normalised to the hub's `gpt2` layout: `transformer.` is stripped, the
 from __future__ import annotations
 
 import json
+import math
+import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import numpy as np
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 _SKIPPED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
+_LAYER = re.compile(r"h\.(\d+)\.")
 
 
 class CorruptWeights(ValueError):
@@ -52,16 +56,36 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             header = json.loads(f.read(header_len))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptWeights(f"{path.name} has an unreadable safetensors header: {exc}") from exc
+    if not isinstance(header, dict):
+        raise CorruptWeights(f"{path.name} has a safetensors header that is not a JSON object")
     base = 8 + header_len
     tensors: dict[str, TensorInfo] = {}
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        begin, end = meta["data_offsets"]
-        if base + end > size:
-            raise CorruptWeights(f"{path.name} is truncated ({size} bytes; tensor {name} ends at {base + end})")
-        tensors[name] = TensorInfo(meta["dtype"], tuple(meta["shape"]), base + begin, base + end)
+        info = _tensor_info(path.name, name, meta, base)
+        if info.end > size:
+            raise CorruptWeights(f"{path.name} is truncated ({size} bytes; tensor {name} ends at {info.end})")
+        tensors[name] = info
     return tensors
+
+
+def _tensor_info(file: str, name: str, meta: object, base: int) -> TensorInfo:
+    """One header entry, checked: its byte span must hold exactly its shape (a mismatch would fail
+    later, in every engine's reshape)."""
+    try:
+        begin, end = (int(v) for v in meta["data_offsets"])  # type: ignore[index]
+        shape = tuple(int(n) for n in meta["shape"])  # type: ignore[index]
+        dtype = str(meta["dtype"])  # type: ignore[index]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptWeights(f"{file} has a malformed header entry for tensor {name}: {exc!r}") from exc
+    if begin < 0 or end < begin or any(n < 0 for n in shape):
+        raise CorruptWeights(f"{file}: tensor {name} has a negative size or offset")
+    if dtype in _DTYPES:
+        needed = math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize
+        if end - begin != needed:
+            raise CorruptWeights(f"{file}: tensor {name} spans {end - begin} bytes, its shape {shape} needs {needed}")
+    return TensorInfo(dtype, shape, base + begin, base + end)
 
 
 def metadata(path: Path) -> dict[str, str]:
@@ -84,6 +108,9 @@ def check_against_config(path: Path, config: dict) -> None:
     from .random_weights import gpt2_shapes
 
     found = normalised_header(path)
+    layers = _layers(found)
+    if layers != config["n_layer"]:  # before gpt2_shapes, which builds every layer's names
+        raise CorruptWeights(f"{Path(path).name} holds {layers} layers, config.json says n_layer={config['n_layer']}")
     for name, shape in gpt2_shapes(config).items():
         info = found.get(name)
         if info is None:
@@ -92,6 +119,12 @@ def check_against_config(path: Path, config: dict) -> None:
             raise CorruptWeights(f"tensor {name!r} has shape {info.shape}, the config implies {shape}")
         if info.dtype not in _DTYPES:
             raise CorruptWeights(f"tensor {name!r} has unsupported dtype {info.dtype}")
+
+
+def _layers(names: Iterable[str]) -> int:
+    """How many transformer blocks (h.0., h.1., ...) the tensors describe."""
+    indices = {int(match.group(1)) for name in names if (match := _LAYER.match(name))}
+    return max(indices) + 1 if indices else 0
 
 
 def mmap_numpy(path: Path) -> dict[str, np.ndarray]:
