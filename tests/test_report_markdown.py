@@ -162,3 +162,11 @@ def test_markdown_page_of_a_profile_folder_has_its_tables_and_options(tmp_path):
     assert "| native | 10.00 | - | 10.00 | 50.0 | 100% | 200 |" in page  # the floor: 500 MB at 50 GB/s
     assert "## Profile: prefill, ms for the prompt" in page
     assert "| native | 60.0 | 60.0 | 36.8 |" in page  # 8.6 GFLOP at 234 G/s
+
+
+def test_markdown_to_a_folder_is_one_line(tmp_path, capsys):
+    folder = tmp_path / "results"
+    write_results(folder, [_run("hf", 1, 40.0)], [], ENVIRONMENT)
+    assert main(["report", str(folder), "--markdown", str(tmp_path)]) == 2  # was IsADirectoryError
+    err = capsys.readouterr().err
+    assert "cannot write --markdown" in err and err.count("\n") == 1

@@ -147,6 +147,28 @@ def test_bad_cells_and_columns_are_reported(tmp_path):
         load_results(tmp_path)
 
 
+def test_a_file_cut_off_mid_row_is_reported(tmp_path):
+    write_results(tmp_path, [_run("hf/r1")], _tokens("hf/r1"), {})
+    text = (tmp_path / TOKENS_CSV).read_text()
+    (tmp_path / TOKENS_CSV).write_text(text[: text.rindex(",", 0, len(text) - 20)])  # the last row loses its tail
+    with pytest.raises(ResultsError, match="cut short"):  # was a TypeError from TokenRecord()
+        load_results(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "environment, why",
+    [
+        ({"settings": "x"}, "settings should be an object, not str"),
+        ({"harness": "x"}, "harness should be an object, not str"),
+        ({"settings": {"backends": 5}}, "settings.backends should be a list, not int"),
+    ],
+)
+def test_a_damaged_environment_is_refused_in_one_line(tmp_path, environment, why):
+    write_results(tmp_path, [_run("hf/r1")], [], environment)  # the report met these as an AttributeError
+    with pytest.raises(ResultsError, match=why):
+        load_results(tmp_path)
+
+
 def test_nan_in_required_float_reads_back_as_nan(tmp_path):
     write_results(tmp_path, [_run("hf/r1", temperature=math.nan)], [], {})
     runs, _, _ = load_results(tmp_path)

@@ -155,17 +155,17 @@ def read_profile(folder: Path) -> list[EngineProfile]:
     """The engines' profiles from a folder's profile.json ([] when there is none or it is unreadable)."""
     path = Path(folder) / PROFILE_JSON
     try:
-        engines = json.loads(path.read_text(encoding="utf-8"))["engines"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return [_engine_profile(raw) for raw in json.loads(path.read_text(encoding="utf-8"))["engines"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged or hand-edited: as if none
         return []
+
+
+def _engine_profile(raw: dict) -> EngineProfile:
     known = set(EngineProfile.__dataclass_fields__)
-    out = []
-    for raw in engines:
-        fields = {k: v for k, v in raw.items() if k in known}
-        for phase in ("decode", "prefill"):
-            if fields.get(phase):
-                fields[phase] = PhaseBreakdown(**fields[phase])
-        fields["top_ops"] = [OpShare(**op) for op in fields.get("top_ops") or []]
-        fields["status"] = RunStatus.parse(str(fields.get("status", "ok")))
-        out.append(EngineProfile(**fields))
-    return out
+    fields = {k: v for k, v in raw.items() if k in known}
+    for phase in ("decode", "prefill"):
+        if fields.get(phase):
+            fields[phase] = PhaseBreakdown(**fields[phase])
+    fields["top_ops"] = [OpShare(**op) for op in fields.get("top_ops") or []]
+    fields["status"] = RunStatus.parse(str(fields.get("status", "ok")))
+    return EngineProfile(**fields)

@@ -241,6 +241,9 @@ def write_markdown(folder: Path, path: Path) -> Path:
     path = Path(path)
     if path.parent and not path.parent.is_dir():
         raise UsageError(f"cannot write --markdown {path}: {path.parent} is not a folder")
-    with atomic_write(path, encoding="utf-8") as f:
-        f.write(text)
+    try:
+        with atomic_write(path, encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:  # a folder at that path, no permission, a full disk: one line, not a traceback
+        raise UsageError(f"cannot write --markdown {path}: {exc.strerror or exc}") from exc
     return path

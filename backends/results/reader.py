@@ -56,7 +56,41 @@ def load_results(folder: Path) -> tuple[list[RunRecord], list[TokenRecord], dict
             raise ResultsError(f"{env_path} is not valid JSON: {exc}") from exc
         if not isinstance(environment, dict):
             raise ResultsError(f"{env_path} does not hold a JSON object")
+        _check_sections(environment, env_path)
     return runs, tokens, environment
+
+
+# environment.json's sections that its readers (reports, the window's Open, a sweep's resume) take
+# for objects or lists; dotted: a section inside another.
+_OBJECTS = (
+    "app",
+    "machine",
+    "libraries",
+    "model",
+    "settings",
+    "harness",
+    "bandwidth",
+    "compute_peaks",
+    "threads_resolution",
+    "sweep",
+    "quality",
+    "settings.sampling",
+    "settings.timeouts",
+    "settings.engine_options",
+)
+_SECTIONS: dict[str, type] = {**dict.fromkeys(_OBJECTS, dict), "settings.backends": list, "settings.concurrency": list}
+_JSON_TYPES = {dict: "an object", list: "a list"}
+
+
+def _check_sections(environment: dict, path: Path) -> None:
+    """ResultsError when a section has another type (a damaged or hand-edited file): one line here,
+    not an AttributeError in whichever view reads it first. Absent or null sections are fine."""
+    for dotted, kind in _SECTIONS.items():
+        value: Any = environment
+        for key in dotted.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, kind):
+            raise ResultsError(f"{path} is damaged: {dotted} should be {_JSON_TYPES[kind]}, not {type(value).__name__}")
 
 
 def load_requests(folder: Path) -> list[LoadRequestRecord]:
@@ -85,6 +119,9 @@ def _read_records(path: Path, cls: type[T]) -> list[T]:
                         values[name] = parse(row[name])
                     except ValueError as exc:
                         raise ResultsError(f"{path.name} line {line}, column {name}: {exc}") from exc
+                short = [name for name in required if name not in values]
+                if short:  # the file ends mid-row: a copy or a write that was cut off
+                    raise ResultsError(f"{path.name} line {line} is cut short (no {short[0]}): a truncated file?")
                 out.append(cls(**values))
             return out
     except UnicodeDecodeError as exc:
