@@ -68,7 +68,7 @@ class SessionData:
         backends += [b for b in dict.fromkeys(r.backend for r in runs) if b not in backends]
         prompt = settings.get("prompt")
         if not isinstance(prompt, str):
-            prompt = _bundled_prompt(settings.get("prompt_tokens"))
+            prompt = _bundled_prompt(settings.get("prompt_tokens"), model.get("context"))
         is_random = model.get("weights") == "random" or any(r.weights == "random" for r in runs)
         model_id = model.get("id") or (runs[0].model if runs else "")
         reference = environment.get("reference") or next((r.reference for r in runs if r.reference), "")
@@ -156,8 +156,15 @@ def _dict(value: object) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _bundled_prompt(tokens: object) -> str:
+def _bundled_prompt(tokens: object, context: object) -> str:
+    """The bundled text cut to `tokens`, or to 50 when that is no prompt the model's context takes
+    (a hand-edited 10**9 would exhaust memory building it)."""
     from whistle_stop.backends.sources.prompts import prompt_text
 
-    count = tokens if isinstance(tokens, int) and tokens > 0 else 50
+    limit = context if isinstance(context, int) and 0 < context <= _MOST_CONTEXT else _GPT2_CONTEXT
+    count = tokens if isinstance(tokens, int) and 0 < tokens <= limit else 50
     return prompt_text(prompt_of_length(count))
+
+
+_GPT2_CONTEXT = 1024  # every GPT-2's; a session without its model's context gets this
+_MOST_CONTEXT = 1 << 20  # no GPT-2 has more: a larger "context" is a damaged file

@@ -393,8 +393,8 @@ class SetupPanel(QWidget):
             ("repeats", self.repeats),
             ("warmup", self.warmup),
         ]:
-            if get(key, int) is not None:
-                box.setValue(params[key])  # the box clamps to its range
+            if get(key, int) is not None:  # clamped here: past C's int, setValue raises OverflowError
+                box.setValue(min(max(params[key], box.minimum()), box.maximum()))
         for key, box in [("temperature", self.temperature), ("top_p", self.top_p)]:
             if get(key, (int, float)) is not None:
                 box.setValue(float(params[key]))

@@ -3,6 +3,7 @@ Replay (a speculative engine's ms/token, a cancelled repeat beside a complete on
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -227,3 +228,46 @@ def test_a_session_with_garbled_settings_opens_and_leaves_the_setup_as_it_is(qtb
     with qtbot.waitSignal(window.session_loaded):
         assert window.open_session(tmp_path / "s")
     assert window.setup.selected_engines() == ["numpy"] and window.setup.threads.value() == threads
+
+
+@pytest.mark.parametrize(
+    "environment, why",
+    [
+        ({"settings": "x"}, "settings should be an object, not str"),  # was AttributeError in from_folder
+        ({"settings": {"sampling": [1]}}, "settings.sampling should be an object, not list"),
+        ({"model": [1]}, "model should be an object, not list"),
+    ],
+)
+def test_a_damaged_environment_is_one_message_and_the_screen_stays(qtbot, window, tmp_path, environment, why):
+    record, tokens = recorded("plain", 1, [10.0, 15.0])
+    write_results(tmp_path / "s", [record], tokens, {})
+    (tmp_path / "s" / "environment.json").write_text(json.dumps(environment))
+    assert not window.open_session(tmp_path / "s")
+    assert why in window.messages.last_error
+
+
+def test_a_session_with_absurd_settings_opens(qtbot, window, tmp_path, monkeypatch):
+    import whistle_stop.gui.session_data as session_data
+
+    built = session_data.prompt_of_length
+
+    def guarded(n_tokens: int) -> list[int]:
+        assert n_tokens <= 1024, "a list of 10**9 token ids: the window runs out of memory"
+        return built(n_tokens)
+
+    monkeypatch.setattr(session_data, "prompt_of_length", guarded)
+    record, tokens = recorded("plain", 1, [10.0, 15.0])
+    settings = {"prompt_tokens": 10**9, "threads": 10**12, "repeats": 2**40, "sampling": {"seed": 2**64}}
+    write_results(tmp_path / "s", [record], tokens, {"settings": settings})
+    with qtbot.waitSignal(window.session_loaded):  # was OverflowError from a spin box, and the memory
+        assert window.open_session(tmp_path / "s")
+    assert window.setup.threads.value() == window.setup.threads.maximum()
+
+
+@pytest.mark.parametrize("profile", ['{"engines": [{}]}', '{"engines": 5}', '{"engines": [{"decode": 3}]}'])
+def test_a_damaged_profile_json_opens_as_a_plain_session(qtbot, window, tmp_path, profile):
+    record, tokens = recorded("plain", 1, [10.0, 15.0])
+    write_results(tmp_path / "s", [record], tokens, {})
+    (tmp_path / "s" / "profile.json").write_text(profile)
+    with qtbot.waitSignal(window.session_loaded):  # was TypeError from EngineProfile(**{})
+        assert window.open_session(tmp_path / "s")
