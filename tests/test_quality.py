@@ -290,6 +290,17 @@ def test_a_bench_folder_of_other_weights_is_refused(quality_run, tmp_path):
         _session_on(quality_run, folder).prepare()
 
 
+def test_a_bench_folder_without_runs_and_a_damaged_prompt_length_takes_this_run_s(quality_run, tmp_path):
+    """A hand-edited prompt_tokens (here 10**7; 10**9 would exhaust memory) is not built into ids."""
+    _, result = quality_run
+    environment = json.loads(json.dumps(result.environment))
+    environment["settings"]["prompt_tokens"] = 10**7
+    write_results(tmp_path / "bench", [], [], environment)
+    session = _session_on(quality_run, tmp_path / "bench")
+    _, ids = session.prepare()
+    assert len(ids) == result.runs[0].prompt_tokens
+
+
 def test_a_sweep_folder_gives_the_speed_and_streams_of_its_first_cell_only(quality_run, tmp_path):
     """A second cell (other output length, 100x the tokens/s) is no repeat of the first: the row's
     tokens/s is the first cell's median, the same cell its agreement comes from."""

@@ -140,7 +140,9 @@ class QualitySession:
             _check_bench_model(self._bench[2], model)
             settings = self._bench[2].get("settings") or {}
             cell = first_cell(self._bench[0], self._bench[1])
-            length = cell[0] if cell else settings.get("prompt_tokens") or len(ids)  # the kept cell's prompt
+            length = cell[0] if cell else settings.get("prompt_tokens")  # the kept cell's prompt
+            if isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= model.context:
+                length = len(ids)  # none, or a damaged file's (10**9 ids would exhaust memory)
             ids = build_prompt_ids(settings.get("prompt"), length)
         path = Path(self.settings.text_path or DEFAULT_TEXT)
         try:
