@@ -254,7 +254,9 @@ def _quality_html(data: FolderData) -> str:
     for r in data.quality:
         share = r.get("agree_share")
         agree = "-" if share is None else f"{r.get('agree_tokens')}/{r.get('compared_tokens')} ({100 * share:.0f}%)"
-        delta = ppl_change_text(r.get("backend"), r.get("reference"), r.get("ppl_diff"), r.get("ppl_diff_pct"))
+        delta = ppl_change_text(
+            str(r.get("backend")), str(r.get("reference")), r.get("ppl_diff"), r.get("ppl_diff_pct")
+        )
         status = r.get("status") or ""
         rows.append(
             [

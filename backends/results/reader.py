@@ -79,7 +79,7 @@ _OBJECTS = (
     "settings.engine_options",
 )
 _SECTIONS: dict[str, type] = {**dict.fromkeys(_OBJECTS, dict), "settings.backends": list, "settings.concurrency": list}
-_JSON_TYPES = {dict: "an object", list: "a list"}
+_JSON_TYPES: dict[type, str] = {dict: "an object", list: "a list"}
 
 
 def _check_sections(environment: dict, path: Path) -> None:
