@@ -198,3 +198,26 @@ def test_gpu_probe_without_a_gpu_says_so():
         pytest.skip("checks the message without a GPU")
     with pytest.raises(RuntimeError, match="sees no CUDA GPU"):
         bw.fresh_bandwidth(1, 8 << 20, device="cuda")
+
+
+@pytest.mark.cuda
+def test_gpu_peaks_are_the_gpu_s_gemms():
+    """A CUDA engine's prefill roofline: fp32 (no TF32) and bf16 GEMM peaks of its GPU, named, in
+    a process of their own; bf16 on tensor cores beats fp32."""
+    if not _torch_sees_cuda():
+        pytest.skip("needs a CUDA GPU")
+    from whistle_stop.backends.results.gpu_compute_peak import measure_gpu_peaks
+
+    peaks = measure_gpu_peaks(passes=3)
+    assert set(peaks.peaks) == {"fp32", "bf16"} and peaks.probe_pid != os.getpid()
+    assert all(entry["isa"].startswith(peaks.cpu) for entry in peaks.peaks.values())
+    assert peaks.peaks["fp32"]["gops"] > 1000 and peaks.peaks["bf16"]["gops"] > peaks.peaks["fp32"]["gops"]
+
+
+def test_gpu_peaks_without_a_gpu_say_so():
+    if _torch_sees_cuda():
+        pytest.skip("checks the message without a GPU")
+    from whistle_stop.backends.results.gpu_compute_peak import measure_gpu_peaks
+
+    with pytest.raises(RuntimeError, match="sees no CUDA GPU"):
+        measure_gpu_peaks(passes=1)

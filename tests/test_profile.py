@@ -405,13 +405,17 @@ def test_the_profiled_ms_per_token_of_an_engine_whose_first_step_makes_several_i
     )
 
 
-def test_only_a_prefill_on_this_host_with_known_bytes_is_held_to_its_roofline(tmp_path):
-    """This CPU's peaks bound neither a GPU's prefill (an H100's 6 ms TTFT read as 240% of a 14.6 ms
-    CPU roofline) nor a remote server's or the null engine's (no bytes: 28% of a roofline for an
-    engine that computes nothing), and this host's bandwidth is no floor for them either."""
+def test_a_prefill_is_held_to_its_own_device_s_roofline_and_only_with_known_bytes(tmp_path):
+    """A GPU's prefill is held to its GPU's peaks (an H100's 6 ms TTFT read 240% of a 14.6 ms CPU
+    roofline), not the host's; a remote server's or the null engine's (no bytes: 28% of a roofline
+    for an engine that computes nothing) to none, and this host's bandwidth is no floor for them."""
     from tests.fake_engines import spec
     from whistle_stop.backends.profile.table import PREFILL_HEADERS, prefill_row
 
+    gpu_peaks = ComputePeaks(
+        peaks={"fp32": {"gops": 50.0, "median_gops": 49.0, "isa": "Test GPU: cuBLAS SGEMM, no TF32"}},
+        cpu="Test GPU",
+    )
     config = BenchConfig(
         model="random:tiny", backends=("host", "gpu", "null"), new_tokens=4, repeats=1, warmup=0, threads=1
     )
@@ -423,11 +427,31 @@ def test_only_a_prefill_on_this_host_with_known_bytes_is_held_to_its_roofline(tm
 
     specs = [spec("host", decode_s=0.001), spec("gpu", decode_s=0.001, device="cuda")]
     with registry.use(specs):
-        session = ProfileSession(config, tmp_path / "prof", bandwidth=probe, compute_peaks=lambda threads: PEAKS)
-    host, gpu, null = session.run().profiles
-    assert host.roofline_ms is not None and host.ttft_share is not None
-    for other in (gpu, null):
-        assert other.roofline_ms is None and other.ttft_share is None and not other.prefill_arithmetic
-        row = dict(zip(PREFILL_HEADERS, prefill_row(other)))
-        assert [row[h] for h in ("roofline", "roofline share", "peak G/s", "arithmetic")] == ["-"] * 4
+        session = ProfileSession(
+            config,
+            tmp_path / "prof",
+            bandwidth=probe,
+            compute_peaks=lambda threads: PEAKS,
+            gpu_compute_peaks=lambda: gpu_peaks,
+        )
+    result = session.run()
+    host, gpu, null = result.profiles
+    assert host.peak_gops == 0.5 and host.roofline_ms is not None and host.ttft_share is not None
+    assert gpu.peak_gops == 50.0 and gpu.peak_isa.startswith("Test GPU") and gpu.roofline_ms is not None
+    assert gpu.roofline_ms == pytest.approx(host.roofline_ms / 100, rel=1e-6)  # compute-bound at 100x the peak
+    assert result.bench.environment["gpu_compute_peaks"]["cpu"] == "Test GPU"
+    assert null.roofline_ms is None and null.ttft_share is None and not null.prefill_arithmetic
+    row = dict(zip(PREFILL_HEADERS, prefill_row(null)))
+    assert [row[h] for h in ("roofline", "roofline share", "peak G/s", "arithmetic")] == ["-"] * 4
     assert null.bandwidth_gb_s is None and asked == ["cpu", "cpu", "cuda", "cuda"]  # the null engine: no probe
+
+    with registry.use(specs):  # no GPU peaks (a failed probe): no roofline, rather than the CPU's
+        session = ProfileSession(
+            config, tmp_path / "prof2", bandwidth=probe, compute_peaks=lambda threads: PEAKS, gpu_compute_peaks=_fail
+        )
+    _, gpu, _ = session.run().profiles
+    assert gpu.roofline_ms is None and gpu.ttft_share is None
+
+
+def _fail():
+    raise RuntimeError("torch sees no CUDA GPU")

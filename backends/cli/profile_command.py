@@ -104,11 +104,7 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
         table = Table(
             title=f"{phase} step, {unit}"
             + (f" (floor: {probe}, probed around each engine)" if phase == "decode" else "")
-            + (
-                f" (roofline's peaks: {result.compute_peaks.label})"
-                if phase == "prefill" and result.compute_peaks
-                else ""
-            )
+            + (f" (roofline's peaks: {peaks_label(result)})" if phase == "prefill" and peaks_label(result) else "")
         )
         rows = [profile_row(p, phase) for p in result.profiles]
         columns = shown_columns(rows)
@@ -131,3 +127,11 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
             console.print(speculation_line(p), markup=False)
         if p.note:
             console.print(f"{p.engine}: {p.profiler}: {p.note}", markup=False)
+
+
+def peaks_label(result: ProfileResult) -> str:
+    """The peaks the prefill rooflines divide by: the CPU's, and a CUDA engine's GPU's."""
+    parts = [result.compute_peaks.label] if result.compute_peaks is not None else []
+    if result.gpu_compute_peaks is not None:
+        parts.append(f"on {result.gpu_compute_peaks.cpu}: {result.gpu_compute_peaks.label}")
+    return "; ".join(parts)

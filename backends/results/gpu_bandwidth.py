@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from .bandwidth import Bandwidth, measure_in_child
 from .environment import cpu_model
+from .gpu_compute_peak import cuda_seconds, gemm_rates
 
 DEFAULT_GPU_BYTES = 1 << 30  # without an engine's size: 1 GiB, many times any GPU's L2
 GPU_GEMM_SIZE = 4096
@@ -69,7 +70,7 @@ def _timed_reads(torch, product: Callable, expected: float, nbytes: int, passes:
     """GB/s of each pass, timed with CUDA events around the product alone; the warm-up's output is
     checked after the timing (a read-back syncs)."""
     out = product()  # warm-up: the library's handles and kernels load outside the timing
-    rates = [nbytes / _cuda_seconds(torch, product) / 1e9 for _ in range(max(1, passes))]
+    rates = [nbytes / cuda_seconds(torch, product) / 1e9 for _ in range(max(1, passes))]
     if float(out[0]) != expected or float(out[-1]) != expected:  # catches nonsense
         raise RuntimeError("GPU bandwidth probe: wrong product")
     return rates
@@ -77,20 +78,4 @@ def _timed_reads(torch, product: Callable, expected: float, nbytes: int, passes:
 
 def _gemm_gflops(torch, device, passes: int) -> float:
     """The best pass of a float32 GEMM on the GPU, in GFLOP/s (a slow phase of the GPU shows)."""
-    a = torch.full((GPU_GEMM_SIZE, GPU_GEMM_SIZE), 0.5, dtype=torch.float32, device=device)
-    out = torch.empty_like(a)
-    torch.matmul(a, a, out=out)
-    fastest = min(_cuda_seconds(torch, lambda: torch.matmul(a, a, out=out)) for _ in range(max(1, passes)))
-    if float(out[0, 0]) != 0.25 * GPU_GEMM_SIZE:
-        raise RuntimeError("GPU compute probe: wrong product")
-    return 2 * GPU_GEMM_SIZE**3 / fastest / 1e9
-
-
-def _cuda_seconds(torch, run: Callable) -> float:
-    """Seconds of one `run()` on the GPU, between two CUDA events around it (synced before reading)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    run()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
+    return max(gemm_rates(torch, device, torch.float32, GPU_GEMM_SIZE, max(1, passes)))

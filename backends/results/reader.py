@@ -71,6 +71,7 @@ _OBJECTS = (
     "harness",
     "bandwidth",
     "compute_peaks",
+    "gpu_compute_peaks",
     "threads_resolution",
     "sweep",
     "quality",

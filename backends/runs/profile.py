@@ -15,7 +15,8 @@ probes is kept too: the floor share it would have given shows how much of a gap 
 moving. The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow
 phase slows arithmetic too. Prefill's roofline divides the prompt's FLOPs by the CPU's peak for the
 engine's arithmetic (results/compute_peak.py, in a process of its own, the instructions it ran recorded: the
-machine's best, and this probe's right before the engine's runs beside it) and its bytes by the engine's faster
+machine's best, and this probe's right before the engine's runs beside it), a CUDA engine's by its GPU's
+(results/gpu_compute_peak.py: cuBLAS GEMMs, probed once a profile), and its bytes by the engine's faster
 bandwidth probe.
 """
 
@@ -27,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..profile.breakdown import EngineProfile, phase_breakdowns, top_ops
-from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth
+from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth, on_gpu
 from ..results.compute_peak import ComputePeaks, probe_compute_peaks
+from ..results.gpu_compute_peak import measure_gpu_peaks
 from ..results.records import RunRecord, decode_bytes_per_token, runs_of
-from ..results.roofline import arithmetic_of, bounds_on_host, prefill_bytes, prefill_flops
+from ..results.roofline import arithmetic_of, prefill_bytes, prefill_flops
 from ..results.summary import is_measured
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
@@ -60,6 +62,7 @@ class ProfileResult:
     profiles: list[EngineProfile] = field(default_factory=list)
     bandwidth: Bandwidth | None = None
     compute_peaks: ComputePeaks | None = None
+    gpu_compute_peaks: ComputePeaks | None = None  # a CUDA engine's roofline's (probed once, at its first)
 
     @property
     def cancelled(self) -> bool:
@@ -76,16 +79,19 @@ class ProfileSession:
         on_event: EventSink | None = None,
         bandwidth: Callable[..., Bandwidth | None] | None = None,
         compute_peaks: Callable[[int], ComputePeaks | None] | None = None,
+        gpu_compute_peaks: Callable[[], ComputePeaks | None] | None = None,
     ) -> None:
         """`bandwidth(threads, n_bytes, device)`: one probe of the floor's bandwidth over an engine's
         n_bytes per token (default: measured afresh). `compute_peaks(threads)`: the arithmetic
-        peaks of prefill's roofline (default: measured afresh, and cached as the machine's)."""
+        peaks of prefill's roofline (default: measured afresh, and cached as the machine's);
+        `gpu_compute_peaks()`: a CUDA engine's (default: its GPU's GEMMs, measured afresh)."""
         self.config = config.validate()
         self.trace_dir = Path(trace_dir)
         self._orchestrator = Orchestrator(self.config, on_event)
         self.threads = self._orchestrator.threads
         self._bandwidth = bandwidth
         self._compute_peaks = compute_peaks or (lambda threads: probe_compute_peaks(threads, refresh=True))
+        self._gpu_compute_peaks = gpu_compute_peaks or measure_gpu_peaks
 
     def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:
         return prepare_bench(self.config, self._orchestrator.specs, progress, cancel)
@@ -105,9 +111,9 @@ class ProfileSession:
                 if orchestrator.cancelled:
                     break
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
-                profile, probes = self._profile_one(name, cell, result)
+                profile, probes, device = self._profile_one(name, cell, result)
                 probe = set_floor(profile, *probes)
-                set_roofline(profile, result.compute_peaks)
+                set_roofline(profile, result.gpu_compute_peaks if on_gpu(device) else result.compute_peaks)
                 if probe is not None and probe.device == "cpu":  # the run's figure is the host's
                     result.bandwidth = faster(result.bandwidth, probe)
                 result.profiles.append(profile)
@@ -117,12 +123,20 @@ class ProfileSession:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
         if result.compute_peaks is not None:
             result.bench.environment["compute_peaks"] = result.compute_peaks.as_dict()
+        if result.gpu_compute_peaks is not None:
+            result.bench.environment["gpu_compute_peaks"] = result.gpu_compute_peaks.as_dict()
         return result
 
     def _peaks(self) -> ComputePeaks | None:
         try:
             return self._compute_peaks(self.threads)
         except Exception:  # no roofline is better than no profile (no C compiler, a failed probe)
+            return None
+
+    def _gpu_peaks(self) -> ComputePeaks | None:
+        try:
+            return self._gpu_compute_peaks()
+        except Exception:  # no roofline is better than no profile (a failed probe)
             return None
 
     def _probe(self, n_bytes: float | None, device: str) -> Bandwidth | None:
@@ -136,24 +150,26 @@ class ProfileSession:
         except Exception:  # no floor is better than no profile
             return None
 
-    def _profile_one(self, name: str, cell, result: ProfileResult) -> tuple[EngineProfile, tuple]:
-        """The engine's profile and its two bandwidth probes (before its runs, after its close)."""
+    def _profile_one(self, name: str, cell, result: ProfileResult) -> tuple[EngineProfile, tuple, str]:
+        """The engine's profile, its two bandwidth probes (before its runs, after its close) and its device."""
         orchestrator = self._orchestrator
         profile = EngineProfile(name, orchestrator.specs[name].precision)
         n_bytes, before, device = None, None, "cpu"
         try:
             if not orchestrator.start(name, cell):
-                return _failed(profile, result.bench.runs, name), (None, None)
+                return _failed(profile, result.bench.runs, name), (None, None), device
             ready = orchestrator.ready(name)
             device = ready.device if ready is not None and ready.device else "cpu"
             n_bytes = bytes_per_token(ready, len(cell.prompt_ids), cell.new_tokens)
             before = self._probe(n_bytes, device)  # the worker has loaded and sits quiet: its memory is in place
-            # the cores' peaks at the same moment (the machine's best kept, this probe's beside it)
-            result.compute_peaks = self._peaks() or result.compute_peaks
+            if on_gpu(device):  # its GPU's peaks, once a profile (its prefill multiplies there)
+                result.gpu_compute_peaks = result.gpu_compute_peaks or self._gpu_peaks()
+            else:  # the cores' peaks at the same moment (the machine's best kept, this probe's beside it)
+                result.compute_peaks = self._peaks() or result.compute_peaks
             profile = self._measure(name, cell, result, profile)
         finally:
             orchestrator.close(name)
-        return profile, (before, None if orchestrator.cancelled else self._probe(n_bytes, device))
+        return profile, (before, None if orchestrator.cancelled else self._probe(n_bytes, device)), device
 
     def _measure(self, name: str, cell, result: ProfileResult, profile: EngineProfile) -> EngineProfile:
         """Warm-up, the measured repeats and the profiled run of a started engine."""
@@ -214,8 +230,8 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
 
 
 def set_roofline(profile: EngineProfile, peaks: ComputePeaks | None) -> None:
-    """The peak prefill's roofline holds the engine to: its arithmetic's, or fp32's where the CPU has
-    no instructions for it (its products then run in fp32)."""
+    """The peak prefill's roofline holds the engine to (its device's: the CPU's or its GPU's): its
+    arithmetic's, or fp32's where the device has no instructions for it (its products then run in fp32)."""
     if peaks is None or not profile.prefill_arithmetic:
         return
     found = peaks.peak(arithmetic_of(profile.prefill_arithmetic, profile.precision))
@@ -226,9 +242,9 @@ def set_roofline(profile: EngineProfile, peaks: ComputePeaks | None) -> None:
 
 
 def _fill_prefill_work(profile: EngineProfile, ready, model: ModelFiles, prompt_tokens: int) -> None:
-    """The prompt's FLOPs and bytes, and the arithmetic the engine says its prefill uses; none where
-    this host's peaks do not bound its prefill (a GPU's, a remote server's, the null engine's)."""
-    if ready is None or not bounds_on_host(ready.device or "cpu", ready.weight_bytes_per_token):
+    """The prompt's FLOPs and bytes, and the arithmetic the engine says its prefill uses; none without
+    its bytes (a remote server's machine is not one this profile probes; the null engine computes nothing)."""
+    if ready is None or not ready.weight_bytes_per_token:
         return
     profile.prefill_arithmetic = arithmetic_of(ready.prefill_arithmetic, profile.precision).value
     profile.prefill_flops = prefill_flops(model.gpt2_config, prompt_tokens)
