@@ -229,6 +229,47 @@ def test_the_ttft_grid_draws_prefill_s_roofline(capsys, tmp_path, monkeypatch):
     assert "fp32 roofline" in limit.label and "test fma" in limit.label
 
 
+def test_a_cuda_engine_s_ttft_is_drawn_against_its_gpu_s_roofline(tiny_model, tmp_path, monkeypatch):
+    """A CUDA engine's curve divides by its GPU's GEMM peak and bandwidth (probed once, after the
+    load), the host engine's by the CPU's; without the GPU's probes there is no GPU curve."""
+    from whistle_stop.backends.report.sweep_figures import ttft_vs_prompt
+    from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
+
+    gpu_peaks = ComputePeaks(peaks={"fp32": {"gops": 200.0, "median_gops": 190.0, "isa": "Test GPU: SGEMM"}})
+    monkeypatch.setattr(
+        "whistle_stop.backends.runs.sweep.probe_bandwidth",
+        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
+    )
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
+    gpu_bandwidth = Bandwidth(1000.0, 900.0, 1 << 30, 1, 5, "test cpu", "now", device="cuda")
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.measure_gpu_bandwidth", lambda: gpu_bandwidth)
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.measure_gpu_peaks", lambda: gpu_peaks)
+    specs = {"host": fake_engines.spec("host"), "gpu": fake_engines.spec("gpu", device="cuda")}
+    session, _ = _session(tmp_path, specs=specs, grid=SweepGrid((4, 64), (1,)), repeats=1, warmup=0)
+    session.measure_bandwidth = True
+    result = session.run()
+    environment = _environment(tmp_path)
+    assert environment["gpu_compute_peaks"]["peaks"]["fp32"]["isa"] == "Test GPU: SGEMM"
+    curves = {curve["device"]: curve for curve in environment["prefill_roofline"]}
+    assert curves["cpu"]["engines"] == ["host"] and curves["cuda"]["engines"] == ["gpu"]
+    weight_bytes = environment["engines"]["gpu"]["weight_bytes_per_token"]
+    config = tiny_model.gpt2_config
+    for tokens, ms in curves["cuda"]["points"]:
+        expected = max(prefill_flops(config, tokens) / 200e6, prefill_bytes(weight_bytes, 0, tokens) / 1000e6)
+        assert ms == pytest.approx(expected, rel=1e-3, abs=1e-4)  # kept to 4 decimals
+    labels = [limit.label for limit in ttft_vs_prompt(result.runs, 10.0, environment).limits]
+    assert any("on the GPU" in label and "Test GPU" in label for label in labels)
+
+    def no_gpu():
+        raise RuntimeError("torch sees no CUDA GPU")
+
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.measure_gpu_peaks", no_gpu)
+    session, _ = _session(tmp_path / "again", specs=specs, grid=SweepGrid((4,), (1,)), repeats=1, warmup=0)
+    session.measure_bandwidth = True
+    session.run()
+    assert [curve["device"] for curve in _environment(tmp_path / "again")["prefill_roofline"]] == ["cpu"]
+
+
 def test_a_worker_lost_in_one_cell_is_restarted_for_the_next(tiny_model, tmp_path):
     # Crashes at its 21st token: cells with 3 new tokens run fine, cells with 30 crash.
     specs = {"crashy": fake_engines.spec("crashy", crash_at=20), "calm": fake_engines.spec("calm")}

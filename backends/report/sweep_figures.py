@@ -72,8 +72,9 @@ def ttft_vs_prompt(runs: Sequence[RunRecord], gb_s: float | None = None, environ
     figure.limits = roofline_limits(environment)
     if figure.limits:
         figure.note = with_limit_note(
-            "dashed: prefill's roofline per arithmetic, the larger of the prompt's FLOPs over the CPU's peak "
-            f"for it (the instructions named) and its bytes over the measured bandwidth{scale}",
+            "dashed: prefill's roofline per arithmetic, the larger of the prompt's FLOPs over the peak for it "
+            "of the device the engines run on (the CPU's instructions or the GPU's GEMM named) and its bytes over "
+            f"that device's measured bandwidth{scale}",
             runs,
             environment,
         )
@@ -99,7 +100,8 @@ def roofline_limits(environment: dict | None) -> list[Limit]:
             continue
         held = curve.get("peak_arithmetic") or curve["arithmetic"]
         peak = f"{held} peak {curve.get('peak_gops', 0):.0f} G/s, {curve.get('isa', '')}"
-        label = f"{curve['arithmetic']} roofline ({peak})"
+        where = " on the GPU" if curve.get("device") == "cuda" else ""
+        label = f"{curve['arithmetic']} roofline{where} ({peak})"
         out.append(Limit(label, float(points[-1][1]), [float(p[0]) for p in points], [float(p[1]) for p in points]))
     return out
 

@@ -72,6 +72,7 @@ _OBJECTS = (
     "bandwidth",
     "compute_peaks",
     "gpu_compute_peaks",
+    "gpu_bandwidth",
     "threads_resolution",
     "sweep",
     "quality",

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..gpt2_config import GPT2Config
-from .bandwidth import on_gpu
 
 
 class Arithmetic(str, Enum):
@@ -54,13 +53,6 @@ def arithmetic_of(reported: str, precision: str) -> Arithmetic:
         return Arithmetic(reported)
     except ValueError:
         return default_arithmetic(precision)
-
-
-def bounds_on_host(device: str, weight_bytes: float) -> bool:
-    """Whether this host's peaks and bandwidth bound an engine's prefill: not on a GPU (its products
-    are the GPU's), and with its bytes known (a remote server's machine is not this one, and the null
-    engine computes nothing)."""
-    return not on_gpu(device) and bool(weight_bytes)
 
 
 def prefill_flops(config: GPT2Config, tokens: int, pos: int = 0) -> float:

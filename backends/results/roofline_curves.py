@@ -8,8 +8,9 @@ from the folder alone.
 from __future__ import annotations
 
 from ..gpt2_config import GPT2Config
+from .bandwidth import on_gpu
 from .compute_peak import ComputePeaks
-from .roofline import Arithmetic, Roofline, arithmetic_of, bounds_on_host, prefill_bytes, prefill_flops
+from .roofline import Arithmetic, Roofline, arithmetic_of, prefill_bytes, prefill_flops
 
 ENVIRONMENT_KEY = "prefill_roofline"
 
@@ -22,33 +23,43 @@ def curve_lengths(lengths: list[int], context: int) -> list[int]:
 
 
 def prefill_curves(
-    config: GPT2Config, engines: dict[str, dict], peaks: ComputePeaks | None, gb_s: float | None, lengths: list[int]
+    config: GPT2Config,
+    engines: dict[str, dict],
+    peaks: ComputePeaks | None,
+    gb_s: float | None,
+    lengths: list[int],
+    gpu_peaks: ComputePeaks | None = None,
+    gpu_gb_s: float | None = None,
 ) -> list[dict]:
-    """One curve per arithmetic of the engines on the host: [{"arithmetic", "peak_arithmetic",
-    "peak_gops", "isa", "engines", "points": [[tokens, ms], ...]}]. Each curve's bytes are its
-    engines' fewest (the bound of them all); [] without peaks."""
-    if peaks is None:
-        return []
-    groups: dict[str, list[tuple[str, dict]]] = {}
+    """One curve per device and arithmetic of the engines: [{"device", "arithmetic", "peak_arithmetic",
+    "peak_gops", "isa", "engines", "points": [[tokens, ms], ...]}]. An engine on the host is held to the
+    CPU's peaks and bandwidth, one on a GPU to its GPU's (none without them); an engine without bytes
+    (a remote server's machine, the null engine) to none. Each curve's bytes are its engines' fewest
+    (the bound of them all)."""
+    limits = {"cpu": (peaks, gb_s), "cuda": (gpu_peaks, gpu_gb_s)}
+    groups: dict[tuple[str, str], list[tuple[str, dict]]] = {}
     for name, info in engines.items():
-        if not bounds_on_host(str(info.get("device", "cpu")), float(info.get("weight_bytes_per_token") or 0)):
+        if not float(info.get("weight_bytes_per_token") or 0):
             continue
+        device = "cuda" if on_gpu(str(info.get("device") or "cpu")) else "cpu"
         own = arithmetic_of(str(info.get("prefill_arithmetic", "")), str(info.get("precision", "")))
-        groups.setdefault(own.value, []).append((name, info))
+        groups.setdefault((device, own.value), []).append((name, info))
     curves = []
-    for arithmetic, members in groups.items():
-        found = peaks.peak(Arithmetic(arithmetic))
+    for (device, arithmetic), members in groups.items():
+        device_peaks, device_gb_s = limits[device]
+        found = device_peaks.peak(Arithmetic(arithmetic)) if device_peaks is not None else None
         if found is None:
             continue
         held_by, peak = found
         weights = min(float(info.get("weight_bytes_per_token") or 0) for _, info in members)
         kv = min(float(info.get("kv_bytes_per_position") or 0) for _, info in members)
-        points = [
-            [n, round(Roofline(prefill_flops(config, n), prefill_bytes(weights, kv, n), peak.gops, gb_s or 0).ms, 4)]
-            for n in curve_lengths(lengths, config.n_positions)
-        ]
+        points = []
+        for n in curve_lengths(lengths, config.n_positions):
+            roofline = Roofline(prefill_flops(config, n), prefill_bytes(weights, kv, n), peak.gops, device_gb_s or 0)
+            points.append([n, round(roofline.ms, 4)])
         curves.append(
             {
+                "device": device,
                 "arithmetic": arithmetic,
                 "peak_arithmetic": held_by.value,
                 "peak_gops": peak.gops,

@@ -15,10 +15,12 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..results.agreement import fill_agreement
-from ..results.bandwidth import Bandwidth, cached_bandwidth, probe_bandwidth
+from ..results.bandwidth import Bandwidth, cached_bandwidth, on_gpu, probe_bandwidth
 from ..results.compute_peak import ComputePeaks, cached_compute_peaks, probe_compute_peaks
 from ..results.environment import collect_environment
 from ..results.export import write_results
+from ..results.gpu_bandwidth import measure_gpu_bandwidth
+from ..results.gpu_compute_peak import measure_gpu_peaks
 from ..results.roofline_curves import ENVIRONMENT_KEY, prefill_curves
 from ..sources.model_files import resolve_model
 from .config import BenchConfig, Cell
@@ -58,6 +60,9 @@ class SweepSession:
         self.plan: SweepPlan | None = None
         self.bandwidth: Bandwidth | None = None
         self.compute_peaks: ComputePeaks | None = None
+        # a CUDA engine's roofline: its GPU's bandwidth and GEMM peaks (probed once its engines have loaded)
+        self.gpu_bandwidth: Bandwidth | None = None
+        self.gpu_peaks: ComputePeaks | None = None
         self._completed: list[tuple[int, int]] = []
         self._engines: dict[str, dict] = {}
         self._base_environment: dict = {}
@@ -122,6 +127,8 @@ class SweepSession:
                     "kv_bytes_per_position": ready.kv_bytes_per_position,
                     "prefill_arithmetic": ready.prefill_arithmetic,
                 }
+        if self.measure_bandwidth and any(on_gpu(str(e.get("device") or "cpu")) for e in self._engines.values()):
+            self._probe_gpu()
         if not loaded:
             return
         total = len(cells)
@@ -173,6 +180,14 @@ class SweepSession:
             self._orchestrator.emit(SweepNote(f"no prefill roofline: {exc}"))
             return None
 
+    def _probe_gpu(self) -> None:
+        """The GPU's bandwidth and GEMM peaks, between the load and the first cell (no timed span)."""
+        self._orchestrator.emit(SweepNote("measuring the GPU's bandwidth and GEMM peaks (its engines' roofline)"))
+        try:
+            self.gpu_bandwidth, self.gpu_peaks = measure_gpu_bandwidth(), measure_gpu_peaks()
+        except Exception as exc:  # no GPU roofline is better than no sweep
+            self._orchestrator.emit(SweepNote(f"no GPU roofline: {exc}"))
+
     # --- records -----------------------------------------------------------------------------
     def environment(self, result: BenchResult) -> dict:
         plan = self.plan
@@ -193,6 +208,8 @@ class SweepSession:
             "engines": self._engines,
             "bandwidth": self.bandwidth.as_dict() if self.bandwidth else plan.previous_bandwidth,
             "compute_peaks": self.compute_peaks.as_dict() if self.compute_peaks else plan.previous_compute_peaks,
+            **({"gpu_bandwidth": self.gpu_bandwidth.as_dict()} if self.gpu_bandwidth else {}),
+            **({"gpu_compute_peaks": self.gpu_peaks.as_dict()} if self.gpu_peaks else {}),
             ENVIRONMENT_KEY: self._curves(plan),
             "cancelled": self._orchestrator.cancelled,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -204,7 +221,13 @@ class SweepSession:
             return []
         gb_s = self.bandwidth.gb_s if self.bandwidth else (plan.previous_bandwidth or {}).get("gb_s")
         curves = prefill_curves(
-            plan.model.gpt2_config, self._engines, self.compute_peaks, gb_s, list(self.grid.prompt_tokens)
+            plan.model.gpt2_config,
+            self._engines,
+            self.compute_peaks,
+            gb_s,
+            list(self.grid.prompt_tokens),
+            self.gpu_peaks,
+            self.gpu_bandwidth.gb_s if self.gpu_bandwidth else None,
         )
         return curves or list(plan.previous_curves)
 
