@@ -70,7 +70,7 @@ def parse_levels(text: str) -> tuple[tuple[int, ...], str]:
         return (), "give at least one concurrency level"
     values = []
     for part in parts:
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):  # isdigit alone passes "²", which int() refuses
             return (), f"levels: {part!r} is not a whole number"
         if not 1 <= int(part) <= MAX_CONCURRENCY:
             return (), f"levels must be from 1 to {MAX_CONCURRENCY}, not {int(part)}"

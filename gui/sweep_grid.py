@@ -55,7 +55,7 @@ def parse_lengths(text: str, label: str) -> tuple[tuple[int, ...], str]:
         return (), f"give at least one of the {label}"
     values = []
     for part in parts:
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):  # isdigit alone passes "²", which int() refuses
             return (), f"{label}: {part!r} is not a whole number"
         value = int(part)
         if not 1 <= value <= MAX_LENGTH:

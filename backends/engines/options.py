@@ -79,6 +79,15 @@ class EngineSettings:
         return data
 
 
+def whole_number(text: str) -> int | str | None:
+    """A form field's text as a whole number; "" is None and anything else stays as typed, for
+    `problem()` to name. ASCII digits only: str.isdigit() also passes "²", which int() refuses."""
+    text = text.strip()
+    if not text:
+        return None
+    return int(text) if text.isascii() and text.isdigit() else text
+
+
 def options_class(target: str) -> type[EngineSettings] | None:
     """The class named by a registry entry's `options` ("module:Class"), or None for no settings."""
     if not target:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .options import EngineSettings, option
+from .options import EngineSettings, option, whole_number
 
 K_LIMIT = 16  # the most drafts a verify pass checks (its sums are kept per token)
 
@@ -54,8 +54,7 @@ class SpeculativeOptions(EngineSettings):
 
     def __post_init__(self) -> None:
         if isinstance(self.k, str):  # the window's form gives text
-            text = self.k.strip()
-            object.__setattr__(self, "k", int(text) if text.isdigit() else (None if not text else self.k))
+            object.__setattr__(self, "k", whole_number(self.k))
 
     def problem(self) -> str:
         if self.k is not None and not (isinstance(self.k, int) and 1 <= self.k <= K_LIMIT):

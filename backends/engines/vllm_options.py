@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .options import EngineSettings, option
+from .options import EngineSettings, option, whole_number
 
 NGRAM_MAX = 4  # prompt_lookup_max: the longest n-gram vLLM looks up
 
@@ -29,8 +29,7 @@ class VllmOptions(EngineSettings):
 
     def __post_init__(self) -> None:
         if isinstance(self.ngram_tokens, str):  # the window's form gives text
-            text = self.ngram_tokens.strip()
-            object.__setattr__(self, "ngram_tokens", int(text) if text.isdigit() else (text or None))
+            object.__setattr__(self, "ngram_tokens", whole_number(self.ngram_tokens))
 
     def problem(self) -> str:
         if self.ngram_tokens is not None and not (isinstance(self.ngram_tokens, int) and self.ngram_tokens >= 1):
