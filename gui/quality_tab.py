@@ -37,7 +37,7 @@ from .job_manager import JobKind, JobManager
 from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
 from .theme import Theme, current_theme, engine_colours
-from .widgets import controls_column, path_row, spin, stacked, three_panes
+from .widgets import controls_column, path_row, set_clamped, spin, stacked, three_panes
 
 WORDING = JobWording(
     "quality evaluation",
@@ -304,7 +304,7 @@ class QualityTab(QWidget):
             self.text_path.setText(prefs["text"])
         for key, box in (("max_length", self.max_length), ("stride", self.stride)):
             if isinstance(prefs.get(key), int) and not isinstance(prefs[key], bool):
-                box.setValue(prefs[key])
+                set_clamped(box, prefs[key])
 
     def apply_theme(self, theme: Theme) -> None:
         self.scatter.apply_theme(theme)

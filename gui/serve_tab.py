@@ -20,7 +20,7 @@ from .job_manager import JobKind, JobManager
 from .serve_job import P50_NOTE, ServerLine, ServerListening, ServerSample, ServeSettings, start_serve
 from .setup_panel import SetupPanel
 from .theme import Theme
-from .widgets import controls_column, read_only_table, spin, stacked, three_panes
+from .widgets import controls_column, read_only_table, set_clamped, spin, stacked, three_panes
 
 WORDING = JobWording("server", " Start server", "Server", "stopping the server…", could_not_run="The server stopped")
 INTRO = (
@@ -248,7 +248,7 @@ class ServeTab(QWidget):
         for key, box in (("port", self.port), ("workers", self.workers), ("queue", self.queue)):
             value = prefs.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
-                box.setValue(value)
+                set_clamped(box, value)
 
     def apply_theme(self, theme: Theme) -> None:
         """Nothing themed beyond the application's palette."""

@@ -41,7 +41,7 @@ from .engine_picker import EnginePicker
 from .job_manager import JobManager
 from .model_probe import HUB_MODELS, ModelInfo, ModelProbe
 from .theme import current_theme, icon
-from .widgets import dspin, spin
+from .widgets import dspin, set_clamped, spin
 
 LOCAL_FOLDER = "Local folder…"
 MODE_HELP = {
@@ -393,8 +393,8 @@ class SetupPanel(QWidget):
             ("repeats", self.repeats),
             ("warmup", self.warmup),
         ]:
-            if get(key, int) is not None:  # clamped here: past C's int, setValue raises OverflowError
-                box.setValue(min(max(params[key], box.minimum()), box.maximum()))
+            if get(key, int) is not None:
+                set_clamped(box, params[key])
         for key, box in [("temperature", self.temperature), ("top_p", self.top_p)]:
             if get(key, (int, float)) is not None:
                 box.setValue(float(params[key]))

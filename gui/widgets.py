@@ -33,6 +33,12 @@ def spin(low: int, high: int, value: int, tip: str, special: str = "") -> QSpinB
     return box
 
 
+def set_clamped(box: QSpinBox, value: int) -> None:
+    """A saved whole number into `box`, clamped to its range: past C's int, setValue raises
+    OverflowError, and a damaged settings file must not stop the window from opening."""
+    box.setValue(min(max(value, box.minimum()), box.maximum()))
+
+
 def dspin(low: float, high: float, value: float, step: float, tip: str) -> QDoubleSpinBox:
     box = QDoubleSpinBox()
     box.setRange(low, high)
