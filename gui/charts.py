@@ -19,6 +19,15 @@ from .axes import CountAxis, LogAxis
 from .theme import Theme, current_theme
 
 
+def save_png(item: pg.GraphicsItem, path: Path, width: int) -> None:
+    """`item` as a PNG `width` pixels wide; OSError if it was not written (Qt's save says only
+    False, and a chart reported as written must be on disk)."""
+    exporter = pg.exporters.ImageExporter(item)
+    exporter.parameters()["width"] = int(width)
+    if exporter.export(str(path)) is False:
+        raise OSError(f"cannot write {path}")
+
+
 class _Chart(pg.PlotWidget):
     """A plot with one curve per engine, themed, with a legend and a PNG export. Its axes show no
     values until there is data: an empty plot's 0 to 1 range means nothing."""
@@ -134,9 +143,7 @@ class _Chart(pg.PlotWidget):
 
     def export_png(self, path: Path, width: int = 1400) -> None:
         self.flush_pending()
-        exporter = pg.exporters.ImageExporter(self.plotItem)
-        exporter.parameters()["width"] = int(width)
-        exporter.export(str(path))
+        save_png(self.plotItem, path, width)
 
 
 class LatencyChart(_Chart):

@@ -8,12 +8,12 @@ import textwrap
 from pathlib import Path
 
 import pyqtgraph as pg
-import pyqtgraph.exporters
 from PySide6.QtGui import QColor
 
 from whistle_stop.backends.report import plots
 from whistle_stop.backends.report.figures import Figure
 
+from .charts import save_png
 from .theme import Theme, current_theme
 
 TITLE_CHARS = 32
@@ -91,6 +91,4 @@ class FigureGrid(pg.GraphicsLayoutWidget):
             self.show_figures(drawn, self.colours)  # the text and axes take the new foreground
 
     def export_png(self, path: Path, width: int = 1800) -> None:
-        exporter = pg.exporters.ImageExporter(self.ci)
-        exporter.parameters()["width"] = int(width)
-        exporter.export(str(path))
+        save_png(self.ci, path, width)

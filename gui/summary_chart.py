@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-import pyqtgraph.exporters
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
@@ -29,6 +28,7 @@ from whistle_stop.backends.results.summary import (
 )
 from whistle_stop.backends.results.verdict import Verdict
 
+from .charts import save_png
 from .theme import Theme, current_theme
 from .widgets import read_only_table
 
@@ -127,9 +127,7 @@ class SummaryBars(pg.GraphicsLayoutWidget):
             plot.setXRange(-0.6, len(names) - 0.4, padding=0)
 
     def export_png(self, path: Path, width: int = 1600) -> None:
-        exporter = pg.exporters.ImageExporter(self.ci)
-        exporter.parameters()["width"] = int(width)
-        exporter.export(str(path))
+        save_png(self.ci, path, width)
 
 
 class VerdictPanel(QTextBrowser):
