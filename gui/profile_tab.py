@@ -32,7 +32,7 @@ from whistle_stop.backends.profile.table import HEADERS, NOTE, headers, profile_
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
-from whistle_stop.backends.status import RunStatus
+from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.worker.events import BackendEvent, Progress
 
 from .figure_view import FigureGrid
@@ -141,9 +141,11 @@ class ProfileTab(QWidget):
         config = replace(self.setup.config(), mode="fair", calibrate_harness=False)
         folder = self.target_folder()
         try:
+            check_writable_dir(folder)  # now, not after every engine has been profiled
             session = ProfileSession(config, folder, on_event=self.job.controller.sink())
-        except UsageError as exc:
-            self.error.emit("Cannot profile", str(exc))
+        except (UsageError, OSError) as exc:
+            why = str(exc) if isinstance(exc, UsageError) else f"cannot write to {folder}: {exc.strerror or exc}"
+            self.error.emit("Cannot profile", why)
             return False
         self.result, self.folder, self._engines = None, folder, len(config.backends)
         self.table.setRowCount(0)
@@ -202,7 +204,7 @@ class ProfileTab(QWidget):
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
         self.show_results()
-        failed = [p.engine for p in result.profiles if p.status != RunStatus.OK]
+        failed = [p.engine for p in result.profiles if p.status.is_failure]  # a cancelled engine did not fail
         text = "Profile cancelled" if result.cancelled else "Profile finished"
         if failed:
             text += f"; failed: {', '.join(failed)}"
