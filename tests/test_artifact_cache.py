@@ -109,3 +109,18 @@ def test_sha256_of_a_file_matches_hashlib_and_needs_no_python_3_11(tmp_path):
     path.write_bytes(data)
     with path.open("rb") as handle:
         assert sha256_of(handle) == hashlib.sha256(data).hexdigest()
+
+
+def test_a_lock_file_of_garbage_has_no_owner_and_is_broken_when_old(tmp_path):
+    """'²' passes str.isdigit() but not int(): a garbled lock is no owner's, not a crash of the build."""
+    import os
+
+    from whistle_stop.backends.storage.artifact_cache import _build_lock
+
+    folder = tmp_path / "artefact"
+    lock = tmp_path / ".artefact.lock"
+    lock.write_text("²")
+    old = time.time() - 60
+    os.utime(lock, (old, old))
+    with _build_lock(folder, "a test artefact", lambda *args: None):
+        assert lock.read_text().strip() == str(os.getpid())

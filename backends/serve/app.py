@@ -130,7 +130,7 @@ async def completions(request: Request) -> Response:
 
 async def _json(request: Request) -> object:
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
     try:
         body = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)

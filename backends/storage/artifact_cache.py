@@ -268,7 +268,7 @@ def _build_lock(folder: Path, what: str, progress: ProgressFn) -> Iterator[None]
                 text = lock.read_text().strip()
             except OSError:
                 continue  # released just now: try again
-            owner = int(text) if text.isdigit() else 0  # half-written (or garbage): no owner
+            owner = int(text) if text.isascii() and text.isdigit() else 0  # half-written (or garbage): no owner
             if age > _STALE_LOCK_S or (owner and not psutil.pid_exists(owner)) or (not owner and age > 10):
                 lock.unlink(missing_ok=True)
                 continue
