@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QFormLayout, QLabel, QLineEdit, QPush
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.report import figures
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
+from whistle_stop.backends.runs.perplexity import window_problem
 from whistle_stop.backends.runs.quality import (
     DEFAULT_STRIDE,
     DEFAULT_TEXT,
@@ -163,12 +164,8 @@ class QualityTab(QWidget):
         if text and not Path(text).expanduser().is_file():
             return f"the text file {text} does not exist"
         context = self.setup.model_info.context
-        if context is not None and self.max_length.value() > context:
-            return f"max length {self.max_length.value()} exceeds the model's context of {context}"
         window = self.max_length.value() or context
-        if window is not None and self.stride.value() > window:
-            return f"the stride ({self.stride.value()}) must not exceed the max length ({window})"
-        return ""
+        return window_problem(window, self.stride.value(), context) if window is not None else ""
 
     def refresh(self) -> None:
         self.job.show_problem(self.problem())

@@ -224,7 +224,10 @@ def test_quality_on_random_weights_fills_table_banner_and_scatter(qtbot, make_wi
     tab.text_path.setText(str(text))
     tab.max_length.setValue(32)
     tab.stride.setValue(64)
-    assert "must not exceed the max length" in tab.reason.text()
+    assert "the stride must be 1 to the max length" in tab.reason.text()
+    tab.max_length.setValue(1)  # refused here, not after the model loads
+    assert "at least 2 tokens" in tab.reason.text() and not tab.run_button.isEnabled()
+    tab.max_length.setValue(32)
     tab.stride.setValue(16)
 
     with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:

@@ -26,13 +26,24 @@ class Windows:
         return sum(len(w) - max(1, len(w) - t) for w, t in zip(self.windows, self.targets))
 
 
+def window_problem(max_length: int, stride: int, context: int | None = None) -> str:
+    """Why windows of `max_length` tokens `stride` apart cannot score a text on a model of this
+    context, or "" (the command line and the Quality tab both ask here)."""
+    if max_length < 2:
+        return f"the max length must be at least 2 tokens (a window scores those after its first), got {max_length}"
+    if context is not None and max_length > context:
+        return f"the max length {max_length} exceeds the model's context of {context}"
+    if not 1 <= stride <= max_length:
+        return f"the stride must be 1 to the max length ({max_length}), got {stride}"
+    return ""
+
+
 def strided_windows(ids: Sequence[int], max_length: int, stride: int) -> Windows:
     """HF's loop: for begin in 0, stride, ...: window ids[begin:begin+max_length], whose last
     (end - previous end) tokens are scored; stop once a window reaches the end of the text."""
-    if max_length < 2:
-        raise UsageError(f"--max-length must be >= 2, got {max_length}")
-    if not 1 <= stride <= max_length:
-        raise UsageError(f"--stride must be in 1..{max_length} (--max-length), got {stride}")
+    problem = window_problem(max_length, stride)
+    if problem:
+        raise UsageError(problem)
     if len(ids) < 2:
         raise UsageError("the text has fewer than 2 tokens: nothing to score")
     windows, targets, previous_end = [], [], 0

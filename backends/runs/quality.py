@@ -28,7 +28,7 @@ from .bench import bench_cell, finish_bench
 from .config import BenchConfig
 from .events import EventSink, SessionStarted
 from .orchestrator import Orchestrator
-from .perplexity import DEFAULT_STRIDE, Windows, strided_windows
+from .perplexity import DEFAULT_STRIDE, Windows, strided_windows, window_problem
 from .preparation import prepare_bench
 from .quality_files import QUALITY_CSV, read_quality, write_quality
 from .quality_rows import (
@@ -151,8 +151,9 @@ class QualitySession:
             raise UsageError(f"cannot read the evaluation text {path}: {exc}") from exc
         text_ids = encode(text)
         max_length = self.settings.max_length or model.context
-        if max_length > model.context:
-            raise UsageError(f"--max-length {max_length} exceeds the model's context of {model.context}")
+        problem = window_problem(max_length, self.settings.stride, model.context)
+        if problem:
+            raise UsageError(problem)
         self.windows = strided_windows(text_ids, max_length, self.settings.stride)
         self.text_info = {
             "text": str(path),
