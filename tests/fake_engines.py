@@ -178,8 +178,13 @@ class OwnLoopEngine(ScriptedEngine):
 
     capabilities = Capabilities(own_loop=True)
 
+    def __init__(self, name: str, options: EngineOptions, stops_after: int | None = None, **kwargs) -> None:
+        super().__init__(name, options, **kwargs)
+        self.stops_after = stops_after  # a server that stops at end-of-text, though asked for more
+
     def stream(self, token_ids, new_tokens, sampler, cancel=None):
-        yield from super().stream(token_ids, new_tokens, sampler, cancel)
+        count = new_tokens if self.stops_after is None else min(new_tokens, self.stops_after)
+        yield from super().stream(token_ids, count, sampler, cancel)
 
 
 def own_loop_spec(name: str = "own-loop", **kwargs) -> EngineSpec:

@@ -4,6 +4,7 @@ from tests import fake_engines
 from whistle_stop.backends import registry
 from whistle_stop.backends.results.summary import summarize_backends
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
+from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.worker.events import BackendEvent, RunRequest
 
 
@@ -54,3 +55,14 @@ def test_agreement_with_the_reference(tiny_model):
     assert result.environment["reference"] == "ref"
     assert result.environment["model"]["weights"] == "random"
     assert result.environment["settings"]["new_tokens"] == 5
+
+
+def test_a_run_that_stops_short_counts_in_no_figure(tiny_model):
+    # A server that ignores "no early stop" made 3 of 5 tokens: less work than every other engine's.
+    specs = {"ref": fake_engines.spec("ref"), "short": fake_engines.own_loop_spec("short", stops_after=3)}
+    result, _ = _run(specs, repeats=2, warmup=0, new_tokens=5, reference="ref")
+    short = [r for r in result.runs if r.backend == "short"]
+    assert [(r.status, r.tokens_generated) for r in short] == [(RunStatus.ERROR, 3)] * 2
+    assert "3 of 5 tokens" in short[0].error
+    assert [s.runs for s in summarize_backends(result.runs)] == [2, 0]
+    assert result.failed  # exit status 1

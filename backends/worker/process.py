@@ -120,6 +120,26 @@ class RunOutcome(_Ended):
     failure: Failed | WorkerLost | None = None
     profile: ProfileCapture | None = None  # a profiled run's capture (RunRequest.profile_trace)
 
+    @property
+    def short(self) -> bool:
+        """Ended without a failure or a cancel, but with fewer tokens than asked (a server that stopped
+        at end-of-text): less work than every other engine's run, so no figure may count it."""
+        done = self.done
+        if self.failure is not None or done is None or done.cancelled:
+            return False
+        return done.tokens < self.request.new_tokens
+
+    @property
+    def status(self) -> RunStatus:
+        return RunStatus.ERROR if self.short else super().status
+
+    @property
+    def error(self) -> str:
+        if self.short:
+            made, asked = self.done.tokens, self.request.new_tokens
+            return f"stopped early: {made} of {asked} tokens (every engine makes all of them)"
+        return super().error
+
 
 @dataclass
 class LoadOutcome:
