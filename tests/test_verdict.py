@@ -5,6 +5,7 @@ import pytest
 from whistle_stop.backends import registry
 from whistle_stop.backends.results.speedup import speedup
 from whistle_stop.backends.results.verdict import OVERALL, CaveatKind, verdict
+from whistle_stop.backends.status import RunStatus
 
 from .run_records import run_record
 
@@ -154,3 +155,16 @@ def test_markdown_holds_the_same_lines():
     assert markdown.startswith("### Verdict")
     for line in result.lines():
         assert line in markdown
+
+
+def test_the_speed_up_interval_states_the_level_of_its_pairs_not_of_the_runs():
+    # hf lost repeat 3 and fast repeat 2: 4 runs each, but only repeats 1, 4 and 5 pair up
+    runs = _engine("hf", [40.0, 44.0, 42.0, 41.0, 43.0]) + _engine("fast", [10.0, 11.0, 10.5, 10.2, 10.8])
+    for run in runs:
+        if run.run_id in ("hf/r3", "fast/r2"):
+            run.status = RunStatus.ERROR
+    ratio = speedup(runs, "fast", "hf")
+    assert (ratio.n, ratio.level) == (3, 0.75)
+    headline = verdict(runs, reference="hf").lines()[0]
+    assert "median of 4 measured runs" in headline
+    assert "distribution-free at 75.0% (min–max)" in headline and "87.5%" not in headline

@@ -141,14 +141,23 @@ class Verdict:
             return "Verdict: no engine finished a measured run, so there is nothing to recommend."
         runs = sorted({f.runs for f in self.engines.values()})
         count = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}-{runs[-1]}"
-        level = ", ".join(interval_label(n) for n in runs if n > 1)
         text = f"Verdict (ms/token: decode, median of {count} measured runs"
-        if self.reference and any(f.speedup for f in self.engines.values()):
+        if self.reference and any(f.speedup for f in self.engines.values() if f.name != self.reference):
+            level = self._speedup_levels()
             text += (
                 f"; speed-up over {self.reference}: median of the per-repeat ratios, [interval] "
                 f"distribution-free" + (f" at {level}" if level else "")
             )
         return text + "):"
+
+    def _speedup_levels(self) -> str:
+        """The true level of the speed-ups' intervals shown: of their pairs (repeats where both the
+        engine and the reference finished), which are fewer than either's runs where each lost another."""
+        shown = [f.speedup for f in self.engines.values() if f.speedup and f.name != self.reference]
+        pairs = sorted({ratio.n for ratio in shown if ratio.n > 1})
+        if len(pairs) == 1:
+            return interval_label(pairs[0])
+        return ", ".join(f"{n} pairs: {interval_label(n)}" for n in pairs)
 
     def _number(self, name: str) -> str:
         f = self.engines[name]
