@@ -168,3 +168,14 @@ def test_the_speed_up_interval_states_the_level_of_its_pairs_not_of_the_runs():
     headline = verdict(runs, reference="hf").lines()[0]
     assert "median of 4 measured runs" in headline
     assert "distribution-free at 75.0% (min–max)" in headline and "87.5%" not in headline
+
+
+def test_an_engine_measured_without_a_warm_up_is_named():
+    """--warmup 0: each engine's first measured run carries its first-call costs into the medians."""
+    warmed = [_run(name, 1, 40.0, warmup=True) for name in ("hf", "fast")]
+    runs = _session(fast=([10.0, 11.0, 10.5, 10.2, 10.8], "fp32"))
+    (caveat,) = [c for c in verdict(runs, reference="hf").caveats if c.kind == CaveatKind.NO_WARMUP]
+    assert "no warm-up run for hf, fast" in caveat.text
+    assert not [c for c in verdict(warmed + runs, reference="hf").caveats if c.kind == CaveatKind.NO_WARMUP]
+    (caveat,) = [c for c in verdict(warmed[:1] + runs, reference="hf").caveats if c.kind == CaveatKind.NO_WARMUP]
+    assert "no warm-up run for fast:" in caveat.text

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..families import PrecisionGroup, engine_precision, precision_group
-from .records import RunRecord
+from .records import RunRecord, runs_of
 from .slow_rounds import SlowRound, slow_rounds
 from .speedup import Ratio, speedup
 from .stats import Summary
@@ -35,6 +35,7 @@ class CaveatKind(str, Enum):
     FAILED = "failed"
     ONE_PRECISION = "one precision"
     FEW_REPEATS = "few repeats"
+    NO_WARMUP = "no warm-up"
     NO_REFERENCE = "no reference"
     NOT_COMPARABLE = "not comparable"
     NOTHING_TO_COMPARE = "nothing to compare"
@@ -251,6 +252,7 @@ def verdict(
         overlaps,
         [s for s in summaries if s.runs > 0 and not s.comparable],
         slow_rounds(runs) if interleaved else [],
+        [name for name in engines if not any(r.is_warmup for r in runs_of(runs, name))],
     )
     return Verdict(reference if reference_measured else "", engines, tuple(picks), tuple(caveats), random_weights)
 
@@ -302,6 +304,7 @@ def _caveats(
     overlaps: list[str],
     not_comparable: list[BackendSummary],
     slow: list[SlowRound],
+    unwarmed: list[str],
 ) -> list[Caveat]:
     out = []
     if random_weights:
@@ -362,6 +365,14 @@ def _caveats(
                 f"fewer than {MIN_REPEATS} repeats ({few}): "
                 + (f"the intervals are only {level}" if level else "no interval at all")
                 + "; use --repeats 5 or more",
+            )
+        )
+    if unwarmed:
+        out.append(
+            Caveat(
+                CaveatKind.NO_WARMUP,
+                f"no warm-up run for {', '.join(unwarmed)}: a first measured run carries its first-call costs "
+                "(a compile, the caches' first fill) into the medians (--warmup 1 or more)",
             )
         )
     if reference and not reference_measured and engines:
