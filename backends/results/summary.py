@@ -267,8 +267,9 @@ def interval_note(summaries: list[BackendSummary]) -> str:
         "export, conversion or compile this run had to make first (0: cached); ms/token = median of the runs' "
         "median inter-token latency (for an engine that makes several tokens per step, speculative decoding: its "
         "decode time per decoded token, its line below says which); ITL p50/p90/p99: every "
-        "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU per token "
-        "(with the processes it started: a managed server's); GB/s = (weights + KV cache read) per token x tok/s; "
+        "inter-token gap of the measured runs pooled; CPU ms/token = the worker's user + system CPU over the run "
+        "(its prefill included) per token (with the processes it started: a managed server's); "
+        "GB/s = (weights + KV cache read) per token x tok/s; "
         "peak RSS = the worker's own peak (plus its processes' peaks) while running / at load"
     )
 
