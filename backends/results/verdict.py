@@ -110,7 +110,7 @@ class Verdict:
                     runs = min(self.engines[n].runs for n in pick.leaders)
                     out.append(
                         f"- {pick.scope}: {_join(list(pick.leaders))}, as overall (not distinguishable at "
-                        f"{runs} repeats)"
+                        f"{runs} repeat{'s' if runs != 1 else ''})"
                     )
                 continue
             out.append("- " + self._pick_line(pick))
@@ -339,7 +339,7 @@ def _caveats(
             Caveat(
                 CaveatKind.OVERLAP,
                 "overlapping intervals: " + "; ".join(overlaps) + f" cannot be told "
-                f"apart at {repeats} repeats (more --repeats may separate them)",
+                f"apart at {repeats} repeat{'s' if repeats != 1 else ''} (more --repeats may separate them)",
             )
         )
     failed = [s for s in summaries if s.status.is_failure]
