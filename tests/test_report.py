@@ -104,6 +104,16 @@ def test_the_position_chart_draws_decode_s_floor_growing_with_the_kv_cache():
     }
 
 
+def test_a_bench_s_position_chart_says_its_floor_is_flat_and_labels_it_with_one_value():
+    """A bench records no KV bytes per position: its floor is one flat line per precision (what a run's
+    mean step read, from its GB/s), so neither its note nor its label may say it grows with the position."""
+    runs, tokens = _records()
+    figure = sf.itl_vs_position(runs, tokens, gb_s=10.0)
+    assert figure.limits and not any(limit.x for limit in figure.limits)
+    assert all("->" not in limit.label for limit in figure.limits)
+    assert "up to that position" not in figure.note and "flat" in figure.note
+
+
 def test_the_position_chart_gives_a_speculative_engine_its_time_per_decoded_token():
     """Tokens in bursts (4 per 20 ms pass after a first pass of 3): a median gap falls inside a burst
     (~0); each token's figure is its pass's time shared by the pass's tokens, 5 ms, the record's
@@ -417,6 +427,48 @@ def test_environment_differences_ignore_volatile_keys():
     assert environment_differences([a, b]) == [("machine.cpu", ["A", "B"]), ("libraries.onnx", ["(absent)", "1.17"])]
 
 
+def test_environment_differences_compare_whole_values_however_long_they_are():
+    """Thirteen engines make a list longer than a cell shows: two lists that differ only in the last
+    engine are a difference, shown whole so that the two cells do not read the same."""
+    engines = [f"engine-{i:02d}" for i in range(13)]
+    a = {"settings": {"backends": engines}}
+    b = {"settings": {"backends": engines[:-1] + ["other"]}}
+    ((key, values),) = environment_differences([a, b])
+    assert key == "settings.backends" and values[0] != values[1]
+    assert values[1].endswith('"other"]')
+
+
+def test_a_cancelled_folder_says_in_the_report_what_it_kept(tmp_path):
+    """environment.json's "cancelled": the folder's section says how many of the planned measured runs
+    it holds (a sweep: of its finished cells only, which a resume does not run again)."""
+    runs, tokens = _records()
+    bench_runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) == (16, 8) and r.repeat < 3]
+    bench = _folder(
+        tmp_path / "bench",
+        bench_runs,
+        [],
+        "CPU",
+        {"cancelled": True, "settings": {"backends": ["hf", "hf-int8"], "repeats": 3}},
+    )
+    sweep_runs = [r for r in runs if r.prompt_tokens == 16]
+    sweep = _folder(
+        tmp_path / "sweep",
+        sweep_runs,
+        [],
+        "CPU",
+        {
+            "cancelled": True,
+            "settings": {"backends": ["hf", "hf-int8"], "repeats": 3},
+            "sweep": {"completed": [[16, 8]], "pending": [[16, 32], [64, 8], [64, 32]]},
+        },
+    )
+    whole = _folder(tmp_path / "whole", bench_runs, [], "CPU", {"cancelled": False})
+    page = build_report([bench, sweep, whole], tmp_path / "report").read_text(encoding="utf-8")
+    assert "cancelled: 4 of 6 planned runs kept; partial results" in page
+    assert "cancelled: 6 of 24 planned runs kept (1 of 4 cells complete); partial results" in page
+    assert page.count("cancelled: ") == 2
+
+
 def test_report_command(tmp_path, capsys):
     runs, tokens = _records()
     folder = _folder(tmp_path / "one", runs[:6], tokens[:60], "CPU")
@@ -529,3 +581,17 @@ def test_profile_top_operations_are_one_fold_per_engine(tmp_path):
     assert (
         parts.count("<details>") == 2 and parts.count("<h4>decode</h4>") == 2 and parts.count("<h4>prefill</h4>") == 2
     )
+
+
+def test_quality_windows_and_the_machine_s_probes_are_differences_that_matter():
+    """Two quality folders scored over other windows, or floors over other bandwidths, differ in their numbers."""
+    from whistle_stop.backends.report.environment_diff import split_differences
+
+    rows = [
+        ("quality.stride", ["512", "256"]),
+        ("bandwidth.gb_s", ["42.9", "48.9"]),
+        ("compute_peaks.peaks.fp32.gops", ["519", "550"]),
+        ("machine.hostname_build", ["a", "b"]),
+    ]
+    matter, rest = split_differences(rows, [])
+    assert [key for key, _ in matter] == [key for key, _ in rows[:3]] and [key for key, _ in rest] == [rows[3][0]]

@@ -170,3 +170,13 @@ def test_markdown_to_a_folder_is_one_line(tmp_path, capsys):
     assert main(["report", str(folder), "--markdown", str(tmp_path)]) == 2  # was IsADirectoryError
     err = capsys.readouterr().err
     assert "cannot write --markdown" in err and err.count("\n") == 1
+
+
+def test_a_cancelled_folder_says_what_it_kept_atop_its_page(tmp_path):
+    """A folder whose command was cancelled holds fewer runs than its settings planned: the page says
+    so in the command's own words, so a partial run never reads as a complete one."""
+    runs = [_run("hf", r, 40.0 + r) for r in range(1, 4)] + [_run("onnx-int8", r, 6.0, "int8") for r in (1, 2)]
+    folder = write_results(tmp_path / "results", runs, [], {**ENVIRONMENT, "cancelled": True})[0].parent
+    out = tmp_path / "page.md"
+    assert main(["report", str(folder), "--markdown", str(out)]) == 0
+    assert "**cancelled: 5 of 10 planned runs kept; partial results**" in out.read_text(encoding="utf-8")

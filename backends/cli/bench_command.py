@@ -13,6 +13,7 @@ from ..results.summary import (
     SUMMARY_HEADERS,
     harness_note,
     interval_note,
+    runs_kept,
     sampling_notes,
     speculation_notes,
     summarize_backends,
@@ -31,7 +32,6 @@ from .common import (
     planned_runs,
     print_verdict,
     progress_printer,
-    runs_kept,
     stderr_console,
     stdout_console,
 )

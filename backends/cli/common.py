@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -16,8 +16,6 @@ from rich.markup import escape
 
 from .. import presets, registry
 from ..errors import UsageError
-from ..results.records import RunRecord
-from ..results.summary import is_measured
 from ..results.verdict import Verdict
 from ..runs.bench import BenchConfig, RunRecorded
 from ..runs.events import LoadRecorded
@@ -174,11 +172,6 @@ def in_thread(run: Callable[[], T], session: Cancellable, err: Console) -> T:
 def planned_runs(config: BenchConfig, cells: int = 1) -> int:
     """The measured runs a command sets out to record: every engine's repeats in every cell."""
     return cells * len(config.backends) * config.repeats
-
-
-def runs_kept(runs: Iterable[RunRecord], planned: int) -> str:
-    """'3 of 8 planned runs kept': the measured runs that finished (those the summary counts)."""
-    return f"{sum(1 for r in runs if is_measured(r))} of {planned} planned runs kept"
 
 
 def cancelled(err: Console, kept: str, out: Path, then: str = "") -> int:

@@ -10,6 +10,7 @@ from rich.table import Table
 from ..profile.files import write_profile
 from ..profile.table import NOTE, headers, profile_row, shown_columns, speculation_line, top_ops_line
 from ..results.export import write_results
+from ..results.summary import runs_kept
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
 from ..status import RunStatus
 from .common import (
@@ -20,7 +21,6 @@ from .common import (
     out_dir,
     planned_runs,
     progress_printer,
-    runs_kept,
     stderr_console,
     stdout_console,
 )

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import UsageError
+from ..results.summary import runs_kept
 from ..results.verdict import verdict
 from .common import (
     add_cached_probes,
@@ -22,7 +23,6 @@ from .common import (
     planned_runs,
     print_verdict,
     progress_printer,
-    runs_kept,
     stderr_console,
     stdout_console,
 )

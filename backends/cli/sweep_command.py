@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ..errors import UsageError
 from ..results.records import runs_of
+from ..results.summary import runs_kept
 from ..runs.bench import BenchResult
 from .common import (
     cancelled,
@@ -19,7 +20,6 @@ from .common import (
     out_dir,
     planned_runs,
     progress_printer,
-    runs_kept,
     stderr_console,
     stdout_console,
 )

@@ -31,22 +31,37 @@ MATTERS = (
     "settings.",
     "reference",
     "prompt_tokens",
+    "quality.",  # the text, window and stride perplexity is computed over
+    "bandwidth.gb_s",  # what the floors and floor shares divide by
+    "compute_peaks.peaks.",  # what the prefill rooflines divide by
 )
 
 
+SHOWN_CHARS = 160  # a value longer than this is cut where it is shown, never where it is compared
+
+
 def flatten(data, prefix: str = "") -> dict[str, str]:
+    """{dotted key: the whole value as text}: lists as JSON, None as ""."""
     out: dict[str, str] = {}
     if isinstance(data, dict):
         for key, value in data.items():
             out.update(flatten(value, f"{prefix}{key}."))
     else:
         text = json.dumps(data, default=str) if isinstance(data, (list, tuple)) else ("" if data is None else str(data))
-        out[prefix[:-1]] = text if len(text) <= 160 else text[:157] + "..."
+        out[prefix[:-1]] = text
     return out
 
 
+def shown(values: list[str]) -> list[str]:
+    """The values as the table shows them: cut to SHOWN_CHARS, unless cutting would make two that
+    differ read the same (then whole)."""
+    cut = [v if len(v) <= SHOWN_CHARS else v[: SHOWN_CHARS - 3] + "..." for v in values]
+    return cut if len(set(cut)) == len(set(values)) else values
+
+
 def environment_differences(environments: list[dict]) -> list[tuple[str, list[str]]]:
-    """[(key, [value in each folder])] for every key whose values are not all equal."""
+    """[(key, [value in each folder, as shown])] for every key whose whole values are not all equal:
+    two long lists (thirteen engines) that differ past the shown length still differ."""
     flat = [flatten(env) for env in environments]
     keys = list(dict.fromkeys(k for f in flat for k in f))
     rows = []
@@ -55,7 +70,7 @@ def environment_differences(environments: list[dict]) -> list[tuple[str, list[st
             continue
         values = [f.get(key, "(absent)") for f in flat]
         if len(set(values)) > 1:
-            rows.append((key, values))
+            rows.append((key, shown(values)))
     return rows
 
 

@@ -41,6 +41,7 @@ from ..results.summary import (
     fmt,
     harness_note,
     interval_note,
+    runs_kept,
     sampling_notes,
     speculation_notes,
     summarize_backends,
@@ -163,6 +164,25 @@ def comparison_figures(folders: list[FolderData]) -> list[fg.Figure]:
             figure.note = f"left out: {', '.join(sweeps)}, a sweep (its cells are compared in its own charts)"
         out.append(figure)
     return out
+
+
+def cancelled_note(data: FolderData) -> str:
+    """What a cancelled command kept, in the words it printed (summary.runs_kept), so that a
+    partial folder never reads as a complete one; "" for a folder whose command ran to its end."""
+    if not data.environment.get("cancelled"):
+        return ""
+    if not data.runs:
+        return "cancelled: partial results"
+    settings = data.environment.get("settings") or {}
+    per_cell = len(data.backends) * int(settings.get("repeats") or 0)
+    sweep = data.environment.get("sweep")
+    if sweep is None:
+        return f"cancelled: {runs_kept(data.runs, per_cell)}; partial results"
+    # a sweep keeps the runs of the cells it finished; the others run again on resume
+    done = {tuple(key) for key in sweep.get("completed") or []}
+    cells = len(done) + len(sweep.get("pending") or [])
+    kept = runs_kept([r for r in data.runs if (r.prompt_tokens, r.new_tokens) in done], per_cell * cells)
+    return f"cancelled: {kept} ({len(done)} of {cells} cells complete); partial results"
 
 
 def folder_verdict(data: FolderData, folders: list[FolderData]) -> Verdict | None:
@@ -379,6 +399,7 @@ def _folder_html(index: int, data: FolderData, images: list[str], load: str = ""
         label = (data.environment.get("bandwidth") or {}).get("label")
         facts.append(f"memory bandwidth: {label}" if label else f"memory bandwidth: {data.gb_s:.1f} GB/s")
     parts = [f"<section><h2>{index}: {html.escape(data.label)}</h2><p class=facts>{html.escape(' · '.join(facts))}</p>"]
+    parts += [f"<p class=warn>{html.escape(line)}</p>" for line in [cancelled_note(data)] if line]
     if model.get("weights") == "random":
         parts.append("<p class=warn>random weights - timing only: perplexity and text are meaningless</p>")
     for skipped in (env.get("sweep") or {}).get("skipped", []):

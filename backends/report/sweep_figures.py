@@ -177,18 +177,14 @@ def itl_vs_position(
     costs = token_costs(data, tokens)
     positions = {key: data[key[0]].prompt_tokens + key[1] for key in costs}
     figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
-    figure.note = with_limit_note(
-        "dashed: decode's floor per precision, one read of the weights and of the KV cache up to that position "
-        "per token at the measured bandwidth",
-        runs,
-        environment,
-    )
     if not positions:
         figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
+        figure.note = with_limit_note(floor_note(figure.limits), runs, environment)
         figure.empty_reason = why_empty(list(data.values()))
         return figure
     last = max(positions.values())
     figure.limits = floor_curves(environment, runs, gb_s, last + 1)
+    figure.note = with_limit_note(floor_note(figure.limits), runs, environment)
     width = max(1, math.ceil((last + 1) / bins))
     per_run: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     where: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -203,6 +199,22 @@ def itl_vs_position(
             add_point(series, statistics.fmean(where[(backend, b)]), summarize(list(average.values())))
         figure.series.append(series)
     return figure
+
+
+def floor_note(floors: Sequence[Limit]) -> str:
+    """What the position chart's dashed lines are: curves that grow with the KV cache where the folder
+    records its bytes per position (a sweep), else flat lines at what a run's mean step read (a bench:
+    weights and KV cache from its GB/s over its tok/s)."""
+    if any(limit.x for limit in floors):
+        return (
+            "dashed: decode's floor per precision, one read of the weights and of the KV cache up to that position "
+            "per token at the measured bandwidth"
+        )
+    return (
+        "dashed: decode's floor per precision, flat: one read per token of what a run's mean decode step reads "
+        "(the weights, and the KV cache at the run's middle position where the folder records no KV bytes per "
+        "position) at the measured bandwidth"
+    )
 
 
 def token_costs(runs: dict[str, RunRecord], tokens: Sequence[TokenRecord]) -> dict[tuple[str, int], float]:
@@ -253,7 +265,8 @@ def floor_curves(environment: dict | None, runs: Sequence[RunRecord], gb_s: floa
     out = []
     for dtype, per_position, n_bytes, cache in _floor_groups(environment, runs):
         start, end = limit_ms_per_token(n_bytes, gb_s), limit_ms_per_token(n_bytes + per_position * last, gb_s)
-        label = f"{dtype} floor{cache}: {start:.3g} -> {end:.3g} ms at {gb_s:.0f} GB/s"
+        span = f"{start:.3g} -> {end:.3g}" if per_position else f"{start:.3g}"
+        label = f"{dtype} floor{cache}: {span} ms at {gb_s:.0f} GB/s"
         out.append(Limit(label, end, [0.0, float(last)], [start, end]) if per_position else Limit(label, start))
     return out
 

@@ -75,6 +75,12 @@ def is_measured(run: RunRecord) -> bool:
     return not run.is_warmup and run.status == RunStatus.OK
 
 
+def runs_kept(runs: Iterable[RunRecord], planned: int) -> str:
+    """'3 of 8 planned runs kept': the measured runs that finished (those the summary counts); what a
+    cancelled command prints and what its folder's report says."""
+    return f"{sum(1 for r in runs if is_measured(r))} of {planned} planned runs kept"
+
+
 def measured_gaps(runs: Sequence[RunRecord], tokens: Iterable[TokenRecord]) -> dict[str, list[float]]:
     """Every inter-token gap of the measured runs, per engine: the pooled ITL and the histogram."""
     backend_of = {r.run_id: r.backend for r in runs if is_measured(r)}
