@@ -14,8 +14,20 @@ from whistle_stop.backends.worker.events import BackendEvent, RunContext, RunReq
 from whistle_stop.backends.worker.scoring import nll_of, top_logits
 
 
-def test_fair_order_alternates_direction():
-    assert [fair_order(("a", "b", "c"), r) for r in (1, 2, 3)] == [("a", "b", "c"), ("c", "b", "a"), ("a", "b", "c")]
+def test_fair_order_rotates_and_never_runs_an_engine_twice_in_a_row():
+    """Back to back, an engine's second run would find its weights still in the caches."""
+    assert [fair_order(("a", "b", "c"), r) for r in (1, 2, 3, 4)] == [
+        ("a", "b", "c"),
+        ("b", "c", "a"),
+        ("c", "a", "b"),
+        ("a", "b", "c"),
+    ]
+    for n in range(2, 7):
+        engines = tuple("abcdef"[:n])
+        sequence = [name for r in range(1, 2 * n + 2) for name in fair_order(engines, r)]
+        assert all(x != y for x, y in zip(sequence, sequence[1:])), sequence
+        for r in range(1, n + 1):  # every engine in every round
+            assert sorted(fair_order(engines, r)) == list(engines)
 
 
 def test_nll_of_is_the_summed_negative_log_softmax():

@@ -30,7 +30,7 @@ def _run(specs, **kwargs):
 def test_fair_order_interleaves_repeats_and_warms_up_first(tiny_model):
     specs = {n: fake_engines.spec(n) for n in ("a", "b", "c")}
     result, order = _run(specs, repeats=3, warmup=1)
-    assert order == ["a/w1", "b/w1", "c/w1", "a/r1", "b/r1", "c/r1", "c/r2", "b/r2", "a/r2", "a/r3", "b/r3", "c/r3"]
+    assert order == ["a/w1", "b/w1", "c/w1", "a/r1", "b/r1", "c/r1", "b/r2", "c/r2", "a/r2", "c/r3", "a/r3", "b/r3"]
     warmups = [r for r in result.runs if r.is_warmup]
     assert len(warmups) == 3 and all(r.cold_start_s is not None for r in warmups)
     assert all(r.cold_start_s is None for r in result.runs if not r.is_warmup)

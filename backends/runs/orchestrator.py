@@ -71,8 +71,15 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def fair_order(backends: tuple[str, ...], repeat: int) -> tuple[str, ...]:
-    """Odd repeats in the given order, even ones reversed: A B C, C B A, A B C, ..."""
-    return backends if repeat % 2 else tuple(reversed(backends))
+    """Round `repeat`'s order: the engines rotated by one a round (A B C, B C A, C A B, ...), so a slow
+    minute of the machine falls on every position alike, and no engine runs twice in a row: a run
+    right after its own finds its weights still in the caches (a reversed order, A B C then C B A,
+    gave the engines at its ends that in every other round). Two engines keep one order (A B, A B):
+    rotated, B would follow itself."""
+    if len(backends) <= 2:
+        return backends
+    shift = (repeat - 1) % len(backends)
+    return backends[shift:] + backends[:shift]
 
 
 class Orchestrator:
