@@ -379,6 +379,11 @@ def test_report_pairs_medians_with_their_interval_and_marks_native_sampling(tmp_
     assert "hf-int8 †" in page and "not comparable" in page and "ITL p50/p90/p99 ms" in page
     assert "3 runs: 75.0% (min–max)" in page and "interval of the mean" not in page
     assert "harness cost per token (null engine): 46 us (greedy), 180 us (sampled)" in page
+    assert "<p class=warn>† hf-int8: samples in its own code" in page  # a warning: not comparable
+    greedy_runs = [dataclasses.replace(r, decoding="greedy") for r in bench_runs]
+    greedy = _folder(tmp_path / "greedy", greedy_runs, [t for t in tokens if t.run_id in kept], "CPU")
+    page = build_report([greedy], tmp_path / "report2").read_text(encoding="utf-8")
+    assert "<p class=note>hf-int8 samples in its own code when sampling; these greedy runs are comparable" in page
 
 
 def test_report_gives_every_interval_its_true_level(tmp_path):

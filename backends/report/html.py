@@ -37,6 +37,7 @@ from ..results.reader import load_requests, load_results
 from ..results.records import RunRecord, TokenRecord, runs_of
 from ..results.stats import summarize
 from ..results.summary import (
+    NATIVE_MARK,
     SUMMARY_HEADERS,
     fmt,
     harness_note,
@@ -414,7 +415,10 @@ def _folder_html(index: int, data: FolderData, images: list[str], load: str = ""
             for line in [interval_note(summaries), harness_note(env.get("harness"))]
             if line
         ]
-        parts += [f"<p class=warn>{html.escape(line)}</p>" for line in sampling_notes(summaries)]
+        parts += [  # a warning only where the timings are not comparable (marked as in the table)
+            f"<p class={'warn' if line.startswith(NATIVE_MARK) else 'note'}>{html.escape(line)}</p>"
+            for line in sampling_notes(summaries)
+        ]
         parts += [f"<p class=note>{html.escape(line)}</p>" for line in speculation_notes(summaries)]
     if data.quality:
         parts.append(_quality_html(data))
