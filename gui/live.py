@@ -38,28 +38,39 @@ from .streams_grid import StreamsGrid
 SEPARATOR = "  ·  "
 
 
-def status_line(ttft_ms: float | None, ms_per_token: float | None, tok_s: float | None, tokens: int, total: int) -> str:
-    parts = [f"TTFT {ttft_ms:.1f} ms" if ttft_ms is not None else "TTFT -"]
+def status_line(
+    ttft_ms: float | None,
+    ms_per_token: float | None,
+    tok_s: float | None,
+    tokens: int,
+    total: int,
+    run: str = "",
+) -> str:
+    """A pane's figures. `run`: which run they are of ("run 3 of 5"), for a finished one: it leads the
+    line, and the token count goes unless the run fell short (its bar shows it), so the line is no wider."""
+    parts = [run] if run else []
+    parts.append(f"TTFT {ttft_ms:.1f} ms" if ttft_ms is not None else "TTFT -")
     if ms_per_token is not None and ms_per_token == ms_per_token:
         parts.append(f"{ms_per_token:.2f} ms/token")
     if tok_s is not None and tok_s == tok_s:
         parts.append(f"{tok_s:.0f} tok/s")
-    parts.append(f"{tokens}/{total} tokens")
+    if not run or tokens < total:
+        parts.append(f"{tokens}/{total} tokens")
     return SEPARATOR.join(parts)
 
 
 def record_status(record: RunRecord, repeats: int | None = None) -> str:
     """A run's figures; with `repeats`, led by which run they are (a pane shows one run, whose
-    figures are not the engine's medians) and its token count only when it fell short (its bar
-    shows it), so that the line is no wider."""
-    line = status_line(
-        record.ttft_ms, record.ms_per_token, record.decode_tok_s, record.tokens_generated, record.new_tokens
+    figures are not the engine's medians)."""
+    run = run_label(record.repeat, record.is_warmup, repeats) if repeats is not None else ""
+    return status_line(
+        record.ttft_ms, record.ms_per_token, record.decode_tok_s, record.tokens_generated, record.new_tokens, run
     )
-    if repeats is None:
-        return line
-    if record.tokens_generated >= record.new_tokens:
-        line = line.rsplit(SEPARATOR, 1)[0]
-    return f"{run_label(record.repeat, record.is_warmup, repeats)}{SEPARATOR}{line}"
+
+
+def repeats_like(records: list[RunRecord], shown: RunRecord) -> int:
+    """How many runs of `shown`'s kind (measured or warm-up) its engine made: its pane's "of N"."""
+    return max(r.repeat for r in records if r.is_warmup == shown.is_warmup)
 
 
 def run_label(repeat: int, is_warmup: bool, repeats: int) -> str:
@@ -296,7 +307,7 @@ class LiveView:
             if not mine:
                 continue
             shown = display_run(mine, by_run)
-            repeats = max(r.repeat for r in mine if r.is_warmup == shown.is_warmup)
+            repeats = repeats_like(mine, shown)
             run_tokens = sorted(by_run.get(shown.run_id, []), key=lambda t: t.token_index)
             pane.reset(self.prompt)
             pane.append([t.text for t in run_tokens])

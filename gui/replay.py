@@ -14,7 +14,7 @@ from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
 
 from .event_queue import TICK_MS
-from .live import LiveView, display_run, record_status
+from .live import LiveView, display_run, record_status, repeats_like
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Replayer(QObject):
                     np.array([t.t_ms for t in run_tokens]),
                     [t.token_id for t in run_tokens],
                     [t.text for t in run_tokens],
-                    max(r.repeat for r in runs_of(runs, name) if not r.is_warmup),
+                    repeats_like(runs_of(runs, name), record),
                 )
             )
             label = f"replay · run {record.repeat}" + (f" at {speed:g}×" if speed != 1 else "")

@@ -117,8 +117,8 @@ class SessionData:
     def setup_params(self) -> dict:
         """The session's settings as the setup panel's parameters (SetupPanel.params' keys), so that
         Run after Open runs what made these records; keys environment.json lacks are left out."""
-        settings = _dict(self.environment.get("settings"))  # a hand-edited file may hold anything
-        sampling = _dict(settings.get("sampling"))
+        settings = self.environment.get("settings") or {}  # its sections' types checked as it was read
+        sampling = settings.get("sampling") or {}
         model = settings.get("model")
         params = {
             "model": model,
@@ -133,7 +133,7 @@ class SessionData:
 
     def engine_options(self) -> dict[str, dict]:
         """Each engine's settings as the session recorded them (field names; unset ones left out)."""
-        recorded = _dict(_dict(self.environment.get("settings")).get("engine_options"))
+        recorded = (self.environment.get("settings") or {}).get("engine_options") or {}
         return {name: value for name, value in recorded.items() if isinstance(value, dict)}
 
     def describe(self, threads: int | None = None) -> str:
@@ -150,10 +150,6 @@ class SessionData:
             ]
         parts.append(f"{self.mode} mode")
         return "  ·  ".join(p for p in parts if p)
-
-
-def _dict(value: object) -> dict:
-    return value if isinstance(value, dict) else {}
 
 
 def _bundled_prompt(tokens: object, context: object) -> str:
