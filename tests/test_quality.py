@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -362,3 +363,53 @@ def test_quality_command_end_to_end_with_default_windows(tmp_path):
     assert float(rows["hf"]["perplexity"]) == pytest.approx(expected, rel=1e-4)
     assert rows["hf-int8"]["perplexity"] and rows["hf-int8"]["decode_tok_s"]
     assert (out / "speed_vs_quality.png").stat().st_size > 1000 and (out / "divergence.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "match"), [(b"", "has 0 token\\(s\\)"), (b"\xff\xfe bad", "cannot read the evaluation text")]
+)
+def test_an_empty_or_undecodable_text_is_one_line_before_the_model_resolves(tmp_path, monkeypatch, content, match):
+    """The Quality tab used to load the model (a hub download, say) before saying the text was unusable."""
+    import whistle_stop.backends.runs.quality as quality
+
+    def resolve(*_args, **_kwargs):
+        raise AssertionError("the model was resolved before the text was checked")
+
+    monkeypatch.setattr(quality, "prepare_bench", resolve)
+    text = tmp_path / "text.txt"
+    text.write_bytes(content)
+    config = BenchConfig(model="random:tiny", backends=("hf",), prompt_tokens=4, new_tokens=2, repeats=1, warmup=0)
+    session = QualitySession(config, QualitySettings(text_path=text))
+    with pytest.raises(UsageError, match=match):
+        session.prepare()
+
+
+def test_the_quality_table_s_agreement_is_the_summary_s_least_agreeing_run():
+    """The verdict says the smallest agreement over the measured runs; the quality table used the
+    first run's, so a run that parted earlier read 'agrees on 6' in one place and '3' in the other."""
+    from tests.run_records import run_record
+    from whistle_stop.backends.results.agreement import fill_agreement
+    from whistle_stop.backends.results.records import TokenRecord
+    from whistle_stop.backends.results.summary import summarize_backends
+    from whistle_stop.backends.runs.result import BenchResult
+
+    streams = {
+        ("hf", 1): [1, 2, 3, 4, 5, 6],
+        ("hf", 2): [1, 2, 3, 4, 5, 6],
+        ("native", 1): [1, 2, 3, 4, 5, 6],
+        ("native", 2): [1, 2, 3, 9, 9, 9],
+        ("native", 3): [1, 2, 3, 4, 9, 9],
+    }
+    runs = [run_record(name, repeat, new_tokens=6) for name, repeat in streams]
+    tokens = [
+        TokenRecord(f"{name}/r{repeat}", name, repeat, False, i, t, "", float(i), None, "decode")
+        for (name, repeat), ids in streams.items()
+        for i, t in enumerate(ids)
+    ]
+    fill_agreement(runs, tokens, "hf")
+    summary = {s.backend: s for s in summarize_backends(runs, tokens=tokens)}
+    config = BenchConfig(model="m", backends=("hf", "native"), new_tokens=6)
+    result = BenchResult(config, SimpleNamespace(is_random=False), [1], runs, tokens)
+    row = {r.backend: r for r in quality_rows(result, "hf", {}, windows=0, cancelled=False)}["native"]
+    assert summary["native"].agree_tokens == row.agree_tokens == 3
+    assert row.first_divergence == 3

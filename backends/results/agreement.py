@@ -79,3 +79,26 @@ def first_streams(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> d
         if (r.prompt_tokens, r.new_tokens) == cell and r.backend not in out:
             out[r.backend] = (r, by_run[r.run_id])
     return out
+
+
+def least_agreeing_streams(
+    runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], reference: str
+) -> dict[str, tuple[RunRecord, list[int]]]:
+    """The reference's first stream (`first_streams`) and, for every other backend, its run in the
+    reference cell that agrees with it least: the summary's and the verdict's agreement is the
+    smallest over the measured runs, so the quality table's detail comes from that same run."""
+    first = first_streams(runs, tokens)
+    ref = first.get(reference)
+    if ref is None:
+        return first
+    ok, by_run = _streamed_runs(runs, tokens)
+    cell = (ref[0].prompt_tokens, ref[0].new_tokens)
+    out = dict(first)
+    for name, (record, _) in first.items():
+        if name == reference:
+            continue
+        pool = [r for r in ok if r.backend == name and (r.prompt_tokens, r.new_tokens) == cell]
+        pool = [r for r in pool if r.is_warmup == record.is_warmup]  # measured ones, warm-ups only if none
+        worst = min(pool, key=lambda r: agreement(ref[1], by_run[r.run_id])[0])  # the first of equals
+        out[name] = (worst, by_run[worst.run_id])
+    return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..results.agreement import first_cell, first_streams
+from ..results.agreement import first_cell, least_agreeing_streams
 from ..results.reader import load_results
 from ..results.records import RunRecord, TokenRecord
 from ..results.stats import agreement
@@ -104,6 +104,18 @@ def _check_bench_model(environment: dict, model: ModelFiles) -> None:
         )
 
 
+def _read_text(path: Path) -> tuple[str, list[int]]:
+    """The evaluation text and its token ids, or one line on why it cannot be scored."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the evaluation text {path}: {exc}") from exc
+    ids = encode(text)
+    if len(ids) < 2:
+        raise UsageError(f"the evaluation text {path} has {len(ids)} token(s): perplexity needs at least 2")
+    return text, ids
+
+
 class QualitySession:
     """A greedy bench (unless `bench_dir`), then perplexity and divergence logits from the same workers."""
 
@@ -130,6 +142,9 @@ class QualitySession:
         self._orchestrator.cancel()
 
     def prepare(self, progress=None, cancel=None) -> tuple[ModelFiles, list[int]]:
+        # The text is read first: a bad file is one line before any model resolves or loads.
+        path = Path(self.settings.text_path or DEFAULT_TEXT)
+        text, text_ids = _read_text(path)
         if self.settings.bench_dir is not None:
             runs, tokens, environment = load_results(Path(self.settings.bench_dir))
             keep = set(self.config.backends)
@@ -144,12 +159,6 @@ class QualitySession:
             if isinstance(length, bool) or not isinstance(length, int) or not 0 < length <= model.context:
                 length = len(ids)  # none, or a damaged file's (10**9 ids would exhaust memory)
             ids = build_prompt_ids(settings.get("prompt"), length)
-        path = Path(self.settings.text_path or DEFAULT_TEXT)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read the evaluation text {path}: {exc}") from exc
-        text_ids = encode(text)
         max_length = self.settings.max_length or model.context
         problem = window_problem(max_length, self.settings.stride, model.context)
         if problem:
@@ -199,7 +208,7 @@ class QualitySession:
     def _divergence_logits(self, result: BenchResult) -> list[Divergence]:
         bench_weights = (self._bench[2].get("model") or {}).get("weights_sha256_16") if self._bench else None
         same_model = self._bench is None or bench_weights == result.model.weights_hash
-        streams = first_streams(result.runs, result.tokens)
+        streams = least_agreeing_streams(result.runs, result.tokens, self.reference)
         ref = streams.get(self.reference)
         out = []
         for name, (record, tokens) in streams.items():

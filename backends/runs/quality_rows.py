@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from ..results.agreement import agreement_detail, first_streams
+from ..results.agreement import agreement_detail, least_agreeing_streams
 from ..results.records import RunRecord, runs_of
 from ..results.stats import summarize
 from ..sources.model_files import RANDOM_LABEL
@@ -86,7 +86,7 @@ def quality_rows(
     result: BenchResult, reference: str, scores: dict[str, ScoreOutcome], windows: int, cancelled: bool
 ) -> list[QualityRow]:
     """One row per selected backend: perplexity, its difference to the reference, speed, agreement."""
-    streams = first_streams(result.runs, result.tokens)
+    streams = least_agreeing_streams(result.runs, result.tokens, reference)
     ref_stream = streams.get(reference)
     greedy = all_greedy(result.runs)
     rows = []
