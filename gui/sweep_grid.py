@@ -37,14 +37,19 @@ class SweepPlanned:
     plan: SweepPlan
 
 
-def folder_sweep(folder: Path) -> dict | None:
-    """The `sweep` section of a folder's environment.json (None: no sweep there)."""
+def folder_finished(folder: Path) -> list[tuple[int, int]]:
+    """The cells an earlier sweep in the folder finished ([] where there is none, or where its list
+    is damaged: Run sweep then says why, as the command does)."""
     try:
         data = json.loads((folder / ENVIRONMENT_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return []
     sweep = data.get("sweep") if isinstance(data, dict) else None
-    return sweep if isinstance(sweep, dict) else None
+    completed = sweep.get("completed") if isinstance(sweep, dict) else None
+    try:
+        return [(int(p), int(n)) for p, n in completed or []]
+    except (TypeError, ValueError):
+        return []
 
 
 def parse_lengths(text: str, label: str) -> tuple[tuple[int, ...], str]:

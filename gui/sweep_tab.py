@@ -40,7 +40,7 @@ from .job_controls import JobControls, JobWording
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
 from .setup_panel import SetupPanel
-from .sweep_grid import CellGrid, SweepPlanned, folder_sweep, parse_lengths
+from .sweep_grid import CellGrid, SweepPlanned, folder_finished, parse_lengths
 from .theme import Theme, engine_colours
 from .widgets import controls_column, path_row, results_root, three_panes
 
@@ -215,11 +215,11 @@ class SweepTab(QWidget):
         """Cells beyond the context are skipped; cells finished in the folder are kept by a resume."""
         prompts, news, why = self.lengths()
         self.grid.set_grid(*(((), (), None) if why else (prompts, news, self.setup.model_info.context)))
-        sweep = folder_sweep(Path(self.folder.text().strip()).expanduser()) if self.folder.text().strip() else None
-        if sweep and not self.restart.isChecked():
-            for p, n in sweep.get("completed", []):
-                if self.grid.states.get((p, n)) == "to run":
-                    self.grid.set_state((p, n), "earlier", "finished in this folder: kept if the settings match")
+        folder = self.folder.text().strip()
+        if folder and not self.restart.isChecked():
+            for key in folder_finished(Path(folder).expanduser()):
+                if self.grid.states.get(key) == "to run":
+                    self.grid.set_state(key, "earlier", "finished in this folder: kept if the settings match")
 
     # --- running ----------------------------------------------------------------------------------
     def start(self) -> bool:

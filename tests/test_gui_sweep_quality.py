@@ -212,6 +212,21 @@ def test_cancelled_sweep_resumes_without_repeating_finished_cells(qtbot, make_wi
     assert (tmp_path / "compare" / "compare_decode_tok_s.png").exists()
 
 
+def test_a_damaged_sweep_folder_is_said_in_one_line(qtbot, make_window, tmp_path):
+    """A folder whose list of finished cells cannot be read: the preview shows every cell to run
+    (no exception in the tab's slots) and Run sweep says in one line why it refuses, as the command does."""
+    window = make_window({"a": spec("a")})
+    configure(window, ["a"], repeats=1, warmup=0)
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "environment.json").write_text(json.dumps({"sweep": {"fingerprint": {}, "completed": 5}}))
+    tab = _sweep(window, tmp_path, "4, 8", "3")
+    assert tab.grid.count("to run") == 2
+    with qtbot.waitSignal(tab.error, timeout=TIMEOUT_MS) as refused:
+        assert tab.start()
+    assert 'tick "Start over"' in refused.args[1] and "\n" not in refused.args[1]
+
+
 def test_quality_on_random_weights_fills_table_banner_and_scatter(qtbot, make_window, tmp_path):
     window = make_window()
     configure(window, ["hf", "hf-int8"], new_tokens=8, repeats=1, warmup=0)

@@ -20,13 +20,15 @@ SPECS = {n: fake_engines.spec(n) for n in ("a", "b")}
 GRID = SweepGrid(prompt_tokens=(4, 1000), new_tokens=(3, 30))  # 1000 + 30 > 1024: skipped
 
 
-def _session(out_dir, specs=SPECS, grid=GRID, cancel_after_cells=None, restart=False, **config):
+def _session(out_dir, specs=SPECS, grid=GRID, cancel_after_cells=None, restart=False, cancel_at=None, **config):
     log = {"requests": [], "ready": [], "cells": []}
     box = {}
 
     def on_event(event):
         if isinstance(event, BackendEvent) and isinstance(event.event, RunRequest):
             log["requests"].append(event.event.run_id)
+            if event.event.run_id == cancel_at:  # a cancel in the middle of a cell
+                box["session"].cancel()
         elif isinstance(event, BackendEvent) and isinstance(event.event, Ready):
             log["ready"].append(event.backend)
         elif isinstance(event, CellDone):
@@ -99,6 +101,48 @@ def test_sweep_resumes_after_a_cancel_without_repeating_finished_cells(tiny_mode
     assert sum(1 for t in tokens if t["run_id"] == "a/p4n30/r1") == 30
     assert _environment(tmp_path)["sweep"]["completed"] == [[4, 3], [4, 30], [1000, 3]]
     assert all(r.agree_tokens == r.new_tokens for r in result2.runs if not r.is_warmup)  # per-cell agreement
+
+
+def test_a_cancel_mid_cell_keeps_only_the_finished_cells(tiny_model, tmp_path):
+    """The cell a cancel cuts short runs again on a resume: its finished runs are not shown or written
+    beside the complete cells (a row of fewer repeats than the others, then replaced)."""
+    session, _ = _session(tmp_path, cancel_at="a/p4n30/r2")
+    result = session.run()
+    assert result.cancelled
+    assert {(r.prompt_tokens, r.new_tokens) for r in result.runs} == {(4, 3)}
+    assert {t.run_id.split("/")[1] for t in result.tokens} == {"p4n3"}
+    with (tmp_path / "runs.csv").open() as f:
+        assert {(r["prompt_tokens"], r["new_tokens"]) for r in csv.DictReader(f)} == {("4", "3")}
+    assert _environment(tmp_path)["sweep"]["completed"] == [[4, 3]]
+
+
+def test_a_damaged_folder_is_refused_in_one_line(tiny_model, tmp_path):
+    """A resume trusts environment.json's finished cells: a list it cannot read, or finished cells
+    whose records are gone, is refused (not a traceback, not a sweep with those cells silently empty)."""
+    grid = SweepGrid((4, 8), (2,))
+    _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].run()
+    environment = _environment(tmp_path)
+    damaged = {**environment, "sweep": {**environment["sweep"], "completed": [["a", 2]]}}
+    (tmp_path / "environment.json").write_text(json.dumps(damaged))
+    with pytest.raises(UsageError, match=r"is damaged: its list of finished cells.*--restart"):
+        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
+    damaged = {**environment, "sweep": {**environment["sweep"], "fingerprint": "x"}, "bandwidth": []}
+    (tmp_path / "environment.json").write_text(json.dumps(damaged))
+    with pytest.raises(UsageError, match=r"is damaged: fingerprint should be an object;.*--restart"):
+        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
+    (tmp_path / "environment.json").write_text(json.dumps(environment))
+    tokens = (tmp_path / "tokens.csv").read_text()
+    (tmp_path / "tokens.csv").unlink()
+    with pytest.raises(UsageError, match=r"tokens.csv holds no tokens of the finished run a/p4n2/r1.*--restart"):
+        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
+    (tmp_path / "tokens.csv").write_text(tokens)
+    lines = (tmp_path / "runs.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "runs.csv").write_text("".join(line for line in lines if "/p8n2/" not in line))
+    with pytest.raises(UsageError, match=r"runs.csv holds no runs of the finished cell\(s\) p8n2;.*--restart"):
+        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
+    (tmp_path / "runs.csv").unlink()
+    with pytest.raises(UsageError, match=r"no runs of the finished cell\(s\) p4n2, p8n2"):
+        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
 
 
 def test_other_settings_are_refused_unless_restart(tiny_model, tmp_path):
@@ -186,6 +230,26 @@ def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
     assert "comma-separated whole numbers" in capsys.readouterr().err
 
 
+def test_a_sweep_started_over_leaves_no_chart_of_the_one_before(capsys, tmp_path, monkeypatch):
+    """--restart with one new token each: no decode to draw, and the decode charts the discarded
+    sweep drew into --out are gone (they would pass for this sweep's)."""
+    monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
+    monkeypatch.setattr(registry, "available", lambda name: (True, ""))
+    monkeypatch.setattr(
+        "whistle_stop.backends.runs.sweep.probe_bandwidth",
+        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
+    )
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
+    out = tmp_path / "sweep"
+    args = ["sweep", "--model", "random:tiny", "--backends", "a", "--repeats", "1", "--warmup", "0"]
+    args += ["--threads", "1", "--prompt-tokens", "4", "--out", str(out)]
+    assert main([*args, "--new-tokens", "3"]) == 0, capsys.readouterr().err
+    assert (out / "decode_vs_output.png").exists() and (out / "itl_vs_position.png").exists()
+    assert main([*args, "--new-tokens", "1", "--restart"]) == 0, capsys.readouterr().err
+    assert (out / "ttft_vs_prompt.png").exists()
+    assert not (out / "decode_vs_output.png").exists() and not (out / "itl_vs_position.png").exists()
+
+
 PEAKS = ComputePeaks(peaks={"fp32": {"gops": 2.0, "median_gops": 2.0, "isa": "test fma"}}, threads=1, cpu="test")
 
 
@@ -268,6 +332,25 @@ def test_a_cuda_engine_s_ttft_is_drawn_against_its_gpu_s_roofline(tiny_model, tm
     session.measure_bandwidth = True
     session.run()
     assert [curve["device"] for curve in _environment(tmp_path / "again")["prefill_roofline"]] == ["cpu"]
+
+
+def test_a_resume_that_adds_lengths_keeps_the_roofline_over_every_cell(tiny_model, tmp_path, monkeypatch):
+    """A resume with other prompt lengths adds cells to the folder's: prefill's roofline spans the
+    finished cells' lengths too, not only the lengths of the command that ran last."""
+    monkeypatch.setattr(
+        "whistle_stop.backends.runs.sweep.probe_bandwidth",
+        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
+    )
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
+    for grid in (SweepGrid((4, 512), (1,)), SweepGrid((4, 8), (1,))):
+        session, _ = _session(tmp_path, grid=grid, repeats=1, warmup=0)
+        session.measure_bandwidth = True
+        session.run()
+    environment = _environment(tmp_path)
+    assert environment["sweep"]["completed"] == [[4, 1], [8, 1], [512, 1]]
+    (curve,) = environment["prefill_roofline"]
+    lengths = [tokens for tokens, _ in curve["points"]]
+    assert {4, 8, 512} <= set(lengths) and lengths[-1] == 512
 
 
 def test_a_worker_lost_in_one_cell_is_restarted_for_the_next(tiny_model, tmp_path):

@@ -67,15 +67,20 @@ def sweep_command(args: argparse.Namespace) -> int:
         f"{config.sampling.decoding} · {session.threads} threads"
     )
     result = in_thread(lambda: session.run(plan), session, err)
+    figures = sweep_figures(result.runs, result.tokens, result.environment)
+    for figure in figures:
+        # a chart left by what --out held before (a sweep started over, one with fewer cells) is not
+        # of these records: each is drawn afresh below, or is gone
+        (out / f"{figure.name}.png").unlink(missing_ok=True)
     if not args.no_plots and result.runs:
 
         def render() -> list:
             from ..report.plots import render_all
 
-            figures, left_out = with_data(sweep_figures(result.runs, result.tokens, result.environment))
+            shown, left_out = with_data(figures)
             for line in left_out:
                 err.print(f"not drawn: {line}")
-            return render_all(figures, out)
+            return render_all(shown, out)
 
         plots = charts(render, err)
         if plots:

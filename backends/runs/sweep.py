@@ -28,7 +28,15 @@ from .events import CellDone, CellStarted, EventSink, SessionStarted, SweepNote
 from .orchestrator import Orchestrator
 from .preparation import check_available
 from .result import BenchResult
-from .sweep_plan import SWEEP_KEY, SweepGrid, SweepPlan, plan_sweep, read_previous, sweep_fingerprint
+from .sweep_plan import (
+    SWEEP_KEY,
+    SweepGrid,
+    SweepPlan,
+    finished_cells_only,
+    plan_sweep,
+    read_previous,
+    sweep_fingerprint,
+)
 
 # The names callers import from here (events and plan types live in their own modules).
 __all__ = ["CellDone", "CellStarted", "MAX_RESTARTS", "SweepGrid", "SweepNote", "SweepPlan", "SweepSession"]
@@ -111,6 +119,12 @@ class SweepSession:
             if plan.cells:
                 self._run_cells(result, plan.cells)
         result.cancelled = self._orchestrator.cancelled
+        if result.cancelled:
+            # The cell a cancel cut short runs again on a resume: its runs are not kept, so the
+            # table, the charts and the folder show what a resume keeps and no half cell beside it.
+            result.runs, result.tokens, result.load = finished_cells_only(
+                result.runs, result.tokens, result.load, self._completed
+            )
         self._save(result)
         return result
 
@@ -216,7 +230,8 @@ class SweepSession:
         }
 
     def _curves(self, plan: SweepPlan | None) -> list[dict]:
-        """Prefill's roofline over the grid's prompt lengths (or the one an earlier run of the sweep kept)."""
+        """Prefill's roofline over the prompt lengths of the grid and of the finished cells (or the one an
+        earlier run of the sweep kept)."""
         if plan is None:
             return []
         gb_s = self.bandwidth.gb_s if self.bandwidth else (plan.previous_bandwidth or {}).get("gb_s")
@@ -225,7 +240,8 @@ class SweepSession:
             self._engines,
             self.compute_peaks,
             gb_s,
-            list(self.grid.prompt_tokens),
+            # every prompt length the folder holds: a resume may add lengths to an earlier run's
+            [*self.grid.prompt_tokens, *(p for p, _ in self._completed)],
             self.gpu_peaks,
             self.gpu_bandwidth.gb_s if self.gpu_bandwidth else None,
         )

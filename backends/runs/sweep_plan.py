@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
 from ..results.environment import cpu_model, git_commit, library_versions, thread_env
-from ..results.export import ENVIRONMENT_JSON, RUNS_CSV
+from ..results.export import ENVIRONMENT_JSON, RUNS_CSV, TOKENS_CSV
 from ..results.load import LoadRequestRecord
 from ..results.reader import load_requests, load_results
 from ..results.records import RunRecord, TokenRecord
@@ -18,6 +19,7 @@ from ..results.roofline_curves import ENVIRONMENT_KEY
 from ..sources.model_files import ModelFiles
 from ..sources.prompts import prompt_of_length
 from ..sources.tokenizer import encode
+from ..status import RunStatus
 from .config import BenchConfig, Cell
 from .sweep_grid import SweepGrid
 
@@ -152,6 +154,20 @@ def cell_prompt(config: BenchConfig, n_tokens: int) -> list[int]:
     return (source * -(-n_tokens // len(source)))[:n_tokens]
 
 
+def finished_cells_only(
+    runs: Iterable[RunRecord],
+    tokens: Iterable[TokenRecord],
+    load: Iterable[LoadRequestRecord],
+    completed: Collection[tuple[int, int]],
+) -> tuple[list[RunRecord], list[TokenRecord], list[LoadRequestRecord]]:
+    """The records of the finished cells: a cell cut short runs again from the start on a resume,
+    so its runs are no sweep's numbers (read from a folder, or left by a cancel)."""
+    done = set(completed)
+    kept = [r for r in runs if (r.prompt_tokens, r.new_tokens) in done]
+    ids = {r.run_id for r in kept}
+    return kept, [t for t in tokens if t.run_id in ids], [r for r in load if (r.prompt_tokens, r.new_tokens) in done]
+
+
 def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> PreviousSweep:
     """Completed cells and their records from an earlier run of the same sweep in out_dir."""
     if out_dir is None or restart:
@@ -167,25 +183,43 @@ def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> Pre
     sweep = environment.get(SWEEP_KEY) if isinstance(environment, dict) else None
     if not isinstance(sweep, dict) or "fingerprint" not in sweep:
         raise UsageError(f"{out_dir} holds results that are not from a sweep; {advice}")
+    # the sections a resume carries on with: a damaged one is one line here, not a traceback mid-sweep
+    shapes = {"fingerprint": (sweep, dict), "engines": (environment, dict), "bandwidth": (environment, dict)}
+    shapes |= {"compute_peaks": (environment, dict), ENVIRONMENT_KEY: (environment, list)}
+    for key, (section, kind) in shapes.items():
+        if section.get(key) is not None and not isinstance(section[key], kind):
+            what = "an object" if kind is dict else "a list"
+            raise UsageError(f"{env_path} is damaged: {key} should be {what}; {advice}")
     differences = fingerprint_differences(sweep["fingerprint"], fingerprint)
     if differences:
         raise UsageError(
             f"{out_dir} holds a sweep with other settings ({'; '.join(differences[:3])}); "
             f"run the same command to resume it, or {advice}"
         )
-    completed = frozenset((int(p), int(n)) for p, n in sweep.get("completed", []))
+    try:
+        completed = frozenset((int(p), int(n)) for p, n in sweep.get("completed") or [])
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{env_path} is damaged: its list of finished cells cannot be read ({exc}); {advice}") from exc
     runs, tokens, _ = load_results(out_dir) if runs_path.exists() else ([], [], {})
     # Rows of a cell that was cut short are dropped: that cell runs again from the start.
-    runs = [r for r in runs if (r.prompt_tokens, r.new_tokens) in completed]
-    kept = {r.run_id for r in runs}
-    load = tuple(r for r in load_requests(out_dir) if (r.prompt_tokens, r.new_tokens) in completed)
+    runs, tokens, load = finished_cells_only(runs, tokens, load_requests(out_dir), completed)
+    # A finished cell without its records (a lost or cut runs.csv or tokens.csv) would be skipped and
+    # its numbers silently missing from every table and chart of the sweep.
+    missing = sorted(completed - {(r.prompt_tokens, r.new_tokens) for r in runs})
+    if missing:
+        cells = ", ".join(cell_tag(p, n) for p, n in missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise UsageError(f"{out_dir / RUNS_CSV} holds no runs of the finished cell(s) {cells}; {advice}")
+    streamed = {t.run_id for t in tokens}
+    tokenless = [r.run_id for r in runs if r.status == RunStatus.OK and r.tokens_generated and r.run_id not in streamed]
+    if tokenless:
+        raise UsageError(f"{out_dir / TOKENS_CSV} holds no tokens of the finished run {tokenless[0]}; {advice}")
     return PreviousSweep(
         completed,
         tuple(runs),
-        tuple(t for t in tokens if t.run_id in kept),
+        tuple(tokens),
         dict(environment.get("engines") or {}),
         environment.get("bandwidth"),
-        load,
+        tuple(load),
         environment.get("compute_peaks"),
         tuple(environment.get(ENVIRONMENT_KEY) or ()),
     )
