@@ -20,8 +20,7 @@ from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QTableWidget, QTab
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.report import figures
-from whistle_stop.backends.report.html import load_notes
-from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_rows, session_levels
+from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_notes, load_rows, session_levels
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
 from whistle_stop.backends.runs.config import MAX_CONCURRENCY
 from whistle_stop.backends.runs.events import LoadRecorded

@@ -229,3 +229,95 @@ def test_requests_that_end_early_are_counted_apart_and_never_meet_the_slo():
     assert "1 of 2 requests ended early" in level.notes
     row = dict(zip(LOAD_HEADERS, load_rows([level])[0]))
     assert (row["failed"], row["short"]) == ("0", "1")
+
+
+def test_the_servers_own_itl_is_set_beside_one_client_gap_per_server_event():
+    """vLLM's inter-token histogram has one observation per engine step (a speculative step of 4
+    tokens is one): the client's mean beside it is one gap per event, not per token (a quarter)."""
+    from whistle_stop.backends.engine import ServerEngine
+    from whistle_stop.backends.engines.server.metrics import HistogramTotals, ServerMetrics
+    from whistle_stop.backends.worker.load_runner import server_cross_check
+
+    class Server(ServerEngine):
+        def load(self, model, progress):
+            raise NotImplementedError
+
+        def prefill(self, token_ids):
+            raise NotImplementedError
+
+        def decode(self, token_id):
+            raise NotImplementedError
+
+        def server_metrics(self):  # after: 1 request, TTFT 10 ms, two steps of 40 ms
+            return ServerMetrics(HistogramTotals(0.010, 1), HistogramTotals(0.080, 2))
+
+    before = ServerMetrics(HistogramTotals(0.0, 0), HistogramTotals(0.0, 0))
+    ms = 1_000_000
+    stamps = [t * ms + i for t in (10, 50, 90) for i in range(4)]  # 4 tokens an event, 40 ms apart
+    steps = [i // 4 for i in range(12)]
+    note = server_cross_check(Server("remote", None), before, [(0, stamps, steps)])
+    assert "mean ITL 40.00 ms (client 40.00 ms)" in note, note
+
+
+def test_a_round_cut_by_cancel_is_left_out_of_the_figures_and_counted():
+    """Cancel mid-round stops every stream: its requests read as failed and its cut wall time would
+    drag tokens/s down (a level with only that round read 0 tok/s, every request failed)."""
+    full = [_request(100, 20, run_id="r1"), _request(100, 20, run_id="r1")]
+    cut = [
+        replace(_request(100, 20, RunStatus.CANCELLED, run_id="r2", round_s=0.5), tokens_generated=2),
+        replace(_request(100, 20, run_id="r2", round_s=0.5), stream=1),
+    ]
+    level = load_levels(full + cut)[0]
+    assert (level.requests, level.failed, level.duration_s) == (2, 0, pytest.approx(2.0))
+    assert level.output_tok_s == pytest.approx(8 / 2.0) and level.request_s == pytest.approx(1.0)
+    assert "2 requests of 1 round(s) cut by Cancel left out" in level.notes
+    (only_cut,) = load_levels(cut)
+    assert only_cut.requests == 0 and math.isnan(only_cut.output_tok_s) and "cut by Cancel" in only_cut.notes
+    row = dict(zip(LOAD_HEADERS, load_rows([only_cut])[0]))
+    assert (row["failed"], row["output tok/s"], row["req/s"]) == ("0", "-", "-")
+
+
+def test_the_terminals_round_line_counts_the_tokens_the_load_table_counts():
+    """Each round's progress line gave every request's tokens over the round (239 tok/s) where the
+    table gave the completed requests' (191): one round, two figures. Both count completed ones."""
+    from rich.console import Console
+
+    from whistle_stop.backends.cli.common import progress_printer
+    from whistle_stop.backends.runs.events import LoadRecorded
+
+    ms = 1_000_000
+    streams = [
+        StreamResult(0, 0, tuple(t * ms for t in range(10, 110, 10)), ended_ns=100 * ms),
+        StreamResult(1, 0, tuple(t * ms for t in range(10, 60, 10)), "malformed event", ended_ns=100 * ms),
+    ]
+    records = request_records("remote/c2/r1", "remote", "", 8, 10, 2, 1, False, 0, streams)
+    console = Console(record=True, width=300)
+    progress_printer(console)(LoadRecorded(records))
+    assert f"{load_levels(records)[0].output_tok_s:.1f} output tok/s" in console.export_text()  # 10 / 0.1 s
+
+
+def test_a_server_asked_for_level_1_only_is_a_server():
+    """`bench --backends remote,numpy --concurrency 1`: the remote server's row said "batch 1" (a local
+    engine's kind) and the footer that no selected engine serves concurrently."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from whistle_stop.backends.cli.load_table import print_load
+    from whistle_stop.backends.results.load import session_levels
+    from whistle_stop.backends.results.records import TokenRecord
+
+    from .run_records import run_record
+
+    runs = [run_record(name, 1, itl=5.0, new_tokens=4, tokens_generated=4, e2e_s=0.05) for name in ("remote", "numpy")]
+    tokens = [
+        TokenRecord(r.run_id, r.backend, 1, False, i, 100 + i, "x", 20.0 + 5 * i, None if i == 0 else 5.0, "decode")
+        for r in runs
+        for i in range(4)
+    ]
+    kinds = {lv.backend: lv.kind for lv in session_levels(runs, tokens, [])}
+    assert kinds == {"remote": "server", "numpy": "batch 1"}
+    console = Console(record=True, width=400)
+    config = SimpleNamespace(slo=Slo(), concurrency=(1,))
+    print_load(SimpleNamespace(config=config, runs=runs, tokens=tokens, load=[]), console)
+    assert "no engine served concurrently" not in console.export_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -149,3 +150,27 @@ def test_markdown_page_has_the_load_levels_and_the_serve_cold_start(tmp_path):
     assert "## Load" in page and "| remote | 2 | server |" in page and "| numpy | 1 | batch 1 |" in page
     assert "TTFT <= 100 ms and TPOT <= 50 ms" in page
     assert "## Serve cold start" in page and "| numpy | whistle-stop serve | 0.51 | 0.40 | ok |" in page
+
+
+def test_every_view_of_a_load_says_throughput_counts_completed_requests_only(tmp_path):
+    """A failed request's tokens are not output (vLLM's rule): the terminal's footer, the reports' and
+    the Load tab's notes and the curve's axis say so, and the terminal prints the reports' own notes."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from whistle_stop.backends.cli.load_table import print_load
+    from whistle_stop.backends.results.load import load_notes
+
+    _, runs, tokens, load = _folder(tmp_path / "load")
+    load[1] = replace(load[1], status="error", error="boom")
+    levels = load_levels(requests_from_runs(runs, tokens) + load, Slo(), {"remote"})
+    (level,) = [lv for lv in levels if lv.concurrency == 2]
+    assert level.output_tok_s == pytest.approx(NEW / 0.1)  # the completed request's tokens only
+    assert "completed requests" in load_notes(levels, Slo())[0]
+    assert fg.load_curve(levels).y_label == "output tokens/s (completed requests)"
+    console = Console(record=True, width=400)
+    config = SimpleNamespace(slo=Slo(), concurrency=(1, 2))
+    print_load(SimpleNamespace(config=config, runs=runs, tokens=tokens, load=load), console)
+    printed = console.export_text()
+    assert all(line in printed for line in load_notes(levels, Slo()))

@@ -196,7 +196,7 @@ def progress_printer(console: Console) -> Callable[[object], None]:
         elif isinstance(event, LoadRecorded) and event.records:
             first = event.records[0]
             ok = [r for r in event.records if r.status == "ok"]
-            tokens = sum(r.tokens_generated for r in event.records)
+            tokens = sum(r.tokens_generated for r in ok)  # as the load table: a failed request's are not output
             rate = f", {tokens / first.round_s:.1f} output tok/s" if first.round_s else ""
             errors = [r.error for r in event.records if r.error]
             problem = f" [red]{len(errors)} failed:[/] {escape(errors[0])}" if errors else ""

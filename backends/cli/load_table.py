@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import registry
-from ..results.load import LOAD_HEADERS, levels_by_cell, load_rows, session_levels
+from ..results.load import LOAD_HEADERS, levels_by_cell, load_notes, load_rows, session_levels
 from ..runs.result import BenchResult
 
 
@@ -25,15 +25,9 @@ def print_load(result: BenchResult, console: Console) -> None:
         for row in load_rows(cell):
             table.add_row(*row)
         console.print(table)
-    console.print(
-        "output tok/s: every generated token over the level's wall time (rounds of requests sent "
-        "together); ITL pooled over every request's gaps; goodput: " + config.slo.describe(),
-        markup=False,
-    )
-    for level in levels:
-        if level.notes:
-            console.print(f"{level.backend} at {level.concurrency}: {level.notes}", markup=False)
-    if not servers:
+    for line in load_notes(levels, config.slo):
+        console.print(line, markup=False)
+    if not servers and any(c > 1 for c in config.concurrency):  # levels above 1 asked, none run
         console.print(
             f"no engine served concurrently (only server engines - "
             f"{', '.join(registry.serving_concurrently())} - have levels above 1)"

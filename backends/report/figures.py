@@ -302,7 +302,7 @@ def load_curve(levels: Sequence[LoadLevel]) -> Figure:
         "load_curve",
         "Output tokens/s vs median ITL under load",
         "median ITL (ms)",
-        "output tokens/s (all requests)",
+        "output tokens/s (completed requests)",
         note="one point per concurrency level (c=N); whiskers: pooled ITL p90 (thick) and p99 (thin); "
         "local engines: their concurrency-1 bench runs only",
     )

@@ -30,6 +30,7 @@ from ..results.load import (
     LoadRequestRecord,
     Slo,
     levels_by_cell,
+    load_notes,
     load_rows,
     session_levels,
 )
@@ -372,17 +373,6 @@ def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
         parts.append(_table(LOAD_HEADERS, load_rows(cell)))
     parts += [f"<p class=note>{html.escape(line)}</p>" for line in load_notes(levels, slo)]
     return "".join(parts)
-
-
-def load_notes(levels: list[LoadLevel], slo: Slo) -> list[str]:
-    """What the load table's figures are, then each level's own note (the server's /metrics beside
-    the client's figures): under the table in reports and in the window's Load tab."""
-    return [
-        (
-            "output tok/s: every generated token over the level's wall time (rounds of requests sent together); "
-            "level 1 is every engine's bench runs; ITL pooled over every request's gaps; goodput: " + slo.describe()
-        )
-    ] + [f"{lv.backend} at {lv.concurrency}: {lv.notes}" for lv in levels if lv.notes]
 
 
 def _folder_html(index: int, data: FolderData, images: list[str], load: str = "") -> str:

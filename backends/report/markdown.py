@@ -14,13 +14,13 @@ from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import headers as profile_headers
 from ..profile.table import profile_row, shown_columns, speculation_line
 from ..results.environment import CORE_PACKAGES, NOT_INSTALLED
-from ..results.load import LOAD_HEADERS, levels_by_cell, load_rows
+from ..results.load import LOAD_HEADERS, levels_by_cell, load_notes, load_rows
 from ..results.summary import markdown_table, summarize_backends
 from ..serve.cold_start import FILE as SERVE_COLD_START_FILE
 from ..serve.cold_start import TABLE_HEADERS, TABLE_NOTE
 from ..serve.cold_start import read_csv as read_serve_cold_start
 from .environment_diff import engine_libraries
-from .html import FolderData, cancelled_note, folder_verdict, load_folder, load_notes
+from .html import FolderData, cancelled_note, folder_verdict, load_folder
 
 
 def measurement_markdown(data: FolderData, source: str = "") -> str:

@@ -9,7 +9,8 @@ until a timeout after the others' tokens). As in vLLM's serving benchmark, reque
 tokens/s count successful requests only (a failed request's tokens and time-out are in the duration,
 not in the counts). Goodput follows vLLM's definition: requests per second that meet every SLO set
 (TTFT <= --slo-ttft-ms, TPOT <= --slo-itl-ms, TPOT being the request's mean inter-token latency, 0 for
-a one-token output), counted over the same duration.
+a one-token output), counted over the same duration. A round cut by Cancel is left out of every figure
+and counted in the level's notes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from .. import registry
 from ..engines.server.metrics import CROSS_CHECK_PREFIX
 from ..status import RunStatus
 from ..worker.events import StreamResult
@@ -253,7 +255,11 @@ def load_levels(
         if not request.is_warmup:
             groups[(request.backend, request.prompt_tokens, request.new_tokens, request.concurrency)].append(request)
     levels = []
-    for (backend, prompt, new, concurrency), group in groups.items():
+    for (backend, prompt, new, concurrency), recorded in groups.items():
+        # A round cut by Cancel ran neither its requests nor its wall time to the end: it stays out of
+        # every figure (as a cancelled bench run does) and is counted in the notes.
+        cut = {r.run_id for r in recorded if r.status == RunStatus.CANCELLED}
+        group = [r for r in recorded if r.run_id not in cut]
         rounds = {r.run_id: r.round_s for r in group if r.round_s is not None}
         duration = float(sum(rounds.values()))
         ok = [r for r in group if r.status == RunStatus.OK]
@@ -267,6 +273,7 @@ def load_levels(
             n
             for n in (
                 f"{len(short)} of {len(group)} requests ended early (fewer tokens than asked)" if short else "",
+                f"{len(recorded) - len(group)} requests of {len(cut)} round(s) cut by Cancel left out" if cut else "",
                 _cross_check_notes(group),
             )
             if n
@@ -299,9 +306,11 @@ def load_levels(
 def session_levels(
     runs: list[RunRecord], tokens: list[TokenRecord], load: list[LoadRequestRecord], slo: Slo = Slo()
 ) -> list[LoadLevel]:
-    """A session's levels: its bench runs as level 1 of every engine, its load rounds above (the
-    engines with load rounds are the servers). What every view of a load shows."""
-    return load_levels(requests_from_runs(runs, tokens) + list(load), slo, {r.backend for r in load})
+    """A session's levels: its bench runs as level 1 of every engine, its load rounds above. What every
+    view of a load shows. Its servers: engines that serve concurrently (a server asked for level 1
+    only is still one) and any with load rounds."""
+    servers = {r.backend for r in load} | set(registry.serving_concurrently())
+    return load_levels(requests_from_runs(runs, tokens) + list(load), slo, servers)
 
 
 def _cross_check_notes(group: list[LoadRequestRecord]) -> str:
@@ -378,3 +387,16 @@ def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
         ]
         for lv in levels
     ]
+
+
+def load_notes(levels: list[LoadLevel], slo: Slo) -> list[str]:
+    """What the load table's figures are, then each level's own note (the server's /metrics beside
+    the client's figures): under the table in the terminal, the reports and the window's Load tab."""
+    return [
+        (
+            "output tok/s, req/s: the completed requests' tokens and count (a failed request's are not "
+            "output, as vLLM counts) over the level's wall time (each round: first request sent to the last "
+            "one's end); level 1 is every engine's bench runs; TTFT, TPOT: per request; ITL pooled over "
+            "every request's gaps; goodput: " + slo.describe()
+        )
+    ] + [f"{lv.backend} at {lv.concurrency}: {lv.notes}" for lv in levels if lv.notes]

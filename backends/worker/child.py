@@ -126,6 +126,7 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     start = time.perf_counter_ns()
     outbox.announce(RunStarted(request.run_id, start))
     stamps: list[int] = []
+    steps: list[int | None] = []  # the engine's step of each token (a server's event): the cross-check's gaps
     try:
         tokens = (
             _drive(engine, request, sampler, detokenizer, cancel, start, profiler)
@@ -135,6 +136,7 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
         for token in tokens:
             outbox.send(token)
             stamps.append(token.t_ns)
+            steps.append(token.step)
     except Exception as exc:
         outbox.close()
         conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))
@@ -148,7 +150,9 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     cancelled = cancel.is_set() and count < request.new_tokens
     from .load_runner import server_cross_check
 
-    notes = "; ".join(n for n in (engine.run_notes, server_cross_check(engine, server_before, [(start, stamps)])) if n)
+    notes = "; ".join(
+        n for n in (engine.run_notes, server_cross_check(engine, server_before, [(start, stamps, steps)])) if n
+    )
     conn.send(RunDone(request.run_id, end, count, peak_rss_mb(), cancelled, notes, cpu_s, engine.speculation))
 
 
