@@ -65,6 +65,8 @@ def hf_reference(tiny_model):
 
     logging.disable_progress_bar()
     model = GPT2LMHeadModel.from_pretrained(str(tiny_model.folder)).eval()
+    # Exactly N greedy tokens with end-of-text a candidate, as every engine (min_new_tokens would mask it)
+    model.generation_config.eos_token_id = None
 
     class Reference:
         def greedy(self, ids, new_tokens):
@@ -72,7 +74,6 @@ def hf_reference(tiny_model):
                 out = model.generate(
                     torch.tensor([list(ids)]),
                     max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
                     do_sample=False,
                     pad_token_id=50256,
                 )

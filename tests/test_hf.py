@@ -141,3 +141,20 @@ def test_assisted_says_when_its_confidence_threshold_cut_the_drafts_short(tiny_m
     assert engine.speculation.drafted <= 1.5 * engine.speculation.target_passes
     assert "--hf-assistant-confidence 0" in engine.run_notes
     engine.close()
+
+
+def test_assisted_sampling_without_top_k_draws_from_the_whole_vocabulary(tiny_model, prompt_ids):
+    """--top-k 0 is no limit for hf-assisted too: at temperature 100 nearly every draw lies outside each
+    position's top 50 (transformers' default top_k, which a None top_k became)."""
+    from whistle_stop.backends.sampling import Sampler
+
+    engine = load_engine_in_process("hf-assisted", tiny_model)
+    tokens = list(engine.stream(prompt_ids, 8, Sampler(SamplingParams("sample", 100.0, 0, 1.0, 3))))
+    logits = engine.prefill(prompt_ids)
+    ranks = []
+    for token in tokens:  # each token's rank among its position's logits, from the same fp32 model
+        ranks.append(int((logits > logits[token]).sum()))
+        logits = engine.decode(token)
+    engine.close()
+    assert len(tokens) == 8
+    assert sum(rank >= 50 for rank in ranks) >= 4, ranks

@@ -206,13 +206,13 @@ def hf_reference_h32(h32_model):
     from transformers import GPT2LMHeadModel
 
     model = GPT2LMHeadModel.from_pretrained(str(h32_model.folder)).eval()
+    model.generation_config.eos_token_id = None  # N tokens, end-of-text not masked (as the engines)
 
     def greedy(ids, new_tokens):
         with torch.inference_mode():
             out = model.generate(
                 torch.tensor([list(ids)]),
                 max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
                 do_sample=False,
                 pad_token_id=50256,
             )

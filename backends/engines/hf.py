@@ -140,6 +140,9 @@ class HFAssistedEngine(HFEngine):
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         info = super().load(model, progress)
         hf_logging.set_verbosity_error()  # generate's advice about the assistant's processors, per run
+        # No end-of-text for generate: it neither stops there nor masks it (min_new_tokens would, so the
+        # next-best token came where every other engine emits end-of-text); max_new_tokens gives N.
+        self.model.generation_config.eos_token_id = None
         assistant = copy.deepcopy(self.model)
         converted = conv1d_to_linear(assistant)
         quantize_linear_int8(assistant)
@@ -165,13 +168,13 @@ class HFAssistedEngine(HFEngine):
     ) -> Iterator[StampedToken]:
         params = sampler.params
         generation = GenerationConfig(
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,  # no early stop at end-of-text, as every engine
+            max_new_tokens=new_tokens,  # exactly: no end-of-text to stop at (load)
             pad_token_id=50256,
             do_sample=not params.is_greedy,
         )
         if not params.is_greedy:
-            generation.update(temperature=params.temperature, top_k=params.top_k or None, top_p=params.top_p)
+            # top_k 0 is "no limit" for transformers too; None would take its default of 50
+            generation.update(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
             torch.manual_seed(params.seed)
         self.run_notes = "" if params.is_greedy else "sampled by transformers' own speculative sampling (its draws)"
         # transformers keeps the adjusted threshold on the assistant between calls: every run starts alike

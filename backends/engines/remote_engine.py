@@ -1,7 +1,7 @@
 """Any OpenAI-compatible completion server (vLLM, TGI, llama.cpp's server, `transformers serve`).
 
 Stdlib only. The prompt goes out as token ids, with `max_tokens = N` and the servers' own
-switches against stopping at end-of-text (vLLM: ignore_eos/min_tokens; llama.cpp: ignore_eos/
+switches against stopping at end-of-text (vLLM: ignore_eos; llama.cpp: ignore_eos/
 n_predict). Tokens stream back over server-sent events and are yielded as they arrive, so the
 worker's timestamps are arrival times (each event's, stamped by the reader thread of
 remote_stream.py, which does the blocking network I/O, bounded by connect and read timeouts, while
@@ -62,8 +62,9 @@ PREFIX_NOTE = (
 def _extensions(new_tokens: int, params: SamplingParams, vocab_size: int) -> dict:
     """Fields beyond the OpenAI schema, dropped (and noted) if a server rejects them."""
     return {
+        # vLLM, llama.cpp, whistle-stop: no stop at end-of-text, the token still a candidate (min_tokens
+        # would mask it, so a server picked the next-best token where every other engine emits it)
         "ignore_eos": True,
-        "min_tokens": new_tokens,  # vLLM: no early stop at end-of-text
         "n_predict": new_tokens,  # llama.cpp's server (with ignore_eos)
         "return_token_ids": True,
         "return_tokens": True,  # ids, not text (vLLM, llama.cpp)
@@ -113,8 +114,7 @@ class RemoteEngine(ServerEngine):
             SERVER_SETTINGS_NOTE,
             CLIENT_USAGE_NOTE,
             "a new HTTP connection per run (TTFT includes connecting)",
-            "asks for exactly N tokens (ignore_eos, min_tokens: servers honouring min_tokens mask "
-            "end-of-text until N, so they pick the next-best token where other engines emit it)",
+            "asks for exactly N tokens (ignore_eos)",
         ]
         if self.api_key:
             self.resolved_key = self.api_key
@@ -204,7 +204,7 @@ class RemoteEngine(ServerEngine):
         else:
             raise RemoteError(f"{self.label} rejected every form of the request")
         if not self._use_extensions:
-            notes.append("server rejected ignore_eos/min_tokens: it may stop early at end-of-text")
+            notes.append("server rejected ignore_eos: it may stop early at end-of-text")
         if not self._ids_prompt:
             notes.append("server wanted a text prompt: it re-tokenised the prompt itself")
         notes.append(

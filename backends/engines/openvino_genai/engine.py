@@ -122,7 +122,8 @@ class OpenVinoGenAIEngine(Engine):
     def generation_config(self, new_tokens: int, params: SamplingParams):
         config = openvino_genai.GenerationConfig()
         config.max_new_tokens = new_tokens
-        config.min_new_tokens = new_tokens  # no early stop at end-of-text
+        # no early stop at end-of-text, and end-of-text still a token it may pick, as every engine's:
+        # min_new_tokens would mask it (the next-best token where the others emit it)
         config.ignore_eos = True
         config.do_sample = False
         if not params.is_greedy:

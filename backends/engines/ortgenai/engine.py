@@ -4,7 +4,9 @@ GenAI has no per-step logits API worth driving token by token here (it keeps the
 tokens itself), so, like the CTranslate2 engine, this one streams tokens from GenAI's own loop:
 greedy is its argmax, the same as the shared sampler's; sampling uses GenAI's own sampler with the
 same settings and seed, and the run's notes say so. Each run sets its search options:
-max_length = min_length = prompt + new tokens, so it never stops early at end-of-text.
+max_length = prompt + new tokens. GenAI ends its loop at end-of-text (it has no switch against
+that, and min_length would mask the token instead), so the stream reads that token on into the
+sequence itself and goes on, as every engine does.
 Threads are overlaid on genai_config.json's session options at load (the cached file is unchanged).
 """
 
@@ -109,7 +111,6 @@ class OrtGenAIEngine(Engine):
         # RDSEED retries took 12-15 ms a request on a VM that traps it (the Zen 5 EPYC), greedy or not.
         options = {
             "max_length": length,
-            "min_length": length,
             "num_beams": 1,
             "do_sample": False,
             "top_k": 1,
@@ -130,9 +131,12 @@ class OrtGenAIEngine(Engine):
             generator.append_tokens(ids[None])  # the prompt's forward pass runs here
             for index in range(new_tokens):
                 generator.generate_next_token()
-                yield int(generator.get_next_tokens()[0])
+                token = int(generator.get_next_tokens()[0])
+                yield token
                 if index + 1 == new_tokens or (cancel is not None and cancel.is_set()):
                     return
+                if generator.is_done():  # end-of-text, left out of its sequence: its forward pass runs here
+                    generator.append_tokens(np.asarray([[token]], dtype=np.int32))
         finally:
             del generator  # frees its KV cache now
 

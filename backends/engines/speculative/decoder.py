@@ -83,7 +83,9 @@ class SpeculativeDecoder:
         self.lengths = self._new_lengths()
         self._counts = dict.fromkeys(("tokens", "passes", "drafted", "accepted", "draft_ns", "verify_ns", "bytes"), 0)
         greedy = sampler.params.is_greedy
-        rng = np.random.default_rng(sampler.params.seed)
+        # A stream of its own: one seeded as the sampler's repeats the numbers that drew the first token,
+        # so the first draft followed from that token and the rule's output left the target's distribution.
+        rng = np.random.default_rng(np.random.SeedSequence(sampler.params.seed).spawn(1)[0])
         tokens = [int(t) for t in prompt_ids]
         token = sampler(self.target.prefill(np.asarray(tokens, dtype=np.int32)))  # what the target alone makes
         self.draft.prefill(np.asarray(tokens, dtype=np.int32))
