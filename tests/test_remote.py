@@ -83,6 +83,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: [DONE]\n\n")
             return
         for index in range(body["max_tokens"]):
+            if mode == "cut" and index == 2:  # the connection drops: no finish_reason, no [DONE]
+                self.close_connection = True
+                return
             choice = {"index": 0, "text": " hello", "finish_reason": None}
             if mode != "text":
                 choice["token_ids"] = [100 + index]
@@ -422,3 +425,14 @@ def test_only_the_real_llama_cpp_server_needs_the_peers_extra():
         if name.startswith("test_") and any(mark.name == "peers" for mark in file_wide + _marks(test))
     }
     assert marked == {"test_real_llama_cpp_server"}
+
+
+def test_a_stream_cut_mid_way_is_an_error_not_a_short_run(tiny_model, prompt_ids):
+    """A dropped connection (no finish_reason, no [DONE]) was an ok run of 2 tokens: its tokens counted in
+    a load round's throughput as a completed request's."""
+    from whistle_stop.backends.engines.remote_stream import RemoteError
+
+    with fake_server("cut") as (_, url):
+        engine, _ = remote(url, tiny_model)
+        with pytest.raises(RemoteError, match="closed the stream after 2 of 5 tokens"):
+            tokens_of(engine, prompt_ids, 5)

@@ -216,11 +216,12 @@ class RemoteEngine(ServerEngine):
             if self._fresh
             else PREFIX_NOTE
         )
-        count, finish, step = 0, None, 0
+        count, finish, step, ended = 0, None, 0, None
         try:
             event = first
             while event is not None:
                 new_ids, finish = self._tokens_of(event, notes)
+                ended = ended or finish
                 for token in new_ids:  # an event's tokens came together: its arrival, its step
                     yield StampedToken(token, reader.received_ns, step)
                     count += 1
@@ -234,7 +235,9 @@ class RemoteEngine(ServerEngine):
         finally:
             reader.close()
         if count < new_tokens and not (cancel is not None and cancel.is_set()):
-            notes.append(f"server sent {count} of {new_tokens} tokens (finish_reason={finish})")
+            if ended is None and not reader.done:  # neither a finish_reason nor [DONE]: the stream was cut
+                raise RemoteError(f"{self.label} closed the stream after {count} of {new_tokens} tokens (cut short)")
+            notes.append(f"server sent {count} of {new_tokens} tokens (finish_reason={ended})")
 
     @property
     def _salting(self) -> bool:

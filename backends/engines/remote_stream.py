@@ -35,6 +35,7 @@ class Reader:
         self.engine = engine
         self.events: queue.Queue = queue.Queue()
         self.received_ns = 0  # when the last event next_event returned arrived (perf_counter_ns)
+        self.done = False  # [DONE] arrived: the server ended the stream, it was not cut
         self.conn: http.client.HTTPConnection | None = None
         self.closed = threading.Event()
         threading.Thread(target=self._run, args=(body,), name="remote-reader", daemon=True).start()
@@ -157,6 +158,7 @@ class Reader:
     def _dispatch(self, payload: str) -> bool:
         received = time.perf_counter_ns()
         if payload.strip() == "[DONE]":
+            self.done = True
             return False
         try:
             event = json.loads(payload)
