@@ -321,3 +321,17 @@ def test_a_server_asked_for_level_1_only_is_a_server():
     config = SimpleNamespace(slo=Slo(), concurrency=(1,))
     print_load(SimpleNamespace(config=config, runs=runs, tokens=tokens, load=[]), console)
     assert "no engine served concurrently" not in console.export_text()
+
+
+def test_a_round_whose_server_went_silent_ends_after_the_timeout():
+    """The worker's progress messages kept the token clock alive: a hung server held a round for the remote
+    engine's own 60 s read timeout, whatever --timeout said, and its requests read 'error'."""
+    from whistle_stop.backends.worker.process import Timeouts
+
+    # the bench's run at level 1 is request 1; the round of 2 (requests 2 and 3) gets no token
+    with fake_vllm_server(FAKE_VLLM_STEP_MS="5", FAKE_VLLM_PER_SEQ_MS="1", FAKE_VLLM_STALL_FROM="2") as server:
+        config = _config(server.base_url + "/v1", repeats=1, warmup=0, new_tokens=4, concurrency=(2,))
+        result = BenchSession(replace(config, timeouts=Timeouts(token_s=1.0))).run()
+    measured = [r for r in result.load if not r.is_warmup]
+    assert [r.status for r in measured] == [RunStatus.TIMEOUT, RunStatus.TIMEOUT]
+    assert "no token from any stream for 1 s" in measured[0].error

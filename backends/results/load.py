@@ -136,9 +136,10 @@ def request_records(
     notes: str = "",
     failure: str = "",
     cancelled: bool = False,
+    failure_status: RunStatus = RunStatus.ERROR,
 ) -> list[LoadRequestRecord]:
     """Records of one round from the child's StreamResults (or one failed record per stream when
-    the whole round failed: `failure`)."""
+    the whole round failed: `failure`, ended as `failure_status`)."""
     if failure:
         return [
             LoadRequestRecord(
@@ -151,7 +152,7 @@ def request_records(
                 repeat,
                 is_warmup,
                 i,
-                RunStatus.ERROR,
+                failure_status,
                 error=failure,
                 notes=notes,
             )

@@ -209,6 +209,7 @@ class Orchestrator:
             done.notes if done else "",
             "" if done else outcome.error,
             bool(done and done.cancelled),
+            outcome.failure_status,
         )
         self._add_load(records)
 

@@ -25,6 +25,7 @@ from .child import child_main
 from .events import (
     Failed,
     LoadDone,
+    LoadProgress,
     LoadRequest,
     LogitsRequest,
     ProfileCaptured,
@@ -151,6 +152,11 @@ class LoadOutcome:
     def error(self) -> str:
         return failure_text(self.failure)
 
+    @property
+    def failure_status(self) -> RunStatus:
+        """How a round that failed as a whole ended: a lost worker says why (timeout, killed, crashed)."""
+        return outcome_status(None, self.failure)
+
 
 @dataclass
 class ScoreOutcome(_Ended):
@@ -265,16 +271,28 @@ class Worker:
         return outcome
 
     def run_load(self, request: LoadRequest) -> LoadOutcome:
-        """Several streams at once (a server engine); LoadProgress events keep the token clock alive."""
-        final = self._exchange(request, self.timeouts.token_s, (LoadDone,))
+        """Several streams at once (a server engine). Its LoadProgress events say the worker lives, not
+        that the server answers: the token clock runs from the round's last new token, so a round whose
+        every stream went silent ends after --timeout, as a single run does."""
+        latest = [0, time.monotonic()]  # tokens so far, when that count last grew
+
+        def silent_s(event: object) -> float:
+            if isinstance(event, LoadProgress) and event.tokens != latest[0]:
+                latest[:] = [event.tokens, time.monotonic()]
+            return time.monotonic() - latest[1]
+
+        final = self._exchange(request, self.timeouts.token_s, (LoadDone,), silent_s)
         return LoadOutcome(request, final) if isinstance(final, LoadDone) else LoadOutcome(request, failure=final)
 
     def top_logits(self, request: LogitsRequest) -> TopLogits | Failed | WorkerLost:
         """The engine's k best next tokens after `request.prefix_ids` (teacher-forced)."""
         return self._exchange(request, self.timeouts.token_s, (TopLogits,))
 
-    def _exchange(self, request, timeout_s: float, answers: tuple[type, ...]):
-        """Send one request; pass events on until one of `answers`, a failure, or a lost worker."""
+    def _exchange(
+        self, request, timeout_s: float, answers: tuple[type, ...], silent_s: Callable[[object], float] | None = None
+    ):
+        """Send one request; pass events on until one of `answers`, a failure, or a lost worker (or,
+        with `silent_s`, until the events it reads have shown no progress for `timeout_s`)."""
         if self.lost is not None or self._conn is None:
             return self.lost or WorkerLost(RunStatus.CRASHED, "the worker is not running", request.run_id)
         self._cancel.clear()
@@ -288,6 +306,8 @@ class Worker:
             self._on_event(event)
             if isinstance(event, answers + (Failed, WorkerLost)):
                 return event
+            if silent_s is not None and silent_s(event) > timeout_s:
+                return self._lose(RunStatus.TIMEOUT, f"no token from any stream for {timeout_s:g} s", request.run_id)
 
     def cancel(self) -> None:
         """Ask the current run to stop after its current token (safe from any thread)."""

@@ -9,7 +9,8 @@ Other switches (environment): FAKE_VLLM_FAIL_REQUEST=k answers the k-th completi
 an HTTP 500; FAKE_VLLM_EXIT_AT_START=1 exits before listening; FAKE_VLLM_PIDS=path appends the
 server's and its helper's pids to that file; FAKE_VLLM_SCRAPES=path appends, for each /metrics read,
 how many requests were still streaming tokens then; FAKE_VLLM_STAGGER_MS=m holds the k-th request
-(k mod 4) x m ms before its first step, so that streams sent together end apart.
+(k mod 4) x m ms before its first step, so that streams sent together end apart;
+FAKE_VLLM_STALL_FROM=k answers the k-th completion and every later one with headers and no token.
 With --speculative-config (vLLM's JSON; method "ngram" only, as the app passes it) each step after
 a request's first grants num_speculative_tokens + 1 tokens, sent as one event with all their ids (as vLLM streams a
 speculative step), every proposal kept, and /metrics carries vLLM's spec_decode counters.
@@ -31,6 +32,7 @@ PER_SEQ_MS = float(os.environ.get("FAKE_VLLM_PER_SEQ_MS", "5"))
 FAIL_REQUEST = int(os.environ.get("FAKE_VLLM_FAIL_REQUEST", "0"))
 SCRAPES = os.environ.get("FAKE_VLLM_SCRAPES")
 STAGGER_MS = float(os.environ.get("FAKE_VLLM_STAGGER_MS", "0"))
+STALL_FROM = int(os.environ.get("FAKE_VLLM_STALL_FROM", "0"))
 
 
 class Scheduler:
@@ -128,6 +130,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        if STALL_FROM and number >= STALL_FROM:
+            time.sleep(30)  # a hung server: the stream stays open, silent
+            return
         s = SCHEDULER
         began = time.perf_counter()
         with s.cond:
