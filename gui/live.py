@@ -304,7 +304,10 @@ class LiveView:
             by_run.setdefault(token.run_id, []).append(token)
         for name, pane in self.grid.panes.items():
             mine = runs_of(runs, name)
-            if not mine:
+            if not mine:  # a cancel came before its turn: no longer "waiting" (or "loaded") for one
+                pane.set_tag("not run", "warn")
+                pane.set_status("no run recorded: the session ended before its turn")
+                pane.set_progress(0, 1)
                 continue
             shown = display_run(mine, by_run)
             repeats = repeats_like(mine, shown)

@@ -3,8 +3,17 @@ line with live numbers, and a thin progress bar. Text arrives in per-tick batche
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import (
+    QColor,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QResizeEvent,
+    QTextCharFormat,
+    QTextCursor,
+    QTextFormat,
+)
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QTextEdit, QVBoxLayout, QWidget
 
 from .theme import Theme, current_theme
@@ -41,6 +50,52 @@ class ThinBar(QWidget):
                 painter.drawRect(QRectF(x, 0, 8, self.height()))
         elif self.fraction > 0:
             painter.drawRoundedRect(QRectF(0, 0, self.width() * min(1.0, self.fraction), self.height()), 2, 2)
+        painter.end()
+
+
+class ElidedLabel(QLabel):
+    """One line of text, cut with "…" where it is wider than the pane (the whole line in its
+    tooltip). A QLabel is at least as wide as its text, so a long error, or a run's figures on
+    three panes side by side, would widen the window past the screen."""
+
+    detail = ""  # a tooltip of its own (an error's traceback), shown instead of the whole line
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(0, super().sizeHint().height())
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self._update_tip()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._update_tip()
+
+    def elided(self) -> str:
+        """The text as painted."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+
+    def set_detail(self, detail: str) -> None:
+        self.detail = detail
+        self._update_tip()
+
+    def _update_tip(self) -> None:
+        self.setToolTip(self.detail or (self.text() if self.elided() != self.text() else ""))
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        self.style().drawItemText(
+            painter,
+            self.contentsRect(),
+            int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+            self.palette(),
+            self.isEnabled(),
+            self.elided(),
+            QPalette.ColorRole.WindowText,
+        )
         painter.end()
 
 
@@ -83,9 +138,8 @@ class StreamPane(QFrame):
         self.text.setFrameShape(QFrame.Shape.NoFrame)
         self.text.setMinimumHeight(60)
         layout.addWidget(self.text, 1)
-        self.status = QLabel("waiting")
+        self.status = ElidedLabel("waiting")
         self.status.setObjectName("paneStatus")
-        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status)
         self.progress = ThinBar(self.colour, QColor("#888888"))
         layout.addWidget(self.progress)
@@ -167,7 +221,7 @@ class StreamPane(QFrame):
         cursor.insertText(f"\n\n⚠ {message}", error_format)
         self.set_tag("failed", "error")
         self.set_status(message)
-        self.status.setToolTip(detail or message)
+        self.status.set_detail(detail or message)
         self.set_progress(0, 1)
 
     def mark_divergence(self, index: int | None, reference: str) -> None:

@@ -75,7 +75,10 @@ class SummaryBars(pg.GraphicsLayoutWidget):
     def __init__(self) -> None:
         super().__init__()
         self.plots = [self.addPlot(row=0, col=i) for i in range(len(METRICS))]
-        for plot, (title, _, _) in zip(self.plots, METRICS):
+        self._labels: list[list[pg.TextItem]] = [[] for _ in METRICS]  # each plot's value labels
+        self._tops: list[float] = [0.0 for _ in METRICS]  # each plot's highest bar or whisker
+        for index, (plot, (title, _, _)) in enumerate(zip(self.plots, METRICS)):
+            plot.getViewBox().sigResized.connect(lambda _box, index=index: self._fit(index))
             plot.setTitle(title)
             plot.getAxis("bottom").setStyle(showValues=False)  # the engines are named in the legend above
             plot.setMouseEnabled(x=False, y=False)
@@ -95,9 +98,10 @@ class SummaryBars(pg.GraphicsLayoutWidget):
     def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor]) -> None:
         names = [s.backend for s in summaries]
         x = np.arange(len(names), dtype=float)
-        for plot, (_, metric, digits) in zip(self.plots, METRICS):
+        for index, (plot, (_, metric, digits)) in enumerate(zip(self.plots, METRICS)):
             plot.clear()
             plot.getAxis("bottom").setTicks([list(enumerate(names))])
+            self._labels[index], self._tops[index] = [], 0.0
             if not names:
                 continue
             mid, low, high = (np.array(v, dtype=float) for v in zip(*(_spread(metric(s)) for s in summaries)))
@@ -123,11 +127,41 @@ class SummaryBars(pg.GraphicsLayoutWidget):
                 )
                 label.setPos(xi, 0 if math.isnan(value) else max(value, 0 if math.isnan(whisker) else whisker))
                 plot.addItem(label)  # above the whisker, so the two never overlap
-            plot.setYRange(0, top * 1.22 if top > 0 else 1.0, padding=0)  # all zero (no build): a plain 0..1 axis
+                self._labels[index].append(label)
+            self._tops[index] = float(top)
             plot.setXRange(-0.6, len(names) - 0.4, padding=0)
+            self._fit(index)
+
+    def _fit(self, index: int) -> None:
+        """Room above the highest whisker for its label, and no two labels overlapping. A label keeps
+        its size in pixels however small the plot, so a fixed share of the range clipped it at the top
+        of a short plot, and narrow bars ran the labels into each other: these are hidden then (the
+        table below gives every value)."""
+        plot, labels, top = self.plots[index], self._labels[index], self._tops[index]
+        box = plot.getViewBox()
+        height, width = box.height(), box.width()
+        label_h = max((label.textItem.boundingRect().height() for label in labels), default=0.0)
+        # the text's own width: its item has a blank margin each side, which may overlap the next
+        label_w = max((_text_width(label) for label in labels), default=0.0)
+        if top <= 0:
+            plot.setYRange(0, 1.0, padding=0)  # all zero (no build): a plain 0..1 axis
+        else:
+            room = height / (height - label_h) if height > 2 * label_h else 1.22  # not laid out yet: a guess
+            plot.setYRange(0, top * room, padding=0)
+        # the plots' titles and axes need this much (their ticks' width settles once drawn): a narrower
+        # view cut the last plot off, so the splitter gives the verdict beside it less instead
+        self.setMinimumWidth(math.ceil(self.ci.layout.minimumWidth()))
+        slot = width / (len(labels) + 0.2) if labels else 0.0  # the x range is -0.6 .. n - 0.4
+        for label in labels:
+            label.setVisible(width == 0 or label_w <= slot)
 
     def export_png(self, path: Path, width: int = 1600) -> None:
         save_png(self.ci, path, width)
+
+
+def _text_width(label: pg.TextItem) -> float:
+    item = label.textItem
+    return item.boundingRect().width() - 2 * item.document().documentMargin()
 
 
 class VerdictPanel(QTextBrowser):
