@@ -179,3 +179,12 @@ def test_an_engine_measured_without_a_warm_up_is_named():
     assert not [c for c in verdict(warmed + runs, reference="hf").caveats if c.kind == CaveatKind.NO_WARMUP]
     (caveat,) = [c for c in verdict(warmed[:1] + runs, reference="hf").caveats if c.kind == CaveatKind.NO_WARMUP]
     assert "no warm-up run for fast:" in caveat.text
+
+
+def test_a_speed_up_whose_interval_holds_1_is_said_not_distinguishable_from_the_reference():
+    """'27.92x as fast as hf [0.21–31.14]' read as a clear speed-up though one repeat went the other way."""
+    runs = _session(lone=([10.0, 200.0, 10.5, 10.2, 10.8], "int8"))
+    text = verdict(runs, reference="hf").text()
+    assert "as fast as hf [0.22–4.02], not distinguishable from hf at 5 repeats" in text
+    clear = verdict(_session(lone=([10.0, 11.0, 10.5, 10.2, 10.8], "int8")), reference="hf").text()
+    assert "not distinguishable from hf" not in clear

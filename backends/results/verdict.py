@@ -160,13 +160,17 @@ class Verdict:
             return interval_label(pairs[0])
         return ", ".join(f"{n} pairs: {interval_label(n)}" for n in pairs)
 
-    def _number(self, name: str) -> str:
+    def _number(self, name: str, beside_reference: bool = False) -> str:
+        """`beside_reference`: the line already says the reference cannot be told apart from it."""
         f = self.engines[name]
         text = f"{f.ms_per_token.median:.2f} ms/token"
         if f.speedup is not None and name != self.reference:
             ratio = f.speedup
             interval = f" [{ratio.low:.2f}–{ratio.high:.2f}]" if ratio.has_interval else ""
             text += f", {ratio.median:.2f}x as fast as {self.reference}{interval}"
+            # a repeat went the other way: the interval holds 1
+            if ratio.has_interval and ratio.low <= 1.0 <= ratio.high and not beside_reference:
+                text += f", not distinguishable from {self.reference} at {ratio.n} repeat{'s' if ratio.n != 1 else ''}"
         elif name == self.reference:
             text += " (the reference)"
         return text
@@ -178,7 +182,7 @@ class Verdict:
             only = " (the only one)" if pick.only else ""
             return f"{scope}: {name}{only} at {self._number(name)}"
         runs = min(self.engines[n].runs for n in pick.leaders)
-        names = [f"{n} ({self._number(n)})" for n in pick.leaders]
+        names = [f"{n} ({self._number(n, self.reference in pick.leaders)})" for n in pick.leaders]
         return f"{scope}: not distinguishable at {runs} repeat{'s' if runs != 1 else ''}: {_join(names)}"
 
     def _facts(self, name: str) -> str:
