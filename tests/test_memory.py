@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from whistle_stop.backends import registry
+from tests.fake_engines import ScriptedEngine
 from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.worker.child import peak_rss_mb, reset_peak_rss
@@ -100,3 +102,29 @@ def test_a_worker_without_children_does_not_import_psutil():
         "assert 'psutil' not in sys.modules, 'psutil imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class BalloonEngine(ScriptedEngine):
+    """Touches BUFFER_MB of memory during its first run only, and frees it."""
+
+    def prefill(self, token_ids):
+        if not self._runs:
+            balloon = np.ones(BUFFER_MB * 2**20 // 8, np.float64)
+            del balloon
+        return super().prefill(token_ids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="only Linux can reset the high-water mark")
+def test_each_run_s_peak_is_its_own(tiny_model):
+    """The mark was reset once, after load: every later record carried the first run's peak (a sweep's
+    short cell the peak of a longer one before it)."""
+    spec = EngineSpec(name="balloon", target="tests.test_memory:BalloonEngine", description="balloon")
+    worker = Worker(spec, tiny_model, EngineOptions(threads=1))
+    try:
+        worker.start()
+        peaks = [
+            worker.run(RunRequest(f"balloon/r{i}", (1, 2, 3, 4), 3, SamplingParams())).done.peak_rss_mb for i in (1, 2)
+        ]
+    finally:
+        worker.close()
+    assert peaks[0] > BUFFER_MB and peaks[1] < peaks[0] - BUFFER_MB / 2

@@ -119,6 +119,7 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     profiler, problem = _profiler(engine, drives) if request.profile_trace else (None, "")
     # a server's own histograms, read before the clock starts
     server_before = engine.server_metrics() if isinstance(engine, ServerEngine) else None
+    reset_peak_rss()  # each record's peak is its own run's: an earlier, longer run's is not carried on
     cpu_start = cpu_seconds()
     outbox = _Outbox(conn, request)
     # After the profiler and the sender thread started: their set-up is in no timed span, and
