@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from whistle_stop.backends import registry
 from tests.fake_engines import ScriptedEngine
+from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
