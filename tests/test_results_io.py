@@ -161,6 +161,9 @@ def test_a_file_cut_off_mid_row_is_reported(tmp_path):
         ({"settings": "x"}, "settings should be an object, not str"),
         ({"harness": "x"}, "harness should be an object, not str"),
         ({"settings": {"backends": 5}}, "settings.backends should be a list, not int"),
+        ({"engines": {"hf": [1]}}, "engines\\['hf'\\] should be an object, not list"),
+        ({"prefill_roofline": {"x": 1}}, "prefill_roofline should be a list, not dict"),
+        ({"prefill_roofline": [5]}, "prefill_roofline\\[0\\] should be an object, not int"),
     ],
 )
 def test_a_damaged_environment_is_refused_in_one_line(tmp_path, environment, why):

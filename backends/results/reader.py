@@ -80,7 +80,15 @@ _OBJECTS = (
     "settings.timeouts",
     "settings.engine_options",
 )
-_SECTIONS: dict[str, type] = {**dict.fromkeys(_OBJECTS, dict), "settings.backends": list, "settings.concurrency": list}
+_SECTIONS: dict[str, type] = {
+    **dict.fromkeys(_OBJECTS, dict),
+    "engines": dict,
+    "prefill_roofline": list,
+    "settings.backends": list,
+    "settings.concurrency": list,
+}
+# sections whose every member is an object: an engine's facts, a roofline curve (the figures read their keys)
+_OBJECT_MEMBERS = ("engines", "prefill_roofline")
 _JSON_TYPES: dict[type, str] = {dict: "an object", list: "a list"}
 
 
@@ -93,6 +101,13 @@ def _check_sections(environment: dict, path: Path) -> None:
             value = value.get(key) if isinstance(value, dict) else None
         if value is not None and not isinstance(value, kind):
             raise ResultsError(f"{path} is damaged: {dotted} should be {_JSON_TYPES[kind]}, not {type(value).__name__}")
+    for section in _OBJECT_MEMBERS:
+        members = environment.get(section) or ()
+        for key, member in members.items() if isinstance(members, dict) else enumerate(members):
+            if not isinstance(member, dict):
+                raise ResultsError(
+                    f"{path} is damaged: {section}[{key!r}] should be an object, not {type(member).__name__}"
+                )
 
 
 def load_requests(folder: Path) -> list[LoadRequestRecord]:
