@@ -369,3 +369,12 @@ def test_a_worker_lost_in_one_cell_is_restarted_for_the_next(tiny_model, tmp_pat
     assert log["ready"].count("crashy") == 3  # ...but no third restart: at most two per sweep
     assert all(r.status == "ok" for r in result.runs if r.backend == "calm")
     assert not live_workers()
+
+
+def test_a_decode_limit_that_moves_past_three_figures_reads_as_one_value():
+    """A limit whose ends round alike read '2.67e+03 -> 2.67e+03 tok/s'."""
+    from whistle_stop.backends.report.sweep_figures import output_floor_curves
+
+    engines = {"x": {"weight_bytes_per_token": 1e6, "dtype": "fp32", "kv_bytes_per_position": 1.0}}
+    (limit,) = output_floor_curves({"engines": engines}, [], 10.0, 4, [2, 4])
+    assert "->" not in limit.label and limit.label.endswith(": 1e+04 tok/s")

@@ -151,7 +151,8 @@ def output_floor_curves(
     for index, (dtype, per_position, n_bytes, cache) in enumerate(_floor_groups(environment, runs)):
         per_token = [decode_bytes_per_token(n_bytes, per_position, prompt, n) for n in lengths]
         values = [1e3 / limit_ms_per_token(n, gb_s) for n in per_token]
-        span = f"{values[0]:.3g} -> {values[-1]:.3g}" if len(values) > 1 else f"{values[0]:.3g}"
+        ends = f"{values[0]:.3g}", f"{values[-1]:.3g}"
+        span = f"{ends[0]} -> {ends[1]}" if ends[0] != ends[1] else ends[0]  # not '2.67e+03 -> 2.67e+03'
         where = (f" ({what})" if what else f" at {gb_s:.0f} GB/s") if index == 0 else ""
         label = f"{dtype} limit{cache}{where}: {span} tok/s"
         curve = len(values) > 1 and values[0] != values[-1]
