@@ -350,3 +350,17 @@ def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(
     # the folder holds what the line says it kept (a sweep's half cell is not: a resume runs it again)
     kept_runs = int(kept.split()[0])
     assert sum(row["status"] == "ok" and row["is_warmup"] == "false" for row in read_csv(out / "runs.csv")) == kept_runs
+
+
+def test_a_sweep_cancelled_before_its_first_cell_finished_prints_no_empty_table(capsys, tmp_path, monkeypatch):
+    from whistle_stop.backends.results.bandwidth import Bandwidth
+
+    fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth", lambda *a, **k: fixed)
+    monkeypatch.setattr("whistle_stop.backends.runs.sweep.cached_bandwidth", lambda *a, **k: fixed)
+    _interrupt_at_measured_run(monkeypatch, 1)
+    args = ["sweep", "--model", "random:tiny", "--backends", "null", "--warmup", "0", "--threads", "1"]
+    args += ["--repeats", "2", "--prompt-tokens", "4", "--new-tokens", "3", "--out", str(tmp_path / "s")]
+    assert main(args) == 130
+    out = capsys.readouterr().out
+    assert "no cell has a measured run" in out and "prompt" not in out

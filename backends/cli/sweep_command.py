@@ -121,6 +121,9 @@ def _print_sweep(result: BenchResult, console: Console) -> None:
     from ..results.summary import fmt
 
     measured = [r for r in result.runs if not r.is_warmup and r.status == "ok"]
+    if not measured:  # a cancel before the first cell finished, or every run failed: no table of headers only
+        console.print("sweep: no cell has a measured run")
+        return
     backends = list(result.config.backends)
     table = Table(title=f"{result.model.label}: sweep (median TTFT ms · decode tok/s)")
     for header in ["prompt", "new"] + backends:
