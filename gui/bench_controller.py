@@ -20,6 +20,7 @@ from whistle_stop.backends.runs.events import HarnessCalibrating
 from whistle_stop.backends.sources.prompts import prompt_text
 
 from .bench_job import BenchPrepared, start_bench
+from .job_controller import JobStatus
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
 from .messages import Messages
@@ -104,7 +105,7 @@ class BenchController:
         self.prepare_bar.setRange(0, 0 if fraction is None else 100)
         if fraction is not None:
             self.prepare_bar.setValue(int(fraction * 100))
-        self.messages.say(f"{message} (Esc cancels)")
+        self._say_step(f"{message} (Esc cancels)")
 
     def _on_prepared(self, prepared: BenchPrepared) -> None:
         model, prompt_ids, data = prepared.model, prepared.prompt_ids, self.view.data
@@ -123,7 +124,7 @@ class BenchController:
             f"{model.label}  ·  {len(prompt_ids)}-token prompt  ·  {self._config.new_tokens} new "
             f"tokens  ·  {'greedy' if data.greedy else 'sampling'}  ·  {data.mode} mode"
         )
-        self.messages.say("engines starting…")
+        self._say_step("engines starting…")
 
     def _add_run(self, event: RunRecorded) -> None:
         self.view.add_run(event.record, event.tokens)
@@ -135,10 +136,17 @@ class BenchController:
     def _batch_read(self) -> None:
         if self._runs_added:
             self.view.runs_added()
-            self.messages.say(f"{len(self.view.data.runs)} run(s) recorded…")
+            self._say_step(f"{len(self.view.data.runs)} run(s) recorded…")
         if self._calibrating:
-            self.messages.say("timing the harness's own cost per token (null engine)…")
+            self._say_step("timing the harness's own cost per token (null engine)…")
         self._runs_added = self._calibrating = False
+
+    def _say_step(self, message: str) -> None:
+        """A step of the running job on the status bar. Once Cancel is pressed the line keeps saying
+        so until the job ends: the cancelled run's own record arrives right after, and its line
+        would read as if the cancel had not been taken."""
+        if self.job.status is not JobStatus.CANCELLING:
+            self.messages.say(message)
 
     def _on_cancelling(self) -> None:
         self.messages.say("cancelling: each engine stops after its current token…")

@@ -6,8 +6,10 @@ import pytest
 
 from tests.test_verdict import _run
 from whistle_stop.backends import registry
+from whistle_stop.backends.gpt2_config import GPT2Config
+from whistle_stop.backends.results import bandwidth
 from whistle_stop.backends.runs.config import BenchConfig
-from whistle_stop.backends.runs.estimate import estimate
+from whistle_stop.backends.runs.estimate import estimate, guess_seconds
 from whistle_stop.backends.storage import artifact_cache, engine_history
 
 KIND = "estimate-test"
@@ -45,19 +47,48 @@ def test_estimate_names_missing_builds_with_their_last_duration(tiny_model, buil
     config = BenchConfig(backends=("est-builder", "est-plain"), new_tokens=11, repeats=3, warmup=1)
     before = estimate(config, tiny_model)
     assert before.runs == 8 and [b.engine for b in before.builds] == ["est-builder"]
-    assert before.seconds is None and "time: unknown" in before.lines()[-1]
+    assert before.guessed == ("est-builder", "est-plain") and "builds never timed not counted" in before.lines()[-1]
     assert "one-time builds first: never timed here: est-builder" in before.lines()[1]
     engine_history.remember(
         [_run("est-builder", r, 10.0, build_s=5.0, cold=1.0 if r == 1 else None) for r in (1, 2)],
         tiny_model.weights_hash,
     )
     timed = estimate(config, tiny_model)
-    # cold start 1 s + build 5 s + 4 runs x (TTFT 10 ms + 10 x 10 ms) = 6.44 s; plain never ran here
-    assert timed.seconds == pytest.approx(6.44) and timed.untimed == ("est-plain",)
+    # cold start 1 s + build 5 s + 4 runs x (TTFT 10 ms + 10 x 10 ms) = 6.44 s; plain never ran here: guessed
+    plain = guess_seconds(config, tiny_model.gpt2_config, "fp32", False, None)
+    assert timed.seconds == pytest.approx(6.44 + plain) and timed.guessed == ("est-plain",)
     assert "one-time builds first: est-builder (last 5.0 s)" in timed.lines()[1]
-    assert "about 6 s, not counting est-plain" in timed.lines()[-1]
+    assert "a rough guess for est-plain (never run here" in timed.lines()[-1]
     artifact_cache.ensure(KIND, tiny_model.weights_hash, "v1", lambda folder: (folder / "w.bin").write_bytes(b"x"))
     assert estimate(config, tiny_model).builds == ()
+
+
+def test_an_engine_never_run_here_is_guessed_from_the_models_size_and_the_machine(tiny_model, building):
+    """With no history the time was unknown, or minutes for a 2-layer model (a gpt2-sized cost per
+    token): the guess scales with the weights read per token and uses the cached bandwidth probe."""
+    config = BenchConfig(backends=("est-plain",), new_tokens=64, repeats=3, warmup=1, threads=2)
+    assumed = estimate(config, tiny_model)
+    assert assumed.guessed == ("est-plain",) and assumed.seconds is not None and not assumed.probed
+    assert "a rough guess for est-plain" in assumed.lines()[-1] and "none probed here yet" in assumed.lines()[-1]
+    assert assumed.seconds < 10  # 2 layers, 64 tokens, 4 runs: seconds, never minutes
+
+    def decode_s(gpt2: GPT2Config, precision: str = "fp32", machine=None) -> float:  # one run's 64 more tokens
+        longer = dataclasses.replace(config, new_tokens=128)
+        return (
+            guess_seconds(longer, gpt2, precision, False, machine)
+            - guess_seconds(config, gpt2, precision, False, machine)
+        ) / 4
+
+    gpt2 = GPT2Config(n_layer=12, n_head=12, n_embd=768, vocab_size=50257)
+    tiny = tiny_model.gpt2_config
+    assert decode_s(gpt2) > 10 * decode_s(tiny)  # ~37x the weights per token
+    assert decode_s(gpt2, "int8") < decode_s(gpt2) / 2  # a quarter of the bytes
+
+    fast = bandwidth.Bandwidth(100.0, 90.0, 1 << 30, 2, 5, "cpu", "now", compute_gflops=500.0)
+    bandwidth.write_probe_cache(bandwidth.CACHE_FILE, bandwidth.probe_key(2), fast.as_dict())
+    probed = estimate(config, tiny_model)
+    assert probed.probed and "this machine's bandwidth" in probed.lines()[-1]
+    assert probed.seconds < assumed.seconds and decode_s(gpt2, machine=fast) < decode_s(gpt2) / 5
 
 
 def test_without_the_model_builds_are_unknown(building):

@@ -155,6 +155,26 @@ def test_cancel_mid_run_keeps_partial_results_and_no_worker(qtbot, make_window):
     qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
 
 
+def test_status_bar_says_cancelling_until_the_cancelled_job_ends(qtbot, make_window, monkeypatch):
+    """The cancelled run's record arrives right after Cancel: its "1 run(s) recorded…" replaced
+    "cancelling…" while the job was still stopping."""
+    window = make_window({"slow": spec("slow", decode_s=0.02)})
+    configure(window, ["slow"], new_tokens=500, repeats=2, mode="race")  # race mode streams live
+    assert window.start_run()
+    pane = window.grid.panes["slow"]
+    qtbot.waitUntil(lambda: pane.token_count >= 5, timeout=RUN_TIMEOUT_MS)
+    said: list[str] = []
+    say = window.bench.messages.say
+    monkeypatch.setattr(window.bench.messages, "say", lambda text: (said.append(text), say(text)))
+    with qtbot.waitSignal(window.bench.job.result, timeout=30_000) as blocker:
+        window.actions.cancel.trigger()
+        assert window.state.text().startswith("cancelling")
+    assert blocker.args[0].cancelled and blocker.args[0].runs  # the cancelled run was recorded
+    *stopping, ended = said
+    assert stopping and all(text.startswith("cancelling") for text in stopping), said
+    assert ended.startswith("Cancelled after") and window.state.text() == ended
+
+
 def test_model_download_shows_progress_and_cancel_ends_it(qtbot, make_window, monkeypatch):
     """prepare() runs in the session thread with a progress callback; Cancel ends the run at once."""
     import threading

@@ -138,3 +138,4 @@ def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_mod
     assert (
         "one-time builds first: never timed here: onnx-int8" in text
     )  # the test session's cache has no ONNX export yet
+    assert "a rough guess for hf, onnx-int8 (never run here with this model)" in text  # no history: a guess, said so

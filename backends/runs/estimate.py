@@ -1,15 +1,37 @@
 """What a run will do, said before it starts: how many runs, which one-time builds are still to
 make (an engine's cached artefacts are missing or not whole; no engine is imported to know), and
-roughly how long, from what each engine last measured here (storage/engine_history.py)."""
+roughly how long, from what each engine last measured here (storage/engine_history.py).
+
+An engine never run here with this model is guessed from the model's own size: decode reads every
+weight once per token at part of the machine's bandwidth (results/bandwidth.py's cached probe: the
+estimate never probes), prefill computes the prompt's FLOPs at part of its probed GEMM rate, and the
+worker's start is a fixed allowance. The estimate says when a figure is such a guess."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .. import registry
+from ..gpt2_config import GPT2Config
+from ..results.bandwidth import Bandwidth, cached_bandwidth
+from ..results.roofline import prefill_flops
 from ..sources.model_files import ModelFiles
+from ..sources.tokenizer import encode
 from ..storage import artifact_cache, engine_history
+from ..worker.threads import default_threads
 from .config import BenchConfig
+
+# A guess for an engine with no history here, from the model's size. The engines here reach a third to
+# all of the probed bandwidth in decode (README's table: 16-50 GB/s), so half of it; each token also
+# costs the loop itself (sampler, dispatch: 0.2-1 ms on a 2-layer model, where the weights cost less).
+GUESS_SHARE = 0.5
+GUESS_STEP_S = 1e-3
+GUESS_GB_S = 10.0  # no bandwidth probe cached yet: a modest machine's, the guess says which it used
+GUESS_GFLOPS = 50.0  # likewise for the GEMM rate
+# Spawn to first token with the artefacts cached: importing torch alone takes ~2.5 s, the other
+# runtimes start in about a second (README's table: 0.5-3.1 s).
+GUESS_START_S = {True: 3.0, False: 1.0}
+MATRIX_BYTES = {"fp32": 4.0, "bf16": 2.0, "f16": 2.0, "int8": 1.0, "int4": 0.5}  # anything else: fp32
 
 
 @dataclass(frozen=True)
@@ -24,9 +46,11 @@ class Estimate:
     warmup: int
     repeats: int
     builds: tuple[PendingBuild, ...] = ()
-    seconds: float | None = None  # about, for the engines with a history (None: none has one)
-    untimed: tuple[str, ...] = ()  # engines never measured here with this model
+    seconds: float | None = None  # about: the engines' history, else a guess from the model's size (None: neither)
+    untimed: tuple[str, ...] = ()  # engines neither measured here with this model nor guessed (not counted)
     model_known: bool = True  # False: the model's files are not here yet, so builds cannot be checked
+    guessed: tuple[str, ...] = ()  # engines never measured here with this model: guessed from its size
+    probed: bool = True  # the guesses used this machine's cached bandwidth probe (False: assumed figures)
 
     @property
     def runs(self) -> int:
@@ -48,11 +72,22 @@ class Estimate:
             out.append("time: unknown (no engine has run here with this model yet)")
         else:
             line = f"time: about {_duration(self.seconds)}"
+            if self.guessed:
+                machine = "this machine's bandwidth" if self.probed else "an assumed bandwidth (none probed here yet)"
+                line += (
+                    f", a rough guess for {_names(self.guessed)} (never run here with this model): "
+                    f"from the model's size and {machine}"
+                )
+            if any(b.last_build_s is None for b in self.builds):
+                line += ", builds never timed not counted"
             if self.untimed:
-                names = ", ".join(self.untimed) if len(self.untimed) <= 3 else f"{len(self.untimed)} engines"
-                line += f", not counting {names} (never run here)"
+                line += f", not counting {_names(self.untimed)} (never run here)"
             out.append(line)
         return out
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(names) if len(names) <= 3 else f"{len(names)} engines"
 
 
 def _duration(seconds: float) -> str:
@@ -76,18 +111,37 @@ def pending_builds(names: list[str], model: ModelFiles) -> list[str]:
     return out
 
 
+def guess_seconds(
+    config: BenchConfig, gpt2: GPT2Config, precision: str, torch: bool, machine: Bandwidth | None
+) -> float:
+    """One engine's start and runs, guessed from the model's weights and FLOPs and the machine's
+    cached probe (or GUESS_GB_S / GUESS_GFLOPS without one)."""
+    gb_s = machine.gb_s if machine is not None else GUESS_GB_S
+    gflops = machine.compute_gflops if machine is not None and machine.compute_gflops > 0 else GUESS_GFLOPS
+    step = gpt2.weight_bytes(MATRIX_BYTES.get(precision, 4.0)) / (gb_s * 1e9 * GUESS_SHARE) + GUESS_STEP_S
+    prompt = len(encode(config.prompt)) if config.prompt is not None else config.prompt_tokens
+    ttft = prefill_flops(gpt2, prompt) / (gflops * 1e9 * GUESS_SHARE) + GUESS_STEP_S
+    return GUESS_START_S[torch] + (config.warmup + config.repeats) * (ttft + max(0, config.new_tokens - 1) * step)
+
+
 def estimate(config: BenchConfig, model: ModelFiles | None) -> Estimate:
     names = list(config.backends)
     builds = pending_builds(names, model) if model is not None else []
-    total, untimed = 0.0, []
+    machine = cached_bandwidth(config.threads or default_threads())
+    total, untimed, guessed = 0.0, [], []
     for name in names:
         seen = engine_history.lookup(name, model.weights_hash) if model is not None else None
-        if seen is None or seen.ms_per_token is None:
+        spec = registry.ENGINES.get(name)
+        if seen is not None and seen.ms_per_token is not None:
+            per_run = (seen.ttft_ms or 0.0) / 1e3 + max(0, config.new_tokens - 1) * seen.ms_per_token / 1e3
+            total += (seen.cold_start_s or 0.0) + (config.warmup + config.repeats) * per_run
+        elif model is not None and spec is not None:
+            total += guess_seconds(config, model.gpt2_config, spec.precision, "torch" in spec.requires, machine)
+            guessed.append(name)
+        else:
             untimed.append(name)
             continue
-        per_run = (seen.ttft_ms or 0.0) / 1e3 + max(0, config.new_tokens - 1) * seen.ms_per_token / 1e3
-        total += (seen.cold_start_s or 0.0) + (config.warmup + config.repeats) * per_run
-        if name in builds:
+        if name in builds and seen is not None:
             total += seen.build_s or 0.0
     pending = (
         tuple(
@@ -97,7 +151,15 @@ def estimate(config: BenchConfig, model: ModelFiles | None) -> Estimate:
         if model is not None
         else ()
     )
-    timed = len(untimed) < len(names)
+    counted = len(untimed) < len(names)
     return Estimate(
-        len(names), config.warmup, config.repeats, pending, total if timed else None, tuple(untimed), model is not None
+        len(names),
+        config.warmup,
+        config.repeats,
+        pending,
+        total if counted else None,
+        tuple(untimed),
+        model is not None,
+        tuple(guessed),
+        machine is not None,
     )
