@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,9 @@ class EngineSpec:
     precision: str = "fp32"
     # The engine class's own constructor arguments, after (name, options).
     engine_args: dict[str, Any] = field(default_factory=dict)
-    needs: str = ""  # "cuda" for GPU-only variants, "linux" for runtimes with Linux wheels only
+    # "cuda" for GPU-only variants, "linux" for runtimes with Linux wheels only, "cc" for engines that
+    # build their kernel with the machine's C compiler and have no fallback
+    needs: str = ""
     options: str = ""  # "package.module:Class" of its typed settings (an EngineSettings), if any
     # "package.module:function" in a light module: (model, **engine_args) -> the artefact-cache folders
     # it loads from (page-cache eviction for --cold; the parent never imports the engine for it)
@@ -91,11 +94,14 @@ _ONNX = _family("onnx.engine:OnnxEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts
 _ONNX_CONCAT = _family("onnx.concat_engine:OnnxConcatEngine", _ORT_MODULES, _ORT_PACKAGES, artifacts="onnx_concat")
 _NUMPY = _family("numpy_runtime.engine:NumpyEngine", ("numpy",), ("numpy",))
 _NATIVE = replace(
-    _family("native.engine:NativeEngine", ("numpy",), ("numpy",), artifacts="native"), options=_NATIVE_OPTIONS
+    _family("native.engine:NativeEngine", ("numpy",), ("numpy",), artifacts="native"),
+    options=_NATIVE_OPTIONS,
+    needs="cc",
 )
 _NATIVE_SPEC = replace(
     _family("native.speculative:NativeSpeculativeEngine", ("numpy",), ("numpy",), artifacts="native_spec"),
     options=_ENGINES + "speculative_options:SpeculativeOptions",
+    needs="cc",
 )
 _NULL = _family("null_engine:NullEngine", ("numpy",), ("numpy",))
 _LLAMA = replace(
@@ -501,6 +507,8 @@ def available(name: str) -> tuple[bool, str]:
         return False, "needs a CUDA GPU (none found)"
     if spec.needs == "linux" and not sys.platform.startswith("linux"):
         return False, "needs Linux (its runtime publishes Linux wheels only)"
+    if spec.needs == "cc" and not c_compiler_found():
+        return False, "needs a C compiler to build its kernel (none found: install gcc, or set $CC)"
     try:
         module_spec = importlib.util.find_spec(spec.target.split(":")[0])
     except ModuleNotFoundError:
@@ -515,6 +523,15 @@ def cuda_available() -> bool:
     if "torch" in sys.modules:
         return bool(sys.modules["torch"].cuda.is_available())
     return os.path.exists("/dev/nvidiactl") and importlib.util.find_spec("torch") is not None
+
+
+def c_compiler_found() -> bool:
+    """Whether the compiler the own kernels are built with ($CC, else cc or gcc on PATH) exists. A
+    preset then takes its next candidate instead of an engine that would fail at load."""
+    from .kernels.native import compiler  # imports no engine package
+
+    cc = compiler()
+    return cc is not None and shutil.which(cc) is not None
 
 
 def create(name: str, options: EngineOptions) -> Engine:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -35,6 +36,24 @@ def test_rebuilt_when_corrupt_or_built_with_other_settings(isolated_cache):
     assert again.built and any("rebuilding cached test/v: sub/file.bin has 3 bytes" in m for m in messages)
     assert artifact_cache.check(folder, {"format": "t2"}).startswith("built with other settings")
     assert artifact_cache.ensure("test", "k2", "v", _write, meta={"format": "t2"}).built
+
+
+@pytest.mark.parametrize(
+    "key, edit",
+    [
+        ("meta", lambda m: {**m, "meta": "t1"}),  # valid JSON of the wrong shape, as a hand edit leaves it
+        ("entries", lambda m: {**m, "files": {name: 5 for name in m["files"]}}),
+        ("files", lambda m: {**m, "files": list(m["files"])}),
+        ("list", lambda m: [m]),
+    ],
+)
+def test_a_manifest_of_the_wrong_shape_is_rebuilt_not_a_crash(isolated_cache, key, edit):
+    folder = artifact_cache.ensure("test", f"shape-{key}", "v", _write, meta={"format": "t1"}).folder
+    manifest = folder / artifact_cache.MANIFEST
+    manifest.write_text(json.dumps(edit(json.loads(manifest.read_text()))))
+    assert artifact_cache.check(folder, {"format": "t1"})
+    assert artifact_cache.ensure("test", f"shape-{key}", "v", _write, meta={"format": "t1"}).built
+    assert not artifact_cache.check(folder, {"format": "t1"})
 
 
 def test_failed_build_leaves_nothing(isolated_cache):

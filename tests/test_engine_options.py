@@ -73,6 +73,19 @@ def test_settings_are_built_only_for_selected_engines(toy_engine):
     assert _config("--backends", "hf").engine_options == {}
 
 
+def test_a_flag_for_no_selected_engine_is_refused_not_dropped(toy_engine):
+    # native-spec's target and draft keep their own KV cache: --native-kv would change nothing
+    with pytest.raises(UsageError, match=r"^--native-kv is for native, native-bf16, native-int8, native-int4; none"):
+        _config("--backends", "native-spec", "--native-kv", "int8")
+    with pytest.raises(UsageError, match=r"^--remote-url is for remote; none of them is among the engines to run$"):
+        _config("--backends", "hf", "--remote-url", "http://h/v1")
+    with pytest.raises(UsageError, match=r"^--toy-ratio is for toy;"):  # a flag with a default, given another value
+        _config("--backends", "hf", "--toy-ratio", "0.7")
+    # defaults (--remote-api-key-env's OPENAI_API_KEY, --toy-ratio's 0.5) are not the user's choice
+    assert _config("--backends", "hf", "--toy-ratio", "0.5").engine_options == {}
+    assert _config("--backends", "native", "--native-kv", "int8").engine_options["native"].kv == "int8"
+
+
 def test_remote_flags_keep_their_names_defaults_and_message():
     with pytest.raises(UsageError, match=r"^the remote backend needs --remote-url \(e.g. http://127.0.0.1:8000/v1\)$"):
         _config("--backends", "remote")
@@ -105,6 +118,9 @@ def test_secrets_stay_out_of_records_and_repr():
         (RemoteOptions(), "needs its server's URL"),
         (RemoteOptions(url="ftp://h/v1"), "must start with http:// or https://"),
         (RemoteOptions(url="http://h:99999/v1"), "port is not a number"),
+        # never sent (the key goes in a header), and the URL is recorded as given
+        (RemoteOptions(url=f"http://user:{SECRET}@h:8000/v1"), "must not hold a user name or password"),
+        (RemoteOptions(url="https://user@h/v1"), "must not hold a user name or password"),
         (RemoteOptions(url="http://h/v1", api_key="k", api_key_env="K"), "not both"),
         (RemoteOptions(url="http://h/v1", api_key_env="NOT A NAME"), "not an environment variable name"),
         (RemoteOptions(url="http://h/v1", api_key_env="K"), ""),
@@ -112,6 +128,7 @@ def test_secrets_stay_out_of_records_and_repr():
 )
 def test_remote_problem(settings, problem):
     assert problem in settings.problem() and bool(problem) == bool(settings.problem())
+    assert SECRET not in settings.problem()
 
 
 def test_every_command_has_an_entry_in_the_dispatch_table():
@@ -138,6 +155,8 @@ def test_speculative_flags_and_the_bundled_repeating_prompt():
         assert config.engine_options[name] == SpeculativeOptions(draft="native-int4", k=5)
     with pytest.raises(UsageError, match="--spec-k must be"):
         _config("--backends", "native-spec", "--spec-k", "0")
+    # the window's form gives text: a pasted run of digits longer than int() converts is named, not raised
+    assert SpeculativeOptions(k="9" * 5000).problem().startswith("--spec-k must be a whole number from 1 to 16")
     assert (
         _config("--backends", "hf-assisted", "--hf-assistant-confidence", "0")
         .engine_options["hf-assisted"]

@@ -83,3 +83,17 @@ def test_cli_preset_combines_with_backends_and_names_the_skips(monkeypatch, caps
     )
     assert main(["bench", "--preset", "fastest", "--out", str(tmp_path)]) == 2
     assert "unknown preset 'fastest'" in capsys.readouterr().err
+
+
+def test_without_a_c_compiler_the_native_engines_are_unavailable_and_presets_stand_in(monkeypatch):
+    """The own C runtime has no fallback kernel: `backends` says so, and a preset takes its next
+    candidate rather than four engines that would each fail at load."""
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    ok, why = registry.available("native-int8")
+    assert not ok and why.startswith("needs a C compiler")
+    assert not registry.available("native-spec")[0] and registry.available("numpy")[0]
+    choice = presets.resolve("one-per-precision")
+    assert not any(name.startswith("native") for name in choice.engines)
+    assert "onnx-int8" in choice.engines
+    native_int8 = next(s for s in choice.skipped if s.name == "native-int8")
+    assert native_int8.instead == "onnx-int8" and "needs a C compiler" in native_int8.line()

@@ -45,7 +45,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> dict[str, EngineSettings]:
-    """The typed settings of each selected engine that has some; a missing required flag is a UsageError."""
+    """The typed settings of each selected engine that has some; a missing required flag, or one given
+    for no selected engine, is a UsageError."""
+    _refuse_unused_flags(args, backends)
     settings: dict[str, EngineSettings] = {}
     for name in backends:
         cls = options_class(registry.get(name).options)
@@ -66,6 +68,19 @@ def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> d
         if problem:
             raise UsageError(f"{name}: {problem}")
     return settings
+
+
+def _refuse_unused_flags(args: argparse.Namespace, backends: tuple[str, ...]) -> None:
+    """A flag given for engines none of which runs would be dropped without a word (e.g. --native-kv
+    with native-spec, whose target and draft keep their own defaults): say so instead."""
+    selected = {options_class(registry.get(name).options) for name in backends}
+    for cls in settings_classes():
+        if cls in selected:
+            continue
+        for _field, meta in cls.options():
+            if meta.flag and getattr(args, _dest(meta.flag), meta.cli_default) != meta.cli_default:
+                owners = [spec.name for spec in registry.ENGINES.values() if options_class(spec.options) is cls]
+                raise UsageError(f"{meta.flag} is for {', '.join(owners)}; none of them is among the engines to run")
 
 
 def flags_of(settings: EngineSettings | None) -> list[str]:

@@ -85,7 +85,10 @@ def whole_number(text: str) -> int | str | None:
     text = text.strip()
     if not text:
         return None
-    return int(text) if text.isascii() and text.isdigit() else text
+    try:
+        return int(text) if text.isascii() and text.isdigit() else text
+    except ValueError:  # more digits than int() converts (4300): a paste, not a count
+        return text
 
 
 def options_class(target: str) -> type[EngineSettings] | None:

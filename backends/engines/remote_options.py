@@ -96,6 +96,11 @@ def url_problem(url: str) -> str:
     if not url.lower().startswith(("http://", "https://")):
         return f"the remote URL must start with http:// or https:// (got {url[:40]!r})"
     parts = urlsplit(url)
+    if "@" in parts.netloc:  # not echoed: it may hold a password
+        return (
+            "the remote URL must not hold a user name or password (they are not sent, and records keep the URL): "
+            "give an API key instead (--remote-api-key-env, or the window's API key field)"
+        )
     if not parts.hostname:
         return "the remote URL has no host name"
     try:

@@ -182,9 +182,12 @@ def _validate(folder: Path, meta: dict | None) -> tuple[dict | None, str]:
         return None, "no manifest (never finished building)"
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"unreadable manifest: {exc}"
-    if manifest.get("format") != FORMAT or not isinstance(files, dict) or not files:
-        return None, "manifest of another format"
     built_with = manifest.get("meta") or {}
+    # a manifest edited by hand may be valid JSON of the wrong shape: rebuilt, like a garbled one
+    entries = list(files.values()) if isinstance(files, dict) else []
+    shaped = entries and isinstance(built_with, dict) and all(isinstance(entry, dict) for entry in entries)
+    if manifest.get("format") != FORMAT or not shaped:
+        return None, "manifest of another format"
     stale = [k for k, v in (meta or {}).items() if built_with.get(k) != v]
     if stale:
         return None, f"built with other settings ({', '.join(stale)})"
