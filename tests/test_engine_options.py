@@ -117,6 +117,7 @@ def test_secrets_stay_out_of_records_and_repr():
     [
         (RemoteOptions(), "needs its server's URL"),
         (RemoteOptions(url="ftp://h/v1"), "must start with http:// or https://"),
+        (RemoteOptions(url="user:pw@h/v1"), "must start with http:// or https:// (got 'h/v1')"),
         (RemoteOptions(url="http://h:99999/v1"), "port is not a number"),
         # never sent (the key goes in a header), and the URL is recorded as given
         (RemoteOptions(url=f"http://user:{SECRET}@h:8000/v1"), "must not hold a user name or password"),

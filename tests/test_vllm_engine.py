@@ -245,6 +245,7 @@ def test_ngram_speculation_reaches_the_server_and_its_bursts_are_timed_per_token
     options = VllmOptions(ngram_tokens=3)
     assert options.speculative_config() == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
     assert VllmOptions(ngram_tokens="x").problem() and VllmOptions().speculative_config() is None
+    assert "from 1 to 32" in VllmOptions(ngram_tokens=10**8).problem()  # a typo, not passed on to vLLM
     environment = VllmEnvironment(Path(sys.executable), "cpu", "0.0-fake")
     argv = server_command(
         h32_model, environment, h32_model.folder, "cpu", "fp32", 1, 8000, None, {"method": "ngram"}

@@ -94,7 +94,8 @@ def url_problem(url: str) -> str:
     if not url:
         return f"the remote engine needs its server's URL, e.g. {EXAMPLE_URL}"
     if not url.lower().startswith(("http://", "https://")):
-        return f"the remote URL must start with http:// or https:// (got {url[:40]!r})"
+        shown = url.rsplit("@", 1)[-1]  # what precedes an @ may be a password
+        return f"the remote URL must start with http:// or https:// (got {shown[:40]!r})"
     parts = urlsplit(url)
     if "@" in parts.netloc:  # not echoed: it may hold a password
         return (

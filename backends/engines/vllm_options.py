@@ -9,6 +9,7 @@ from typing import ClassVar
 from .options import EngineSettings, option, whole_number
 
 NGRAM_MAX = 4  # prompt_lookup_max: the longest n-gram vLLM looks up
+MAX_NGRAM_TOKENS = 32  # proposals a step: past a few dozen a typo's, not a setting (vLLM would take 10**8)
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,10 @@ class VllmOptions(EngineSettings):
             object.__setattr__(self, "ngram_tokens", whole_number(self.ngram_tokens))
 
     def problem(self) -> str:
-        if self.ngram_tokens is not None and not (isinstance(self.ngram_tokens, int) and self.ngram_tokens >= 1):
-            return f"--vllm-ngram-tokens must be a whole number >= 1, not {self.ngram_tokens!r}"
+        if self.ngram_tokens is not None and not (
+            isinstance(self.ngram_tokens, int) and 1 <= self.ngram_tokens <= MAX_NGRAM_TOKENS
+        ):
+            return f"--vllm-ngram-tokens must be a whole number from 1 to {MAX_NGRAM_TOKENS}, not {self.ngram_tokens!r}"
         return ""
 
     def speculative_config(self) -> dict | None:

@@ -43,8 +43,9 @@ class BenchConfig:
         """Checks that need no model. The context check follows once the model is known."""
         if not self.backends:
             raise UsageError("no backends selected")
-        if len(set(self.backends)) != len(self.backends):
-            raise UsageError("a backend is listed twice")
+        twice = sorted({name for name in self.backends if self.backends.count(name) > 1})
+        if twice:
+            raise UsageError(f"listed more than once: {', '.join(twice)}")
         if self.new_tokens < 1:
             raise UsageError(f"--new-tokens must be >= 1, got {self.new_tokens}")
         if self.prompt is None and self.prompt_tokens < 1:
