@@ -10,36 +10,13 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pyqtgraph")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from tests.fake_engines import spec  # noqa: E402
+from tests.test_gui import make_window, private_qsettings, settings  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 120_000
-
-
-@pytest.fixture(autouse=True)
-def private_qsettings(tmp_path_factory):
-    """Even default QSettings land in a temporary folder, never in the user's."""
-    folder = str(tmp_path_factory.mktemp("qsettings"))
-    for fmt in (QSettings.Format.NativeFormat, QSettings.Format.IniFormat):
-        QSettings.setPath(fmt, QSettings.Scope.UserScope, folder)
-
-
-@pytest.fixture
-def make_window(use_engines, qtbot, tmp_path):
-    from whistle_stop.gui.main_window import MainWindow
-    from whistle_stop.gui.settings import settings_in
-
-    def make(specs=None):
-        use_engines(*(specs or {}).values())
-        window = MainWindow(settings=settings_in(tmp_path / "settings"))
-        qtbot.addWidget(window)  # closed (cancelling any run) at teardown
-        window.show()
-        return window
-
-    return make
 
 
 def test_a_long_pane_status_never_widens_the_window(make_window):

@@ -223,9 +223,9 @@ def test_a_draft_that_never_agrees_falls_back_to_the_target_alone():
     assert "turned off" in decoder.notes()
 
 
-def test_sampled_tokens_come_from_the_rule_and_stay_in_the_vocabulary():
-    context = 100
-    decoder = SpeculativeDecoder(
+def _fixed_length_decoder(context: int) -> SpeculativeDecoder:
+    """Drafts of 4 from a model half as sharp as the target's, a quarter of its reads."""
+    return SpeculativeDecoder(
         PrefixModel(context),
         PrefixModel(context, 0.5),
         ReadCost(100, 0),
@@ -234,6 +234,11 @@ def test_sampled_tokens_come_from_the_rule_and_stay_in_the_vocabulary():
         4,
         policy=FixedLength,
     )
+
+
+def test_sampled_tokens_come_from_the_rule_and_stay_in_the_vocabulary():
+    context = 100
+    decoder = _fixed_length_decoder(context)
     params = SamplingParams("sample", 0.8, 10, 0.9, 3)
     first = list(decoder.generate([5, 6], 40, Sampler(params)))
     again = list(decoder.generate([5, 6], 40, Sampler(params)))
@@ -247,15 +252,7 @@ def test_the_first_draft_is_drawn_apart_from_the_first_token():
     target's distribution there (a generator seeded as the sampler's drew the first draft with the
     first token's numbers, and the pair left it: chi-square ~950 on 39 degrees of freedom)."""
     context, prompt = 50, [5, 6]
-    decoder = SpeculativeDecoder(
-        PrefixModel(context),
-        PrefixModel(context, 0.5),
-        ReadCost(100, 0),
-        ReadCost(25, 0),
-        context,
-        4,
-        policy=FixedLength,
-    )
+    decoder = _fixed_length_decoder(context)
     pairs = []
     for seed in range(3000):
         tokens = list(decoder.generate(prompt, 3, Sampler(SamplingParams("sample", 1.0, 0, 1.0, seed))))

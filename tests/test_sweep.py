@@ -189,7 +189,8 @@ def test_a_bench_folder_is_not_mistaken_for_a_sweep(tiny_model, tmp_path):
         _session(tmp_path)[0].prepare()
 
 
-def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
+def _engine_a_and_fixed_probes(monkeypatch) -> None:
+    """A scripted engine "a", and the machine's probes (benchmarks) answered with fixed figures."""
     monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
     monkeypatch.setattr(registry, "available", lambda name: (True, ""))
     monkeypatch.setattr(
@@ -197,6 +198,10 @@ def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
         lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
     )
     monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
+
+
+def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
+    _engine_a_and_fixed_probes(monkeypatch)
     out = tmp_path / "sweep"
     code = main(
         [
@@ -233,13 +238,7 @@ def test_sweep_command_writes_records_and_plots(capsys, tmp_path, monkeypatch):
 def test_a_sweep_started_over_leaves_no_chart_of_the_one_before(capsys, tmp_path, monkeypatch):
     """--restart with one new token each: no decode to draw, and the decode charts the discarded
     sweep drew into --out are gone (they would pass for this sweep's)."""
-    monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
-    monkeypatch.setattr(registry, "available", lambda name: (True, ""))
-    monkeypatch.setattr(
-        "whistle_stop.backends.runs.sweep.probe_bandwidth",
-        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
-    )
-    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
+    _engine_a_and_fixed_probes(monkeypatch)
     out = tmp_path / "sweep"
     args = ["sweep", "--model", "random:tiny", "--backends", "a", "--repeats", "1", "--warmup", "0"]
     args += ["--threads", "1", "--prompt-tokens", "4", "--out", str(out)]
@@ -263,13 +262,7 @@ def test_the_ttft_grid_draws_prefill_s_roofline(capsys, tmp_path, monkeypatch):
     from whistle_stop.backends.runs.sweep_grid import GRIDS
     from whistle_stop.backends.sources.model_files import resolve_model
 
-    monkeypatch.setitem(registry.ENGINES, "a", fake_engines.spec("a"))
-    monkeypatch.setattr(registry, "available", lambda name: (True, ""))
-    monkeypatch.setattr(
-        "whistle_stop.backends.runs.sweep.probe_bandwidth",
-        lambda threads: Bandwidth(10.0, 9.0, 1 << 30, threads, 5, "test cpu", "now"),
-    )
-    monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_compute_peaks", lambda threads: PEAKS)
+    _engine_a_and_fixed_probes(monkeypatch)
     out = tmp_path / "sweep"
     args = ["sweep", "--model", "random:tiny", "--backends", "a", "--repeats", "1", "--warmup", "0", "--threads", "1"]
     assert main([*args, "--grid", "ttft-vs-length", "--prompt-tokens", "4", "--out", str(out)]) == 2
