@@ -62,6 +62,11 @@ class FigureGrid(pg.GraphicsLayoutWidget):
     def __init__(self, count: int) -> None:
         super().__init__()
         self.plots = [self.addPlot(row=0, col=i) for i in range(count)]
+        for plot in self.plots:
+            for side in ("left", "bottom"):
+                # The labels carry their unit ("ms per step"): under 1, pyqtgraph's auto prefix would
+                # multiply the ticks by 1000 and add "(x0.001)", so 0.5 ms read as "500".
+                plot.getAxis(side).enableAutoSIPrefix(False)
         self.figures: list[Figure | None] = [None] * count
         self.colours: dict[str, QColor] = {}
         self.apply_theme(current_theme())

@@ -41,7 +41,7 @@ from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
 from .setup_panel import SetupPanel
 from .theme import Theme, engine_colours
-from .widgets import controls_column, read_only_table, stacked, three_panes
+from .widgets import controls_column, read_only_table, results_and_note, stacked, three_panes
 
 WORDING = JobWording(
     "load run",
@@ -176,7 +176,7 @@ class LoadTab(QWidget):
         self.note = QLabel()
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)
-        middle = stacked(self.notice, self.table, self.note, stretch=self.table)
+        middle = stacked(self.notice, results_and_note(self.table, note=self.note, sizes=(220, 80)))
         self.chart = FigureGrid(1)
         three_panes(self, (controls, middle, self.chart), stretch=1, sizes=(280, 720, 520))
 
@@ -281,11 +281,14 @@ class LoadTab(QWidget):
         self.progress.setRange(0, done)
         self.progress.setValue(done)
         self.show_results()
-        failed = sorted({r.backend for r in [*result.runs, *result.load] if r.status.is_failure})
+        why: dict[str, str] = {}  # each failed engine's first error: without it a dead server is a mystery
+        for record in [*result.runs, *result.load]:
+            if record.status.is_failure:
+                why.setdefault(record.backend, (record.error or str(record.status)).splitlines()[0])
         text = "Load run cancelled" if result.cancelled else "Load run finished"
-        if failed:
-            text += f"; failed: {', '.join(failed)}"
-        self.status.setText(text)
+        if why:
+            text += f"; failed: {', '.join(sorted(why))}"
+        self.status.setText("\n".join([text, *(f"{name}: {error}" for name, error in sorted(why.items()))]))
         self.message.emit(text)
         self.finished.emit(result)
 

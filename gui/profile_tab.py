@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QComboBox,
@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QWidget,
@@ -42,7 +41,7 @@ from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
 from .setup_panel import SetupPanel
 from .theme import Theme
-from .widgets import controls_column, read_only_table, results_root, stacked, three_panes
+from .widgets import controls_column, read_only_table, results_and_note, results_root, three_panes
 
 WORDING = JobWording("profile", " Run profile", "Profile", "cancelling…", could_not_run="The profile could not run")
 INTRO = (
@@ -115,10 +114,7 @@ class ProfileTab(QWidget):
         self.note = QLabel(NOTE)
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)
-        tables = QSplitter(Qt.Orientation.Vertical)
-        tables.addWidget(self.table)
-        tables.addWidget(self.ops)
-        middle = stacked(tables, self.note, stretch=tables)
+        middle = results_and_note(self.table, self.ops, note=self.note, sizes=(150, 150, 100))
         self.charts = FigureGrid(1)
         three_panes(self, (controls, middle, self.charts), stretch=1, sizes=(260, 700, 600))
 

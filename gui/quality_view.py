@@ -81,6 +81,10 @@ class QualityTable(QTableWidget):
         return self.rows[row].backend if 0 <= row < len(self.rows) else None
 
 
+# Qt numbers unnamed columns "1", "2": say what they hold until a divergence names both engines.
+EMPTY_HEADERS = ["reference's top-5", "engine's top-5"]
+
+
 class TopLogitsView(QWidget):
     """Where the selected engine's greedy output parts from the reference, and both engines'
     five most likely next tokens on the common prefix."""
@@ -90,7 +94,9 @@ class TopLogitsView(QWidget):
         self.title = QLabel("Select an engine to see the top-5 logits where it diverges from the reference.")
         self.title.setWordWrap(True)
         self.title.setObjectName("muted")
-        self.table = read_only_table(QTableWidget(0, 2), resize=QHeaderView.ResizeMode.Stretch, row_height=22)
+        self.table = read_only_table(
+            QTableWidget(0, 2), EMPTY_HEADERS, resize=QHeaderView.ResizeMode.Stretch, row_height=22
+        )
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 0)
         layout.addWidget(self.title)
@@ -98,6 +104,7 @@ class TopLogitsView(QWidget):
 
     def show_for(self, row: QualityRow | None, divergence: Divergence | None) -> None:
         self.table.setRowCount(0)
+        self.table.setHorizontalHeaderLabels(EMPTY_HEADERS)  # not the last divergence's engine names
         if row is None:
             self.title.setText("Select an engine to see the top-5 logits where it diverges from the reference.")
             return

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from whistle_stop.backends.engines.options import EngineSettings
 from whistle_stop.backends.engines.server import metrics as server_metrics
 from whistle_stop.backends.engines.server.lifecycle import GUARD
+from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.serve.metrics import REQUESTS_METRIC
 from whistle_stop.backends.serve.request_log import RequestLogEntry, parse
 
@@ -154,7 +155,9 @@ def _serve(context: JobContext, settings: ServeSettings) -> int:
             if context.cancelled.is_set():
                 raise JobCancelled()
             sample = _sample(settings.port)
-            if not listening and sample.health != "unreachable":
+            # "unknown": something answers on the port, but not with our /health (another program
+            # holds it, and our server is about to say so): not our URL.
+            if not listening and sample.health not in ("unreachable", "unknown"):
                 listening = True
                 context.post(ServerListening(f"http://{HOST}:{settings.port}/v1"))
                 context.ready(settings)  # from here a Stop waits for the server to stop
@@ -166,8 +169,8 @@ def _serve(context: JobContext, settings: ServeSettings) -> int:
             if reader.is_alive():
                 reader.join(2.0)  # the last lines go out before the job's end
     code = guard.returncode
-    if code != 0 and not context.cancelled.is_set():
-        raise RuntimeError(f"the server exited ({code}): {errors[-1] if errors else 'no output'}")
+    if code != 0 and not context.cancelled.is_set():  # the server's own last line says why: no traceback
+        raise UsageError(f"the server exited ({code}): {errors[-1] if errors else 'no output'}")
     return code
 
 

@@ -10,10 +10,13 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -100,6 +103,20 @@ def stacked(*widgets: QWidget, stretch: QWidget | None = None) -> QWidget:
     for widget in widgets:
         layout.addWidget(widget, 1 if widget is stretch else 0)
     return holder
+
+
+def results_and_note(*results: QWidget, note: QLabel, sizes: Sequence[int]) -> QSplitter:
+    """Result tables above their note, in a splitter: a wrapped label sized to its text would take the
+    height the tables need (a small window showed one row) and still be cut off, so the note scrolls."""
+    area = QScrollArea()
+    area.setWidget(note)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    splitter = QSplitter(Qt.Orientation.Vertical)
+    for widget in (*results, area):
+        splitter.addWidget(widget)
+    splitter.setSizes(list(sizes))
+    return splitter
 
 
 def three_panes(owner: QWidget, panes: Sequence[QWidget], stretch: int, sizes: Sequence[int]) -> QSplitter:

@@ -98,3 +98,21 @@ def test_local_engines_give_the_concurrency_1_reference_only(qtbot, make_window)
     assert [row[:3] for row in _rows(tab)] == [["a", "1", "batch 1"]]
     assert _curves(tab) == {"a": 1}
     assert tab.notice.isVisible() and "No selected engine served concurrently" in tab.notice.text()
+
+
+def test_a_server_that_is_not_there_is_said_with_its_error(qtbot, make_window):
+    """Every request failed: the status line names the engine and says why (as the CLI's caveat does),
+    not only that it failed."""
+    from whistle_stop.backends.engines.server.lifecycle import free_port
+
+    window = make_window()
+    configure(window, ["remote"], new_tokens=4, repeats=1, warmup=0, prompt=PROMPT)
+    tab = window.load_tab
+    window.setup.option_forms["remote"].edits["url"].setText(f"http://127.0.0.1:{free_port()}/v1")
+    tab.concurrency.setText("1,2")
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
+        assert tab.start(), tab.reason.text()
+    failed = [r for r in blocker.args[0].runs if r.status.is_failure]
+    assert failed and failed[0].error
+    assert "failed: remote" in tab.status.text()
+    assert f"remote: {failed[0].error.splitlines()[0]}" in tab.status.text()

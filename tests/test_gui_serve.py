@@ -111,3 +111,36 @@ def test_a_busy_port_is_said(qtbot, make_window):  # noqa: F811 (the fixture)
             assert tab.start()
     assert "cannot listen on 127.0.0.1" in blocker.args[1]
     assert not tab.job.controller.running and tab.start_button.isEnabled()
+
+
+def test_a_port_another_http_server_holds_is_said_without_its_url_or_a_traceback(qtbot, make_window):  # noqa: F811 (the fixture)
+    """Another program answering HTTP on the port is not our server: the tab never calls its URL ours,
+    and the server's exit is said in its own words, not as a Python traceback."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # an HTML 404, as most web servers answer /health
+            self.send_response(404)
+            self.end_headers()
+            self.wfile.write(b"<html>not found</html>")
+
+        def log_message(self, *_args) -> None:
+            pass
+
+    window = make_window()
+    configure(window, ["null"])
+    tab = window.serve_tab
+    messages: list[str] = []
+    tab.message.connect(messages.append)
+    with ThreadingHTTPServer(("127.0.0.1", 0), Other) as other:
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        tab.engine.setCurrentText("null")
+        tab.port.setValue(other.server_address[1])
+        with qtbot.waitSignal(tab.error, timeout=TIMEOUT_MS) as blocker:
+            assert tab.start()
+        other.shutdown()
+    assert "cannot listen on 127.0.0.1" in blocker.args[1]
+    assert "Traceback" not in blocker.args[1] and "RuntimeError" not in blocker.args[1]
+    assert not any(m.startswith("serving at") for m in messages), messages
+    assert tab.address.text() == "not serving" and tab.start_button.isEnabled()

@@ -376,6 +376,23 @@ def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path)
     assert tab.open_folder.isEnabled() and not window.jobs.busy()
 
 
+@pytest.mark.parametrize("tab_name", ["profile_tab", "load_tab"])
+def test_a_long_note_neither_squeezes_the_results_nor_is_cut_off(qtbot, make_window, tab_name):
+    """At 1280x720 the Profile tab's note (and a Load note with many engines) is taller than the tab:
+    the tables keep room for a few rows, and the whole note can be read (it scrolls)."""
+    window = make_window()
+    window.resize(1280, 720)
+    tab = getattr(window, tab_name)
+    window.tabs.setCurrentWidget(tab)
+    if tab_name == "load_tab":
+        tab.note.setText("\n".join(["remote at 4: the server's own /metrics over 8 request(s), and more " * 2] * 14))
+    qtbot.waitExposed(tab)
+    qtbot.waitUntil(lambda: tab.table.isVisible() and tab.table.height() > 0)
+    header, row = tab.table.horizontalHeader().height(), tab.table.verticalHeader().defaultSectionSize()
+    assert tab.table.height() >= header + 2 * row, (tab.table.height(), tab.height())
+    qtbot.waitUntil(lambda: tab.note.height() >= tab.note.heightForWidth(tab.note.width()), timeout=5000)
+
+
 def test_profile_tab_cancel_keeps_what_was_measured_and_leaves_no_worker(qtbot, make_window, tmp_path):
     window = make_window({"first": spec("first", decode_s=0.001), "second": spec("second", decode_s=0.02)})
     configure(window, ["first", "second"], new_tokens=400, repeats=2, warmup=0)
@@ -390,3 +407,39 @@ def test_profile_tab_cancel_keeps_what_was_measured_and_leaves_no_worker(qtbot, 
     assert result.profiles[0].status == "ok" and result.profiles[1].status == "cancelled"
     assert "cancelled" in tab.status.text().lower()
     qtbot.waitUntil(lambda: not live_children(), timeout=15_000)
+
+
+def test_a_figure_under_one_ms_keeps_its_ticks_in_its_label_s_unit(qtbot):
+    """A decode step of 0.3 ms on "ms per step": the ticks read 0.1..0.3, not 100..300 with "(x0.001)"."""
+    from whistle_stop.backends.report.figures import Figure, Series
+    from whistle_stop.gui.figure_view import FigureGrid
+
+    grid = FigureGrid(1)
+    qtbot.addWidget(grid)
+    grid.show()
+    figure = Figure("steps", "Where a decode step goes", "engine", "ms per step", [Series("numpy", [0, 1], [0.3, 0.1])])
+    grid.show_figures([figure])
+    axis = grid.plots[0].getAxis("left")
+    qtbot.waitUntil(lambda: axis.range[1] > 0.2)  # the view has taken the figure's range
+    assert axis.autoSIPrefixScale == 1.0 and "x0.001" not in axis.labelString()
+
+
+def test_the_top_logits_table_names_its_columns_when_nothing_diverged(qtbot):
+    """No divergence (or none yet): the empty table's columns say what they hold, not Qt's "1", "2",
+    nor the engines of the divergence shown before."""
+    from whistle_stop.backends.runs.quality_rows import Divergence, QualityRow
+    from whistle_stop.gui.quality_view import TopLogitsView
+
+    view = TopLogitsView()
+    qtbot.addWidget(view)
+
+    def headers() -> list[str]:
+        return [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
+
+    assert headers() == ["reference's top-5", "engine's top-5"]
+    entry = {"text": " a", "logit": 1.0, "logprob": -0.5, "token_id": 257}
+    diverged = Divergence("int8", "hf", "int8/r1", 3, 8, entry, entry, [entry], [entry])
+    view.show_for(QualityRow("int8", reference="hf", agree_share=0.5, agree_tokens=3), diverged)
+    assert headers() == ["hf", "int8"] and view.table.rowCount() == 1
+    view.show_for(QualityRow("numpy", reference="hf", agree_share=1.0, agree_tokens=16), None)
+    assert headers() == ["reference's top-5", "engine's top-5"] and view.table.rowCount() == 0
