@@ -335,3 +335,13 @@ def test_a_round_whose_server_went_silent_ends_after_the_timeout():
     measured = [r for r in result.load if not r.is_warmup]
     assert [r.status for r in measured] == [RunStatus.TIMEOUT, RunStatus.TIMEOUT]
     assert "no token from any stream for 1 s" in measured[0].error
+
+
+def test_a_level_with_no_completed_request_states_no_throughput():
+    """Every request failed: level 1 (failed bench runs, no duration) read '-' and a server's level above
+    it '0.0' in the same table."""
+    ms = 1_000_000
+    streams = [StreamResult(i, 0, (), "connection refused", ended_ns=5 * ms) for i in range(2)]
+    level = load_levels(request_records("r1", "remote", "", 8, 2, 2, 1, False, 0, streams))[0]
+    assert level.failed == 2 and math.isnan(level.output_tok_s) and math.isnan(level.request_s)
+    assert load_rows([level])[0][6:8] == ["-", "-"]

@@ -50,7 +50,7 @@ class Slo:
         parts = ([f"TTFT <= {self.ttft_ms:g} ms"] if self.ttft_ms is not None else []) + (
             [f"TPOT <= {self.itl_ms:g} ms"] if self.itl_ms is not None else []
         )
-        return " and ".join(parts) or "no SLO set (--slo-ttft-ms, --slo-itl-ms)"
+        return " and ".join(parts) or "no SLO set (--slo-ttft-ms, --slo-itl-ms; the Load tab's SLO fields)"
 
 
 def _slo_tpot_ms(request: LoadRequestRecord) -> float | None:
@@ -290,8 +290,10 @@ def load_levels(
                 len(group) - len(ok),
                 len(short),
                 duration,
-                generated / duration if duration > 0 else math.nan,
-                len(ok) / duration if duration > 0 else math.nan,
+                # no request completed: no throughput to state (level 1's failed runs have no duration
+                # at all; a server's failed round has one, and read 0.0 beside level 1's "-")
+                generated / duration if duration > 0 and ok else math.nan,
+                len(ok) / duration if duration > 0 and ok else math.nan,
                 *ttft,
                 *itl,
                 tpot[0],
