@@ -438,7 +438,8 @@ class SetupPanel(QWidget):
             return
         config = self.config()
         result = estimate(config, self.model_info.files)
-        self.estimate_label.setText("\n".join(result.lines()))
+        # the panel stays beside every tab: say whose estimate it is (not the sweep's or the profile's)
+        self.estimate_label.setText("Run (bench): " + "\n".join(result.lines()))
 
     def _on_source(self, text: str) -> None:
         if text == LOCAL_FOLDER:

@@ -134,7 +134,7 @@ def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_mod
     setup.repeats.setValue(3)
     setup.warmup.setValue(1)
     text = setup.estimate_label.text()
-    assert "8 runs: 2 engines x (1 warm-up + 3 repeats)" in text
+    assert text.startswith("Run (bench): 8 runs: 2 engines x (1 warm-up + 3 repeats)")  # beside every tab: whose
     assert (
         "one-time builds first: never timed here: onnx-int8" in text
     )  # the test session's cache has no ONNX export yet
