@@ -138,6 +138,7 @@ class SweepTab(QWidget):
         )
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.current = self.job.progress, self.job.status
+        self.progress.setTextVisible(False)  # "0 / 1 cells" beside a grid of four: no count until a plan
         self.run_button.clicked.connect(self.start)
 
         form = QFormLayout()
@@ -320,6 +321,7 @@ class SweepTab(QWidget):
         self.runs, self.tokens = list(plan.previous_runs), list(plan.previous_tokens)
         self.progress.setRange(0, max(1, len(plan.cells)))
         self.progress.setValue(0 if plan.cells else 1)
+        self.progress.setTextVisible(True)
         return bool(self.runs)
 
     def _on_finished(self, result: BenchResult) -> None:

@@ -96,6 +96,7 @@ def test_sweep_skips_what_does_not_fit_runs_alone_and_plots(qtbot, make_window, 
     assert "'x' is not a whole number" in tab.reason.text() and not tab.run_button.isEnabled()
     tab.new_lengths.setText("3, 30")
     assert tab.run_button.isEnabled()
+    assert not tab.progress.isTextVisible()  # no "0 / 1 cells" beside a grid of four before a plan
 
     with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
         assert tab.start()
@@ -108,6 +109,7 @@ def test_sweep_skips_what_does_not_fit_runs_alone_and_plots(qtbot, make_window, 
 
     assert not result.cancelled and not result.failed
     assert tab.grid.states == {(4, 3): "done", (4, 30): "done", (1000, 3): "done", (1000, 30): "skipped"}
+    assert tab.progress.isTextVisible() and tab.progress.text() == "3 / 3 cells"
     assert "skipped: prompt 1000, new 30" in tab.log.toPlainText()
     for plot, figure in zip(tab.figures.plots, tab.figures.figures):
         points = [item for item in plot.listDataItems() if item.getData()[0] is not None and len(item.getData()[0])]
