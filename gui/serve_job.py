@@ -62,7 +62,7 @@ class ServerLine:
 class ServerSample:
     """The server's state and its own figures, read from /health and /metrics."""
 
-    health: str  # "ok", "loading", "restarting", "stopping", "failed" or "unreachable"
+    health: str  # "starting", "ok", "loading", "restarting", "stopping", "failed" or "unreachable"
     reason: str = ""
     requests: int = 0
     running: int = 0
@@ -161,6 +161,8 @@ def _serve(context: JobContext, settings: ServeSettings) -> int:
                 listening = True
                 context.post(ServerListening(f"http://{HOST}:{settings.port}/v1"))
                 context.ready(settings)  # from here a Stop waits for the server to stop
+            if not listening:  # not up yet: nothing to reach is the start's, not a fault's
+                sample = ServerSample("starting")
             context.post(sample)
             context.cancelled.wait(SAMPLE_EVERY_S)
     finally:

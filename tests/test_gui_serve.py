@@ -43,12 +43,18 @@ def _server_processes() -> list[psutil.Process]:
     ]
 
 
-def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_window):  # noqa: F811 (the fixture)
+def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_window, monkeypatch):  # noqa: F811 (the fixture)
+    from whistle_stop.gui.serve_tab import ServeTab
+
+    states: list[str] = []
+    shown = ServeTab._sample
+    monkeypatch.setattr(ServeTab, "_sample", lambda tab, s: (states.append(s.health), shown(tab, s)))
     window = make_window()
     configure(window, ["null"])
     port = free_port()
     tab = _started(qtbot, window, port)
     assert tab.address.text() == f"http://127.0.0.1:{port}/v1"
+    assert "unreachable" not in states  # while it starts, the state says so
     assert not window.jobs.busy() and window.sweep_tab.reason.text() == ""  # a server blocks no other job
     processes = _server_processes()
     assert len(processes) >= 3  # the guard, the server and its engine worker
