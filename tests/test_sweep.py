@@ -126,10 +126,14 @@ def test_a_damaged_folder_is_refused_in_one_line(tiny_model, tmp_path):
     (tmp_path / "environment.json").write_text(json.dumps(damaged))
     with pytest.raises(UsageError, match=r"is damaged: its list of finished cells.*--restart"):
         _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
-    damaged = {**environment, "sweep": {**environment["sweep"], "fingerprint": "x"}, "bandwidth": []}
-    (tmp_path / "environment.json").write_text(json.dumps(damaged))
-    with pytest.raises(UsageError, match=r"is damaged: fingerprint should be an object;.*--restart"):
-        _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
+    for section, value, said in (
+        ("sweep", {**environment["sweep"], "fingerprint": "x"}, "sweep.fingerprint"),
+        ("bandwidth", [], "bandwidth"),
+        ("prefill_roofline", [5], "prefill_roofline\\[0\\]"),
+    ):
+        (tmp_path / "environment.json").write_text(json.dumps({**environment, section: value}))
+        with pytest.raises(UsageError, match=rf"is damaged: {said} should be an object.*--restart"):
+            _session(tmp_path, grid=grid, repeats=1, warmup=0)[0].prepare()
     (tmp_path / "environment.json").write_text(json.dumps(environment))
     tokens = (tmp_path / "tokens.csv").read_text()
     (tmp_path / "tokens.csv").unlink()

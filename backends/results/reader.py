@@ -56,7 +56,7 @@ def load_results(folder: Path) -> tuple[list[RunRecord], list[TokenRecord], dict
             raise ResultsError(f"{env_path} is not valid JSON: {exc}") from exc
         if not isinstance(environment, dict):
             raise ResultsError(f"{env_path} does not hold a JSON object")
-        _check_sections(environment, env_path)
+        check_sections(environment, env_path)
     return runs, tokens, environment
 
 
@@ -75,6 +75,7 @@ _OBJECTS = (
     "gpu_bandwidth",
     "threads_resolution",
     "sweep",
+    "sweep.fingerprint",
     "quality",
     "settings.sampling",
     "settings.timeouts",
@@ -92,7 +93,7 @@ _OBJECT_MEMBERS = ("engines", "prefill_roofline")
 _JSON_TYPES: dict[type, str] = {dict: "an object", list: "a list"}
 
 
-def _check_sections(environment: dict, path: Path) -> None:
+def check_sections(environment: dict, path: Path) -> None:
     """ResultsError when a section has another type (a damaged or hand-edited file): one line here,
     not an AttributeError in whichever view reads it first. Absent or null sections are fine."""
     for dotted, kind in _SECTIONS.items():
@@ -103,10 +104,10 @@ def _check_sections(environment: dict, path: Path) -> None:
             raise ResultsError(f"{path} is damaged: {dotted} should be {_JSON_TYPES[kind]}, not {type(value).__name__}")
     for section in _OBJECT_MEMBERS:
         members = environment.get(section) or ()
-        for key, member in members.items() if isinstance(members, dict) else enumerate(members):
+        for where, member in members.items() if isinstance(members, dict) else enumerate(members):
             if not isinstance(member, dict):
                 raise ResultsError(
-                    f"{path} is damaged: {section}[{key!r}] should be an object, not {type(member).__name__}"
+                    f"{path} is damaged: {section}[{where!r}] should be an object, not {type(member).__name__}"
                 )
 
 

@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..results.environment import cpu_model, git_commit, library_versions, thread_env
 from ..results.export import ENVIRONMENT_JSON, RUNS_CSV, TOKENS_CSV
 from ..results.load import LoadRequestRecord
-from ..results.reader import load_requests, load_results
+from ..results.reader import ResultsError, check_sections, load_requests, load_results
 from ..results.records import RunRecord, TokenRecord
 from ..results.roofline_curves import ENVIRONMENT_KEY
 from ..sources.model_files import ModelFiles
@@ -183,13 +183,10 @@ def read_previous(out_dir: Path | None, fingerprint: dict, restart: bool) -> Pre
     sweep = environment.get(SWEEP_KEY) if isinstance(environment, dict) else None
     if not isinstance(sweep, dict) or "fingerprint" not in sweep:
         raise UsageError(f"{out_dir} holds results that are not from a sweep; {advice}")
-    # the sections a resume carries on with: a damaged one is one line here, not a traceback mid-sweep
-    shapes = {"fingerprint": (sweep, dict), "engines": (environment, dict), "bandwidth": (environment, dict)}
-    shapes |= {"compute_peaks": (environment, dict), ENVIRONMENT_KEY: (environment, list)}
-    for key, (section, kind) in shapes.items():
-        if section.get(key) is not None and not isinstance(section[key], kind):
-            what = "an object" if kind is dict else "a list"
-            raise UsageError(f"{env_path} is damaged: {key} should be {what}; {advice}")
+    try:  # the sections a resume carries on with: a damaged one is one line here, not a traceback mid-sweep
+        check_sections(environment, env_path)
+    except ResultsError as exc:
+        raise UsageError(f"{exc}; {advice}") from exc
     differences = fingerprint_differences(sweep["fingerprint"], fingerprint)
     if differences:
         raise UsageError(
