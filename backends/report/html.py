@@ -6,7 +6,7 @@ matters to the numbers first, the rest folded), then one section per folder. Eve
 its own horizontally scrolling box, so a wide one never overlaps anything, and no table is put in
 a column beside another. The page embeds every figure as a base64 PNG and needs no other file or
 network. A folder with load runs (load_requests.csv) gets a Load section: throughput against
-latency per concurrency level, and the levels' table.
+latency per concurrency level, and the levels' table; one with serve_cold_start.csv, its table.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ from ..results.summary import (
 from ..results.verdict import Verdict, verdict
 from ..runs.quality import read_quality
 from ..runs.quality_rows import ppl_change_text
+from ..serve.cold_start import TABLE_HEADERS as SERVE_COLD_START_HEADERS
+from ..serve.cold_start import TABLE_NOTE as SERVE_COLD_START_NOTE
+from ..serve.cold_start import read_csv as read_serve_cold_start
 from ..storage.atomic import atomic_write, check_writable_dir
 from . import figures as fg
 from .environment_diff import environment_differences, flatten, split_differences  # noqa: F401 (re-exported)
@@ -375,6 +378,22 @@ def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
     return "".join(parts)
 
 
+SERVE_COLD_START_WHAT = "Process start to the first completed response (a one-token greedy completion)"
+
+
+def _serve_cold_start_html(folder: Path) -> str:
+    """`bench --serve-cold-start`'s table (serve_cold_start.csv), as the CLI printed it ("" without one)."""
+    rows = read_serve_cold_start(folder)
+    if not rows:
+        return ""
+    note = f"{SERVE_COLD_START_WHAT}; {SERVE_COLD_START_NOTE}."
+    return (
+        "<h3>Serve cold start</h3>"
+        + _table(list(SERVE_COLD_START_HEADERS), [row.shown() for row in rows])
+        + f"<p class=note>{html.escape(note)}</p>"
+    )
+
+
 def _folder_html(index: int, data: FolderData, images: list[str], load: str = "") -> str:
     env = data.environment
     model, machine, app = env.get("model") or {}, env.get("machine") or {}, env.get("app") or {}
@@ -417,6 +436,7 @@ def _folder_html(index: int, data: FolderData, images: list[str], load: str = ""
     if images:
         parts.append(f'<div class="figures">{"".join(images)}</div>')  # figures only: never a table
     parts.append(load)
+    parts.append(_serve_cold_start_html(data.path))
     parts.append("</section>")
     return "".join(parts)
 

@@ -20,7 +20,7 @@ from ..serve.cold_start import FILE as SERVE_COLD_START_FILE
 from ..serve.cold_start import TABLE_HEADERS, TABLE_NOTE
 from ..serve.cold_start import read_csv as read_serve_cold_start
 from .environment_diff import engine_libraries
-from .html import FolderData, cancelled_note, folder_verdict, load_folder
+from .html import SERVE_COLD_START_WHAT, FolderData, cancelled_note, folder_verdict, load_folder
 
 
 def measurement_markdown(data: FolderData, source: str = "") -> str:
@@ -94,7 +94,7 @@ def serve_cold_start_markdown(folder: Path) -> list[str]:
     parts += [_row(row.shown()) for row in rows]
     return parts + [
         "",
-        f"Process start to the first completed response (a one-token greedy completion); {TABLE_NOTE}.",
+        f"{SERVE_COLD_START_WHAT}; {TABLE_NOTE}.",
         "",
     ]
 

@@ -56,6 +56,9 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         axis.setTicks(None)  # the axis's own, unless this figure names them (categories, log axes)
         axis.setPen(pg.mkPen(foreground))
         axis.setTextPen(pg.mkPen(foreground))
+        # the labels carry their units in words: a scale pyqtgraph appends to small values would read
+        # "seconds (x0.001)" over ticks of 400, and "engine (x0.001)" under the bars' names
+        axis.enableAutoSIPrefix(False)
         plot_item.setLabel(side, text, color=pg.mkColor(foreground).name())
     plot_item.showGrid(x=True, y=True, alpha=0.15)
     log = figure.log_axes
@@ -116,6 +119,8 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         for side in ("bottom", "left"):
             plot_item.getAxis(side).setTicks([[]])
         return
+    dark = sum(pg.mkColor(foreground).getRgb()[:3]) > 384  # light text: the window's dark theme
+    backdrop = (30, 31, 34, 200) if dark else (255, 255, 255, 200)
     for index, limit in enumerate(figure.limits):
         if limit.x:  # a curve: dashed through its points, named in the legend (curves may lie close)
             styles = (QtCore.Qt.PenStyle.DashLine, QtCore.Qt.PenStyle.DotLine, QtCore.Qt.PenStyle.DashDotLine)
@@ -132,6 +137,7 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
                 # lines may lie close
                 "color": LIMIT_COLOUR,
                 "anchors": [(0, 1), (0, 1)],
+                "fill": backdrop,  # legible where curves run through it (a floor sits among them)
             },
         )
         plot_item.addItem(line)
@@ -275,6 +281,27 @@ def _fit_range(plot_item, figure: Figure) -> None:
         lo, hi = min(xs), max(xs)
         pad = 0.6 if figure.kind in ("bar", "stacked") else max((hi - lo) * 0.06, 0.5)
         plot_item.setXRange(lo - pad, hi + pad * (3 if labelled else 1), padding=0)  # labels sit right of points
+        if figure.kind == "line":
+            _clear_of_legend(plot_item, figure, hi)
+
+
+def _clear_of_legend(plot_item, figure: Figure, right: float) -> None:
+    """Widen the x range until the points and their error bars end left of the legend (top right)
+    where it would cover some: a legend of a dozen engines is a third of the plot's height and
+    would hide their curves' right ends. `right`: the largest x drawn."""
+    view, legend = plot_item.getViewBox(), plot_item.legend
+    width, height = view.width(), view.height()
+    if not width or not height or not legend.width():  # not laid out yet, or nothing in the legend
+        return
+    (x0, x1), (y0, y1) = view.viewRange()
+    left = x1 - (legend.width() + 10) / width * (x1 - x0)  # the legend's edges, in the view's coordinates
+    bottom = y1 - (legend.height() + 10) / height * (y1 - y0)
+    covered = any(
+        x >= left and y + e >= bottom for s in figure.series for x, y, e in zip(s.x, s.y, s.err or [0.0] * len(s.y))
+    )
+    if covered:
+        share = min(0.5, (legend.width() + 20) / width)  # the legend's width, 10 px either side
+        plot_item.setXRange(x0, x0 + (right - x0) / (1 - share), padding=0)
 
 
 def _fit_log_range(plot_item, figure: Figure, tops: list[float], xs: list[float]) -> None:
