@@ -178,14 +178,21 @@ def itl_vs_position(
     costs = token_costs(data, tokens)
     positions = {key: data[key[0]].prompt_tokens + key[1] for key in costs}
     figure = Figure("itl_vs_position", "ms/token vs position in the sequence", "position (tokens)", "ms/token")
+    costed = {run_id for run_id, _ in costs}
+    stepless = sorted({r.backend for r in data.values() if r.multi_token_steps and r.run_id not in costed})
+    left_out = (
+        f"not drawn: {', '.join(stepless)} (several tokens a step, its tokens not saying which)" if stepless else ""
+    )
     if not positions:
         figure.limits = limits(weight_bytes_by_backend(runs, environment), gb_s, "ms")
-        figure.note = with_limit_note(floor_note(figure.limits), runs, environment)
-        figure.empty_reason = why_empty(list(data.values()))
+        figure.note = "; ".join(
+            n for n in (with_limit_note(floor_note(figure.limits), runs, environment), left_out) if n
+        )
+        figure.empty_reason = left_out or why_empty(list(data.values()))
         return figure
     last = max(positions.values())
     figure.limits = floor_curves(environment, runs, gb_s, last + 1)
-    figure.note = with_limit_note(floor_note(figure.limits), runs, environment)
+    figure.note = "; ".join(n for n in (with_limit_note(floor_note(figure.limits), runs, environment), left_out) if n)
     width = max(1, math.ceil((last + 1) / bins))
     per_run: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     where: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -194,6 +201,8 @@ def itl_vs_position(
         per_run[(backend, b)][run_id].append(ms)
         where[(backend, b)].append(positions[(run_id, index)])
     for backend in engines_of(list(data.values())):
+        if backend in stepless:
+            continue
         series = Series(backend, [], [])
         for b in sorted(k[1] for k in per_run if k[0] == backend):
             average = {run_id: _mean_or_median(data[run_id], v) for run_id, v in per_run[(backend, b)].items()}
@@ -222,7 +231,8 @@ def token_costs(runs: dict[str, RunRecord], tokens: Sequence[TokenRecord]) -> di
     """{(run_id, token_index): ms} for each decoded token of these runs: its gap; for an engine whose
     steps make several tokens, its step's time (from the previous step's last token) shared evenly
     by the step's tokens where the tokens say their step (else its gap: a burst's first token holds
-    it all), and nothing for the first step's tokens (in the TTFT)."""
+    it all), and nothing for the first step's tokens (in the TTFT). Such an engine's runs whose tokens
+    do not say their step (older folders) are left out: their gaps cannot be shared."""
     by_run: dict[str, list[TokenRecord]] = defaultdict(list)
     for t in tokens:
         if t.run_id in runs:
@@ -236,8 +246,8 @@ def token_costs(runs: dict[str, RunRecord], tokens: Sequence[TokenRecord]) -> di
             continue
         first = mine[0].step
         if first is None or any(t.step is None for t in mine):
-            skip = run.tokens_generated - run.decoded_tokens if run.decoded_tokens is not None else 1
-            out.update({(run_id, t.token_index): t.itl_ms for t in mine[skip:] if t.itl_ms is not None})
+            # an older folder's tokens without their step: a burst's first token holds the step's time
+            # and the rest read ~0, so a bin of in-burst tokens only would chart a false 0 ms/token
             continue
         steps: dict[int, list[TokenRecord]] = defaultdict(list)
         for t in mine:
