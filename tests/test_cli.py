@@ -51,6 +51,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
     assert not (tmp_path / "runs.csv").exists()
 
 
+@pytest.mark.parametrize("args", [["--mode", "race"], ["--concurrency", "1,2"]])
+def test_profile_refuses_what_it_would_not_do(capsys, tmp_path, args):
+    """profile runs one engine at a time: a race's records were flagged concurrent, load levels were dropped."""
+    code = main(["profile", "--model", "random:tiny", "--backends", "null", "--out", str(tmp_path / "p"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "profile runs one engine at a time" in err and err.count("\n") == 1
+    assert not (tmp_path / "p").exists()
+
+
 @pytest.mark.parametrize("content", [b"caf\xe9 au lait", bytes(range(256))])
 def test_a_prompt_file_that_is_not_utf8_is_one_line(capsys, tmp_path, content):
     prompt = tmp_path / "prompt.txt"

@@ -29,7 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("backends", help="list every engine, available or not, and why not")
     bench = sub.add_parser("bench", help="benchmark engines headless and write CSV/JSON records")
     add_run_arguments(bench)
-    bench.add_argument("--out", default="results", help="folder for tokens.csv, runs.csv, environment.json")
+    bench.add_argument(
+        "--out",
+        default="results",
+        help="folder for tokens.csv, runs.csv, summary.csv, environment.json (default: %(default)s)",
+    )
     bench.add_argument(
         "--no-harness-calibration",
         action="store_true",
@@ -44,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep = sub.add_parser("sweep", help="benchmark engines over prompt x output lengths (resumable), with plots")
     add_run_arguments(sweep, sweep=True)
-    sweep.add_argument("--out", default="sweep", help="folder for the records, environment.json and plots")
+    sweep.add_argument(
+        "--out", default="sweep", help="folder for the records, environment.json and plots (default: %(default)s)"
+    )
     sweep.add_argument(
         "--restart", action="store_true", help="discard an unfinished sweep in --out instead of resuming"
     )
@@ -54,20 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
     quality.set_defaults(new_tokens=32, repeats=2)
     quality.add_argument("--text", type=Path, help="text file to score (default: the bundled English text)")
     quality.add_argument("--max-length", type=int, help="window length in tokens (default: the model's context)")
-    quality.add_argument("--stride", type=int, default=512, help="tokens between window starts")
+    quality.add_argument("--stride", type=int, default=512, help="tokens between window starts (default: %(default)s)")
     quality.add_argument(
         "--bench",
         type=Path,
         help="take tokens/s and token streams from this results folder of the same model (a sweep's: its first cell)",
     )
-    quality.add_argument("--out", default="quality", help="folder for quality.csv, divergence.json and the records")
+    quality.add_argument(
+        "--out",
+        default="quality",
+        help="folder for quality.csv, divergence.json and the records (default: %(default)s)",
+    )
     profile = sub.add_parser("profile", help="where each engine's time goes: per-step breakdown, floor, traces")
     add_run_arguments(profile)
     profile.set_defaults(repeats=3)
     profile.add_argument(
         "--out",
         default="profile",
-        help="folder for breakdown.csv, top_ops.csv, profile.json, the traces, charts and the unprofiled runs' records",
+        help="folder for breakdown.csv, top_ops.csv, profile.json, the traces, charts and the unprofiled runs' records "
+        "(default: %(default)s)",
     )
     report = sub.add_parser("report", help="turn results folders into a self-contained HTML page and PNGs")
     report.add_argument("folders", nargs="+", type=Path, help="bench, sweep or quality results folders")
@@ -92,16 +103,19 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", required=True, help="the engine to serve (see `main.py backends`)")
     p.add_argument("--model", default="auto", help="auto | hub id | local folder | random:<config>")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port; default: %(default)s)")
     p.add_argument(
         "--workers",
         type=int,
         default=1,
         help="engine processes, one request each at a time: N concurrent streams at N times the memory, "
-        "the cores split between them",
+        "the cores split between them (default: %(default)s)",
     )
     p.add_argument(
-        "--queue", type=int, default=32, help="requests that may wait for a worker; beyond them: 503 with Retry-After"
+        "--queue",
+        type=int,
+        default=32,
+        help="requests that may wait for a worker; beyond them: 503 with Retry-After (default: %(default)s)",
     )
     p.add_argument(
         "--threads",
@@ -113,7 +127,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "--shutdown-timeout",
         type=float,
         default=10.0,
-        help="seconds in-flight requests may take to finish after SIGTERM or Ctrl+C before they are cancelled",
+        help="seconds in-flight requests may take to finish after SIGTERM or Ctrl+C before they are cancelled "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--api-key-env",
@@ -125,7 +140,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=120.0,
-        help="seconds without a token before a worker counts as hung (it is restarted)",
+        help="seconds without a token before a worker counts as hung (it is restarted; default: %(default)s)",
     )
     add_engine_flags(p)
 
@@ -184,15 +199,26 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
             + "; ".join(f"{name}: {grid.help}" for name, grid in GRIDS.items()),
         )
     else:
-        p.add_argument("--prompt-tokens", type=int, default=50, help="length of the bundled prompt in tokens")
-        p.add_argument("--new-tokens", type=int, default=100, help="tokens to generate (no early stop)")
-    p.add_argument("--decoding", choices=["greedy", "sample"], default="greedy")
-    p.add_argument("--temperature", type=float, default=1.0, help="below 1e-5: greedy (as vLLM takes it)")
-    p.add_argument("--top-k", type=int, default=0, help="0: no limit")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=3, help="measured runs per engine")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up runs per engine (recorded, not summarised)")
+        p.add_argument(
+            "--prompt-tokens",
+            type=int,
+            default=50,
+            help="length of the bundled prompt in tokens (default: %(default)s)",
+        )
+        p.add_argument(
+            "--new-tokens", type=int, default=100, help="tokens to generate, no early stop (default: %(default)s)"
+        )
+    p.add_argument("--decoding", choices=["greedy", "sample"], default="greedy", help="default: %(default)s")
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="below 1e-5: greedy, as vLLM takes it (default: %(default)s)"
+    )
+    p.add_argument("--top-k", type=int, default=0, help="0: no limit (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=1.0, help="default: %(default)s")
+    p.add_argument("--seed", type=int, default=0, help="default: %(default)s")
+    p.add_argument("--repeats", type=int, default=3, help="measured runs per engine (default: %(default)s)")
+    p.add_argument(
+        "--warmup", type=int, default=1, help="warm-up runs per engine, recorded, not summarised (default: %(default)s)"
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -200,7 +226,7 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         help="threads per engine (0: the usable physical cores, capped by the cgroup CPU quota)",
     )
     if not sweep:
-        p.add_argument("--mode", choices=["fair", "race"], default="fair")
+        p.add_argument("--mode", choices=["fair", "race"], default="fair", help="default: %(default)s")
     p.add_argument(
         "--concurrency",
         type=_int_list,
@@ -221,7 +247,10 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         "else the first fp32 engine)",
     )
     p.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds without a token before a worker counts as hung"
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds without a token before a worker counts as hung (default: %(default)s)",
     )
     p.add_argument(
         "--cold",

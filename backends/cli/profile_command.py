@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import UsageError
 from ..profile.files import write_profile
 from ..profile.table import NOTE, headers, profile_row, shown_columns, speculation_line, top_ops_line
 from ..results.export import write_results
@@ -30,6 +31,8 @@ from .main import EXIT_OK, EXIT_RUN_FAILED
 def profile_command(args: argparse.Namespace) -> int:
     err = stderr_console()
     config = config_from_args(args)
+    if config.mode == "race" or config.concurrency:  # its runs go one engine at a time, with no load levels
+        raise UsageError("profile runs one engine at a time: it takes neither --mode race nor --concurrency")
     out = out_dir(args.out)
     printer = progress_printer(err)
 

@@ -58,7 +58,7 @@ class RemoteOptions(EngineSettings):
         placeholder="or an environment variable, e.g. OPENAI_API_KEY",
         flag="--remote-api-key-env",
         cli_default="OPENAI_API_KEY",
-        help="environment variable holding the API key (the key is never recorded)",
+        help="environment variable holding the API key (default: OPENAI_API_KEY; the key is never recorded)",
     )
     timeout_s: float | None = option(None)  # read timeout; None: the engine's default
     connect_timeout_s: float | None = option(None)
