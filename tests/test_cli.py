@@ -31,6 +31,7 @@ def _bench(capsys, *args):
         (["--top-k", "-3"], "top-k must be >= 0"),
         (["--backends", "hf,warp-drive"], "unknown backend 'warp-drive'; known backends: hf, hf-bf16"),
         (["--backends", "hf,numpy,hf"], "listed more than once: hf"),
+        (["--prompt", "Hi", "--prompt-example", "repeating-code"], "not allowed with argument --prompt"),
         (["--model", "random:huge"], "unknown model 'random:huge'"),
         (["--model", "./missing-folder"], "does not exist"),
         (["--repeats", "0"], "--repeats must be >= 1"),

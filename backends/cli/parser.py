@@ -171,9 +171,10 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         + ", ".join(preset_names())
         + " (the ones it skips are named, with why)",
     )
-    p.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
-    p.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
-    p.add_argument(
+    prompt = p.add_mutually_exclusive_group()  # one source: a file silently beat an example and a text
+    prompt.add_argument("--prompt", help="prompt text (default: the bundled text cut to --prompt-tokens)")
+    prompt.add_argument("--prompt-file", type=Path, help="read the prompt text from a file")
+    prompt.add_argument(
         "--prompt-example",
         help="one of the bundled example prompts (the window's list), by name: "
         + ", ".join(example_key(name) for name in example_prompts())
