@@ -13,7 +13,6 @@ import contextlib
 import importlib
 import importlib.util
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -528,6 +527,8 @@ def cuda_available() -> bool:
 def c_compiler_found() -> bool:
     """Whether the compiler the own kernels are built with ($CC, else cc or gcc on PATH) exists. A
     preset then takes its next candidate instead of an engine that would fail at load."""
+    import shutil  # here: a worker imports the registry before Ready, and shutil is in its cold start
+
     from .kernels.native import compiler  # imports no engine package
 
     cc = compiler()
