@@ -126,7 +126,10 @@ def test_presets_filter_and_groups_in_the_engine_picker(window, monkeypatch):
     assert picker.preset.currentIndex() == 0 and not picker.preset_note.isVisible()
 
 
-def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_model, qtbot):
+def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_model, qtbot, monkeypatch):
+    from whistle_stop.backends.storage import engine_history
+
+    monkeypatch.setattr(engine_history, "lookup", lambda *_: None)  # no history, whatever ran before in this session
     setup = window.setup
     setup.set_model_spec("random:tiny")
     qtbot.waitUntil(lambda: setup.model_info.files is not None, timeout=10_000)
