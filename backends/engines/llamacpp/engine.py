@@ -70,7 +70,6 @@ class LlamaCppEngine(Engine):
                 n_ubatch=min(512, self.context),
                 n_threads=threads,
                 n_threads_batch=threads,
-                logits_all=False,
                 verbose=False,
                 **kv,
                 **self.llama_args(),
@@ -99,8 +98,9 @@ class LlamaCppEngine(Engine):
         )
 
     def llama_args(self) -> dict:
-        """More arguments for llama_cpp.Llama (a draft model, for prompt lookup)."""
-        return {}
+        """More arguments for llama_cpp.Llama (a draft model, for prompt lookup); logits_all=False: the last
+        position's logits are all that prefill and decode read."""
+        return {"logits_all": False}
 
     def _eval(self, token_ids: Sequence[int]) -> np.ndarray:
         if self.llm.n_tokens + len(token_ids) > self.context:

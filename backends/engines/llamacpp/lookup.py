@@ -53,7 +53,9 @@ class LlamaCppLookupEngine(LlamaCppEngine):
         self.weight_bytes = 0
 
     def llama_args(self) -> dict:
-        return {"draft_model": self.lookup}  # (llama-cpp-python then keeps every position's logits)
+        # With a draft model llama-cpp-python keeps every position's logits, but sizes that array from the
+        # logits_all argument: left False, it has n_batch (512) rows and any sequence past them fails.
+        return {"draft_model": self.lookup, "logits_all": True}
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
         info = super().load(model, progress)
