@@ -119,6 +119,40 @@ def test_a_backend_failing_at_run_time_gives_exit_1_and_the_others_go_on(capsys,
     assert statuses == {"boom": "error", "calm": "ok"}
 
 
+@pytest.mark.parametrize(
+    "command, stuck, extra, written",
+    [
+        ("bench", {"load_s": 600.0}, [], "runs.csv"),  # hangs while loading
+        # scored teacher-forced: it hangs at position 10, past the bench's 4 tokens
+        ("quality", {"hang_at": 10}, ["--max-length", "16", "--stride", "8", "--reference", "calm"], "quality.csv"),
+    ],
+)
+def test_timeout_ends_a_hang_at_load_and_while_scoring(capsys, tmp_path, monkeypatch, command, stuck, extra, written):
+    """--timeout bounded only the wait for a token: a worker that hung while loading or scoring a
+    perplexity window held the command for 900 s, whatever --timeout said."""
+    import threading
+
+    from tests.conftest import live_workers
+
+    monkeypatch.setitem(registry.ENGINES, "stuck", fake_engines.spec("stuck", **stuck))
+    monkeypatch.setitem(registry.ENGINES, "calm", fake_engines.spec("calm"))
+    monkeypatch.setattr(registry, "available", lambda name: (True, ""))
+    args = [command, "--model", "random:tiny", "--backends", "stuck,calm", "--repeats", "1", "--warmup", "0"]
+    args += ["--prompt-tokens", "4", "--new-tokens", "4", "--timeout", "1", "--out", str(tmp_path), *extra]
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(code=main(args)), daemon=True)
+    thread.start()
+    thread.join(60)  # far under the 900 s default: the test fails instead of holding the suite
+    assert not thread.is_alive(), "still waiting for the hung worker"
+    err = capsys.readouterr().err
+    assert box["code"] == 1, err
+    with (tmp_path / written).open() as f:
+        rows = {row["backend"]: row for row in csv.DictReader(f)}
+    assert rows["stuck"]["status"] == "timeout" and "no answer for 1 s" in rows["stuck"]["error"]
+    assert rows["calm"]["status"] == "ok"
+    assert not live_workers()
+
+
 def test_backends_lists_every_engine_with_reasons(capsys):
     assert main(["backends"]) == 0
     out = capsys.readouterr().out

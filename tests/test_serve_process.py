@@ -48,7 +48,15 @@ def test_a_busy_port_is_one_line(capsys):
     assert code == 2 and "cannot listen on 127.0.0.1:" in err and err.count("\n") == 1, err
 
 
-def test_an_engine_that_cannot_load_stops_the_server_with_exit_1(tmp_path):
+@pytest.mark.parametrize(
+    "scripted, args, reason",
+    [
+        ({"fail_load": True}, [], "scripted load failure"),
+        # --timeout bounded only a token: a load that hung held the server, unable to serve, for 900 s
+        ({"load_s": 600.0}, ["--timeout", "1"], "worker timeout: no answer for 1 s"),
+    ],
+)
+def test_an_engine_that_cannot_load_stops_the_server_with_exit_1(tmp_path, scripted, args, reason):
     import subprocess
     import sys
 
@@ -59,7 +67,7 @@ def test_an_engine_that_cannot_load_stops_the_server_with_exit_1(tmp_path):
             sys.executable,
             "-c",
             _BOOTSTRAP,
-            json.dumps({"broken": {"fail_load": True}}),
+            json.dumps({"broken": scripted}),
             "serve",
             "--backend",
             "broken",
@@ -67,6 +75,7 @@ def test_an_engine_that_cannot_load_stops_the_server_with_exit_1(tmp_path):
             "random:tiny",
             "--port",
             "0",
+            *args,
         ],
         cwd=ROOT,
         capture_output=True,
@@ -74,7 +83,7 @@ def test_an_engine_that_cannot_load_stops_the_server_with_exit_1(tmp_path):
         timeout=120,
     )
     assert out.returncode == 1, out.stderr
-    assert "broken could not load" in out.stderr and "scripted load failure" in out.stderr
+    assert "broken could not load" in out.stderr and reason in out.stderr
     assert "Traceback" not in out.stderr
 
 

@@ -65,7 +65,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         threads=args.threads,
         mode=getattr(args, "mode", "fair"),
         reference=args.reference,
-        timeouts=Timeouts(token_s=args.timeout),
+        timeouts=Timeouts.from_flag(args.timeout),
         engine_options=settings_from_args(args, backends),
         cold=getattr(args, "cold", False),
         concurrency=tuple(getattr(args, "concurrency", None) or ()),

@@ -47,7 +47,10 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> dict[str, EngineSettings]:
     """The typed settings of each selected engine that has some; a missing required flag, or one given
     for no selected engine, is a UsageError."""
+    from ..worker.process import Timeouts  # (the parser imports this module: the worker's imports wait)
+
     _refuse_unused_flags(args, backends)
+    token_s = Timeouts.from_flag(args.timeout).token_s
     settings: dict[str, EngineSettings] = {}
     for name in backends:
         cls = options_class(registry.get(name).options)
@@ -63,7 +66,7 @@ def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> d
                 raise UsageError(f"the {name} backend needs {meta.flag}{example}")
             if value is not None:
                 values[field.name] = value
-        settings[name] = cls(**values).with_token_timeout(args.timeout)
+        settings[name] = cls(**values).with_token_timeout(token_s)
         problem = settings[name].problem()
         if problem:
             raise UsageError(f"{name}: {problem}")

@@ -139,8 +139,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=float,
-        default=120.0,
-        help="seconds without a token before a worker counts as hung (it is restarted; default: %(default)s)",
+        help="seconds without a sign of life (a token, a load step) before a worker counts as hung and is "
+        "restarted (default: 120 for a token, 900 for a load)",
     )
     add_engine_flags(p)
 
@@ -250,8 +250,8 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument(
         "--timeout",
         type=float,
-        default=120.0,
-        help="seconds without a token before a worker counts as hung (default: %(default)s)",
+        help="seconds without a sign of life (a token, a load step, a perplexity window) before a worker counts "
+        "as hung and is killed (default: 120 for a token, 900 for a load or a window)",
     )
     p.add_argument(
         "--cold",

@@ -75,7 +75,7 @@ def serve_command(args: argparse.Namespace) -> int:
         queue=config.queue,
         served_name=config.served_model_name,
         api_key=api_key,
-        timeouts=Timeouts(token_s=config.token_timeout_s),
+        timeouts=Timeouts.from_flag(config.token_timeout_s),
         log=log,
         say=say,
     )

@@ -23,7 +23,7 @@ class ServeConfig:
     queue: int = 32
     threads: int = 0  # per worker; 0: the usable physical cores divided among the workers
     shutdown_timeout_s: float = 10.0
-    token_timeout_s: float = 120.0
+    token_timeout_s: float | None = None  # --timeout; None: the workers' defaults (Timeouts)
     api_key_env: str = ""
     served_model_name: str = ""
 
@@ -37,7 +37,7 @@ class ServeConfig:
         if self.threads < 0:
             raise UsageError(f"--threads must be >= 0, got {self.threads}")
         for flag, value in (("--shutdown-timeout", self.shutdown_timeout_s), ("--timeout", self.token_timeout_s)):
-            if not (math.isfinite(value) and value > 0):
+            if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} must be a number of seconds > 0, got {value}")
         if not self.host.strip():
             raise UsageError("--host is empty")

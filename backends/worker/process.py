@@ -65,6 +65,12 @@ class Timeouts:
     cancel_grace_s: float = 5.0  # after Cancel, how long a run may take to stop by itself
     score_s: float = 900.0  # one perplexity window (a teacher-forced fallback decodes it token by token)
 
+    @classmethod
+    def from_flag(cls, seconds: float | None) -> Timeouts:
+        """The command line's --timeout: when given, the longest silence in every step (a load, a token, a
+        perplexity window), so a hang ends after the time the user set, wherever it happens."""
+        return cls() if seconds is None else cls(load_s=seconds, token_s=seconds, score_s=seconds)
+
 
 def outcome_status(done: RunDone | ScoreDone | None, failure: Failed | WorkerLost | None) -> RunStatus:
     """How a request ended: a lost worker says why, an engine exception is an error, a cancel is not one."""
