@@ -257,3 +257,44 @@ def test_ttft_holds_none_of_the_workers_own_set_up(monkeypatch, live):
     assert isinstance(started, RunStarted) and isinstance(done, RunDone)
     assert [t.token_id for t in tokens] == [100, 101, 102, 103] and all(isinstance(t, Token) for t in tokens)
     assert tokens[0].t_ns - started.t_ns < 20e6  # without the 50 ms thread start and the 50 ms send
+
+
+def test_a_worker_whose_parent_was_killed_ends_too(tmp_path):
+    """A parent killed while its worker hung (SIGKILL, a crash) left the worker running for good."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import psutil
+
+    code = (
+        "from tests.fake_engines import spec\n"
+        "from whistle_stop.backends.engine import EngineOptions\n"
+        "from whistle_stop.backends.sampling import SamplingParams\n"
+        "from whistle_stop.backends.sources.model_files import resolve_model\n"
+        "from whistle_stop.backends.worker.events import RunRequest\n"
+        "from whistle_stop.backends.worker.process import Worker\n"
+        "from whistle_stop.backends.worker.events import Token\n"
+        "def say_pid_once_hung(event):  # its first token is out: the engine now hangs before the second\n"
+        "    if isinstance(event, Token):\n"
+        "        print(worker.pid, flush=True)\n"
+        "if __name__ == '__main__':\n"
+        "    model, options = resolve_model('random:tiny'), EngineOptions(threads=1)\n"
+        "    worker = Worker(spec('hung', hang_at=1), model, options, say_pid_once_hung)\n"
+        "    worker.start()\n"
+        "    worker.run(RunRequest('hung/r1', (1, 2, 3), 5, SamplingParams()))\n"
+    )
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}  # the script's folder is not the checkout: `tests` from here
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=root, env=env)
+    try:
+        child = psutil.Process(int(parent.stdout.readline()))
+    finally:
+        parent.kill()  # SIGKILL: the parent says nothing to its worker
+        parent.wait(10)
+    _, alive = psutil.wait_procs([child], timeout=10)
+    for orphan in alive:
+        orphan.kill()  # not left behind by a failing run of this test
+    assert not alive, "the worker outlived its killed parent"
