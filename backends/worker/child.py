@@ -5,8 +5,6 @@ This module is what a spawned process imports first, so it must stay light: no t
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.connection
 import os
 import signal
 import threading
@@ -119,6 +117,8 @@ def _exit_with_parent() -> None:
     """End this worker when its parent is gone without saying Shutdown (killed): an engine hung in its
     native code would otherwise hold its cores and memory for good. The parent's sentinel says so on
     every platform (a blocked thread: no cost to what is measured)."""
+    import multiprocessing.connection  # here: loaded already with this worker's pipe, not by an import of this module
+
     parent = multiprocessing.parent_process()
     if parent is None:
         return
