@@ -479,16 +479,18 @@ def reference() -> str:
     return with_role(Role.REFERENCE)
 
 
-def reference_among(backends: Sequence[str]) -> str:
+def reference_among(backends: Sequence[str], lowered: Iterable[str] = ()) -> str:
     """The engine a run's tokens are compared with: the reference where it runs, else the first fp32
     engine (agreement then still means agreement with full precision, whatever order the engines
-    run in), else the first engine. The calibration engine's tokens are a baseline only alone."""
+    run in) that its settings leave at fp32 (`lowered`: those whose settings do not, e.g. an 8-bit
+    KV cache), else the first engine. The calibration engine's tokens are a baseline only alone."""
     if reference() in backends:
         return reference()
     specs = {name: ENGINES.get(name) for name in backends}
     usable = [name for name, spec in specs.items() if spec is None or spec.role is not Role.CALIBRATION]
     fp32 = [name for name in usable if (spec := specs[name]) is not None and spec.precision == "fp32"]
-    return (fp32 or usable or list(backends))[0]
+    full = [name for name in fp32 if name not in set(lowered)]
+    return (full or fp32 or usable or list(backends))[0]
 
 
 def serving_concurrently() -> list[str]:

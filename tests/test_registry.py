@@ -188,3 +188,13 @@ def test_only_server_engines_have_server_metrics():
 def test_a_spec_names_its_fields():
     with pytest.raises(TypeError):
         EngineSpec("x", "m:C", "positional")  # type: ignore[misc]
+
+
+def test_an_fp32_engine_whose_settings_lower_its_precision_is_no_reference_while_another_is():
+    """native with an 8-bit KV cache stayed the fp32 baseline of the others' agreement."""
+    from whistle_stop.backends.engines.native_options import NativeOptions
+
+    eight_bit = {"native": NativeOptions(kv="int8")}
+    assert BenchConfig(backends=("native", "numpy"), engine_options=eight_bit).reference_backend == "numpy"
+    assert BenchConfig(backends=("native", "numpy")).reference_backend == "native"
+    assert BenchConfig(backends=("native", "native-int8"), engine_options=eight_bit).reference_backend == "native"

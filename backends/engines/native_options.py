@@ -38,6 +38,10 @@ class NativeOptions(EngineSettings):
         "steps a few per cent faster; on some VMs the first write of huge pages adds up to 2 s to the load)",
     )
 
+    @property
+    def full_precision(self) -> bool:
+        return self.kv in (None, "", "fp32")
+
     def problem(self) -> str:
         if self.kv not in (None, "", *KV_CHOICES):
             return f"--native-kv must be one of {', '.join(KV_CHOICES)}, not {self.kv!r}"

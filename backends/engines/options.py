@@ -65,6 +65,12 @@ class EngineSettings:
         """A line the GUI shows under the form (e.g. whether an API key will be sent)."""
         return ""
 
+    @property
+    def full_precision(self) -> bool:
+        """Whether the engine computes at its registry precision with these settings (False: a setting
+        lowers it, e.g. an 8-bit KV cache: such a run is no fp32 reference for the others' agreement)."""
+        return True
+
     def with_token_timeout(self: S, token_s: float) -> S:
         """These settings adjusted to the worker's per-token timeout (the CLI's --timeout)."""
         return self

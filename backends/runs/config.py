@@ -79,7 +79,8 @@ class BenchConfig:
     @property
     def reference_backend(self) -> str:
         """The engine every other one's tokens are compared with (--reference, else registry.reference_among)."""
-        return self.reference or registry.reference_among(self.backends)
+        lowered = [name for name, settings in self.engine_options.items() if not settings.full_precision]
+        return self.reference or registry.reference_among(self.backends, lowered)
 
     def as_dict(self) -> dict:
         """Settings for environment.json; secrets (API keys) are never written."""
