@@ -130,3 +130,15 @@ def test_reads_bf16_and_prefixed_safetensors(tiny_model, tmp_path, engines):
     for name, want in original.items():
         assert ours[name].dtype == np.float32
         np.testing.assert_array_equal(ours[name], torch.from_numpy(want).to(torch.bfloat16).float().numpy())
+
+
+def _device_and_tf32(_engine) -> tuple[list, bool]:
+    import tensorflow as tf
+
+    return tf.config.get_visible_devices("GPU"), tf.config.experimental.tensor_float_32_execution_enabled()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_gpu_and_no_tf32_whatever_the_build(name, engines):
+    """A GPU build ran ops on the GPU with TF32 products while the records said cpu and fp32."""
+    assert engines(name).apply(_device_and_tf32) == ([], False)

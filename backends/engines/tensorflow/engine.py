@@ -11,6 +11,7 @@ The traces, and for tf-xla the compile, happen in load() with a warm-up, so they
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -43,6 +44,16 @@ def set_threads(threads: int) -> tuple[int, int, str]:
     return threading.get_intra_op_parallelism_threads(), threading.get_inter_op_parallelism_threads(), note
 
 
+def keep_on_the_cpu_at_fp32() -> None:
+    """What the records say (device cpu, fp32) holds with a GPU build of TensorFlow too: no GPU is
+    visible, and float32 products are not TF32's (on by default). Before any op, as the threads."""
+    import tensorflow as tf
+
+    with contextlib.suppress(RuntimeError, ValueError):  # the runtime already started in this process
+        tf.config.set_visible_devices([], "GPU")
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+
+
 class TFEngine(Engine):
     def __init__(self, name: str, options: EngineOptions, xla: bool = False) -> None:
         super().__init__(name, options)
@@ -55,6 +66,7 @@ class TFEngine(Engine):
             raise UsageError(f"{self.name} runs on the CPU only (tensorflow-cpu), not {self.options.device!r}")
         config = model.gpt2_config.require_supported(self.name)
         intra, inter, threads_note = set_threads(self.options.threads)  # before any op runs
+        keep_on_the_cpu_at_fp32()
         import tensorflow as tf
 
         progress("loading safetensors", None)
