@@ -94,9 +94,9 @@ def measure_here(threads: int, passes: int = 5, rounds: int = ROUNDS) -> Compute
     )
 
 
-def measure_compute_peaks(threads: int, passes: int = 5) -> ComputePeaks:
-    """The probe, in a spawned process of its own."""
-    return ComputePeaks(**run_in_child(measure_here, threads, passes))
+def measure_compute_peaks(threads: int, passes: int = 5, rounds: int = ROUNDS) -> ComputePeaks:
+    """The probe, in a spawned process of its own (`rounds` goes with it: the child's module has its own)."""
+    return ComputePeaks(**run_in_child(measure_here, threads, passes, rounds))
 
 
 def cached_compute_peaks(threads: int) -> ComputePeaks | None:
