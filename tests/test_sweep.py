@@ -13,7 +13,7 @@ from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.results.bandwidth import Bandwidth
 from whistle_stop.backends.results.compute_peak import ComputePeaks
 from whistle_stop.backends.runs.bench import BenchConfig
-from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepSession
+from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepNote, SweepSession
 from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest
 
 SPECS = {n: fake_engines.spec(n) for n in ("a", "b")}
@@ -21,7 +21,7 @@ GRID = SweepGrid(prompt_tokens=(4, 1000), new_tokens=(3, 30))  # 1000 + 30 > 102
 
 
 def _session(out_dir, specs=SPECS, grid=GRID, cancel_after_cells=None, restart=False, cancel_at=None, **config):
-    log = {"requests": [], "ready": [], "cells": []}
+    log = {"requests": [], "ready": [], "cells": [], "notes": []}
     box = {}
 
     def on_event(event):
@@ -31,6 +31,8 @@ def _session(out_dir, specs=SPECS, grid=GRID, cancel_after_cells=None, restart=F
                 box["session"].cancel()
         elif isinstance(event, BackendEvent) and isinstance(event.event, Ready):
             log["ready"].append(event.backend)
+        elif isinstance(event, SweepNote):
+            log["notes"].append(event.message)
         elif isinstance(event, CellDone):
             log["cells"].append((event.prompt_tokens, event.new_tokens))
             if cancel_after_cells is not None and len(log["cells"]) == cancel_after_cells:
@@ -353,7 +355,7 @@ def test_a_resume_that_adds_lengths_keeps_the_roofline_over_every_cell(tiny_mode
 def test_a_worker_lost_in_one_cell_is_restarted_for_the_next(tiny_model, tmp_path):
     # Crashes at its 21st token: cells with 3 new tokens run fine, cells with 30 crash.
     specs = {"crashy": fake_engines.spec("crashy", crash_at=20), "calm": fake_engines.spec("calm")}
-    grid = SweepGrid(prompt_tokens=(4, 8, 16), new_tokens=(3, 30))
+    grid = SweepGrid(prompt_tokens=(4, 8, 16, 32), new_tokens=(3, 30))
     session, log = _session(tmp_path, specs=specs, grid=grid, repeats=1, warmup=1)
     result = session.run()
     crashy = {(r.prompt_tokens, r.new_tokens, r.is_warmup): r.status for r in result.runs if r.backend == "crashy"}
@@ -364,6 +366,10 @@ def test_a_worker_lost_in_one_cell_is_restarted_for_the_next(tiny_model, tmp_pat
     assert crashy[(16, 3, False)] == "ok"  # second restart
     assert (16, 30, True) in crashy  # one more crash...
     assert log["ready"].count("crashy") == 3  # ...but no third restart: at most two per sweep
+    assert (32, 3, False) not in crashy  # and the cells left say why they have no crashy row, once
+    assert (
+        sum("crashy: worker crashed again after 2 restarts; not run in the cells left" in n for n in log["notes"]) == 1
+    )
     assert all(r.status == "ok" for r in result.runs if r.backend == "calm")
     assert not live_workers()
 

@@ -75,6 +75,7 @@ class SweepSession:
         self._engines: dict[str, dict] = {}
         self._base_environment: dict = {}
         self._restarts: dict[str, int] = {}
+        self._given_up: set[str] = set()  # engines lost after their last restart
 
     @property
     def reference(self) -> str:
@@ -167,7 +168,13 @@ class SweepSession:
         engine is restarted at most MAX_RESTARTS times (a crash on every cell stays visible)."""
         for name in self.config.backends:
             lost = self._orchestrator.lost(name)
-            if self._orchestrator.cancelled or lost is None or self._restarts.get(name, 0) >= MAX_RESTARTS:
+            if self._orchestrator.cancelled or lost is None:
+                continue
+            if self._restarts.get(name, 0) >= MAX_RESTARTS:
+                if name not in self._given_up:  # said once: its empty cells are not a silent gap
+                    self._given_up.add(name)
+                    why = f"worker {lost.reason} again after {MAX_RESTARTS} restarts"
+                    self._orchestrator.emit(SweepNote(f"{name}: {why}; not run in the cells left"))
                 continue
             self._restarts[name] = self._restarts.get(name, 0) + 1
             self._orchestrator.emit(SweepNote(f"{name}: worker {lost.reason} in an earlier cell; starting it again"))
