@@ -206,6 +206,7 @@ class MainWindow(QMainWindow):
             return False
         speed = speed or REPLAY_SPEEDS.get(self.actions.replay_speed.currentText(), 1.0)
         self.view.show_engines(data.backends)
+        self.view.refresh_results()  # show_engines emptied the histogram; a replay changes no record
         self.setup.show_session(data.setup_params(), data.engine_options())
         self.live.begin(data.prompt, data.reference, data.greedy, 1)
         self.live.quiet_measured = False
