@@ -36,6 +36,7 @@ class _Chart(pg.PlotWidget):
         super().__init__(axisItems=axes or {})
         self.colours: dict[str, QColor] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
+        self.shown, self.mark = title, ""  # mark: what the whole session's charts are ("race mode: contended")
         self.plotItem.setTitle(title)
         self.plotItem.setLabel("bottom", x_label)
         self.plotItem.setLabel("left", y_label)
@@ -47,6 +48,16 @@ class _Chart(pg.PlotWidget):
         self._pending: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # drawn when the tab is shown
         self.show_values(False)
         self.apply_theme(current_theme())
+
+    def set_mark(self, mark: str) -> None:
+        """A word on the title for every run of the session (a race's timings are contended): the title
+        goes into an exported PNG, where the window's banner does not."""
+        self.mark = mark
+        self._set_title(self.shown)
+
+    def _set_title(self, title: str) -> None:
+        self.shown = title
+        self.plotItem.titleLabel.setText(f"{title} · {self.mark}" if self.mark else title, color=self.theme.plot_fg)
 
     def show_values(self, shown: bool) -> None:
         """Tick values on both axes (off while the chart holds no data)."""
@@ -64,7 +75,7 @@ class _Chart(pg.PlotWidget):
             axis = self.plotItem.getAxis(side)
             axis.setPen(theme.plot_fg)
             axis.setTextPen(theme.plot_fg)
-        self.plotItem.titleLabel.setText(self.plotItem.titleLabel.text, color=theme.plot_fg)
+        self._set_title(self.shown)
         self.legend.setLabelTextColor(theme.plot_fg)
         self.legend.setBrush(
             pg.mkBrush(QColor(theme.plot_bg).darker(105) if not theme.dark else QColor(theme.plot_bg).lighter(130))
@@ -262,7 +273,7 @@ class HistogramChart(_Chart):
         for curve in self.curves.values():
             curve.setData([], [])
         self.show_values(bool(values))
-        self.plotItem.titleLabel.setText(self.TITLE, color=self.theme.plot_fg)
+        self._set_title(self.TITLE)
         if not values:
             return
         everything = np.concatenate(values)
@@ -272,8 +283,7 @@ class HistogramChart(_Chart):
             high = low + 1e-3
         over = int((everything > high).sum())
         if over:  # off the axis, said so: piled into the last bin they would read as a latency
-            title = f"{self.TITLE} · {over} {'gap' if over == 1 else 'gaps'} over {high:.3g} ms not drawn"
-            self.plotItem.titleLabel.setText(title, color=self.theme.plot_fg)
+            self._set_title(f"{self.TITLE} · {over} {'gap' if over == 1 else 'gaps'} over {high:.3g} ms not drawn")
         edges = np.histogram_bin_edges(everything, bins=min(80, max(20, everything.size // 8)), range=(low, high))
         for name, data in itl_ms.items():
             if name not in self.curves or not data.size:

@@ -67,6 +67,7 @@ class SessionView:
     def begin(self, data: SessionData) -> None:
         """A new run: nothing recorded yet, nothing to replay."""
         self.data = data
+        self._mark_charts()
         self.replayable = False
         self.table.runs.set_records([])
         self.refresh_results()
@@ -84,12 +85,18 @@ class SessionView:
     def show(self, data: SessionData) -> None:
         """Draw a whole session from its records and work out once what can be done with it."""
         self.data = data
+        self._mark_charts()
         self.table.runs.set_records(data.runs)
         self.set_live(None)
         self.live.show_records(data.runs, data.tokens)
         self.refresh_results()
         self.replayable = data.finished and data.mode == "fair" and bool(Replayer.lanes_for(data.runs, data.tokens))
         self._on_change()
+
+    def _mark_charts(self) -> None:
+        mark = "race mode: contended timings" if self.data.mode == "race" else ""
+        for chart in (self.latency, self.race, self.histogram):
+            chart.set_mark(mark)
 
     # --- the summary and the histogram -------------------------------------------------------------
     def refresh_if_shown(self) -> None:

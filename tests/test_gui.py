@@ -350,6 +350,11 @@ def test_race_mode_flags_contended_timings(qtbot, make_window):
     assert window.grid.banner.isVisible() and "contended" in window.grid.banner.text()
     assert "contended" in window.summary.note.text()
     assert not window.actions.replay.isEnabled()  # replay is for fair runs
+    for chart in (window.latency, window.race, window.histogram):  # their titles go into exported PNGs
+        assert "race mode: contended" in chart.plotItem.titleLabel.text
+    configure(window, ["fast", "other"], new_tokens=15, mode="fair")
+    run(qtbot, window)
+    assert not any("contended" in c.plotItem.titleLabel.text for c in (window.latency, window.race, window.histogram))
 
 
 def test_live_batch_updates_each_curve_once_per_tick(make_window):
