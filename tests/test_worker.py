@@ -259,9 +259,8 @@ def test_ttft_holds_none_of_the_workers_own_set_up(monkeypatch, live):
     assert tokens[0].t_ns - started.t_ns < 20e6  # without the 50 ms thread start and the 50 ms send
 
 
-def test_a_worker_whose_parent_was_killed_ends_too(tmp_path):
+def test_a_worker_whose_parent_was_killed_ends_too():
     """A parent killed while its worker hung (SIGKILL, a crash) left the worker running for good."""
-    import os
     import subprocess
     from pathlib import Path
 
@@ -284,11 +283,9 @@ def test_a_worker_whose_parent_was_killed_ends_too(tmp_path):
         "    worker.start()\n"
         "    worker.run(RunRequest('hung/r1', (1, 2, 3), 5, SamplingParams()))\n"
     )
-    script = tmp_path / "parent.py"
-    script.write_text(code)
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}  # the script's folder is not the checkout: `tests` from here
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=root, env=env)
+    # `-c` from the checkout: `tests` is importable there, in the parent and in its spawned worker
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root)
     try:
         child = psutil.Process(int(parent.stdout.readline()))
     finally:
