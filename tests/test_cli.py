@@ -409,3 +409,12 @@ def test_a_sweep_cancelled_before_its_first_cell_finished_prints_no_empty_table(
     assert main(args) == 130
     out = capsys.readouterr().out
     assert "no cell has a measured run" in out and "prompt" not in out
+
+
+@pytest.mark.parametrize("command", ["bench", "quality", "profile", "sweep"])
+def test_no_command_s_default_repeats_set_off_its_own_few_repeats_caveat(command):
+    """quality ran 2 repeats by default, and its verdict then said 'fewer than 3 repeats; use --repeats 5'."""
+    from whistle_stop.backends.cli.parser import build_parser
+    from whistle_stop.backends.results.verdict import MIN_REPEATS
+
+    assert build_parser().parse_args([command]).repeats >= MIN_REPEATS

@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--no-plots", action="store_true", help="write records only")
     quality = sub.add_parser("quality", help="perplexity per engine, agreement with the reference, speed beside it")
     add_run_arguments(quality)
-    quality.set_defaults(new_tokens=32, repeats=2)
+    quality.set_defaults(new_tokens=32, repeats=3)  # 3: the fewest whose interval the verdict takes without a caveat
     quality.add_argument("--text", type=Path, help="text file to score (default: the bundled English text)")
     quality.add_argument("--max-length", type=int, help="window length in tokens (default: the model's context)")
     quality.add_argument("--stride", type=int, default=512, help="tokens between window starts (default: %(default)s)")
