@@ -67,38 +67,27 @@ def first_cell(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> tupl
     return (ok[0].prompt_tokens, ok[0].new_tokens) if ok else None
 
 
-def first_streams(runs: Sequence[RunRecord], tokens: Sequence[TokenRecord]) -> dict[str, tuple[RunRecord, list[int]]]:
-    """Each backend's first measured complete run (warm-ups only if there is none), in the
-    reference cell (`first_cell`)."""
+def least_agreeing_streams(
+    runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], reference: str
+) -> dict[str, tuple[RunRecord, list[int]]]:
+    """Each backend's stream in the reference cell (`first_cell`): the reference's first measured run and,
+    for every other backend, its measured run that agrees with that one least (the summary's and the
+    verdict's agreement is the smallest over the measured runs, so the quality table's detail comes
+    from that same run). Warm-ups stand in where a backend has no measured run."""
     ok, by_run = _streamed_runs(runs, tokens)
     if not ok:
         return {}
     cell = (ok[0].prompt_tokens, ok[0].new_tokens)
+    pools: dict[str, list[RunRecord]] = {}
+    for r in ok:  # measured runs first: a pool is its backend's measured runs, or its warm-ups if none
+        if (r.prompt_tokens, r.new_tokens) == cell:
+            pools.setdefault(r.backend, []).append(r)
+    pools = {name: [r for r in pool if r.is_warmup == pool[0].is_warmup] for name, pool in pools.items()}
+    ref = by_run[pools[reference][0].run_id] if reference in pools else None
     out: dict[str, tuple[RunRecord, list[int]]] = {}
-    for r in ok:
-        if (r.prompt_tokens, r.new_tokens) == cell and r.backend not in out:
-            out[r.backend] = (r, by_run[r.run_id])
-    return out
-
-
-def least_agreeing_streams(
-    runs: Sequence[RunRecord], tokens: Sequence[TokenRecord], reference: str
-) -> dict[str, tuple[RunRecord, list[int]]]:
-    """The reference's first stream (`first_streams`) and, for every other backend, its run in the
-    reference cell that agrees with it least: the summary's and the verdict's agreement is the
-    smallest over the measured runs, so the quality table's detail comes from that same run."""
-    first = first_streams(runs, tokens)
-    ref = first.get(reference)
-    if ref is None:
-        return first
-    ok, by_run = _streamed_runs(runs, tokens)
-    cell = (ref[0].prompt_tokens, ref[0].new_tokens)
-    out = dict(first)
-    for name, (record, _) in first.items():
-        if name == reference:
-            continue
-        pool = [r for r in ok if r.backend == name and (r.prompt_tokens, r.new_tokens) == cell]
-        pool = [r for r in pool if r.is_warmup == record.is_warmup]  # measured ones, warm-ups only if none
-        worst = min(pool, key=lambda r: agreement(ref[1], by_run[r.run_id])[0])  # the first of equals
-        out[name] = (worst, by_run[worst.run_id])
+    for name, pool in pools.items():
+        chosen = pool[0]
+        if ref is not None and name != reference:
+            chosen = min(pool, key=lambda r: agreement(ref, by_run[r.run_id])[0])  # the first of equals
+        out[name] = (chosen, by_run[chosen.run_id])
     return out
