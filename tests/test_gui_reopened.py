@@ -134,7 +134,7 @@ def test_a_profile_folder_s_verdict_names_no_slow_round_as_its_report_does(qtbot
     import json
 
     from tests.run_records import rounds
-    from whistle_stop.backends.report.html import folder_verdict, load_folder
+    from whistle_stop.backends.report.folder_data import folder_verdict, load_folder
     from whistle_stop.backends.results.verdict import CaveatKind
 
     runs = rounds({2: ("hf", "native", "onnx")})

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from whistle_stop.backends.report.html import load_folder
+from whistle_stop.backends.report.folder_data import load_folder
 from whistle_stop.backends.report.markdown import measurement_markdown
 
 ROOT = Path(__file__).resolve().parent.parent

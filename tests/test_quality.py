@@ -256,7 +256,8 @@ def test_a_perplexity_past_the_float_range_is_inf_and_the_other_rows_stay(qualit
 
 def test_the_report_shows_the_perplexity_change_signed_as_the_terminal_does(quality_run, tmp_path):
     """A rise of 0.22% read "0.22" in the report's table and "+0.22%" everywhere else."""
-    from whistle_stop.backends.report.html import _quality_html, load_folder
+    from whistle_stop.backends.report.folder_data import load_folder
+    from whistle_stop.backends.report.html import _quality_html
 
     session, result = quality_run
     rows = [replace(r) for r in session.quality.rows]

@@ -349,7 +349,7 @@ def test_report_embeds_figures_and_lists_environment_differences(tmp_path):
     assert "30.600" in page and "<td>+0.600 (+2.00%)</td>" in page and "<td>reference</td>" in page
     assert "<script" not in page and 'src="http' not in page and "<link" not in page
     # a sweep's runs are many lengths: one median of them all stands beside no other folder's
-    from whistle_stop.backends.report.html import comparison_figures, load_folder
+    from whistle_stop.backends.report.folder_data import comparison_figures, load_folder
 
     compared = comparison_figures([load_folder(f) for f in (sweep, bench, quality)])
     assert all("1: " not in series.name for figure in compared for series in figure.series)

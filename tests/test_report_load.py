@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from whistle_stop.backends.report import figures as fg
-from whistle_stop.backends.report.html import build_report, load_folder
+from whistle_stop.backends.report.folder_data import load_folder
+from whistle_stop.backends.report.html import build_report
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.results.load import LoadRequestRecord, Slo, load_levels, requests_from_runs
 from whistle_stop.backends.results.records import RunRecord, TokenRecord

@@ -20,7 +20,8 @@ from ..serve.cold_start import FILE as SERVE_COLD_START_FILE
 from ..serve.cold_start import TABLE_HEADERS, TABLE_NOTE
 from ..serve.cold_start import read_csv as read_serve_cold_start
 from .environment_diff import engine_libraries
-from .html import SERVE_COLD_START_WHAT, FolderData, cancelled_note, folder_verdict, load_folder
+from .folder_data import FolderData, cancelled_note, folder_verdict, load_folder
+from .html import SERVE_COLD_START_WHAT
 
 
 def measurement_markdown(data: FolderData, source: str = "") -> str:
