@@ -44,6 +44,9 @@ class EngineSpec:
     # "cuda" for GPU-only variants, "linux" for runtimes with Linux wheels only, "cc" for engines that
     # build their kernel with the machine's C compiler and have no fallback
     needs: str = ""
+    # "package.module:function" in a light module: (**engine_args) -> "" where this machine can run the
+    # engine, else why not in one line: a need only the engine's own code knows (torch.compile's C++ compiler)
+    requirement: str = ""
     options: str = ""  # "package.module:Class" of its typed settings (an EngineSettings), if any
     # "package.module:function" in a light module: (model, **engine_args) -> the artefact-cache folders
     # it loads from (page-cache eviction for --cold; the parent never imports the engine for it)
@@ -85,7 +88,10 @@ def _family(
 
 
 _HF = _family("hf:HFEngine", ("torch", "transformers"), ("torch", "transformers"))
-_TORCH_STATIC = _family("torch_static.engine:TorchStaticEngine", ("torch",), ("torch",))
+_TORCH_STATIC = replace(
+    _family("torch_static.engine:TorchStaticEngine", ("torch",), ("torch",)),
+    requirement=_ENGINES + "torch_static.inductor:compile_requirement",
+)
 _NANOGPT = _family("nanogpt.engine:NanoGPTEngine", ("torch",), ("torch",))
 # The exports go through torch.onnx.export(dynamo=True), which writes the graph with onnxscript.
 _ORT_MODULES, _ORT_PACKAGES = ("onnxruntime", "onnx", "torch"), ("onnxruntime", "onnx", "onnxscript", "torch")
@@ -516,7 +522,17 @@ def available(name: str) -> tuple[bool, str]:
         module_spec = None
     if module_spec is None:
         return False, "not built into this version yet"
-    return True, ""
+    why = unmet_requirement(spec)
+    return not why, why
+
+
+def unmet_requirement(spec: EngineSpec) -> str:
+    """Why the engine's own module says it cannot run here ("" when it can, or declares nothing)."""
+    if not spec.requirement:
+        return ""
+    module_name, function_name = spec.requirement.split(":")
+    check: Callable[..., str] = getattr(importlib.import_module(module_name), function_name)
+    return check(**spec.engine_args)
 
 
 def cuda_available() -> bool:

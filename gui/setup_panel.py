@@ -132,8 +132,8 @@ class SetupPanel(QWidget):
         self.estimate_label.setWordWrap(True)
         self.estimate_label.setToolTip(
             "before Run: the runs, the one-time builds still to make (cached artefacts "
-            "missing) and a rough time from what each engine last measured here, or, for one never "
-            "run here, a guess from the model's size and this machine's bandwidth"
+            "missing) and a rough time from the median of what each engine measured here in its last "
+            "runs, or, for one never run here, a guess from the model's size and this machine's bandwidth"
         )
         usable = default_threads()
         self.threads = spin(

@@ -1,6 +1,7 @@
 """Before Run: how many runs, which one-time builds are still to make, and about how long."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -30,17 +31,95 @@ def building(monkeypatch):
     return spec
 
 
-def test_history_keeps_the_last_build_and_the_last_speed(tiny_model):
+def test_history_keeps_the_builds_and_speeds_of_the_last_sessions(tiny_model):
     first = [_run("hist-a", r, 10.0, build_s=18.6, cold=1.2 if r == 1 else None) for r in (1, 2, 3)]
     engine_history.remember(first, tiny_model.weights_hash)
     seen = engine_history.lookup("hist-a", tiny_model.weights_hash)
     assert seen.build_s == pytest.approx(18.6) and seen.cold_start_s == pytest.approx(1.2)
-    assert seen.ms_per_token == pytest.approx(10.0) and seen.ttft_ms == pytest.approx(10.0)
+    assert seen.ms_per_token == pytest.approx(10.0) and seen.ttft_ms == pytest.approx(10.0) and seen.sessions == 1
     cached = [_run("hist-a", r, 12.0, build_s=0.0, cold=0.9 if r == 1 else None) for r in (1, 2, 3)]
     engine_history.remember(cached, tiny_model.weights_hash)
     seen = engine_history.lookup("hist-a", tiny_model.weights_hash)
-    assert seen.build_s == pytest.approx(18.6) and seen.ms_per_token == pytest.approx(12.0)  # a cached start keeps it
+    assert seen.build_s == pytest.approx(18.6)  # a cached start made no build
+    assert seen.ms_per_token == pytest.approx(11.0) and seen.sessions == 2  # the median of both sessions
     assert engine_history.lookup("hist-a", "another-model") is None
+
+
+@pytest.fixture
+def own_history(tmp_path, monkeypatch):
+    """A cache folder of this test's own: the history file it writes or spoils is no other test's."""
+    monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))
+    return tmp_path / engine_history.HISTORY_JSON
+
+
+def _session(engine: str, ms: float, build_s: float = 0.0) -> list:
+    return [_run(engine, r, ms, build_s=build_s, cold=1.0 if r == 1 else None) for r in (1, 2)]
+
+
+def test_one_slow_session_does_not_move_the_estimate(tiny_model, building, own_history):
+    """The estimate took each engine's last session only: one run on a cold cache or a busy machine
+    set the next estimate. It is the median of the last KEEP sessions now, and the file stays small."""
+    config = BenchConfig(backends=("est-plain",), new_tokens=11, repeats=3, warmup=1)
+    for _ in range(4):
+        engine_history.remember(_session("est-plain", 10.0), tiny_model.weights_hash)
+    steady = estimate(config, tiny_model).seconds
+    assert steady == pytest.approx(1.0 + 4 * 0.11)  # cold start + 4 runs x (TTFT + 10 tokens) at 10 ms
+    engine_history.remember(_session("est-plain", 100.0), tiny_model.weights_hash)  # the outlier
+    assert estimate(config, tiny_model).seconds == pytest.approx(steady)
+    for _ in range(engine_history.KEEP):  # the machine got slower for good: the older sessions leave
+        engine_history.remember(_session("est-plain", 20.0), tiny_model.weights_hash)
+    assert engine_history.lookup("est-plain", tiny_model.weights_hash).ms_per_token == pytest.approx(20.0)
+    entry = json.loads(own_history.read_text())["entries"][f"est-plain|{tiny_model.weights_hash}"]
+    assert all(len(entry[name]) == engine_history.KEEP for name in ("ms_per_token", "ttft_ms", "cold_start_s"))
+
+
+def test_the_history_keeps_the_pairs_measured_last(tiny_model, own_history, monkeypatch):
+    monkeypatch.setattr(engine_history, "MAX_ENTRIES", 3)
+    for name in ("h1", "h2", "h3", "h4"):
+        engine_history.remember(_session(name, 10.0), tiny_model.weights_hash)
+    engine_history.remember(_session("h2", 10.0), tiny_model.weights_hash)  # measured again: newest
+    engine_history.remember(_session("h5", 10.0), tiny_model.weights_hash)
+    kept = [key.split("|")[0] for key in json.loads(own_history.read_text())["entries"]]
+    assert kept == ["h4", "h2", "h5"]
+
+
+def test_the_first_format_still_loads(tiny_model, own_history):
+    """The first format kept each engine's last figures as plain numbers: each is one session now."""
+    key = f"old-a|{tiny_model.weights_hash}"
+    old = {
+        "build_s": 18.6,
+        "cold_start_s": 1.2,
+        "measured_at": "2025-01-01T00:00:00+0000",
+        "ms_per_token": 10.0,
+        "ttft_ms": 30.0,
+    }
+    own_history.write_text(json.dumps({key: old, f"old-b|{tiny_model.weights_hash}": {"build_s": 2.0}}, indent=1))
+    seen = engine_history.lookup("old-a", tiny_model.weights_hash)
+    assert seen == engine_history.EngineHistory(18.6, 1.2, 30.0, 10.0, "2025-01-01T00:00:00+0000", sessions=1)
+    assert engine_history.lookup("old-b", tiny_model.weights_hash).build_s == 2.0
+    engine_history.remember(_session("old-a", 12.0), tiny_model.weights_hash)
+    data = json.loads(own_history.read_text())
+    assert data["format"] == engine_history.FORMAT and data["entries"][key]["ms_per_token"] == [10.0, 12.0]
+    assert engine_history.lookup("old-a", tiny_model.weights_hash).ms_per_token == pytest.approx(11.0)
+    assert engine_history.lookup("old-b", tiny_model.weights_hash).build_s == 2.0
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x00\xff not json",
+        b"[1, 2]",
+        b'{"format": 99, "entries": {"h|x": {"ms_per_token": [1.0]}}}',
+        b'{"format": 2, "entries": []}',
+        b'{"h|x": "fast", "bad|x": {"ms_per_token": "fast", "ttft_ms": [true, -1, NaN, "1"], "measured_at": 5}}',
+    ],
+    ids=["bytes", "list", "later-format", "no-entries", "bad-values"],
+)
+def test_a_history_it_cannot_read_counts_as_empty(content, own_history):
+    own_history.write_bytes(content)
+    assert engine_history.lookup("h", "x") is None and engine_history.lookup("bad", "x") is None
+    engine_history.remember(_session("h", 10.0), "x")  # and is replaced by a good one
+    assert engine_history.lookup("h", "x").ms_per_token == pytest.approx(10.0)
 
 
 def test_estimate_names_missing_builds_with_their_last_duration(tiny_model, building):
@@ -57,7 +136,7 @@ def test_estimate_names_missing_builds_with_their_last_duration(tiny_model, buil
     # cold start 1 s + build 5 s + 4 runs x (TTFT 10 ms + 10 x 10 ms) = 6.44 s; plain never ran here: guessed
     plain = guess_seconds(config, tiny_model.gpt2_config, "fp32", False, None)
     assert timed.seconds == pytest.approx(6.44 + plain) and timed.guessed == ("est-plain",)
-    assert "one-time builds first: est-builder (last 5.0 s)" in timed.lines()[1]
+    assert "one-time builds first: est-builder (about 5.0 s here)" in timed.lines()[1]
     assert "a rough guess for est-plain (never run here" in timed.lines()[-1]
     artifact_cache.ensure(KIND, tiny_model.weights_hash, "v1", lambda folder: (folder / "w.bin").write_bytes(b"x"))
     assert estimate(config, tiny_model).builds == ()

@@ -272,6 +272,22 @@ def test_unavailable_engines_are_greyed_with_the_reason(make_window):
     assert items["fake"].flags() & Qt.ItemFlag.ItemIsUserCheckable
 
 
+def test_compile_without_a_cxx_compiler_is_greyed_with_the_reason(make_window, monkeypatch, tmp_path):
+    """The engine's own module declares torch.compile's C++ compiler: the list shows what `backends` says."""
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no g++
+    window = make_window(show=False)
+    item = next(
+        window.setup.engines.item(i)
+        for i in range(window.setup.engines.count())
+        if window.setup.engines.item(i).data(Qt.ItemDataRole.UserRole) == "torch-static-compile"
+    )
+    assert not item.flags() & Qt.ItemFlag.ItemIsEnabled
+    assert item.toolTip().endswith(
+        "unavailable: needs a C++ compiler for torch.compile on the CPU (g++ not found: install it, or set $CXX)"
+    )
+
+
 def test_replay_save_and_open_session(qtbot, make_window, tmp_path):
     window = make_window(FAST)
     configure(window, ["fast", "other"], new_tokens=30)

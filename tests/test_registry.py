@@ -110,6 +110,23 @@ def test_rows_are_typed_and_short():
     assert not long_lines
 
 
+def test_availability_imports_no_engine_nor_its_packages():
+    """`backends`, presets and the window ask every engine (the requirements of its own module too)
+    without importing the engine or the packages it needs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from whistle_stop.backends import registry; "
+        "[registry.available(name) for name in registry.names()]; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'onnxruntime') "
+        "or m.endswith('.engine') and 'engines' in m))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+    assert all(spec.requirement.count(":") == 1 for spec in BUILT_IN.values() if spec.requirement)
+
+
 def test_use_installs_test_engines_for_the_process_and_restores_the_registry():
     before = dict(registry.ENGINES)
     with registry.use([fake_engines.spec("scripted-a"), fake_engines.spec("scripted-b")]):

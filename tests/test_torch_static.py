@@ -188,6 +188,54 @@ def test_compiled_decode(tiny_model, prompt_ids, hf_reference, engines):
     assert np.isfinite(logits).all()
 
 
+@pytest.fixture
+def no_cxx(monkeypatch, tmp_path):
+    """A machine without a C++ compiler: no $CXX and nothing on PATH (an empty folder)."""
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    return tmp_path
+
+
+def test_without_a_cxx_compiler_compile_is_unavailable_in_one_line(no_cxx, monkeypatch, capsys):
+    """torch.compile on the CPU failed deep inside torch at load; now `backends` and `bench` say why first."""
+    from whistle_stop.backends.cli.main import main
+
+    why = "needs a C++ compiler for torch.compile on the CPU (g++ not found: install it, or set $CXX)"
+    assert registry.available("torch-static-compile") == (False, why)
+    assert registry.available("torch-static-bf16")[0]  # no compile: PyTorch's own kernels stand in
+    assert main(["backends"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "torch-static-compile" in line)
+    assert why in row and "│ no " in row
+    assert main(["bench", "--backends", "torch-static-compile", "--out", str(no_cxx / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: backend 'torch-static-compile' is unavailable: {why}"
+    compiler = no_cxx / "bin" / "clang++"  # $CXX names another compiler: inductor calls that one
+    compiler.parent.mkdir()
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    assert registry.available("torch-static-compile") == (True, "")
+    monkeypatch.setenv("CXX", str(no_cxx / "missing" / "g++"))
+    assert registry.available("torch-static-compile")[1].endswith(f"($CXX='{no_cxx / 'missing' / 'g++'}' not found)")
+
+
+def test_the_compiler_asked_for_is_the_one_inductor_calls(monkeypatch):
+    """inductor.py mirrors torch._inductor.config.cpp.cxx without importing torch: (conda's g++, opt-in only;
+    then $CXX, else g++), read when torch's config is imported (so a child process for $CXX)."""
+    import subprocess
+    import sys
+
+    from torch._inductor import config
+
+    from whistle_stop.backends.engines.torch_static import inductor
+
+    assert config.cpp.cxx == (None, inductor.cxx_compiler())
+    monkeypatch.setenv("CXX", "/opt/x/clang++-99")
+    code = "from torch._inductor import config; print(config.cpp.cxx[-1])"
+    torch_says = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert torch_says.stdout.strip() == inductor.cxx_compiler() == "/opt/x/clang++-99"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 @pytest.mark.parametrize("name", ["torch-static-cuda", "torch-static-cuda-graphs"])
 def test_cuda_variants_fail_clearly_without_a_gpu(name, tiny_model, engines):

@@ -4,6 +4,7 @@ is killed: nothing left running), and, marked slow, the real vLLM CPU server."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -80,6 +81,37 @@ def test_server_started_reused_and_stopped(h32_model, fake_env):
     pids = pids_in(fake_env)
     assert len(pids) == 2, "one server (and its helper) for warm-up, repeats and load rounds"
     assert _wait_gone(pids) == []
+
+
+def test_bf16_server_gets_its_dtype_and_is_compared_with_the_fp32_one(h32_model, fake_env, tmp_path, monkeypatch):
+    """vllm-bf16 is vllm with another dtype: bfloat16 on its server's command line (the fake refuses a
+    dtype vLLM does not know), bf16 in its records and the verdict's 16-bit group, half the weight bytes
+    per token, and its tokens compared with the fp32 server's (the reference here: no hf in the run)."""
+    from whistle_stop.backends.families import PrecisionGroup
+    from whistle_stop.backends.results.verdict import verdict
+
+    argv_file = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_ARGV", str(argv_file))
+    config = BenchConfig(model=MODEL, backends=("vllm", "vllm-bf16"), prompt_tokens=8, new_tokens=6, repeats=2)
+    assert config.reference_backend == "vllm"
+    result = BenchSession(config).run()
+    measured = {name: [r for r in result.runs if r.backend == name and not r.is_warmup] for name in config.backends}
+    assert [r.status for name in config.backends for r in measured[name]] == [RunStatus.OK] * 4
+    dtypes = [argv[argv.index("--dtype") + 1] for argv in map(json.loads, argv_file.read_text().splitlines())]
+    assert dtypes == ["float32", "bfloat16"]  # one server per engine, in the run's order
+    fp32, bf16 = measured["vllm"][0], measured["vllm-bf16"][0]
+    assert (fp32.dtype, bf16.dtype) == ("fp32", "bf16")
+    assert "dtype bfloat16" in bf16.notes and "dtype float32" in fp32.notes
+    bytes_per_token = {r.backend: r.bandwidth_gb_s * 1e9 / r.decode_tok_s for r in (fp32, bf16)}
+    assert bytes_per_token["vllm-bf16"] == pytest.approx(bytes_per_token["vllm"] / 2)
+    assert all(
+        r.reference == "vllm" and r.agree_tokens == 6 and r.first_divergence is None for r in measured["vllm-bf16"]
+    )
+    found = verdict(result.runs)
+    assert found.reference == "vllm" and found.engines["vllm-bf16"].group is PrecisionGroup.HALF
+    assert found.engines["vllm-bf16"].agree_tokens == 6 and found.engines["vllm"].group is PrecisionGroup.FP32
+    pids = pids_in(fake_env)
+    assert len(pids) == 4 and _wait_gone(pids) == []
 
 
 def test_cancel_stops_the_server(h32_model, fake_env):

@@ -1,6 +1,7 @@
 """What a run will do, said before it starts: how many runs, which one-time builds are still to
 make (an engine's cached artefacts are missing or not whole; no engine is imported to know), and
-roughly how long, from what each engine last measured here (storage/engine_history.py).
+roughly how long, from the median of what each engine measured here in its last sessions
+(storage/engine_history.py).
 
 An engine never run here with this model is guessed from the model's own size: decode reads every
 weight once per token at part of the machine's bandwidth (results/bandwidth.py's cached probe: the
@@ -37,7 +38,7 @@ MATRIX_BYTES = {"fp32": 4.0, "bf16": 2.0, "f16": 2.0, "int8": 1.0, "int4": 0.5} 
 @dataclass(frozen=True)
 class PendingBuild:
     engine: str
-    last_build_s: float | None  # the last one measured here for this model, if any
+    recent_build_s: float | None  # the median of its last builds measured here for this model, if any
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ class Estimate:
         if not self.model_known:
             out.append("one-time builds: not known until the model is here")
         elif self.builds:
-            timed = [f"{b.engine} (last {b.last_build_s:.1f} s)" for b in self.builds if b.last_build_s]
-            untimed = [b.engine for b in self.builds if not b.last_build_s]
+            timed = [f"{b.engine} (about {b.recent_build_s:.1f} s here)" for b in self.builds if b.recent_build_s]
+            untimed = [b.engine for b in self.builds if not b.recent_build_s]
             parts = timed + ([f"never timed here: {', '.join(untimed)}"] if untimed else [])
             out.append("one-time builds first: " + "; ".join(parts))
         if self.seconds is None:
@@ -78,7 +79,7 @@ class Estimate:
                     f", a rough guess for {_names(self.guessed)} (never run here with this model): "
                     f"from the model's size and {machine}"
                 )
-            if any(b.last_build_s is None for b in self.builds):
+            if any(b.recent_build_s is None for b in self.builds):
                 line += ", builds never timed not counted"
             if self.untimed:
                 line += f", not counting {_names(self.untimed)} (never run here)"

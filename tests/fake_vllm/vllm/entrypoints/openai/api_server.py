@@ -10,7 +10,9 @@ an HTTP 500; FAKE_VLLM_EXIT_AT_START=1 exits before listening; FAKE_VLLM_PIDS=pa
 server's and its helper's pids to that file; FAKE_VLLM_SCRAPES=path appends, for each /metrics read,
 how many requests were still streaming tokens then; FAKE_VLLM_STAGGER_MS=m holds the k-th request
 (k mod 4) x m ms before its first step, so that streams sent together end apart;
-FAKE_VLLM_STALL_FROM=k answers the k-th completion and every later one with headers and no token.
+FAKE_VLLM_STALL_FROM=k answers the k-th completion and every later one with headers and no token;
+FAKE_VLLM_ARGV=path appends the server's command-line arguments to that file (a JSON list a line).
+--dtype takes vLLM's own choices and refuses any other, as vLLM's parser does.
 With --speculative-config (vLLM's JSON; method "ngram" only, as the app passes it) each step after
 a request's first grants num_speculative_tokens + 1 tokens, sent as one event with all their ids (as vLLM streams a
 speculative step), every proposal kept, and /metrics carries vLLM's spec_decode counters.
@@ -192,7 +194,11 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--speculative-config", type=json.loads, default=None)  # as vLLM's: a JSON object
+    parser.add_argument("--dtype", choices=("auto", "half", "float16", "bfloat16", "float", "float32"), default="auto")
     args, _ = parser.parse_known_args()
+    if os.environ.get("FAKE_VLLM_ARGV"):
+        with open(os.environ["FAKE_VLLM_ARGV"], "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(sys.argv[1:]) + "\n")
     spec = args.speculative_config
     if spec is not None and (spec.get("method") != "ngram" or int(spec.get("num_speculative_tokens", 0)) < 1):
         print(f"fake vLLM: ValueError: unsupported speculative config {spec}", flush=True)
