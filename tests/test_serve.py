@@ -10,9 +10,12 @@ import http.client
 import json
 import logging
 import socket
+import struct
 import threading
 import time
+from dataclasses import replace
 
+import psutil
 import pytest
 
 from tests import fake_engines
@@ -24,6 +27,7 @@ from whistle_stop.backends.engines.server import metrics as server_metrics
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.serve import app as app_module
+from whistle_stop.backends.serve.app import CLIENT_GONE
 from whistle_stop.backends.serve.jobs import Job
 from whistle_stop.backends.serve.request_log import parse as parse_log
 from whistle_stop.backends.sources.tokenizer import decode
@@ -238,6 +242,58 @@ def test_a_client_that_read_every_token_and_left_before_done_was_served(tiny_mod
         _wait_for(lambda: _logged(server), timeout_s=10)
         entry = _logged(server)[0]
         assert (entry.status, entry.finish, entry.tokens) == (200, "length", 3), entry
+
+
+class BurstEngine(fake_engines.ScriptedEngine):
+    """Its first 300 tokens at once (a backlog for the server to send), then one every 50 ms."""
+
+    def decode(self, token_id):
+        return self._step(0.0 if self._position < 300 else 0.05)
+
+
+def test_a_client_that_hangs_up_mid_stream_is_quiet_and_stops_its_generation(tiny_model, caplog, capfd):
+    """A client reset while a fast engine's tokens piled up: each went on to the dead socket, and asyncio
+    logged "socket.send() raised exception." on stderr for every one from the fifth on. Now one line in the
+    request log (499, abort), nothing on stderr, the engine's run stopped, and the next request is served."""
+    spec = replace(fake_engines.spec("bursty"), target="tests.test_serve:BurstEngine")
+    errors = _Records()
+    with served(spec, tiny_model) as server:
+        logging.getLogger("uvicorn.error").addHandler(errors)
+        try:
+            for _ in range(3):
+                before = len(_logged(server))
+                sock = _stream_request(server.port, 1000)
+                received = b""
+                while b"data:" not in received:
+                    received += sock.recv(4096)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()  # a reset (a client killed with unread data): its next send fails at once
+                _wait_for(lambda: len(_logged(server)) > before, timeout_s=10)  # noqa: B023 - waited on here
+                gone = _logged(server)[before:]
+                assert [(e.status, e.finish) for e in gone] == [(CLIENT_GONE, "abort")] and gone[0].tokens < 400
+                began = time.monotonic()  # the other 600 tokens would take 30 s
+                assert complete(server.port, {"prompt": "hi", "max_tokens": 3, **GREEDY})[0] == 200
+                assert time.monotonic() - began < 5
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(errors)
+    assert errors.records == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    err = capfd.readouterr().err
+    assert "socket.send() raised exception" not in err and "Traceback" not in err, err
+
+
+def test_a_shutdown_while_the_engine_loads_ends_the_load_at_once(tiny_model):
+    """A load is not a request to let finish: the loading worker is closed at once (it waited out the
+    requests' grace, 10 s, then had its pipe closed under the read: an AttributeError, swallowed)."""
+    with served(fake_engines.spec("loady", load_s=60), tiny_model, wait=False) as server:
+        slot = server.service.pool.slots[0]
+        _wait_for(lambda: slot._starting is not None and slot._starting.pid is not None)
+        pid = slot._starting.pid
+        began = time.monotonic()
+    assert time.monotonic() - began < 4
+    assert not slot.thread.is_alive() and not psutil.pid_exists(pid)
+    assert slot.worker is None and slot._starting is None
+    assert not [line for line in server.lines if "internal error" in line or "restart" in line], server.lines
 
 
 def test_a_full_queue_answers_503_with_retry_after(tiny_model):

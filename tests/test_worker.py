@@ -5,16 +5,17 @@ import threading
 import time
 from dataclasses import replace
 
+import psutil
 import pytest
 
 from tests import fake_engines
 from tests.conftest import live_workers
 from whistle_stop.backends import registry
-from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.engine import Capabilities, EngineOptions
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.sampling import SamplingParams
-from whistle_stop.backends.worker.events import RunRequest, Token
-from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError
+from whistle_stop.backends.worker.events import Progress, RunRequest, Token
+from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError, WorkerState
 
 
 def _session(tiny_model, specs, on_event=None, **config):
@@ -107,12 +108,31 @@ def test_cancel_stops_within_one_token(tiny_model):
     assert not live_workers()
 
 
+class DeafEngine(fake_engines.ScriptedEngine):
+    """Its own loop, which never looks at cancel: two tokens, then it hangs (a runtime that cannot be told)."""
+
+    capabilities = Capabilities(own_loop=True)
+
+    def stream(self, token_ids, new_tokens, sampler, cancel=None):
+        yield from (100, 101)
+        time.sleep(3600)
+
+
 def test_a_worker_that_ignores_cancel_is_killed(tiny_model):
-    spec = fake_engines.spec("stuck", hang_at=2)
-    worker = Worker(spec, tiny_model, EngineOptions(threads=1), timeouts=Timeouts(token_s=60, cancel_grace_s=0.5))
+    spec = replace(fake_engines.spec("stuck"), target="tests.test_worker:DeafEngine")
+
+    def cancel_once_hung(event) -> None:  # its second token is out: the engine hangs from here on
+        if isinstance(event, Token) and event.index == 1:
+            worker.cancel()
+
+    worker = Worker(
+        spec,
+        tiny_model,
+        EngineOptions(threads=1),
+        cancel_once_hung,
+        timeouts=Timeouts(token_s=60, cancel_grace_s=0.5),
+    )
     worker.start()
-    timer = threading.Timer(0.3, worker.cancel)
-    timer.start()
     outcome = worker.run(RunRequest("stuck/r1", (1, 2, 3), 10, SamplingParams()))
     assert outcome.status == "killed" and len(outcome.tokens) == 2
     assert not worker.alive
@@ -154,6 +174,125 @@ def test_load_failure_raises_worker_error(tiny_model):
     with pytest.raises(WorkerError, match="scripted load failure"):
         worker.start()
     assert not worker.alive
+
+
+def _open_fds() -> int:
+    return psutil.Process().num_fds()
+
+
+@pytest.fixture
+def fds_at_rest(tiny_model) -> int:
+    """This process's open fds once one worker has come and gone (multiprocessing's resource tracker,
+    imports that open files: what the first spawn leaves for good)."""
+    worker = Worker(fake_engines.spec("first"), tiny_model, EngineOptions(threads=1))
+    worker.start()
+    worker.close()
+    return _open_fds()
+
+
+def test_every_worker_a_session_ends_has_its_pipes_closed_at_once(tiny_model, fds_at_rest):
+    """A worker closed at the session's end, one lost mid-run and one that failed to load: each held its
+    pipe and its Process's sentinel until the session was collected (a window keeps its last session
+    until the next job), two fds a worker, more with each job."""
+    specs = {
+        "fine": fake_engines.spec("fine"),
+        "crashy": fake_engines.spec("crashy", crash_at=1),
+        "noload": fake_engines.spec("noload", fail_load=True),
+    }
+    kept = []  # as the window keeps them
+    for _ in range(2):
+        session = _session(tiny_model, specs)
+        statuses = {r.backend: r.status for r in session.run().runs}
+        assert statuses == {"fine": "ok", "crashy": "crashed", "noload": "error"}
+        kept.append(session)
+        assert _open_fds() == fds_at_rest
+    assert not live_workers()
+
+
+def _loading_worker(tiny_model) -> tuple[Worker, threading.Thread, list]:
+    """A worker whose `start` runs on a thread, returned once its engine is in its (minute-long) load."""
+    loading, raised = threading.Event(), []
+    worker = Worker(
+        fake_engines.spec("loady", load_s=60),
+        tiny_model,
+        EngineOptions(threads=1),
+        lambda event: isinstance(event, Progress) and loading.set(),
+    )
+
+    def start() -> None:
+        try:
+            worker.start()
+        except WorkerError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    assert loading.wait(60)
+    return worker, thread, raised
+
+
+def _running_worker(tiny_model) -> tuple[Worker, threading.Thread, list]:
+    """A worker whose 1000-token run (20 s) is under way on a thread."""
+    running, outcomes = threading.Event(), []
+    worker = Worker(
+        fake_engines.spec("long", decode_s=0.02),
+        tiny_model,
+        EngineOptions(threads=1),
+        lambda event: isinstance(event, Token) and running.set(),
+    )
+    worker.start()
+    thread = threading.Thread(
+        target=lambda: outcomes.append(worker.run(RunRequest("long/r1", (1, 2, 3), 1000, SamplingParams())))
+    )
+    thread.start()
+    assert running.wait(60)
+    return worker, thread, outcomes
+
+
+@pytest.mark.parametrize("state", ["new", "loading", "ready", "running", "dead"])
+def test_close_ends_a_worker_in_every_state_and_releases_it(tiny_model, fds_at_rest, state):
+    """`close` from whatever state, from another thread than the one reading the pipe: the child ends, its
+    pipe and Process are released, and the reading thread ends with a clear WorkerLost (a close during a
+    load had closed the pipe under the read: an AttributeError, caught only by a broad except)."""
+    thread, results = None, []
+    if state == "loading":
+        worker, thread, results = _loading_worker(tiny_model)
+    elif state == "running":
+        worker, thread, results = _running_worker(tiny_model)
+    else:
+        worker = Worker(fake_engines.spec(state), tiny_model, EngineOptions(threads=1))
+        if state != "new":
+            worker.start()
+    pid = worker.pid
+    if state == "dead":  # its process died while idle, unnoticed (a zombie: the worker reaps it)
+        child = psutil.Process(pid)
+        child.kill()
+        _wait_for(lambda: child.status() == psutil.STATUS_ZOMBIE)
+    began = time.monotonic()
+    worker.close(0.0)
+    assert time.monotonic() - began < 5
+    if thread is not None:
+        thread.join(10)
+        assert not thread.is_alive()
+        (result,) = results
+        lost = result.event if state == "loading" else result.failure
+        assert (lost.reason, lost.detail) == ("killed", f"closed while {state}")
+    assert worker.state is WorkerState.CLOSED and not worker.alive
+    assert (pid is None) == (state == "new") and (pid is None or not psutil.pid_exists(pid))
+    assert _open_fds() == fds_at_rest
+    if state == "new":
+        with pytest.raises(WorkerError, match="closed before it started"):
+            worker.start()  # and never spawns
+        assert worker.pid is None
+    assert worker.run(RunRequest("x/r1", (1,), 2, SamplingParams())).failure is not None  # refused
+    worker.close()  # a second close: nothing left to do
+
+
+def _wait_for(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 class BuildingEngine(fake_engines.ScriptedEngine):

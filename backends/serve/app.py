@@ -217,29 +217,36 @@ class _EventStream(StreamingResponse):
                 _log(self.service, self.job, self.status, stream=True)
 
     async def _events(self):
+        """One write per turn of the event loop: the tokens already delivered go out together, and so do
+        the closing events. asyncio learns that a client hung up from a failed send, in a callback of a
+        later turn; every write before that callback runs goes to the dead socket, and from the fifth on
+        each logs "socket.send() raised exception." (a fast engine's backlog was hundreds). After one
+        turn, uvicorn knows the client is gone: the stream is cancelled and its job with it."""
         job, service = self.job, self.service
         request, name, created = job.request, service.info.name, int(time.time())
         detokenizer = IncrementalDetokenizer(request.prompt_ids)
         item = self.first
         while isinstance(item, JobToken):
-            ids = [item.token_id] if request.token_ids else None
-            yield _event(chunk_body(job.id, name, created, detokenizer.push(item.token_id), ids, None))
-            self.sent += 1  # resumed: the chunk went out
-            item = await job.next()
+            tokens = [item]
+            while isinstance(item := job.next_ready(), JobToken):
+                tokens.append(item)
+            yield "".join(self._token_event(token, detokenizer, created) for token in tokens)
+            self.sent += len(tokens)  # resumed: the chunk went out
+            if item is None:
+                item = await job.next()
         if item.status != 200:  # the status line went out with the first token: the error goes in the stream
             self.status = item.status
-            yield _event(error_body(item.error, item.status, kind="server_error"))
-            yield "data: [DONE]\n\n"
+            yield _event(error_body(item.error, item.status, kind="server_error")) + "data: [DONE]\n\n"
             return
         if job.cancelled and item.finish_reason == "abort":
             return  # nobody is listening
-        yield _event(
+        finish = _event(
             chunk_body(
                 job.id, name, created, detokenizer.flush(), [] if request.token_ids else None, item.finish_reason
             )
         )
         if request.include_usage:
-            yield _event(
+            finish += _event(
                 {
                     "id": job.id,
                     "object": "text_completion",
@@ -249,8 +256,13 @@ class _EventStream(StreamingResponse):
                     "usage": usage(len(request.prompt_ids), len(job.token_ids)),
                 }
             )
-        yield "data: [DONE]\n\n"
+        yield finish + "data: [DONE]\n\n"
         self.status = 200
+
+    def _token_event(self, token: JobToken, detokenizer: IncrementalDetokenizer, created: int) -> str:
+        job = self.job
+        ids = [token.token_id] if job.request.token_ids else None
+        return _event(chunk_body(job.id, self.service.info.name, created, detokenizer.push(token.token_id), ids, None))
 
 
 def _event(body: dict) -> str:

@@ -109,3 +109,10 @@ class Job:
     # --- the event loop ------------------------------------------------------------------------
     async def next(self) -> JobToken | JobEnd:
         return await self._items.get()
+
+    def next_ready(self) -> JobToken | JobEnd | None:
+        """The next item if it has been delivered already, else None (without waiting)."""
+        try:
+            return self._items.get_nowait()
+        except asyncio.QueueEmpty:
+            return None

@@ -130,12 +130,14 @@ class Pool:
         self.stopping = True
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
-        """Refuse what still waits, stop what runs (after its current token), close every worker."""
+        """Refuse what still waits, end a load under way at once, stop what runs (after its current
+        token), close every worker."""
         self.stopping = True
         for job in self.scheduler.close():
             job.finish(JobEnd("abort", 503, "the server shut down before this request ran"))
         self._stop.set()
         for slot in self.slots:
+            slot.end_load()
             running = slot.job
             if running is not None:
                 running.cancel()
@@ -206,14 +208,12 @@ class _Slot:
                 self._starting = worker
             try:
                 worker.start()
-            except Exception as exc:  # WorkerError, or a spec the child cannot even receive
+            except WorkerError as exc:  # it failed to load, or a shutdown closed it: closed either way
                 with self._worker_lock:
                     self._starting = None
-                if worker.pid is not None:  # it was spawned
-                    worker.close(0.0)
                 if pool._stop.is_set():
-                    return False  # killed by a shutdown while loading
-                message = str(exc) if isinstance(exc, WorkerError) else one_line(exc)
+                    return False  # closed by a shutdown while loading
+                message = str(exc)
                 if not self.loaded_once and not pool._served_once and not any(s.loaded_once for s in pool.slots):
                     pool.fatal = f"{pool.spec.name} could not load: {message}"
                     self.state, self.reason = SlotState.STOPPED, pool.fatal
@@ -303,6 +303,14 @@ class _Slot:
                     self.pool.metrics.gap((event.t_ns - job.token_ns[-2]) / 1e9)
         elif isinstance(event, RunStarted) and job.cancelled:
             self.worker.cancel()  # cancelled while the run was being sent: `run` had cleared the flag
+
+    def end_load(self) -> None:
+        """A shutdown: a load under way is not wanted. Its worker is closed now (killed mid-load; the
+        slot's thread sees its start fail), not after the grace that requests in flight get."""
+        with self._worker_lock:
+            loading = self._starting
+        if loading is not None:
+            loading.close(0.0)
 
     def close_worker(self, grace_s: float) -> None:
         with self._worker_lock:
