@@ -21,7 +21,7 @@ from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.serve.server import ServeServer
 from whistle_stop.backends.serve.service import Service
-from whistle_stop.backends.worker.process import Timeouts
+from whistle_stop.backends.worker.timeouts import Timeouts
 
 HOST = "127.0.0.1"
 # A scripted engine's logits are flat but for one 1.0, so a request at the API's default temperature (1)

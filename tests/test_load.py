@@ -326,7 +326,7 @@ def test_a_server_asked_for_level_1_only_is_a_server():
 def test_a_round_whose_server_went_silent_ends_after_the_timeout():
     """The worker's progress messages kept the token clock alive: a hung server held a round for the remote
     engine's own 60 s read timeout, whatever --timeout said, and its requests read 'error'."""
-    from whistle_stop.backends.worker.process import Timeouts
+    from whistle_stop.backends.worker.timeouts import Timeouts
 
     # the bench's run at level 1 is request 1; the round of 2 (requests 2 and 3) gets no token
     with fake_vllm_server(FAKE_VLLM_STEP_MS="5", FAKE_VLLM_PER_SEQ_MS="1", FAKE_VLLM_STALL_FROM="2") as server:

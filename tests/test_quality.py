@@ -1,5 +1,6 @@
 """Perplexity through the workers, agreement and divergence logits, the quality files."""
 
+import csv
 import json
 import math
 import statistics
@@ -27,7 +28,8 @@ from whistle_stop.backends.runs.quality_files import read_quality, write_quality
 from whistle_stop.backends.runs.quality_rows import quality_rows
 from whistle_stop.backends.sources.tokenizer import encode
 from whistle_stop.backends.worker.events import Failed, LogitsRequest, ScoreDone, ScoreRequest, TopLogits
-from whistle_stop.backends.worker.process import ScoreOutcome, Worker
+from whistle_stop.backends.worker.outcomes import ScoreOutcome
+from whistle_stop.backends.worker.process import Worker
 
 
 class DivergingEngine(ScriptedEngine):
@@ -234,9 +236,16 @@ def test_quality_files_round_trip(quality_run, tmp_path):
     # the speed's interval is the median's (the figure beside it), and its columns say so
     assert rows[1]["decode_tok_s_median_ci_low"] <= rows[1]["decode_tok_s"] <= rows[1]["decode_tok_s_median_ci_high"]
     assert not any("ci95" in key for key in rows[1])
+    # beside it, its level and run count, as summary.csv gives them for the same runs
+    with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
+        summary = {r["backend"]: r for r in csv.DictReader(f) if r["metric"] == "decode_tok_s"}
+    for row in rows:
+        assert row["decode_tok_s_n"] == int(summary[row["backend"]]["n"]) == 2
+        assert row["decode_tok_s_median_ci_level"] == float(summary[row["backend"]]["median_ci_level"]) == 0.5
     env = json.loads((tmp_path / "environment.json").read_text())
     assert env["quality"]["stride"] == 8 and env["quality"]["reference"] == "ref"
     assert "meaningless" in env["quality"]["note"]
+    assert env["threads_resolution"] == {"source": "--threads", "threads": 1}  # as bench's and sweep's say it
 
 
 def test_a_perplexity_past_the_float_range_is_inf_and_the_other_rows_stay(quality_run):

@@ -15,7 +15,8 @@ from whistle_stop.backends.engine import Capabilities, EngineOptions
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.worker.events import Progress, RunRequest, Token
-from whistle_stop.backends.worker.process import Timeouts, Worker, WorkerError, WorkerState
+from whistle_stop.backends.worker.process import Worker, WorkerError, WorkerState
+from whistle_stop.backends.worker.timeouts import Timeouts
 
 
 def _session(tiny_model, specs, on_event=None, **config):

@@ -23,7 +23,7 @@ from ..sampling import SamplingParams
 from ..sources.prompts import example_prompt
 from ..storage.atomic import check_writable_dir
 from ..worker.events import BackendEvent, Progress, Ready
-from ..worker.process import Timeouts
+from ..worker.timeouts import Timeouts
 from .engine_flags import settings_from_args
 from .main import EXIT_CANCELLED
 

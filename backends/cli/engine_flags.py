@@ -13,6 +13,7 @@ import typing
 from .. import registry
 from ..engines.options import EngineSettings, options_class
 from ..errors import UsageError
+from ..worker.timeouts import Timeouts
 
 
 def settings_classes() -> list[type[EngineSettings]]:
@@ -47,8 +48,6 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace, backends: tuple[str, ...]) -> dict[str, EngineSettings]:
     """The typed settings of each selected engine that has some; a missing required flag, or one given
     for no selected engine, is a UsageError."""
-    from ..worker.process import Timeouts  # (the parser imports this module: the worker's imports wait)
-
     _refuse_unused_flags(args, backends)
     token_s = Timeouts.from_flag(args.timeout).token_s
     settings: dict[str, EngineSettings] = {}

@@ -18,8 +18,8 @@ from ..serve.config import ServeConfig
 from ..serve.server import ServeServer, bind
 from ..serve.service import Service
 from ..sources.model_files import resolve_model
-from ..worker.process import Timeouts
 from ..worker.threads import resolve_threads
+from ..worker.timeouts import Timeouts
 from .common import stderr_console
 from .engine_flags import settings_from_args
 

@@ -26,7 +26,8 @@ from ..sampling import SamplingParams
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
 from ..worker.events import RunRequest, Token
-from ..worker.process import Timeouts, Worker, WorkerError
+from ..worker.process import Worker, WorkerError
+from ..worker.timeouts import Timeouts
 from .recording import cold_start_s
 
 DEFAULT_TOKENS = 200

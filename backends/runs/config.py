@@ -11,7 +11,7 @@ from ..engines.options import EngineSettings
 from ..errors import UsageError
 from ..results.load import Slo
 from ..sampling import SamplingParams
-from ..worker.process import Timeouts
+from ..worker.timeouts import Timeouts
 
 Mode = Literal["fair", "race"]
 MAX_CONCURRENCY = 256  # vLLM's default max_num_seqs

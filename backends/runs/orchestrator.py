@@ -33,7 +33,8 @@ from ..worker.events import (
     TopLogits,
     WorkerLost,
 )
-from ..worker.process import RunOutcome, ScoreOutcome, Worker, WorkerError
+from ..worker.outcomes import RunOutcome, ScoreOutcome
+from ..worker.process import Worker, WorkerError
 from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
 from .config import BenchConfig, Cell

@@ -23,7 +23,7 @@ from ..sources.prompts import prompt_ids as build_prompt_ids
 from ..sources.tokenizer import decode, encode
 from ..storage.paths import RESOURCES
 from ..worker.events import Failed, LogitsRequest, ScoreRequest, TopLogits, WorkerLost
-from ..worker.process import ScoreOutcome, failure_text
+from ..worker.outcomes import ScoreOutcome, failure_text
 from .bench import bench_cell, finish_bench
 from .config import BenchConfig
 from .events import EventSink, SessionStarted
@@ -189,7 +189,7 @@ class QualitySession:
                 result.tokens.extend(self._bench[1])
                 self._orchestrator.load(cell, warm_up=False)
             self._score(result)  # with the workers still up
-        finish_bench(result, self.threads, self._orchestrator.cancelled)
+        finish_bench(result, self._orchestrator)
         self.quality = self._build(result)
         result.environment["quality"] = self.quality.info
         return result

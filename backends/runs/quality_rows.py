@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field
 
 from ..results.agreement import agreement_detail, least_agreeing_streams
 from ..results.records import RunRecord, runs_of
-from ..results.stats import summarize
+from ..results.stats import Summary, finite, summarize
 from ..sources.model_files import RANDOM_LABEL
 from ..status import RunStatus
-from ..worker.process import ScoreOutcome
+from ..worker.outcomes import ScoreOutcome
 from .result import BenchResult
 
 RANDOM_NOTE = f"perplexity is meaningless on random weights ({RANDOM_LABEL})"
@@ -31,9 +31,12 @@ class QualityRow:
     ppl_diff: float | None = None  # perplexity - the reference's
     ppl_diff_pct: float | None = None
     decode_tok_s: float | None = None  # median of measured runs
-    # the median's interval (order statistics; its level: results.summary.interval_label)
+    # the median's interval (order statistics), its exact level and the runs, as summary.csv's
+    # median_ci_* and n (both from results.stats.summarize)
     decode_tok_s_median_ci_low: float | None = None
     decode_tok_s_median_ci_high: float | None = None
+    decode_tok_s_median_ci_level: float | None = None
+    decode_tok_s_n: int = 0
     agree_tokens: int | None = None
     compared_tokens: int | None = None
     agree_share: float | None = None
@@ -94,12 +97,7 @@ def quality_rows(
         row = QualityRow(name, reference=reference, windows=windows)
         mine = runs_of(result.runs, name)
         row.dtype = next((r.dtype for r in mine if r.dtype), "")
-        speed = summarize([r.decode_tok_s for r in mine if not r.is_warmup and r.status == RunStatus.OK])
-        if speed.n:
-            row.decode_tok_s = speed.median
-            if speed.n > 1:
-                row.decode_tok_s_median_ci_low = speed.median_ci_low
-                row.decode_tok_s_median_ci_high = speed.median_ci_high
+        _set_speed(row, summarize([r.decode_tok_s for r in mine if not r.is_warmup and r.status == RunStatus.OK]))
         outcome = scores.get(name)
         if outcome is None:
             failed = next((r for r in mine if r.status.is_failure), None)
@@ -126,6 +124,15 @@ def quality_rows(
             row.ppl_diff = row.perplexity - ref_row.perplexity
             row.ppl_diff_pct = 100 * row.ppl_diff / ref_row.perplexity
     return rows
+
+
+def _set_speed(row: QualityRow, speed: Summary) -> None:
+    """The median decode tokens/s with its interval, level and n, as summary.csv writes them (NaN: empty)."""
+    row.decode_tok_s_n = speed.n
+    row.decode_tok_s = finite(speed.median)
+    row.decode_tok_s_median_ci_low = finite(speed.median_ci_low)
+    row.decode_tok_s_median_ci_high = finite(speed.median_ci_high)
+    row.decode_tok_s_median_ci_level = finite(speed.median_ci_level)
 
 
 def ppl_change_text(backend: str, reference: str, diff: float | None, diff_pct: float | None) -> str:

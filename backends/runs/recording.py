@@ -10,7 +10,8 @@ from ..sources.model_files import ModelFiles
 from ..speculation import SpeculationStats
 from ..status import RunStatus
 from ..worker.events import Ready
-from ..worker.process import RunOutcome, WorkerError, outcome_status
+from ..worker.outcomes import RunOutcome, outcome_status
+from ..worker.process import WorkerError
 from .config import BenchConfig, Cell
 
 

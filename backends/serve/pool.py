@@ -22,7 +22,8 @@ from ..errors import one_line
 from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
 from ..worker.events import Failed, RunRequest, RunStarted, Token, WorkerLost
-from ..worker.process import Timeouts, Worker, WorkerError
+from ..worker.process import Worker, WorkerError
+from ..worker.timeouts import Timeouts
 from .jobs import Job, JobEnd
 from .metrics import ServeMetrics
 from .scheduler import QueueClosed, QueueFull, Scheduler

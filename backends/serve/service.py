@@ -10,7 +10,7 @@ from collections.abc import Callable
 from ..engine import EngineOptions
 from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
-from ..worker.process import Timeouts
+from ..worker.timeouts import Timeouts
 from .metrics import ServeMetrics
 from .pool import Pool, SlotState
 from .protocol import ModelInfo, RequestError

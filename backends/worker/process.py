@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from ..engine import EngineOptions
 from ..errors import one_line
-from ..profile.capture import ProfileCapture
 from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
@@ -46,6 +43,8 @@ from .events import (
     TopLogits,
     WorkerLost,
 )
+from .outcomes import LoadOutcome, RunOutcome, ScoreOutcome, describe_exit, failure_text
+from .timeouts import Timeouts
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -77,121 +76,6 @@ class WorkerState(Enum):
 
 
 _READING = (WorkerState.LOADING, WorkerState.RUNNING)
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Seconds without any event from the child before it counts as hung and is killed."""
-
-    load_s: float = 900.0  # progress events (downloads, ONNX export) reset this clock
-    token_s: float = 120.0  # the first token includes prefill
-    cancel_grace_s: float = 5.0  # after Cancel, how long a run may take to stop by itself
-    score_s: float = 900.0  # one perplexity window (a teacher-forced fallback decodes it token by token)
-
-    @classmethod
-    def from_flag(cls, seconds: float | None) -> Timeouts:
-        """The command line's --timeout: when given, the longest silence in every step (a load, a token, a
-        perplexity window), so a hang ends after the time the user set, wherever it happens."""
-        return cls() if seconds is None else cls(load_s=seconds, token_s=seconds, score_s=seconds)
-
-
-def outcome_status(done: RunDone | ScoreDone | None, failure: Failed | WorkerLost | None) -> RunStatus:
-    """How a request ended: a lost worker says why, an engine exception is an error, a cancel is not one."""
-    if isinstance(failure, WorkerLost):
-        return failure.reason
-    if failure is not None or done is None:
-        return RunStatus.ERROR
-    return RunStatus.CANCELLED if done.cancelled else RunStatus.OK
-
-
-def describe_exit(code: int | None) -> str:
-    """How a child process ended, in words: a negative exit code is the signal that killed it."""
-    if code is None:
-        return "exited (exit code unknown)"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name} (exit code {code})"
-    return f"exited (exit code {code})"
-
-
-def failure_text(failure: Failed | WorkerLost | None) -> str:
-    """The one line a record's `error` column shows ("" when nothing failed)."""
-    if isinstance(failure, Failed):
-        return failure.message
-    if isinstance(failure, WorkerLost):
-        return f"worker {failure.reason}: {failure.detail}"
-    return ""
-
-
-class _Ended:
-    """`status` and `error` of a request, from how it ended (what both outcomes share)."""
-
-    done: RunDone | ScoreDone | None
-    failure: Failed | WorkerLost | None
-
-    @property
-    def status(self) -> RunStatus:
-        return outcome_status(self.done, self.failure)
-
-    @property
-    def error(self) -> str:
-        return failure_text(self.failure)
-
-
-@dataclass
-class RunOutcome(_Ended):
-    request: RunRequest
-    started_ns: int = 0
-    tokens: list[Token] = field(default_factory=list)
-    done: RunDone | None = None
-    failure: Failed | WorkerLost | None = None
-    profile: ProfileCapture | None = None  # a profiled run's capture (RunRequest.profile_trace)
-
-    @property
-    def short(self) -> bool:
-        """Ended without a failure or a cancel, but with fewer tokens than asked (a server that stopped
-        at end-of-text): less work than every other engine's run, so no figure may count it."""
-        done = self.done
-        if self.failure is not None or done is None or done.cancelled:
-            return False
-        return done.tokens < self.request.new_tokens
-
-    @property
-    def status(self) -> RunStatus:
-        return RunStatus.ERROR if self.short else super().status
-
-    @property
-    def error(self) -> str:
-        if self.short:
-            made, asked = self.done.tokens, self.request.new_tokens
-            return f"stopped early: {made} of {asked} tokens (every engine makes all of them)"
-        return super().error
-
-
-@dataclass
-class LoadOutcome:
-    request: LoadRequest
-    done: LoadDone | None = None
-    failure: Failed | WorkerLost | None = None
-
-    @property
-    def error(self) -> str:
-        return failure_text(self.failure)
-
-    @property
-    def failure_status(self) -> RunStatus:
-        """How a round that failed as a whole ended: a lost worker says why (timeout, killed, crashed)."""
-        return outcome_status(None, self.failure)
-
-
-@dataclass
-class ScoreOutcome(_Ended):
-    request: ScoreRequest
-    done: ScoreDone | None = None
-    failure: Failed | WorkerLost | None = None
 
 
 class WorkerError(RuntimeError):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ...results.environment import cpuinfo_field
 from ...storage import artifact_cache
-from ...worker.process import describe_exit
+from ...worker.outcomes import describe_exit
 
 PROBE_KIND = "llamacpp-probe"
 PROBE_FORMAT = 1  # bump when the probe's test changes: older answers no longer count
