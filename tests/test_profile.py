@@ -86,7 +86,7 @@ def test_the_prefill_is_held_to_its_roofline(tmp_path):
     assert profile.prefill_bytes == prefill_bytes(1_000_000, 0, prompt)  # the phased engine's 1 MB, no KV
     compute_ms, memory_ms = profile.prefill_flops / 0.5e6, profile.prefill_bytes / 10e6
     assert profile.roofline_ms == pytest.approx(max(compute_ms, memory_ms))
-    assert profile.ttft_share == pytest.approx(profile.roofline_ms / profile.prefill_ms)
+    assert profile.ttft_share == pytest.approx(profile.roofline_ms / profile.ttft_ms)
     assert result.bench.environment["compute_peaks"]["peaks"]["fp32"]["isa"] == "test fma"
     row = dict(zip(PREFILL_HEADERS, prefill_row(profile)))
     assert row["roofline"] == f"{profile.roofline_ms:.1f}" and row["roofline share"].endswith("%")
@@ -104,7 +104,7 @@ def test_a_slower_phase_of_the_cores_shows_beside_the_roofline_share():
     from whistle_stop.backends.profile.breakdown import EngineProfile
     from whistle_stop.backends.profile.table import PREFILL_HEADERS, prefill_row
 
-    profile = EngineProfile("e", prefill_ms=20.0, prefill_flops=8e9, prefill_bytes=1e6, bandwidth_gb_s=50.0)
+    profile = EngineProfile("e", ttft_ms=20.0, prefill_flops=8e9, prefill_bytes=1e6, probe_gb_s=50.0)
     profile.peak_gops, profile.peak_probed_gops = 800.0, 500.0
     assert profile.ttft_share == pytest.approx(10.0 / 20.0)
     assert profile.ttft_share_at_probe == pytest.approx(16.0 / 20.0)
@@ -166,16 +166,17 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     with registry.use(specs.values()):
         result = ProfileSession(config, tmp_path / "prof", bandwidth=probe).run()
     one, two = result.profiles
-    assert (one.bandwidth_gb_s, two.bandwidth_gb_s) == (20.0, 40.0)
-    assert (one.slower_bandwidth_gb_s, two.slower_bandwidth_gb_s) == (10.0, 5.0)  # how far the machine moved
+    assert (one.probe_gb_s, two.probe_gb_s) == (20.0, 40.0)
+    assert (one.slower_probe_gb_s, two.slower_probe_gb_s) == (10.0, 5.0)  # how far the machine moved
     assert one.floor_ms == pytest.approx(2 * two.floor_ms)
     assert one.floor_share_at_slower == pytest.approx(2 * one.floor_share)  # the floor the slower probe would set
     assert two.floor_share_at_slower == pytest.approx(8 * two.floor_share)
-    assert "probe 2" in one.bandwidth_label and "probe 3" in two.bandwidth_label
+    assert "probe 2" in one.probe_label and "probe 3" in two.probe_label
     # each probe reads what its engine reads per token: a smaller working set streams faster
     assert sizes == [int(one.bytes_per_token)] * 2 + [int(two.bytes_per_token)] * 2 and sizes[0] > 0
     assert result.bandwidth.gb_s == 40.0  # environment.json: the session's fastest probe
-    assert (one.compute_gflops, two.compute_gflops) == (90.0, None)  # the faster of its two; none measured: unknown
+    # the faster of its two; none measured: unknown
+    assert (one.probe_compute_gflops, two.probe_compute_gflops) == (90.0, None)
     from whistle_stop.backends.profile.table import HEADERS, profile_row
 
     gflops = HEADERS.index("GEMM GFLOP/s")
@@ -183,7 +184,7 @@ def test_each_engine_is_judged_against_the_faster_probe_around_it(tmp_path):
     assert profile_row(one)[HEADERS.index("probe GB/s")] == "20.0 (10.0)"
     known = replace(one, ms_per_token=one.floor_ms * 4, floor_note="")  # a floor share of 25%; 50% at the slower probe
     assert profile_row(known)[HEADERS.index("floor share")] == "25% (50%)"
-    steady = replace(known, slower_bandwidth_gb_s=one.bandwidth_gb_s)  # two probes that agree: one figure each
+    steady = replace(known, slower_probe_gb_s=one.probe_gb_s)  # two probes that agree: one figure each
     assert [profile_row(steady)[HEADERS.index(h)] for h in ("probe GB/s", "floor share")] == ["20.0", "25%"]
 
 
@@ -217,8 +218,8 @@ def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):
         result = ProfileSession(config, tmp_path / "prof", bandwidth=probe).run()
     on_host, on_gpu = result.profiles
     assert asked == ["cpu", "cpu", "cuda", "cuda"]
-    assert (on_host.bandwidth_gb_s, on_gpu.bandwidth_gb_s) == (20.0, 3000.0)
-    assert on_gpu.floor_device == "cuda" and "on a test GPU" in on_gpu.bandwidth_label
+    assert (on_host.probe_gb_s, on_gpu.probe_gb_s) == (20.0, 3000.0)
+    assert on_gpu.floor_device == "cuda" and "on a test GPU" in on_gpu.probe_label
     assert result.bandwidth.gb_s == 20.0  # environment.json's figure is the host's, never the GPU's
     console = Console(record=True, width=400)
     print_profile(result, console)
@@ -443,7 +444,7 @@ def test_a_prefill_is_held_to_its_own_device_s_roofline_and_only_with_known_byte
     assert null.roofline_ms is None and null.ttft_share is None and not null.prefill_arithmetic
     row = dict(zip(PREFILL_HEADERS, prefill_row(null)))
     assert [row[h] for h in ("roofline", "roofline share", "peak G/s", "arithmetic")] == ["-"] * 4
-    assert null.bandwidth_gb_s is None and asked == ["cpu", "cpu", "cuda", "cuda"]  # the null engine: no probe
+    assert null.probe_gb_s is None and asked == ["cpu", "cpu", "cuda", "cuda"]  # the null engine: no probe
 
     with registry.use(specs):  # no GPU peaks (a failed probe): no roofline, rather than the CPU's
         session = ProfileSession(
@@ -455,3 +456,77 @@ def test_a_prefill_is_held_to_its_own_device_s_roofline_and_only_with_known_byte
 
 def _fail():
     raise RuntimeError("torch sees no CUDA GPU")
+
+
+def _written_profile():
+    """A profile as `profile` leaves one: every figure the files carry, both phases, an operation."""
+    from whistle_stop.backends.profile.breakdown import EngineProfile, OpShare, PhaseBreakdown
+
+    categories = {c.value: 0.5 for c in Category}
+    return EngineProfile(
+        "numpy",
+        precision="fp32",
+        profiler="numpy's own timers",
+        ms_per_token=10.0,
+        profiled_ms_per_token=11.0,
+        ttft_ms=60.0,
+        bytes_per_token=5e8,
+        probe_gb_s=50.0,
+        probe_label="sgemv 50 GB/s at now",
+        slower_probe_gb_s=40.0,
+        probe_compute_gflops=200.0,
+        decode=PhaseBreakdown("decode", 9, 10.5, categories),
+        prefill=PhaseBreakdown("prefill", 1, 60.0, categories),
+        top_ops=[OpShare("decode", "linear", "matmul", 4.0, 12.0, 0.4)],
+    )
+
+
+def test_profile_csvs_name_their_columns_as_the_other_files_do(tmp_path):
+    """snake_case identifiers (the categories' keys, not their labels), `backend` as in every other
+    file, and the probe's bandwidth never under runs.csv's name for the engine's own rate."""
+    import csv
+    import re
+
+    from whistle_stop.backends.profile.files import write_profile
+
+    profile = _written_profile()
+    write_profile(tmp_path, [profile], {})
+    with (tmp_path / "breakdown.csv").open(newline="", encoding="utf-8") as f:
+        breakdown = list(csv.DictReader(f))
+    with (tmp_path / "top_ops.csv").open(newline="", encoding="utf-8") as f:
+        top_ops = list(csv.DictReader(f))
+    for rows in (breakdown, top_ops):
+        assert all(re.fullmatch(r"[a-z][a-z0-9_]*", column) for column in rows[0]), list(rows[0])
+        assert rows[0]["backend"] == "numpy" and "engine" not in rows[0]
+    row = breakdown[0]
+    assert {"engine_not_split_ms", "framework_python_ms", "norm_and_activation_ms", "kv_cache_ms"} <= set(row)
+    assert (row["probe_gb_s"], row["slower_probe_gb_s"], row["probe_compute_gflops"]) == ("50.00", "40.00", "200.00")
+    assert "bandwidth_gb_s" not in row and "compute_gflops" not in row
+    # the unprofiled runs' median TTFT, under one name in both files
+    engine = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))["engines"][0]
+    assert float(row["ttft_ms"]) == engine["ttft_ms"] == 60.0 and "prefill_ms" not in engine
+    assert engine["probe_gb_s"] == 50.0 and "bandwidth_gb_s" not in engine
+
+
+def test_a_profile_json_from_before_the_renames_still_opens(tmp_path):
+    """Folders written before the probe's figures and the TTFT were renamed (docs/measurements/data,
+    users' own) read back as they were written: the report and the window's Open show them."""
+    from whistle_stop.backends.profile.files import read_profile, write_profile
+    from whistle_stop.backends.profile.table import prefill_row, profile_row
+
+    profile = _written_profile()
+    write_profile(tmp_path, [profile], {})
+    path = tmp_path / "profile.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    old_names = {
+        "probe_gb_s": "bandwidth_gb_s",
+        "slower_probe_gb_s": "slower_bandwidth_gb_s",
+        "probe_label": "bandwidth_label",
+        "probe_compute_gflops": "compute_gflops",
+        "ttft_ms": "prefill_ms",
+    }
+    data["engines"] = [{old_names.get(k, k): v for k, v in e.items()} for e in data["engines"]]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    (read_back,) = read_profile(tmp_path)
+    assert read_back == profile
+    assert profile_row(read_back) == profile_row(profile) and prefill_row(read_back) == prefill_row(profile)

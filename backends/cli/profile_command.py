@@ -99,7 +99,7 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
         if result.bandwidth
         else ""
     )
-    if any(p.floor_device != "cpu" and p.bandwidth_gb_s for p in result.profiles):
+    if any(p.floor_device != "cpu" and p.probe_gb_s for p in result.profiles):
         probe += ("; " if probe else "") + "a CUDA engine's by its GPU (the faster of cuBLAS's gemv and a sum)"
     probe = probe or "bandwidth not measured"
     for phase in ("decode", "prefill"):

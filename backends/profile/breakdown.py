@@ -69,16 +69,20 @@ class EngineProfile:
     note: str = ""
     status: RunStatus = RunStatus.OK
     error: str = ""
-    ms_per_token: float | None = None  # unprofiled run: median decode ITL
-    profiled_ms_per_token: float | None = None  # the profiled run, same statistic
-    prefill_ms: float | None = None  # unprofiled TTFT
+    # the median of the unprofiled measured runs' RunRecord.ms_per_token, bench's figure: each run's median
+    # ITL, or, where steps make several tokens (speculative), its time per decoded token after the first step
+    ms_per_token: float | None = None
+    profiled_ms_per_token: float | None = None  # the profiled run's RunRecord.ms_per_token
+    ttft_ms: float | None = None  # the median TTFT of the unprofiled measured runs
     cpu_ms_per_token: float | None = None  # unprofiled run: the worker's CPU time per generated token
     bytes_per_token: float | None = None  # weights (stored size) + KV read at the mean decode position
-    bandwidth_gb_s: float | None = None  # the faster of the engine's two probes: the floor's (the stricter)
-    bandwidth_label: str = ""
+    # probe_*: the bandwidth probes' figures the floor divides by, never the engine's own rate (runs.csv's
+    # bandwidth_gb_s); files.read_profile maps the names profile.json had before
+    probe_gb_s: float | None = None  # the faster of the engine's two probes: the floor's (the stricter)
+    probe_label: str = ""  # that probe in one line, and when
     floor_device: str = "cpu"  # whose memory the floor's probes read: "cpu" (the host's) or "cuda" (the GPU's)
-    slower_bandwidth_gb_s: float | None = None  # the slower of the two: how far the machine moved in the engine's slot
-    compute_gflops: float | None = None  # the cores' GEMM rate at the same two probes (the faster): a slow phase shows
+    slower_probe_gb_s: float | None = None  # the slower of the two: how far the machine moved in the engine's slot
+    probe_compute_gflops: float | None = None  # the cores' GEMM rate at the two probes, the faster: low in a slow phase
     floor_note: str = ""  # set when the weights fit in the last-level cache: DRAM does not bound the engine
     prefill_arithmetic: str = ""  # what its prefill multiplies (EngineInfo's, or its precision's fastest)
     peak_arithmetic: str = ""  # whose peak holds it: its own, or fp32's where the CPU has no instructions for it
@@ -102,15 +106,15 @@ class EngineProfile:
 
     @property
     def floor_ms(self) -> float | None:
-        if not self.bytes_per_token or not self.bandwidth_gb_s:
+        if not self.bytes_per_token or not self.probe_gb_s:
             return None
-        return limit_ms_per_token(self.bytes_per_token, self.bandwidth_gb_s)
+        return limit_ms_per_token(self.bytes_per_token, self.probe_gb_s)
 
     @property
     def roofline(self) -> Roofline | None:
         if not self.prefill_flops or not self.peak_gops:
             return None
-        return Roofline(self.prefill_flops, self.prefill_bytes or 0.0, self.peak_gops, self.bandwidth_gb_s or 0.0)
+        return Roofline(self.prefill_flops, self.prefill_bytes or 0.0, self.peak_gops, self.probe_gb_s or 0.0)
 
     @property
     def roofline_ms(self) -> float | None:
@@ -122,23 +126,23 @@ class EngineProfile:
     def ttft_share(self) -> float | None:
         """Roofline / measured TTFT: how close the prefill runs to the machine's limit (decode's floor share's twin)."""
         roofline = self.roofline_ms
-        return roofline / self.prefill_ms if roofline and self.prefill_ms else None
+        return roofline / self.ttft_ms if roofline and self.ttft_ms else None
 
     @property
     def ttft_share_at_probe(self) -> float | None:
         """The roofline share had this profile's own probe of the peak set it: with `ttft_share`, the
         range a slower phase of the machine (the cores' clocks, a neighbour) leaves the figure in."""
         roofline = self.roofline
-        if roofline is None or not self.peak_probed_gops or not self.prefill_ms:
+        if roofline is None or not self.peak_probed_gops or not self.ttft_ms:
             return None
-        return replace(roofline, peak_gops=self.peak_probed_gops).ms / self.prefill_ms
+        return replace(roofline, peak_gops=self.peak_probed_gops).ms / self.ttft_ms
 
     @property
     def single_token_floor_ms(self) -> float | None:
         """A speculative engine's target alone: its bytes per token over the same bandwidth."""
-        if not self.single_token_bytes or not self.bandwidth_gb_s:
+        if not self.single_token_bytes or not self.probe_gb_s:
             return None
-        return limit_ms_per_token(self.single_token_bytes, self.bandwidth_gb_s)
+        return limit_ms_per_token(self.single_token_bytes, self.probe_gb_s)
 
     @property
     def overhead_pct(self) -> float | None:
@@ -156,9 +160,9 @@ class EngineProfile:
     def floor_share_at_slower(self) -> float | None:
         """The floor share had the slower probe set the floor: with `floor_share`, the range the
         machine's own movement during the engine's slot leaves the figure in."""
-        if not self.floor_share or not self.slower_bandwidth_gb_s or not self.bandwidth_gb_s:
+        if not self.floor_share or not self.slower_probe_gb_s or not self.probe_gb_s:
             return None
-        return self.floor_share * self.bandwidth_gb_s / self.slower_bandwidth_gb_s
+        return self.floor_share * self.probe_gb_s / self.slower_probe_gb_s
 
 
 def median_decode_ms(tokens: Sequence) -> float | None:

@@ -23,6 +23,24 @@ class Category(str, Enum):
     HARNESS = "harness"
     UNATTRIBUTED = "unattributed"
 
+    @property
+    def key(self) -> str:
+        """A snake_case identifier for file columns (breakdown.csv's `<key>_ms`): the value is a label."""
+        return _KEYS[self]
+
+
+# Stable: breakdown.csv's columns are named from these, whatever the labels become.
+_KEYS = {
+    Category.MATMUL: "matmul",
+    Category.ATTENTION: "attention",
+    Category.KV_CACHE: "kv_cache",
+    Category.NORM_ACTIVATION: "norm_and_activation",
+    Category.OTHER_KERNELS: "other_kernels",
+    Category.ENGINE_UNSPLIT: "engine_not_split",
+    Category.FRAMEWORK: "framework_python",
+    Category.HARNESS: "harness",
+    Category.UNATTRIBUTED: "unattributed",
+}
 
 KERNELS = (Category.MATMUL, Category.ATTENTION, Category.KV_CACHE, Category.NORM_ACTIVATION, Category.OTHER_KERNELS)
 ORDER = KERNELS + (Category.ENGINE_UNSPLIT, Category.FRAMEWORK, Category.HARNESS, Category.UNATTRIBUTED)

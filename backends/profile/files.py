@@ -21,7 +21,7 @@ BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "prof
 
 BREAKDOWN_COLUMNS = (
     [
-        "engine",
+        "backend",
         "precision",
         "phase",
         "profiler",
@@ -30,9 +30,9 @@ BREAKDOWN_COLUMNS = (
         "overhead_pct",
         "floor_ms",
         "bytes_per_token",
-        "bandwidth_gb_s",
-        "slower_bandwidth_gb_s",
-        "compute_gflops",
+        "probe_gb_s",
+        "slower_probe_gb_s",
+        "probe_compute_gflops",
         "cpu_ms_per_token",
         "steps",
         "step_ms",
@@ -47,10 +47,10 @@ BREAKDOWN_COLUMNS = (
         "ttft_share",
         "ttft_share_at_probe",
     ]
-    + [f"{c.value.replace(' ', '_').replace('+', 'and')}_ms" for c in ORDER]
+    + [f"{c.key}_ms" for c in ORDER]
     + ["unattributed_share", "status", "error", "trace_file", "note"]
 )
-TOP_OPS_COLUMNS = ["engine", "phase", "rank", "op", "category", "ms_per_step", "calls_per_step", "share"]
+TOP_OPS_COLUMNS = ["backend", "phase", "rank", "op", "category", "ms_per_step", "calls_per_step", "share"]
 
 
 def _num(value, digits: int = 4) -> str:
@@ -75,13 +75,13 @@ def breakdown_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
                     _num(p.overhead_pct, 2),
                     _num(p.floor_ms),
                     _num(p.bytes_per_token, 0),
-                    _num(p.bandwidth_gb_s, 2),
-                    _num(p.slower_bandwidth_gb_s, 2),
-                    _num(p.compute_gflops, 2),
+                    _num(p.probe_gb_s, 2),
+                    _num(p.slower_probe_gb_s, 2),
+                    _num(p.probe_compute_gflops, 2),
                     _num(p.cpu_ms_per_token),
                     str(b.steps) if b else "",
                     _num(b.step_ms) if b else "",
-                    _num(p.prefill_ms),
+                    _num(p.ttft_ms),
                     p.prefill_arithmetic,
                     _num(p.peak_gops, 1),
                     _num(p.peak_probed_gops, 1),
@@ -160,9 +160,20 @@ def read_profile(folder: Path) -> list[EngineProfile]:
         return []
 
 
+# profile.json's keys before their renames -> today's: folders written then still open. The probe's
+# figures read as the engine's own rate (runs.csv's bandwidth_gb_s); prefill_ms was the median TTFT.
+RENAMED = {
+    "bandwidth_gb_s": "probe_gb_s",
+    "slower_bandwidth_gb_s": "slower_probe_gb_s",
+    "bandwidth_label": "probe_label",
+    "compute_gflops": "probe_compute_gflops",
+    "prefill_ms": "ttft_ms",
+}
+
+
 def _engine_profile(raw: dict) -> EngineProfile:
     known = set(EngineProfile.__dataclass_fields__)
-    fields = {k: v for k, v in raw.items() if k in known}
+    fields = {RENAMED.get(k, k): v for k, v in raw.items() if RENAMED.get(k, k) in known}
     for phase in ("decode", "prefill"):
         if fields.get(phase):
             fields[phase] = PhaseBreakdown(**fields[phase])

@@ -72,11 +72,11 @@ def _ms(value: float | None, digits: int = 2) -> str:
 
 def _moved(p: EngineProfile) -> bool:
     """Whether the engine's two probes differ enough to show the slower one too."""
-    return bool(p.bandwidth_gb_s and p.slower_bandwidth_gb_s and p.slower_bandwidth_gb_s < p.bandwidth_gb_s - 0.05)
+    return bool(p.probe_gb_s and p.slower_probe_gb_s and p.slower_probe_gb_s < p.probe_gb_s - 0.05)
 
 
 def _bandwidth_cell(p: EngineProfile) -> str:
-    return _ms(p.bandwidth_gb_s, 1) + (f" ({p.slower_bandwidth_gb_s:.1f})" if _moved(p) else "")
+    return _ms(p.probe_gb_s, 1) + (f" ({p.slower_probe_gb_s:.1f})" if _moved(p) else "")
 
 
 def _share_cell(p: EngineProfile) -> str:
@@ -112,10 +112,10 @@ def prefill_row(p: EngineProfile) -> list[str]:
     peak = _ms(p.peak_gops, 0) + (f" ({p.peak_probed_gops:.0f})" if _peak_moved(p) else "")
     head = [
         p.engine,
-        _ms(p.prefill_ms, 1),
+        _ms(p.ttft_ms, 1),
         _ms(breakdown.step_ms, 1) if breakdown and p.status == RunStatus.OK else "-",
         _ms(p.roofline_ms, 1),
-        _ms(p.bandwidth_gb_s, 1),
+        _ms(p.probe_gb_s, 1),
         share,
         peak,
         _arithmetic_cell(p),
@@ -135,7 +135,7 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
     if p.status != RunStatus.OK or breakdown is None:
         return (
             head
-            + ["-", _ms(p.floor_ms), bandwidth, share, _ms(p.compute_gflops, 0), _ms(p.cpu_ms_per_token)]
+            + ["-", _ms(p.floor_ms), bandwidth, share, _ms(p.probe_compute_gflops, 0), _ms(p.cpu_ms_per_token)]
             + ["-"] * len(ORDER)
             + [str(p.status) if p.status != RunStatus.OK else p.profiler]
         )
@@ -147,7 +147,7 @@ def profile_row(p: EngineProfile, phase: str = "decode") -> list[str]:
             _ms(p.floor_ms),
             bandwidth,
             share,
-            _ms(p.compute_gflops, 0),
+            _ms(p.probe_compute_gflops, 0),
             _ms(p.cpu_ms_per_token),
         ]
         + [_ms(breakdown.categories.get(c.value)) for c in ORDER]

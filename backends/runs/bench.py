@@ -28,9 +28,10 @@ def bench_cell(config: BenchConfig, prompt_ids: list[int]) -> Cell:
     return Cell(tuple(prompt_ids), config.new_tokens)
 
 
-def finish_bench(result: BenchResult, threads: int, cancelled: bool) -> None:
-    """After the workers are closed: agreement with the reference, and environment.json's content."""
-    config = result.config
+def finish_bench(result: BenchResult, orchestrator: Orchestrator) -> None:
+    """After the workers are closed: agreement with the reference, and environment.json's content
+    (bench's, quality's and profile's alike)."""
+    config, cancelled = result.config, orchestrator.cancelled
     result.cancelled = cancelled
     fill_agreement(result.runs, result.tokens, config.reference_backend)
     result.environment = collect_environment(
@@ -38,7 +39,8 @@ def finish_bench(result: BenchResult, threads: int, cancelled: bool) -> None:
         config.as_dict(),
         {
             "prompt_tokens": len(result.prompt_ids),
-            "threads_resolved": threads,
+            "threads_resolved": orchestrator.threads,
+            "threads_resolution": orchestrator.threads_resolution,
             "reference": config.reference_backend,
             "cancelled": cancelled,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -76,7 +78,7 @@ class BenchSession:
         self._orchestrator.emit(SessionStarted(model, list(prompt_ids), self.config))
         with self._orchestrator.session(result):
             self._orchestrator.run_bench(bench_cell(self.config, prompt_ids))
-        finish_bench(result, self.threads, self._orchestrator.cancelled)
+        finish_bench(result, self._orchestrator)
         if self.config.calibrate_harness and not result.cancelled:  # after the engines closed: nothing competes
             self._orchestrator.emit(HarnessCalibrating(CALIBRATION_TOKENS))
             result.environment["harness"] = calibrate_harness(
@@ -89,7 +91,6 @@ class BenchSession:
                 cancelled=lambda: self._orchestrator.cancelled,
             )
             self._orchestrator.emit(HarnessCalibrated(result.environment["harness"]))
-        result.environment["threads_resolution"] = self._orchestrator.threads_resolution
         _remember(result)
         return result
 

@@ -118,7 +118,7 @@ class ProfileSession:
                     result.bandwidth = faster(result.bandwidth, probe)
                 result.profiles.append(profile)
                 orchestrator.emit(ProfileEngineDone(profile))
-        finish_bench(result.bench, self.threads, orchestrator.cancelled)
+        finish_bench(result.bench, orchestrator)
         if result.bandwidth is not None:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
         if result.compute_peaks is not None:
@@ -222,10 +222,10 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
     probes = sorted((p for p in (before, after) if p is not None), key=lambda p: p.gb_s)
     if probes:
         fastest = probes[-1]
-        profile.bandwidth_gb_s, profile.bandwidth_label = fastest.gb_s, f"{fastest.label} at {fastest.measured_at}"
-        profile.slower_bandwidth_gb_s = probes[0].gb_s
+        profile.probe_gb_s, profile.probe_label = fastest.gb_s, f"{fastest.label} at {fastest.measured_at}"
+        profile.slower_probe_gb_s = probes[0].gb_s
         profile.floor_device = fastest.device
-    profile.compute_gflops = max((p.compute_gflops for p in probes if p.compute_gflops), default=None)
+    profile.probe_compute_gflops = max((p.compute_gflops for p in probes if p.compute_gflops), default=None)
     return probes[-1] if probes else None
 
 
@@ -261,7 +261,7 @@ def _fill_measured(
         return statistics.median(values) if values else None
 
     profile.ms_per_token = median(r.ms_per_token for r in measured)
-    profile.prefill_ms = median(r.ttft_ms for r in measured)
+    profile.ttft_ms = median(r.ttft_ms for r in measured)
     cpu = median(r.cpu_s_per_token for r in measured)
     profile.cpu_ms_per_token = None if cpu is None else cpu * 1e3
     profile.bytes_per_token = bytes_per_token(ready, prompt_tokens, new_tokens)
