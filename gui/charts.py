@@ -16,6 +16,7 @@ from PySide6.QtCore import QPointF
 from PySide6.QtGui import QColor
 
 from .axes import CountAxis, LogAxis
+from .side_legend import SideLegend
 from .theme import Theme, current_theme
 
 
@@ -40,8 +41,10 @@ class _Chart(pg.PlotWidget):
         self.plotItem.setTitle(title)
         self.plotItem.setLabel("bottom", x_label)
         self.plotItem.setLabel("left", y_label)
+        for side in ("bottom", "left"):  # the labels carry their units: no "(x0.001)" scale beside them
+            self.plotItem.getAxis(side).enableAutoSIPrefix(False)
         self.plotItem.showGrid(x=True, y=True, alpha=0.15)
-        self.legend = self.plotItem.addLegend(offset=(-10, 10))
+        self.legend = SideLegend(self.plotItem)
         self.legend.setVisible(False)  # an empty legend is an empty box: shown once there are engines
         self._live: int | None = None
         self._view: list[float] | None = None
@@ -146,6 +149,12 @@ class _Chart(pg.PlotWidget):
         self.curves = {name: self._curve(name, colour) for name, colour in colours.items()}
         self.legend.setVisible(bool(colours))
 
+    def set_run(self, name: str, run: str) -> None:
+        """Which run `name`'s curve draws ("run 2 of 3"), beside its name in the legend, which goes
+        into an exported PNG."""
+        if name in self.curves:
+            self.legend.set_text(self.curves[name], f"{name} · {run}" if run else name)
+
     def _curve(self, name: str, colour: QColor) -> pg.PlotDataItem:
         curve = self.plotItem.plot([], [], name=name, pen=pg.mkPen(colour, width=1.6))
         curve.setClipToView(True)
@@ -240,9 +249,6 @@ class RaceChart(_Chart):
             "tokens",
             {"left": CountAxis(orientation="left")},
         )
-        # bottom right: every curve climbs to the top right, where the slowest run ends in the
-        # corner; a legend there hid that engine's finish
-        self.legend.setOffset((-10, -10))
 
     def set_series(self, name: str, seconds: np.ndarray) -> None:
         self._draw(name, seconds, np.arange(1, seconds.size + 1))

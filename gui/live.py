@@ -218,9 +218,11 @@ class LiveView:
         label: str,
         total: int | None = None,
         record: RunRecord | None = None,
+        prefix: str = "",
     ) -> None:
-        """A run begins on `name`'s pane; `record`: the recorded run a replay plays (it knows how its
-        engine's steps went)."""
+        """A run begins on `name`'s pane; `label` says which run ("run 2 of 3") on its tag, after
+        `prefix` ("replay · "), and beside its curves' legend entries; `record`: the recorded run a
+        replay plays (it knows how its engine's steps went)."""
         total = total or self._totals.get(name, 0)
         self.traces[name] = trace = Trace(run_id, start_ns, total)
         if record is not None:
@@ -230,7 +232,8 @@ class LiveView:
         pane = self.grid.panes[name]
         pane.reset(self.prompt)
         earlier = "an earlier run failed · " if name in self._failed else ""
-        pane.set_tag(earlier + (label or run_id), "warn" if earlier else "info")
+        pane.set_tag(earlier + prefix + (label or run_id), "warn" if earlier else "info")
+        self._name_run(name, label or run_id)
         pane.set_status("prefill…")
         pane.set_progress(0, max(1, total))
 
@@ -296,6 +299,11 @@ class LiveView:
         self.latency.set_series(name, latency, [t.text for t in tokens])
         self.race.set_series(name, np.array([t.t_ms / 1e3 for t in tokens], dtype=np.float64))
 
+    def _name_run(self, name: str, run: str) -> None:
+        """Which run the curves draw, in their legends: a pane's tag does not go into an exported PNG."""
+        self.latency.set_run(name, run)
+        self.race.set_run(name, run)
+
     # --- a finished or loaded session ---------------------------------------------------------
     def show_records(self, runs: list[RunRecord], tokens: list[TokenRecord]) -> None:
         """Fill each pane with its engine's typical measured run (display_run), straight from the records."""
@@ -315,11 +323,13 @@ class LiveView:
             pane.reset(self.prompt)
             pane.append([t.text for t in run_tokens])
             failures = [r for r in mine if r.status not in ("ok", "cancelled")]
+            label = run_label(shown.repeat, shown.is_warmup, repeats)
             if run_tokens:
                 self.show_tokens(name, run_tokens)
+                self._name_run(name, label if shown.status == "ok" else f"{label} · {shown.status}")
                 pane.set_status(record_status(shown, repeats))
                 pane.set_progress(len(run_tokens), max(1, shown.new_tokens))
-            pane.set_tag(run_label(shown.repeat, shown.is_warmup, repeats))
+            pane.set_tag(label)
             if failures:
                 pane.show_error(failures[0].error or failures[0].status)
             elif shown.status == "cancelled":  # says more than whether its part agrees

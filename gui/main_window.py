@@ -224,8 +224,14 @@ class MainWindow(QMainWindow):
         return started
 
     def _on_replay_finished(self) -> None:
-        self.view.set_live(None)
-        self.messages.say("Replay finished")
+        # a replay only animates the records: finished or stopped part-way (whose figures no record
+        # holds), the panes and curves show the whole recorded runs again, tags included
+        self.view.redraw()
+        self.messages.say(
+            "Replay finished"
+            if self.replayer.completed
+            else "Replay stopped: the panes show the whole recorded runs again"
+        )
 
     def _update_actions(self) -> None:
         data = self.view.data

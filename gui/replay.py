@@ -2,6 +2,8 @@
 
 Each engine ran alone, so its run is timed without contention; replaying every engine's run
 from t = 0 with each token at its recorded t_ms shows the race that was actually measured.
+A replay only animates records: when it ends, finished or stopped, the window draws the records
+again (its figures part-way through are of no record).
 """
 
 from __future__ import annotations
@@ -14,17 +16,15 @@ from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Signal
 from whistle_stop.backends.results.records import RunRecord, TokenRecord, runs_of
 
 from .event_queue import TICK_MS
-from .live import LiveView, display_run, record_status, repeats_like
+from .live import LiveView, display_run, repeats_like, run_label
 
 
 @dataclass
 class _Lane:
     name: str
-    record: RunRecord
     t_ms: np.ndarray
     ids: list[int]
     texts: list[str]
-    repeats: int  # the engine's measured runs: its pane says which one it replayed
     shown: int = 0
 
 
@@ -45,6 +45,11 @@ class Replayer(QObject):
     @property
     def running(self) -> bool:
         return self._timer.isActive()
+
+    @property
+    def completed(self) -> bool:
+        """Whether the last replay played every token (False: it was stopped part-way)."""
+        return all(lane.shown >= lane.t_ms.size for lane in self._lanes)
 
     @staticmethod
     def lanes_for(runs: list[RunRecord], tokens: list[TokenRecord]) -> dict[str, tuple[RunRecord, list[TokenRecord]]]:
@@ -72,15 +77,16 @@ class Replayer(QObject):
             self._lanes.append(
                 _Lane(
                     name,
-                    record,
                     np.array([t.t_ms for t in run_tokens]),
                     [t.token_id for t in run_tokens],
                     [t.text for t in run_tokens],
-                    repeats_like(runs_of(runs, name), record),
                 )
             )
-            label = f"replay · run {record.repeat}" + (f" at {speed:g}×" if speed != 1 else "")
-            self.live.start_trace(name, record.run_id, 0, label, total=record.new_tokens, record=record)
+            run = run_label(record.repeat, record.is_warmup, repeats_like(runs_of(runs, name), record))
+            if record.status != "ok":  # a cancelled run replays as what it was
+                run += f" · {record.status}"
+            prefix = "replay" + (f" at {speed:g}×" if speed != 1 else "") + " · "
+            self.live.start_trace(name, record.run_id, 0, run, total=record.new_tokens, record=record, prefix=prefix)
         self._clock.start()
         self._timer.start()
         self.started.emit()
@@ -104,9 +110,4 @@ class Replayer(QObject):
             done = done and lane.shown >= lane.t_ms.size
         self.live.flush()
         if done:
-            for lane in self._lanes:
-                pane = self.live.grid.panes[lane.name]
-                pane.set_status(record_status(lane.record, lane.repeats))  # the record is the authority, as after a run
-                if pane.divergence is None:  # keep a divergence tag: it says more
-                    pane.set_tag("replayed", "ok")
-            self.stop()
+            self.stop()  # the window draws the records again (its `finished` handler)

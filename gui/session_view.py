@@ -93,6 +93,11 @@ class SessionView:
         self.replayable = data.finished and data.mode == "fair" and bool(Replayer.lanes_for(data.runs, data.tokens))
         self._on_change()
 
+    def redraw(self) -> None:
+        """The panes and curves from the session's records again (a replay drew them token by token)."""
+        self.set_live(None)
+        self.live.show_records(self.data.runs, self.data.tokens)
+
     def _mark_charts(self) -> None:
         mark = "race mode: contended timings" if self.data.mode == "race" else ""
         for chart in (self.latency, self.race, self.histogram):

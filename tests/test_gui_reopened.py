@@ -271,3 +271,66 @@ def test_a_damaged_profile_json_opens_as_a_plain_session(qtbot, window, tmp_path
     (tmp_path / "s" / "profile.json").write_text(profile)
     with qtbot.waitSignal(window.session_loaded):  # was TypeError from EngineProfile(**{})
         assert window.open_session(tmp_path / "s")
+
+
+def _on_screen(window) -> dict[str, tuple]:
+    """Each pane's tag, line, text and curves (latency and race) as drawn."""
+    out = {}
+    for name, pane in window.grid.panes.items():
+        curves = tuple(
+            tuple(np.asarray(a if a is not None else []).tolist() for a in chart.curves[name].getData())
+            for chart in (window.latency, window.race)
+        )
+        out[name] = (pane.tag.text(), pane.status.text(), pane.generated_text(), curves)
+    return out
+
+
+def test_a_replay_stopped_part_way_leaves_the_whole_recorded_runs_on_screen(qtbot, window, tmp_path):
+    """Stopping a replay (Esc) restores what the records show: its part-way figures ("12/40 tokens",
+    a TTFT-only line, half curves) are of no record."""
+    records, tokens = [], []
+    for name, gap_ms in (("hf", 100.0), ("onnx", 60.0)):  # 4 and 2.4 s: a stop comes part-way
+        for repeat in (1, 2, 3):
+            stamps = [10.0 + (gap_ms + repeat) * i for i in range(40)]
+            record, run_tokens = recorded(name, repeat, stamps, new_tokens=40)
+            records.append(record)
+            tokens += run_tokens
+    write_results(tmp_path / "s", records, tokens, {"reference": "hf"})
+    with qtbot.waitSignal(window.session_loaded):
+        assert window.open_session(tmp_path / "s")
+    before = _on_screen(window)
+    assert before["hf"][1] == record_status(records[1], 3)  # run 2 of 3, the typical one
+
+    assert window.replay(speed=1.0)
+    qtbot.waitUntil(lambda: 0 < window.grid.panes["hf"].token_count < 40, timeout=10_000)
+    window.cancel()
+    assert not window.replayer.running and "Replay stopped" in window.state.text()
+    assert _on_screen(window) == before
+    for chart in (window.latency, window.race):  # fitted to the whole runs again, not growing with a stream
+        assert chart.plotItem.vb.autoRangeEnabled() == [True, True]
+
+
+def test_a_replayed_cancelled_run_keeps_saying_so(qtbot, window, tmp_path):
+    """A pane whose run was cancelled, or whose engine never ran, says so before, during and after a
+    Replay (a finished replay tagged every pane it drew "replayed", as if its run had been whole)."""
+    from whistle_stop.gui.session_data import SessionData
+
+    ok, ok_tokens = recorded("hf", 1, [10.0 + 2 * i for i in range(20)])
+    cut, cut_tokens = recorded("onnx", 1, [10.0 + 30 * i for i in range(7)], status="cancelled")
+    data = SessionData(
+        [ok, cut], ok_tokens + cut_tokens, backends=["hf", "onnx", "numpy"], reference="hf", finished=True
+    )
+    data.cancelled = True
+    window.view.show_engines(data.backends)  # as a live run cancelled before numpy's turn leaves it
+    window.live.begin(data.prompt, data.reference, data.greedy, 1)
+    window.view.show(data)
+    tags = {name: pane.tag.text() for name, pane in window.grid.panes.items()}
+    assert tags == {"hf": "reference", "onnx": "cancelled", "numpy": "not run"}
+
+    with qtbot.waitSignal(window.replayer.finished, timeout=30_000):
+        assert window.replay(speed=0.5)  # 0.4 s
+        assert window.grid.panes["onnx"].tag.text() == "replay at 0.5× · run 1 of 1 · cancelled"
+    assert window.replayer.completed and window.state.text() == "Replay finished"
+    panes = window.grid.panes  # (a replay's panes are new ones)
+    assert {name: pane.tag.text() for name, pane in panes.items()} == tags
+    assert panes["onnx"].status.text() == record_status(cut, 1) and panes["onnx"].token_count == 7
