@@ -109,6 +109,30 @@ def test_cancel_stops_within_one_token(tiny_model):
     assert not live_workers()
 
 
+def test_cancel_during_a_load_ends_it_at_once_and_is_no_error(tiny_model):
+    """A load keeps nothing and most runtimes cannot be told to stop one: Cancel ends the loading worker at
+    once (it waited out the 5 s cancel grace, then read "killed: did not stop within the cancel grace
+    period", an error), and its row says cancelled, with no error."""
+    from whistle_stop.backends.worker.events import Progress
+
+    session_box = {}
+
+    def on_event(event):  # the engine said it is loading ("pretending to build something")
+        if isinstance(getattr(event, "event", None), Progress) and "cancelled_at" not in session_box:
+            session_box["cancelled_at"] = time.monotonic()
+            session_box["session"].cancel()
+
+    specs = {"slow_load": fake_engines.spec("slow_load", load_s=60.0), "never": fake_engines.spec("never")}
+    session = _session(tiny_model, specs, on_event=on_event)
+    session_box["session"] = session
+    result = session.run()
+    assert time.monotonic() - session_box["cancelled_at"] < 3.0  # not the 5 s grace, nor the 60 s load
+    (row,) = result.runs
+    assert row.backend == "slow_load" and row.status == "cancelled" and row.error == ""
+    assert "cancelled while loading" in row.notes and result.cancelled
+    assert not live_workers()
+
+
 class DeafEngine(fake_engines.ScriptedEngine):
     """Its own loop, which never looks at cancel: two tokens, then it hangs (a runtime that cannot be told)."""
 

@@ -71,7 +71,10 @@ def load_failure_record(ctx: RecordContext, name: str, ready: Ready | None, cell
     """The one row of an engine that did not load (repeat 0)."""
     record = base_record(ctx, name, ready, 0, False, cell)
     record.status = outcome_status(None, exc.event)
-    record.error = f"load failed: {exc}"
+    if record.status is RunStatus.CANCELLED:  # Cancel is never an error: the row only says when it came
+        record.notes = "; ".join(n for n in (record.notes, "cancelled while loading") if n)
+    else:
+        record.error = f"load failed: {exc}"
     return record
 
 

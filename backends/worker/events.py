@@ -272,9 +272,10 @@ class Failed:
 
 @message
 class WorkerLost:
-    """Made by the parent: the child crashed, hung past its timeout, or was killed on cancel."""
+    """Made by the parent: the child crashed, hung past its timeout, or was killed on cancel (at once while
+    it loads)."""
 
-    reason: RunStatus  # CRASHED, TIMEOUT or KILLED
+    reason: RunStatus  # CRASHED, TIMEOUT, KILLED, or CANCELLED (a load cut by Cancel)
     detail: str = ""
     run_id: str | None = None
 

@@ -346,6 +346,9 @@ class Worker:
             wait = min(deadline - now, POLL_S)
             if self._closing:
                 return self._lose(RunStatus.KILLED, f"closed while {self._state.value}", run_id)
+            if self._cancel_requested_at is not None and self._state is WorkerState.LOADING:
+                # a load keeps nothing worth its grace: most runtimes cannot be told to stop one
+                return self._lose(RunStatus.CANCELLED, "cancelled while loading", run_id)
             if self._cancel_requested_at is not None and now - self._cancel_requested_at > self.timeouts.cancel_grace_s:
                 return self._lose(RunStatus.KILLED, "did not stop within the cancel grace period", run_id)
             if wait <= 0:
