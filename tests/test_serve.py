@@ -112,10 +112,16 @@ def test_bad_input_is_a_clear_4xx_and_the_server_goes_on(null_server, body, stat
 
 
 def test_wrong_routes_and_methods_answer_json(null_server):
-    status, _, body = request(null_server.port, "GET", "/v1/completions")
+    """Each says what to call instead: a client's author reads the message, not Starlette's 'Not Found'."""
+    status, headers, body = request(null_server.port, "GET", "/v1/completions")
     assert status == 405 and body["error"]["code"] == 405
+    assert body["error"]["message"].startswith("GET is not allowed on /v1/completions; this server answers POST")
+    assert "POST" in headers.get("allow", headers.get("Allow", ""))
     status, _, body = request(null_server.port, "GET", "/v2/nothing")
     assert status == 404 and body["error"]["code"] == 404
+    assert body["error"]["message"].startswith("no route GET /v2/nothing; this server answers POST /v1/completions")
+    status, _, body = request(null_server.port, "POST", "/v1/chat/completions")
+    assert status == 404 and "GPT-2 has no chat template" in body["error"]["message"]
 
 
 def test_the_api_key_is_required_and_never_logged(tiny_model):

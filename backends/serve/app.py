@@ -80,8 +80,24 @@ async def models(request: Request) -> Response:
     return JSONResponse(models_body(service.info, service.model.model_id, service.created))
 
 
-async def _http_error(_request: Request, exc: HTTPException) -> Response:
-    return JSONResponse(error_body(str(exc.detail), exc.status_code), exc.status_code)
+ROUTES_TEXT = "POST /v1/completions, GET /v1/models, GET /health, GET /metrics"
+
+
+def route_error(method: str, path: str, status: int, detail: str) -> str:
+    """Starlette's "Not Found" or "Method Not Allowed", said so that a client's author knows what to call
+    instead: a chat client asks for /v1/chat/completions, which a model without a chat template has not."""
+    if status == 404 and path.rstrip("/").endswith("/chat/completions"):
+        return f"{path}: GPT-2 has no chat template; send the text as a prompt to POST /v1/completions"
+    if status == 404:
+        return f"no route {method} {path}; this server answers {ROUTES_TEXT}"
+    if status == 405:
+        return f"{method} is not allowed on {path}; this server answers {ROUTES_TEXT}"
+    return detail
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    message = route_error(request.method, request.url.path, exc.status_code, str(exc.detail))
+    return JSONResponse(error_body(message, exc.status_code), exc.status_code, headers=exc.headers)
 
 
 async def _server_error(_request: Request, exc: Exception) -> Response:
