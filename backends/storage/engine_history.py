@@ -1,7 +1,7 @@
 """What each engine measured on this machine in its last few sessions, per model: its one-time
 build, cold start, TTFT and ms/token. A small JSON in the user cache, written when a bench
-finishes; the window's estimate before Run reads the median of each ("builds onnx-int8: last took
-18.6 s; about 40 s"), so one slow session (a cold page cache, a busy moment) does not move it.
+finishes; the window's estimate before Run reads the median of each ("one-time builds first:
+onnx-int8 (about 18.6 s here)"), so one slow session (a cold page cache, a busy moment) does not move it.
 
 The file holds at most KEEP figures of each kind per engine and model, for the MAX_ENTRIES pairs
 measured last. A file it cannot read (corrupt, or a later format) counts as empty; the first
