@@ -3,6 +3,7 @@ valid Chrome traces, and profiled runs kept out of the benchmark records."""
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -477,7 +478,10 @@ def _written_profile():
         probe_compute_gflops=200.0,
         decode=PhaseBreakdown("decode", 9, 10.5, categories),
         prefill=PhaseBreakdown("prefill", 1, 60.0, categories),
-        top_ops=[OpShare("decode", "linear", "matmul", 4.0, 12.0, 0.4)],
+        top_ops=[
+            OpShare("decode", "linear", "matmul", 4.0, 12.0, 0.4),
+            OpShare("decode", "copy_", "kv cache", 1.0, 12.0, 0.1),
+        ],
     )
 
 
@@ -508,9 +512,27 @@ def test_profile_csvs_name_their_columns_as_the_other_files_do(tmp_path):
     assert engine["probe_gb_s"] == 50.0 and "bandwidth_gb_s" not in engine
 
 
+def test_profile_json_names_the_backend_and_the_categories_as_breakdown_csv_does(tmp_path):
+    """`backend` as in every other file, and each phase's categories under breakdown.csv's keys
+    (`kv_cache`, not the label "kv cache"); the Python attribute stays `engine`."""
+    from whistle_stop.backends.profile.files import read_profile, write_profile
+
+    profile = _written_profile()
+    write_profile(tmp_path, [profile], {})
+    (engine,) = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))["engines"]
+    assert engine["backend"] == "numpy" and "engine" not in engine
+    for phase in ("decode", "prefill"):
+        assert list(engine[phase]["categories"]) == [c.key for c in Category]
+    assert [op["category"] for op in engine["top_ops"]] == ["matmul", "kv_cache"]  # top_ops.csv's too
+    with (tmp_path / "top_ops.csv").open(newline="", encoding="utf-8") as f:
+        assert [row["category"] for row in csv.DictReader(f)] == ["matmul", "kv_cache"]
+    assert read_profile(tmp_path) == [profile]
+
+
 def test_a_profile_json_from_before_the_renames_still_opens(tmp_path):
-    """Folders written before the probe's figures and the TTFT were renamed (docs/measurements/data,
-    users' own) read back as they were written: the report and the window's Open show them."""
+    """Folders written before the probe's figures, the TTFT and the backend were renamed and the
+    categories keyed by key (docs/measurements/data, users' own) read back as they were written: the
+    report and the window's Open show them."""
     from whistle_stop.backends.profile.files import read_profile, write_profile
     from whistle_stop.backends.profile.table import prefill_row, profile_row
 
@@ -524,8 +546,15 @@ def test_a_profile_json_from_before_the_renames_still_opens(tmp_path):
         "probe_label": "bandwidth_label",
         "probe_compute_gflops": "compute_gflops",
         "ttft_ms": "prefill_ms",
+        "backend": "engine",
     }
     data["engines"] = [{old_names.get(k, k): v for k, v in e.items()} for e in data["engines"]]
+    labels = {c.key: c.value for c in Category}
+    for engine in data["engines"]:
+        for phase in ("decode", "prefill"):
+            engine[phase]["categories"] = {labels[k]: ms for k, ms in engine[phase]["categories"].items()}
+        for op in engine["top_ops"]:
+            op["category"] = labels[op["category"]]
     path.write_text(json.dumps(data), encoding="utf-8")
     (read_back,) = read_profile(tmp_path)
     assert read_back == profile

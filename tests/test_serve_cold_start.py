@@ -53,7 +53,7 @@ def test_bench_serve_cold_start_writes_the_table_and_csv(tmp_path, capsys):
     with (tmp_path / cold_start.FILE).open() as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(cold_start.HEADERS)
-    assert [(r["engine"], r["server"], r["status"]) for r in rows] == [("null", "whistle-stop serve", "ok")]
+    assert [(r["backend"], r["server"], r["status"]) for r in rows] == [("null", "whistle-stop serve", "ok")]
     serve_s, engine_s = float(rows[0]["serve_cold_start_s"]), float(rows[0]["engine_cold_start_s"])
     assert 0 < engine_s < serve_s < 60  # a server process and an HTTP request on top of the worker's cold start
 
@@ -74,6 +74,27 @@ def test_own_servers_are_timed_or_skipped_with_the_reason(tiny_model, prompt_ids
     ]
     assert rows[0].engine_cold_start_s == 0.2 and all(r.serve_cold_start_s for r in rows[:3])
     assert len(said) == 3
+
+
+def test_the_csv_names_the_backend_and_a_file_from_before_still_reads(tmp_path):
+    """`backend` as every other file names it; a file written when the column was `engine`
+    (docs/measurements/data, users' own) reads the same, so `report` still shows its table."""
+    from whistle_stop.backends.report.markdown import serve_cold_start_markdown
+
+    rows = [
+        cold_start.ServeColdStart("null", "whistle-stop serve", "ok", 0.5, 0.2),
+        cold_start.ServeColdStart("numpy", "own server", "skipped", None, None, "not installed here"),
+    ]
+    path = cold_start.write_csv(tmp_path, rows)
+    header, *_ = path.read_text(encoding="utf-8").splitlines()
+    assert header.split(",")[0] == "backend" and "engine," not in header
+    assert cold_start.read_csv(tmp_path) == rows
+    page = serve_cold_start_markdown(tmp_path)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / cold_start.FILE).write_text(path.read_text(encoding="utf-8").replace("backend,", "engine,", 1))
+    assert cold_start.read_csv(old) == rows
+    assert serve_cold_start_markdown(old) == page
 
 
 def test_a_server_that_dies_at_start_is_a_failed_row(tiny_model, prompt_ids):

@@ -15,7 +15,7 @@ from ..results.export import write_csv
 from ..status import RunStatus
 from ..storage.atomic import atomic_write
 from .breakdown import EngineProfile, OpShare, PhaseBreakdown
-from .categories import ORDER
+from .categories import ORDER, Category
 
 BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "profile.json"
 
@@ -109,7 +109,7 @@ def top_ops_rows(profiles: Sequence[EngineProfile]) -> list[list[str]]:
             op.phase,
             str(rank),
             op.name,
-            op.category,
+            _KEYS.get(op.category, op.category),
             _num(op.ms_per_step),
             _num(op.calls_per_step, 1),
             _num(op.share),
@@ -132,7 +132,7 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
         "settings": settings,
         "engines": [
             dict(
-                asdict(p),
+                _entry(p),
                 floor_ms=p.floor_ms,
                 overhead_pct=p.overhead_pct,
                 floor_share=p.floor_share,
@@ -151,6 +151,18 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
     return written
 
 
+def _entry(p: EngineProfile) -> dict:
+    """profile.json's entry for one engine: `backend` as every file names it, the phases' categories by key."""
+    fields = asdict(p)
+    entry = {"backend": fields.pop("engine"), **fields}
+    for phase in ("prefill", "decode"):
+        if entry[phase]:
+            entry[phase]["categories"] = {_KEYS.get(k, k): ms for k, ms in entry[phase]["categories"].items()}
+    for op in entry["top_ops"]:
+        op["category"] = _KEYS.get(op["category"], op["category"])
+    return entry
+
+
 def read_profile(folder: Path) -> list[EngineProfile]:
     """The engines' profiles from a folder's profile.json ([] when there is none or it is unreadable)."""
     path = Path(folder) / PROFILE_JSON
@@ -160,15 +172,21 @@ def read_profile(folder: Path) -> list[EngineProfile]:
         return []
 
 
-# profile.json's keys before their renames -> today's: folders written then still open. The probe's
-# figures read as the engine's own rate (runs.csv's bandwidth_gb_s); prefill_ms was the median TTFT.
+# profile.json's keys -> EngineProfile's attributes where they differ: today's `backend` (every file's
+# name) is the attribute `engine`, and the keys before their renames still open (folders written then).
+# The probe's figures read as the engine's own rate (runs.csv's bandwidth_gb_s); prefill_ms was the median
+# TTFT. An old `engine` key is the attribute's own name.
 RENAMED = {
+    "backend": "engine",
     "bandwidth_gb_s": "probe_gb_s",
     "slower_bandwidth_gb_s": "slower_probe_gb_s",
     "bandwidth_label": "probe_label",
     "compute_gflops": "probe_compute_gflops",
     "prefill_ms": "ttft_ms",
 }
+# Categories (the phases' and the top operations') are Category.key in the files (labels before), labels in memory.
+_KEYS = {c.value: c.key for c in Category}
+_LABELS = {c.key: c.value for c in Category}
 
 
 def _engine_profile(raw: dict) -> EngineProfile:
@@ -176,7 +194,11 @@ def _engine_profile(raw: dict) -> EngineProfile:
     fields = {RENAMED.get(k, k): v for k, v in raw.items() if RENAMED.get(k, k) in known}
     for phase in ("decode", "prefill"):
         if fields.get(phase):
-            fields[phase] = PhaseBreakdown(**fields[phase])
-    fields["top_ops"] = [OpShare(**op) for op in fields.get("top_ops") or []]
+            categories = {_LABELS.get(k, k): ms for k, ms in fields[phase]["categories"].items()}
+            fields[phase] = PhaseBreakdown(**dict(fields[phase], categories=categories))
+    fields["top_ops"] = [
+        OpShare(**dict(op, category=_LABELS.get(op.get("category"), op.get("category"))))
+        for op in fields.get("top_ops") or []
+    ]
     fields["status"] = RunStatus.parse(str(fields.get("status", "ok")))
     return EngineProfile(**fields)

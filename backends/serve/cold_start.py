@@ -37,7 +37,7 @@ from ..sources.model_files import ModelFiles
 from ..storage.atomic import atomic_write
 
 FILE = "serve_cold_start.csv"
-HEADERS = ("engine", "server", "status", "serve_cold_start_s", "engine_cold_start_s", "note")
+HEADERS = ("backend", "server", "status", "serve_cold_start_s", "engine_cold_start_s", "note")
 TABLE_HEADERS = ("engine", "server", "load to finish s", "engine cold start s", "status / note")
 TABLE_NOTE = (
     "engine cold start: the bench's, its worker spawned to its first token (no HTTP, no server process); "
@@ -232,14 +232,15 @@ def measure(
 
 
 def read_csv(folder: Path) -> list[ServeColdStart]:
-    """serve_cold_start.csv of a results folder ([] where the bench did not time it)."""
+    """serve_cold_start.csv of a results folder ([] where the bench did not time it); a file written
+    before its `engine` column was named `backend`, as in every other file, reads the same."""
     path = folder / FILE
     if not path.is_file():
         return []
     with path.open(newline="", encoding="utf-8") as handle:
         return [
             ServeColdStart(
-                row["engine"],
+                row["backend"] if "backend" in row else row["engine"],
                 row["server"],
                 row["status"],
                 float(row["serve_cold_start_s"]) if row["serve_cold_start_s"] else None,
