@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from .. import registry
+from .common import stdout_console
 from .main import EXIT_OK
+from .tables import TextTable, print_table
+
+HEADERS = ("engine", "precision", "available", "what it is / why not")
 
 
 def backends_command(_args: argparse.Namespace) -> int:
-    table = Table(title="whistle-stop engines")
-    for column in ("engine", "precision", "available", "what it is / why not"):
-        table.add_column(column)
+    rows, styles = [], []
     for name, spec in registry.ENGINES.items():
         ok, why = registry.available(name)
-        table.add_row(
-            name,
-            spec.precision,
-            "yes" if ok else "no",
-            escape(spec.description if ok else why),
-            style=None if ok else "dim",
-        )
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+        rows.append([name, spec.precision, "yes" if ok else "no", spec.description if ok else why])
+        styles.append(None if ok else "dim")
+    table = TextTable("whistle-stop engines", HEADERS, rows, left=HEADERS, prose=(HEADERS[-1],), row_styles=styles)
+    print_table(stdout_console(), table)
     return EXIT_OK

@@ -6,7 +6,6 @@ import argparse
 import os
 
 from rich.console import Console
-from rich.table import Table
 
 from ..results.export import write_results
 from ..results.summary import (
@@ -37,6 +36,7 @@ from .common import (
 )
 from .load_table import print_load
 from .main import EXIT_OK, EXIT_RUN_FAILED
+from .tables import TextTable, print_table
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -111,14 +111,17 @@ def _warn_if_busy(threads: int, err: Console) -> None:
 
 def print_summary(result: BenchResult, console: Console) -> None:
     title = f"{result.model.label}: {len(result.prompt_ids)}-token prompt, {result.config.new_tokens} new tokens"
-    table = Table(title=title)
-    for header in SUMMARY_HEADERS:
-        table.add_column(header, justify="left" if header in ("backend", "dtype", "status") else "right")
     reference = result.environment.get("reference")
     summaries = summarize_backends(result.runs, list(result.config.backends), result.tokens)
-    for row in summary_rows(summaries, reference):
-        table.add_row(*row)
-    console.print(table)
+    table = TextTable(
+        title,
+        SUMMARY_HEADERS,
+        summary_rows(summaries, reference),
+        keys=2,
+        left=("backend", "dtype", "status"),
+        prose=("status",),
+    )
+    print_table(console, table)
     console.print(interval_note(summaries), markup=False, end="")
     console.print("; [bold]random weights - timing only[/]" if result.model.is_random else "")
     for note in sampling_notes(summaries) + speculation_notes(summaries):

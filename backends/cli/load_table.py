@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from .. import registry
 from ..results.load import LOAD_HEADERS, levels_by_cell, load_notes, load_rows, session_levels
 from ..runs.result import BenchResult
+from .tables import TextTable, print_table
 
 
 def print_load(result: BenchResult, console: Console) -> None:
@@ -16,15 +16,12 @@ def print_load(result: BenchResult, console: Console) -> None:
     servers = {r.backend for r in result.load}
     levels = session_levels(result.runs, result.tokens, result.load, config.slo)
     for (prompt, new), cell in levels_by_cell(levels):
-        table = Table(
-            title=f"load: {prompt}-token prompts, {new} new tokens, "
+        title = (
+            f"load: {prompt}-token prompts, {new} new tokens, "
             f"levels {', '.join(map(str, sorted(set(config.concurrency) | {1})))}"
         )
-        for header in LOAD_HEADERS:
-            table.add_column(header, justify="left" if header in ("backend", "kind") else "right")
-        for row in load_rows(cell):
-            table.add_row(*row)
-        console.print(table)
+        # a row is an engine at a level: its name, level and kind name it in every group
+        print_table(console, TextTable(title, LOAD_HEADERS, load_rows(cell), keys=3, left=("backend", "kind")))
     for line in load_notes(levels, config.slo):
         console.print(line, markup=False)
     if not servers and any(c > 1 for c in config.concurrency):  # levels above 1 asked, none run

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
-from rich.table import Table
 
 from ..errors import UsageError
 from ..profile.files import write_profile
@@ -26,6 +25,7 @@ from .common import (
     stdout_console,
 )
 from .main import EXIT_OK, EXIT_RUN_FAILED
+from .tables import TextTable, print_table
 
 
 def profile_command(args: argparse.Namespace) -> int:
@@ -104,19 +104,22 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
     probe = probe or "bandwidth not measured"
     for phase in ("decode", "prefill"):
         unit = "ms per token" if phase == "decode" else "ms for the prompt"
-        table = Table(
-            title=f"{phase} step, {unit}"
+        title = (
+            f"{phase} step, {unit}"
             + (f" (floor: {probe}, probed around each engine)" if phase == "decode" else "")
             + (f" (roofline's peaks: {peaks_label(result)})" if phase == "prefill" and peaks_label(result) else "")
         )
         rows = [profile_row(p, phase) for p in result.profiles]
         columns = shown_columns(rows)
         names = headers(phase)
-        for index in columns:
-            table.add_column(names[index], justify="left" if names[index] in ("engine", "profiler") else "right")
-        for row in rows:
-            table.add_row(*(row[i] for i in columns))
-        console.print(table)
+        shown = TextTable(
+            title,
+            [names[i] for i in columns],
+            [[row[i] for i in columns] for row in rows],
+            left=("engine", "profiler"),
+            prose=("profiler",),
+        )
+        print_table(console, shown)
     console.print(NOTE, markup=False)
     if random_weights:
         console.print("[bold]random weights - timing only[/]")

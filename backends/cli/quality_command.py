@@ -7,10 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..errors import UsageError
-from ..results.summary import runs_kept
+from ..results.summary import runs_kept, status_cell
 from ..results.verdict import verdict
 from .common import (
     add_cached_probes,
@@ -27,6 +26,9 @@ from .common import (
     stdout_console,
 )
 from .main import EXIT_OK, EXIT_RUN_FAILED
+from .tables import TextTable, print_table
+
+QUALITY_HEADERS = ("backend", "dtype", "perplexity", "Δ vs ref", "tok/s", "agree", "first divergence", "status")
 
 
 def quality_command(args: argparse.Namespace) -> int:
@@ -78,29 +80,29 @@ def _print_quality(quality, model, console: Console) -> None:
     from ..results.summary import fmt
     from ..runs.quality_rows import ppl_change_text
 
-    table = Table(
-        title=f"{model.label}: perplexity on {Path(quality.info['text']).name} "
-        f"({quality.info['scored_tokens']} tokens scored)"
-    )
-    for header in ("backend", "dtype", "perplexity", "Δ vs ref", "tok/s", "agree", "first divergence", "status"):
-        table.add_column(header, justify="left" if header in ("backend", "dtype", "status") else "right")
+    rows = []
     for r in quality.rows:
         delta = ppl_change_text(r.backend, r.reference, r.ppl_diff, r.ppl_diff_pct)
         agree = (
             f"{r.agree_tokens}/{r.compared_tokens} ({100 * r.agree_share:.0f}%)" if r.agree_share is not None else "-"
         )
-        status = r.status if r.status == "ok" else f"{r.status}: {r.error}"[:80]
-        table.add_row(
-            r.backend,
-            r.dtype,
-            fmt(r.perplexity, 3),
-            delta,
-            fmt(r.decode_tok_s),
-            agree,
-            "-" if r.first_divergence is None else str(r.first_divergence),
-            escape(status),
+        status = status_cell(str(r.status), r.error)
+        rows.append(
+            [
+                r.backend,
+                r.dtype,
+                fmt(r.perplexity, 3),
+                delta,
+                fmt(r.decode_tok_s),
+                agree,
+                "-" if r.first_divergence is None else str(r.first_divergence),
+                status,
+            ]
         )
-    console.print(table)
+    text, scored = Path(quality.info["text"]).name, quality.info["scored_tokens"]
+    title = f"{model.label}: perplexity on {text} ({scored} tokens scored)"
+    table = TextTable(title, QUALITY_HEADERS, rows, keys=2, left=("backend", "dtype", "status"), prose=("status",))
+    print_table(console, table)
     for d in quality.divergences:
         console.print(
             f"{d.backend} diverges from {d.reference} at generated token {d.position}: "

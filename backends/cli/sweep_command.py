@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
-from rich.table import Table
 
 from ..errors import UsageError
 from ..results.records import runs_of
@@ -25,6 +24,7 @@ from .common import (
 )
 from .load_table import print_load
 from .main import EXIT_OK, EXIT_RUN_FAILED
+from .tables import TextTable, print_table
 
 
 def sweep_command(args: argparse.Namespace) -> int:
@@ -125,9 +125,7 @@ def _print_sweep(result: BenchResult, console: Console) -> None:
         console.print("sweep: no cell has a measured run")
         return
     backends = list(result.config.backends)
-    table = Table(title=f"{result.model.label}: sweep (median TTFT ms · decode tok/s)")
-    for header in ["prompt", "new"] + backends:
-        table.add_column(header, justify="right")
+    rows = []
     for p, n in sorted({(r.prompt_tokens, r.new_tokens) for r in measured}):
         cells = []
         for b in backends:
@@ -138,7 +136,9 @@ def _print_sweep(result: BenchResult, console: Console) -> None:
                 if mine
                 else "-"
             )
-        table.add_row(str(p), str(n), *cells)
-    console.print(table)
+        rows.append([str(p), str(n), *cells])
+    # a row is a cell of the grid: its prompt and new tokens name it in every group
+    title = f"{result.model.label}: sweep (median TTFT ms · decode tok/s)"
+    print_table(console, TextTable(title, ["prompt", "new", *backends], rows, keys=2))
     if result.model.is_random:
         console.print("[bold]random weights - timing only[/]")

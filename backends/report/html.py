@@ -39,6 +39,7 @@ from ..results.summary import (
     interval_note,
     sampling_notes,
     speculation_notes,
+    status_cell,
     summarize_backends,
     summary_rows,
 )
@@ -143,7 +144,7 @@ def _quality_html(data: FolderData) -> str:
                 _num(r.get("decode_tok_s"), 1),
                 agree,
                 _num(r.get("first_divergence")),
-                status if status in ("ok", "") else f"{status}: {r.get('error') or ''}"[:80],
+                status_cell(status, r.get("error") or ""),
             ]
         )
     parts = [

@@ -208,13 +208,25 @@ def backend_label(s: BackendSummary) -> str:
     return s.backend if s.comparable else f"{s.backend} {NATIVE_MARK}"
 
 
+STATUS_CELL_MOST = 120  # characters of a table's status cell; the whole error is in runs.csv
+
+
+def status_cell(status: str, error: str) -> str:
+    """A table's status: "ok", or the status and its error, cut visibly ("…") past STATUS_CELL_MOST
+    characters (a cut that showed no mark read as the whole message)."""
+    if status in ("ok", ""):
+        return status
+    text = f"{status}: {error}" if error else status
+    return text if len(text) <= STATUS_CELL_MOST else text[: STATUS_CELL_MOST - 1] + "…"
+
+
 def summary_rows(summaries: list[BackendSummary], reference: str | None = None) -> list[list[str]]:
     rows = []
     for s in summaries:
         agree = "-" if s.agree_tokens is None else f"{s.agree_tokens}/{s.new_tokens}"
         if reference and s.backend == reference:
             agree = "reference"
-        status = s.status.value if s.status == RunStatus.OK else f"{s.status}: {s.error}"[:80]
+        status = status_cell(s.status.value, s.error)
         rows.append(
             [
                 backend_label(s),
