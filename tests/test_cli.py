@@ -10,6 +10,7 @@ import pytest
 from tests import fake_engines
 from whistle_stop.backends import registry
 from whistle_stop.backends.cli.main import main
+from whistle_stop.backends.report import plots
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,6 +138,8 @@ def test_timeout_ends_a_hang_at_load_and_while_scoring(capsys, tmp_path, monkeyp
     monkeypatch.setitem(registry.ENGINES, "stuck", fake_engines.spec("stuck", **stuck))
     monkeypatch.setitem(registry.ENGINES, "calm", fake_engines.spec("calm"))
     monkeypatch.setattr(registry, "available", lambda name: (True, ""))
+    # main() runs on a thread here: no PNG (Qt makes its application in the main thread only)
+    monkeypatch.setattr(plots, "render_png", lambda figure, path, *size: path)
     args = [command, "--model", "random:tiny", "--backends", "stuck,calm", "--repeats", "1", "--warmup", "0"]
     args += ["--prompt-tokens", "4", "--new-tokens", "4", "--timeout", "1", "--out", str(tmp_path), *extra]
     box: dict = {}

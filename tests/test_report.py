@@ -1,6 +1,8 @@
 """Figures, offscreen PNG rendering, the bandwidth probe and its cache, and HTML reports."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -600,3 +602,27 @@ def test_quality_windows_and_the_machine_s_probes_are_differences_that_matter():
     ]
     matter, rest = split_differences(rows, [])
     assert [key for key, _ in matter] == [key for key, _ in rows[:3]] and [key for key, _ in rest] == [rows[3][0]]
+
+
+def test_no_qt_application_is_made_off_the_main_thread():
+    """A QApplication made on another thread dies with that thread's event loop, and every timer of a
+    window made later in the main thread never fires (a GUI test after a CLI test run on a thread timed
+    out that way): rendering a PNG there refuses, in one line."""
+    code = (
+        "import threading\n"
+        "from whistle_stop.backends.report.plots import ensure_qt_app\n"
+        "caught = []\n"
+        "def render():\n"
+        "    try:\n"
+        "        ensure_qt_app()\n"
+        "    except RuntimeError as exc:\n"
+        "        caught.append(str(exc))\n"
+        "thread = threading.Thread(target=render)\n"
+        "thread.start(); thread.join()\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "assert QApplication.instance() is None, 'made one'\n"
+        "print(caught[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "PNG figures are rendered in the main thread (Qt's application lives there)"

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from .colours import LIGHT, rgb
@@ -30,6 +31,10 @@ def ensure_qt_app():
     from pyqtgraph.Qt import QtWidgets
 
     app = QtWidgets.QApplication.instance()
+    if app is None and threading.current_thread() is not threading.main_thread():
+        # Qt makes its application in the main thread only: one made here dies with this thread's event
+        # loop, and every timer of a window made later (in the main thread) silently never fires
+        raise RuntimeError("PNG figures are rendered in the main thread (Qt's application lives there)")
     if app is None:
         display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
         headless = sys.platform.startswith("linux") and not display
