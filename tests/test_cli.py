@@ -237,48 +237,89 @@ def test_bench_concurrency_prints_the_load_table(capsys, tmp_path, tiny_model):
     }
 
 
-@pytest.mark.parametrize("command", ["quality", "sweep"])
+CHART_RUNS = {
+    "quality": ["--new-tokens", "3", "--max-length", "32", "--stride", "32"],
+    "sweep": ["--prompt-tokens", "4", "--new-tokens", "3"],
+    "profile": ["--new-tokens", "3"],
+}
+
+
+def _chart_command(command: str, out: Path) -> list[str]:
+    """A cheap run of a command that draws charts: the null engine on random:tiny, one run."""
+    common = ["--model", "random:tiny", "--backends", "null", "--repeats", "1", "--warmup", "0", "--threads", "1"]
+    return [command, *common, "--out", str(out), *CHART_RUNS[command]]
+
+
+@pytest.mark.parametrize("command", list(CHART_RUNS))
 def test_a_chart_that_cannot_render_is_one_line_and_the_numbers_stay(capsys, tmp_path, monkeypatch, command):
-    """Without pyqtgraph or Qt (a headless GPU server, say) the charts are said not written; the
-    results are already on disk and the command exits 0."""
+    """Without pyqtgraph or Qt (a headless GPU server, say) each command says in one line that its charts
+    were skipped and why; the results are on disk, no chart is, and the command exits 0."""
 
     def no_charts(*_args, **_kwargs):
         raise ModuleNotFoundError("No module named 'pyqtgraph'")
 
     monkeypatch.setattr("whistle_stop.backends.report.plots.render_png", no_charts)
     from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.results.compute_peak import ComputePeaks
 
-    fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probe is a benchmark: a fixed answer
+    fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probes are benchmarks: fixed answers
+    peaks = ComputePeaks(peaks={"fp32": {"gops": 0.5, "median_gops": 0.4, "isa": "test fma"}}, threads=1, cpu="test")
     monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth", lambda *a, **k: fixed)
     monkeypatch.setattr("whistle_stop.backends.runs.sweep.cached_bandwidth", lambda *a, **k: fixed)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda *a, **k: fixed)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.probe_compute_peaks", lambda *a, **k: peaks)
     out = tmp_path / command
-    extra = (
-        ["--new-tokens", "3", "--max-length", "32", "--stride", "32"]
-        if command == "quality"
-        else ["--prompt-tokens", "4", "--new-tokens", "3"]
-    )
-    code = main(
-        [
-            command,
-            "--model",
-            "random:tiny",
-            "--backends",
-            "null",
-            "--repeats",
-            "1",
-            "--warmup",
-            "0",
-            "--threads",
-            "1",
-            "--out",
-            str(out),
-            *extra,
-        ]
-    )
+    code = main(_chart_command(command, out))
     err = capsys.readouterr().err
     assert code == 0, err
-    assert "charts not written: No module named 'pyqtgraph'" in " ".join(err.split())
-    assert (out / "runs.csv").exists() and (command != "quality" or (out / "quality.csv").exists())
+    said = [line for line in err.splitlines() if "charts" in line]
+    assert said == ["charts skipped: No module named 'pyqtgraph'"], err
+    assert (out / "runs.csv").exists() and not list(out.glob("*.png"))
+    assert command != "quality" or (out / "quality.csv").exists()
+    assert command != "profile" or (out / "breakdown.csv").exists()
+
+
+def test_a_qt_that_cannot_start_skips_the_charts_in_one_line_and_the_command_ends(tmp_path):
+    """Qt aborts the process when no platform plugin starts (a DISPLAY that does not answer, say): the
+    command ran to its end anyway, its records written, and said why in one line (it died of SIGABRT)."""
+    import os
+
+    out = tmp_path / "quality"
+    env = {**os.environ, "QT_QPA_PLATFORM": "no-such-platform"}
+    proc = subprocess.run(
+        [sys.executable, "main.py", *_chart_command("quality", out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "charts" in line]
+    assert len(said) == 1 and said[0].startswith("charts skipped: Qt cannot start here"), proc.stderr
+    assert "no-such-platform" in said[0] and "QT_QPA_PLATFORM=offscreen" in said[0]
+    assert (out / "quality.csv").exists() and not list(out.glob("*.png"))
+    assert "perplexity" in proc.stdout  # the table after the charts was printed
+
+
+def test_a_report_where_qt_cannot_start_is_one_line_and_exit_2(tmp_path):
+    """The HTML report embeds its charts: where Qt cannot start it aborted the process (SIGABRT, a core);
+    now it is refused in one line, and the Markdown page, which has no chart, is still written."""
+    import os
+
+    folder = tmp_path / "bench"
+    args = ["--model", "random:tiny", "--backends", "numpy", "--new-tokens", "2", "--repeats", "1", "--warmup", "0"]
+    assert main(["bench", *args, "--out", str(folder)]) == 0
+    env = {**os.environ, "QT_QPA_PLATFORM": "no-such-platform"}
+    command = [sys.executable, "main.py", "report", str(folder), "--out", str(tmp_path / "report")]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: the HTML report cannot draw its charts: Qt cannot start here"), line
+    assert not (tmp_path / "report").exists()
+    markdown = [sys.executable, "main.py", "report", str(folder), "--markdown", str(tmp_path / "run.md")]
+    assert subprocess.run(markdown, cwd=ROOT, env=env, capture_output=True, timeout=300).returncode == 0
+    assert (tmp_path / "run.md").exists()
 
 
 def test_bench_summary_gives_the_interval_its_true_level():

@@ -314,6 +314,56 @@ def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, 
     assert json.loads((out / "profile.json").read_text())["engines"][0]["floor_ms"] > 0
 
 
+def _profile_command(out: Path, *extra: str) -> list[str]:
+    args = ["--model", "random:tiny", "--backends", "null", "--new-tokens", "3", "--repeats", "1", "--threads", "1"]
+    return ["profile", *args, "--out", str(out), *extra]
+
+
+def test_profile_with_no_plots_writes_the_records_and_no_chart(tmp_path, monkeypatch, capsys):
+    """--no-plots, as sweep's: the tables and records without profile_*.png (nor ones an earlier run left)."""
+    from whistle_stop.backends.cli.main import main
+
+    def no_render(*_args, **_kwargs):
+        raise AssertionError("a chart was drawn with --no-plots")
+
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda *a, **k: BANDWIDTH)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.probe_compute_peaks", lambda *a, **k: PEAKS)
+    monkeypatch.setattr("whistle_stop.backends.report.plots.render_png", no_render)
+    monkeypatch.setattr("whistle_stop.backends.cli.charts.qt_platform_problem", no_render)
+    out = tmp_path / "prof"
+    out.mkdir()
+    (out / "profile_decode.png").write_bytes(b"an earlier run's chart")
+    code = main(_profile_command(out, "--no-plots"))
+    err = capsys.readouterr().err
+    assert code == 0, err
+    for name in ("breakdown.csv", "top_ops.csv", "profile.json", "runs.csv", "environment.json"):
+        assert (out / name).exists(), name
+    assert not list(out.glob("*.png")) and "charts" not in err
+
+
+def test_a_profile_chart_that_fails_halfway_leaves_no_chart(tmp_path, monkeypatch, capsys):
+    """The decode chart drawn, the prefill chart failing: one line, and no lone decode chart beside the records."""
+    from whistle_stop.backends.cli.main import main
+    from whistle_stop.backends.report import plots
+
+    drawn = plots.render_png
+
+    def decode_only(figure, path, *args, **kwargs):
+        if "prefill" in path.name:
+            raise RuntimeError("out of pixels")
+        return drawn(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.fresh_bandwidth", lambda *a, **k: BANDWIDTH)
+    monkeypatch.setattr("whistle_stop.backends.runs.profile.probe_compute_peaks", lambda *a, **k: PEAKS)
+    monkeypatch.setattr(plots, "render_png", decode_only)
+    out = tmp_path / "prof"
+    code = main(_profile_command(out))
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert [line for line in err.splitlines() if "charts" in line] == ["charts skipped: out of pixels"]
+    assert (out / "breakdown.csv").exists() and not list(out.glob("*.png"))
+
+
 def test_report_includes_a_profile_folder(tmp_path):
     """`report` on a profile folder: its tables (the command's rows), top operations and charts."""
     from whistle_stop.backends.profile.files import read_profile, write_profile

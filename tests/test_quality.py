@@ -423,3 +423,26 @@ def test_the_quality_table_s_agreement_is_the_summary_s_least_agreeing_run():
     row = {r.backend: r for r in quality_rows(result, "hf", {}, windows=0, cancelled=False)}["native"]
     assert summary["native"].agree_tokens == row.agree_tokens == 3
     assert row.first_divergence == 3
+
+
+def test_quality_with_no_plots_writes_the_records_and_no_chart(tmp_path, monkeypatch, capsys):
+    """--no-plots, as sweep's: the records without speed_vs_quality.png (nor one an earlier run left), and
+    no Qt started for it."""
+    from whistle_stop.backends.cli.main import main
+
+    def no_render(*_args, **_kwargs):
+        raise AssertionError("a chart was drawn with --no-plots")
+
+    monkeypatch.setattr("whistle_stop.backends.report.plots.render_png", no_render)
+    monkeypatch.setattr("whistle_stop.backends.cli.charts.qt_platform_problem", no_render)
+    out = tmp_path / "quality"
+    out.mkdir()
+    (out / "speed_vs_quality.png").write_bytes(b"an earlier run's chart")
+    args = ["--model", "random:tiny", "--backends", "null", "--repeats", "1", "--warmup", "0", "--threads", "1"]
+    windows = ["--new-tokens", "3", "--max-length", "32", "--stride", "32"]
+    code = main(["quality", *args, *windows, "--out", str(out), "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    for name in ("quality.csv", "divergence.json", "runs.csv", "tokens.csv", "summary.csv", "environment.json"):
+        assert (out / name).exists(), name
+    assert not list(out.glob("*.png")) and "charts" not in err

@@ -111,16 +111,6 @@ def out_dir(path) -> Path:
     return out
 
 
-def charts(render: Callable[[], list[Path]], err: Console) -> list[Path]:
-    """The charts `render` writes, or none and one line saying why: the numbers are written by
-    then, and a chart that cannot render (no pyqtgraph or Qt on a headless server) is not fatal."""
-    try:
-        return render()
-    except Exception as exc:  # noqa: BLE001 - said, not fatal
-        err.print(f"[yellow]charts not written:[/] {escape(str(exc))}")
-        return []
-
-
 def add_cached_probes(environment: dict, threads: int) -> None:
     """Record the machine's bandwidth and arithmetic peaks if a sweep, quality run or profile measured
     them before (never measures here)."""

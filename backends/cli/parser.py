@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--restart", action="store_true", help="discard an unfinished sweep in --out instead of resuming"
     )
-    sweep.add_argument("--no-plots", action="store_true", help="write records only")
+    add_no_plots(sweep)
     quality = sub.add_parser("quality", help="perplexity per engine, agreement with the reference, speed beside it")
     add_run_arguments(quality)
     quality.set_defaults(new_tokens=32, repeats=3)  # 3: the fewest whose interval the verdict takes without a caveat
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="quality",
         help="folder for quality.csv, divergence.json and the records (default: %(default)s)",
     )
+    add_no_plots(quality)
     profile = sub.add_parser("profile", help="where each engine's time goes: per-step breakdown, floor, traces")
     add_run_arguments(profile)
     profile.set_defaults(repeats=3)
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for breakdown.csv, top_ops.csv, profile.json, the traces, charts and the unprofiled runs' records "
         "(default: %(default)s)",
     )
+    add_no_plots(profile)
     report = sub.add_parser("report", help="turn results folders into a self-contained HTML page and PNGs")
     report.add_argument("folders", nargs="+", type=Path, help="bench, sweep or quality results folders")
     report.add_argument(
@@ -97,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve one engine behind an OpenAI-compatible completions API")
     add_serve_arguments(serve)
     return parser
+
+
+def add_no_plots(p: argparse.ArgumentParser) -> None:
+    """One --no-plots for every command that draws PNG charts: headless and in CI they need Qt's offscreen platform."""
+    p.add_argument("--no-plots", action="store_true", help="write records only")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 
@@ -13,9 +14,9 @@ from ..results.export import write_results
 from ..results.summary import runs_kept
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
 from ..status import RunStatus
+from .charts import charts
 from .common import (
     cancelled,
-    charts,
     config_from_args,
     in_thread,
     out_dir,
@@ -62,7 +63,7 @@ def profile_command(args: argparse.Namespace) -> int:
             "threads_resolved": session.threads,
         },
     )
-    paths += _charts(result, out, err)
+    paths += _charts(result, out, err, skip=args.no_plots)
     print_profile(result, stdout_console(), random_weights=model.is_random)
     err.print("wrote " + ", ".join(str(p) for p in paths))
     traces = [p.trace_file for p in result.profiles if p.trace_file]
@@ -79,17 +80,16 @@ def profile_command(args: argparse.Namespace) -> int:
     return EXIT_RUN_FAILED if any(p.status != RunStatus.OK for p in result.profiles) else EXIT_OK
 
 
-def _charts(result: ProfileResult, out, err: Console) -> list:
-    def render() -> list:
+def _charts(result: ProfileResult, out: Path, err: Console, skip: bool) -> list[Path]:
+    pngs = {phase: out / f"profile_{phase}.png" for phase in ("decode", "prefill")}
+
+    def render() -> list[Path]:
         from ..report import figures
         from ..report.plots import render_png
 
-        return [
-            render_png(figures.profile_breakdown(result.profiles, phase), out / f"profile_{phase}.png")
-            for phase in ("decode", "prefill")
-        ]
+        return [render_png(figures.profile_breakdown(result.profiles, phase), png) for phase, png in pngs.items()]
 
-    return charts(render, err)
+    return charts(list(pngs.values()), render, err, skip=skip)
 
 
 def print_profile(result: ProfileResult, console: Console, random_weights: bool = False) -> None:

@@ -11,10 +11,10 @@ from rich.markup import escape
 from ..errors import UsageError
 from ..results.summary import runs_kept, status_cell
 from ..results.verdict import verdict
+from .charts import charts
 from .common import (
     add_cached_probes,
     cancelled,
-    charts,
     check_reference,
     config_from_args,
     in_thread,
@@ -57,13 +57,15 @@ def quality_command(args: argparse.Namespace) -> int:
     add_cached_probes(result.environment, session.threads)
     paths = write_quality(out, result, quality)
 
+    figure = speed_vs_quality([vars(r) for r in quality.rows], model.is_random)
+    png = out / f"{figure.name}.png"
+
     def render() -> list[Path]:
         from ..report.plots import render_png
 
-        figure = speed_vs_quality([vars(r) for r in quality.rows], model.is_random)
-        return [render_png(figure, out / f"{figure.name}.png")]
+        return [render_png(figure, png)]
 
-    paths += charts(render, err)
+    paths += charts([png], render, err, skip=args.no_plots)
     _print_quality(quality, model, stdout_console())
     quality_rows = [vars(r) for r in quality.rows]
     print_verdict(verdict(result.runs, list(config.backends), session.reference, quality_rows), stdout_console())

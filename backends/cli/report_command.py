@@ -25,7 +25,11 @@ def report_command(args: argparse.Namespace) -> int:
         if args.out is None:
             return EXIT_OK
     from ..report.html import build_report
+    from .charts import qt_platform_problem
 
+    problem = qt_platform_problem()  # Qt aborts the process where it cannot start: ask first
+    if problem is not None:
+        raise UsageError(f"the HTML report cannot draw its charts: {problem}")
     path = build_report(list(args.folders), args.out or Path("report"))
     err.print(f"wrote {path} and its PNG figures")
     return EXIT_OK

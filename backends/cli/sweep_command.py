@@ -10,9 +10,9 @@ from ..errors import UsageError
 from ..results.records import runs_of
 from ..results.summary import runs_kept
 from ..runs.bench import BenchResult
+from .charts import charts
 from .common import (
     cancelled,
-    charts,
     check_reference,
     config_from_args,
     in_thread,
@@ -68,23 +68,21 @@ def sweep_command(args: argparse.Namespace) -> int:
     )
     result = in_thread(lambda: session.run(plan), session, err)
     figures = sweep_figures(result.runs, result.tokens, result.environment)
-    for figure in figures:
-        # a chart left by what --out held before (a sweep started over, one with fewer cells) is not
-        # of these records: each is drawn afresh below, or is gone
-        (out / f"{figure.name}.png").unlink(missing_ok=True)
-    if not args.no_plots and result.runs:
 
-        def render() -> list:
-            from ..report.plots import render_all
+    def render() -> list:
+        from ..report.plots import render_all
 
-            shown, left_out = with_data(figures)
-            for line in left_out:
-                err.print(f"not drawn: {line}")
-            return render_all(shown, out)
+        shown, left_out = with_data(figures)
+        for line in left_out:
+            err.print(f"not drawn: {line}")
+        return render_all(shown, out)
 
-        plots = charts(render, err)
-        if plots:
-            err.print("plots: " + ", ".join(str(p) for p in plots))
+    # a chart left by what --out held before (a sweep started over, one with fewer cells) is not of
+    # these records: charts() removes each before it is drawn afresh, or not at all
+    paths = [out / f"{figure.name}.png" for figure in figures]
+    plots = charts(paths, render, err, skip=args.no_plots or not result.runs)
+    if plots:
+        err.print("plots: " + ", ".join(str(p) for p in plots))
     _print_sweep(result, stdout_console())
     if config.concurrency:
         print_load(result, stdout_console())
