@@ -6,6 +6,7 @@ import os
 import sys
 
 EXIT_NO_DISPLAY = 2
+WINDOW_HINT = "check DISPLAY, or run `xvfb-run python main.py` (the README lists the X11 libraries Qt needs)"
 NO_DISPLAY_HINT = (
     "error: no display found (DISPLAY/WAYLAND_DISPLAY unset); run `xvfb-run python main.py` "
     "or set QT_QPA_PLATFORM=offscreen (or use `python main.py bench ...` headless)"
@@ -47,6 +48,12 @@ def create_app(argv: list[str] | None = None):
 def run_app(argv: list[str] | None = None) -> int:
     if not display_available():
         print(NO_DISPLAY_HINT, file=sys.stderr)
+        return EXIT_NO_DISPLAY
+    from whistle_stop.backends.report.qt_start import qt_start_problem
+
+    problem = qt_start_problem()  # where Qt cannot start it aborts the process: ask a child first (~0.1 s)
+    if problem is not None:
+        print(f"error: cannot open the window: {problem}; {WINDOW_HINT}", file=sys.stderr)
         return EXIT_NO_DISPLAY
     try:
         app = create_app(argv)

@@ -646,3 +646,21 @@ def test_summary_bars_of_all_zeros_have_a_plain_axis(qtbot):
     build = [title for title, _, _ in METRICS].index("build (s)")
     low, high = view.bars.plots[build].getViewBox().viewRange()[1]
     assert (low, high) == (0.0, 1.0)
+
+
+def test_a_display_that_does_not_answer_is_one_line_and_exit_2():
+    """DISPLAY set but nobody there (an ssh session's stale :10, a stopped Xvfb): Qt aborted the process
+    with a paragraph and SIGABRT; the app now says so in one line and returns 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
+    env["DISPLAY"] = ":97"  # no X server there
+    proc = subprocess.run([sys.executable, "main.py"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: cannot open the window: Qt cannot start here (qt.qpa.xcb: could not connect"), line
+    assert "xvfb-run python main.py" in line

@@ -4,7 +4,6 @@ its tables or its exit status."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-PROBE_TIMEOUT_S = 30.0  # an X display across the network may not answer at all
+from ..report.qt_start import qt_start_problem
 
 
 def charts(paths: Sequence[Path], render: Callable[[], list[Path]], err: Console, *, skip: bool = False) -> list[Path]:
@@ -38,35 +37,15 @@ def charts(paths: Sequence[Path], render: Callable[[], list[Path]], err: Console
 
 
 def qt_platform_problem() -> str | None:
-    """Why Qt cannot start here (a DISPLAY that does not answer, a QT_QPA_PLATFORM not installed), or None.
-    Qt aborts the whole process when no platform plugin starts, so a child starts the application first,
-    the same way the PNGs' renderer does; a running application needs no asking."""
+    """Why Qt cannot start here for the charts, or None: asked of a child, started as the renderer starts
+    it (report/qt_start.py); a running application needs no asking."""
     from ..report import plots
 
     qt = sys.modules.get("pyqtgraph.Qt")
     if qt is not None and qt.QtWidgets.QApplication.instance() is not None:
         return None
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", f"from {plots.__name__} import ensure_qt_app; ensure_qt_app()"],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        return f"Qt did not start within {PROBE_TIMEOUT_S:.0f} s"
-    if child.returncode == 0:
-        return None
-    return _why(child.stderr, child.returncode)
-
-
-def _why(stderr: str, returncode: int) -> str:
-    """Qt's own first word on its platform plugin, else the last line (a Python error's)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    platform = [line for line in lines if line.startswith("qt.qpa")]
-    if platform:
-        return f"Qt cannot start here ({platform[0]}); QT_QPA_PLATFORM=offscreen draws them without a display"
-    return f"Qt cannot start here: {lines[-1] if lines else f'exit status {returncode}'}"
+    problem = qt_start_problem(f"from {plots.__name__} import ensure_qt_app; ensure_qt_app()")
+    return None if problem is None else f"{problem}; QT_QPA_PLATFORM=offscreen draws them without a display"
 
 
 def _remove(paths: Sequence[Path]) -> None:
