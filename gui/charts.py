@@ -12,21 +12,13 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 import pyqtgraph.exporters
-from PySide6.QtCore import QPointF
+from PySide6.QtCore import QPointF, QSizeF
 from PySide6.QtGui import QColor
 
 from .axes import CountAxis, LogAxis
+from .png_export import save_png
 from .side_legend import SideLegend
 from .theme import Theme, current_theme
-
-
-def save_png(item: pg.GraphicsItem, path: Path, width: int) -> None:
-    """`item` as a PNG `width` pixels wide; OSError if it was not written (Qt's save says only
-    False, and a chart reported as written must be on disk)."""
-    exporter = pg.exporters.ImageExporter(item)
-    exporter.parameters()["width"] = int(width)
-    if exporter.export(str(path)) is False:
-        raise OSError(f"cannot write {path}")
 
 
 class _Chart(pg.PlotWidget):
@@ -161,9 +153,11 @@ class _Chart(pg.PlotWidget):
         curve.setDownsampling(auto=True, method="peak")
         return curve
 
-    def export_png(self, path: Path, width: int = 1400) -> None:
+    EXPORT_SIZE = QSizeF(1000, 480)  # its layout in a PNG (1400 x 672 pixels by default)
+
+    def export_png(self, path: Path, width: int | None = None) -> None:
         self.flush_pending()
-        save_png(self.plotItem, path, width)
+        save_png(self.plotItem, path, self.EXPORT_SIZE, width)
 
 
 class LatencyChart(_Chart):

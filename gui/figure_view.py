@@ -8,12 +8,13 @@ import textwrap
 from pathlib import Path
 
 import pyqtgraph as pg
+from PySide6.QtCore import QSizeF
 from PySide6.QtGui import QColor
 
 from whistle_stop.backends.report import plots
 from whistle_stop.backends.report.figures import Figure
 
-from .charts import save_png
+from .png_export import save_png
 from .theme import Theme, current_theme
 
 TITLE_CHARS = 32
@@ -73,9 +74,20 @@ class FigureGrid(pg.GraphicsLayoutWidget):
 
     def show_figures(self, figures: list[Figure], colours: dict[str, QColor] | None = None) -> None:
         self.colours = dict(colours or {})
-        for index, (plot, figure) in enumerate(zip(self.plots, figures)):
+        for index, figure in enumerate(figures[: len(self.plots)]):
             self.figures[index] = figure
+        self._redraw()
+
+    def _redraw(self) -> None:
+        """Draw the figures again at the plots' present size (plots.draw fits the range around its
+        legend and wraps the bars' names for the size it finds)."""
+        for plot, figure in zip(self.plots, self.figures):
+            if figure is None:
+                continue
             plots.draw(plot, figure, foreground=self.theme.plot_fg)
+            # LegendItem keeps its size in pixels however the painter is scaled: an export wider than the
+            # plot shrank it against the title and axes
+            plot.legend.setFlag(plot.legend.GraphicsItemFlag.ItemIgnoresTransformations, False)
             # The title's width is the plot's minimum width: wrapped, three fit beside each other.
             plot.setTitle(wrap_title(figure.title), color=self.theme.plot_fg, size="10pt")
             if self.colours:
@@ -91,9 +103,9 @@ class FigureGrid(pg.GraphicsLayoutWidget):
     def apply_theme(self, theme: Theme) -> None:
         self.theme = theme
         self.setBackground(theme.plot_bg)
-        drawn = [f for f in self.figures if f is not None]
-        if len(drawn) == len(self.plots):
-            self.show_figures(drawn, self.colours)  # the text and axes take the new foreground
+        self._redraw()  # the text and axes take the new foreground
 
-    def export_png(self, path: Path, width: int = 1800) -> None:
-        save_png(self.ci, path, width)
+    def export_png(self, path: Path, width: int | None = None) -> None:
+        """Each plot laid out at a report figure's size (`plots.render_png`'s), whatever its size here."""
+        plot_width, height = plots.DEFAULT_SIZE
+        save_png(self.ci, path, QSizeF(plot_width * len(self.plots), height), width, redraw=self._redraw)

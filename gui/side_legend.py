@@ -33,6 +33,10 @@ class SideLegend(pg.LegendItem):
     def __init__(self, plot: pg.PlotItem) -> None:
         self._widest = 0.0  # its column's width: it grows with the entries' labels, never shrinks but when cleared
         super().__init__(offset=None)
+        # LegendItem keeps its size in pixels however its view is scaled; in a cell of the layout it is
+        # scaled as the title and axes beside it, so an export wider than the chart on screen does not
+        # shrink it against them (pyqtgraph's exporter scales the painter)
+        self.setFlag(self.GraphicsItemFlag.ItemIgnoresTransformations, False)
         self.column = _Column(self._fit_columns)
         self.column.setMaximumWidth(0)
         # rows 1-3: from the view box's top to the bottom axis's foot, right of the right axis (column 2)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QSizeF, Qt
+from PySide6.QtGui import QColor, QTextOption
 from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
 
 from whistle_stop.backends.report.verdict_html import verdict_html
@@ -28,7 +28,7 @@ from whistle_stop.backends.results.summary import (
 )
 from whistle_stop.backends.results.verdict import Verdict
 
-from .charts import save_png
+from .png_export import EXPORT_SCALE, laid_out, write_png
 from .theme import Theme, current_theme
 from .widgets import read_only_table
 
@@ -77,6 +77,8 @@ class SummaryBars(pg.GraphicsLayoutWidget):
         self.plots = [self.addPlot(row=0, col=i) for i in range(len(METRICS))]
         self._labels: list[list[pg.TextItem]] = [[] for _ in METRICS]  # each plot's value labels
         self._tops: list[float] = [0.0 for _ in METRICS]  # each plot's highest bar or whisker
+        self.legend_text = ""  # the engines in their colours (legend_html): the window shows it above the chart
+        self._exporting = False
         for index, (plot, (title, _, _)) in enumerate(zip(self.plots, METRICS)):
             plot.getViewBox().sigResized.connect(lambda _box, index=index: self._fit(index))
             plot.setTitle(title)
@@ -97,6 +99,7 @@ class SummaryBars(pg.GraphicsLayoutWidget):
 
     def set_summaries(self, summaries: list[BackendSummary], colours: dict[str, QColor]) -> None:
         names = [s.backend for s in summaries]
+        self.legend_text = legend_html(names, colours)
         x = np.arange(len(names), dtype=float)
         for index, (plot, (_, metric, digits)) in enumerate(zip(self.plots, METRICS)):
             plot.clear()
@@ -149,14 +152,40 @@ class SummaryBars(pg.GraphicsLayoutWidget):
             room = height / (height - label_h) if height > 2 * label_h else 1.22  # not laid out yet: a guess
             plot.setYRange(0, top * room, padding=0)
         # the plots' titles and axes need this much (their ticks' width settles once drawn): a narrower
-        # view cut the last plot off, so the splitter gives the verdict beside it less instead
-        self.setMinimumWidth(math.ceil(self.ci.layout.minimumWidth()))
+        # view cut the last plot off, so the splitter gives the verdict beside it less instead. Not while
+        # exported: the layout then holds the PNG's engines line, and a wider minimum resized the window's view
+        if not self._exporting:
+            self.setMinimumWidth(math.ceil(self.ci.layout.minimumWidth()))
         slot = width / (len(labels) + 0.2) if labels else 0.0  # the x range is -0.6 .. n - 0.4
         for label in labels:
             label.setVisible(width == 0 or label_w <= slot)
 
-    def export_png(self, path: Path, width: int = 1600) -> None:
-        save_png(self.ci, path, width)
+    EXPORT_SIZE = QSizeF(1150, 420)  # the plots' row in a PNG (1610 pixels wide by default)
+
+    def export_png(self, path: Path, width: int | None = None) -> None:
+        """The bars with their engines named under them: the window names them in a label above the chart,
+        which is no part of it (the bars' axis has no names: under narrow bars they overlap)."""
+        legend = self._export_legend()
+        minimum = self.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()
+        size = QSizeF(max(self.EXPORT_SIZE.width(), minimum), self.EXPORT_SIZE.height() + legend.minimumHeight())
+        # the line only while laid out at the export's size: it is as wide as that, and the chart on
+        # screen may be narrower
+        with laid_out(self.ci, size):
+            self._exporting = True
+            try:
+                self.ci.addItem(legend, row=1, col=0, colspan=len(self.plots))
+                write_png(self.ci, path, width or round(EXPORT_SCALE * size.width()))
+            finally:
+                self._exporting = False
+                self.ci.removeItem(legend)
+
+    def _export_legend(self) -> pg.LabelItem:
+        """The window's legend line, wrapped to the export's width (a dozen engines are wider)."""
+        legend = pg.LabelItem(color=self.theme.plot_fg)
+        legend.item.setTextWidth(self.EXPORT_SIZE.width() - 40)
+        legend.item.document().setDefaultTextOption(QTextOption(Qt.AlignmentFlag.AlignHCenter))
+        legend.setText(self.legend_text)
+        return legend
 
 
 def _text_width(label: pg.TextItem) -> float:
@@ -236,7 +265,7 @@ class SummaryView(QWidget):
     ) -> None:
         """`harness`: environment.json's "harness" (the null engine's cost per token), shown as bench prints it."""
         self.bars.set_summaries(summaries, colours)
-        self.legend.setText(legend_html([s.backend for s in summaries], colours))
+        self.legend.setText(self.bars.legend_text)
         rows = summary_rows(summaries, reference)
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):

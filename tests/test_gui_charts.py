@@ -110,8 +110,7 @@ def test_the_race_legend_covers_no_curve_when_tokens_come_late(qtbot):
 def test_the_latency_chart_names_the_run_it_draws_in_its_export(qtbot, make_window, tmp_path):
     """A pane shows its engine's typical run ("run 3 of 4"), and the charts draw that run: their legend
     says which, beside the engine, and an exported PNG holds the legend (the pane's tag it does not)."""
-    from PySide6.QtGui import QImage
-
+    from tests.test_gui_exports import legend_box, pixels
     from tests.test_gui_reopened import recorded
     from whistle_stop.backends.results.export import write_results
 
@@ -131,17 +130,13 @@ def test_the_latency_chart_names_the_run_it_draws_in_its_export(qtbot, make_wind
         assert labels == ["hf · run 3 of 4", "onnx · run 1 of 1"]
 
     latency = window.latency
-    window.tabs.setCurrentWidget(latency)
-    # the exported item holds the legend once the plot's layout has made room for its column
-    qtbot.waitUntil(lambda: latency.plotItem.sceneBoundingRect().contains(latency.legend.sceneBoundingRect()))
-    plot, box = latency.plotItem.sceneBoundingRect(), latency.legend.sceneBoundingRect()
     path = tmp_path / "latency.png"
     latency.export_png(path, width=1400)
-    image = QImage(str(path))
-    scale = image.width() / plot.width()
-    x0, y0 = int((box.left() - plot.left()) * scale), int((box.top() - plot.top()) * scale)
-    colours = {image.pixel(x, y) for x in range(x0, x0 + int(box.width() * scale)) for y in range(y0, y0 + 20)}
-    assert len(colours) > 10  # the first entry's text and swatch, not a blank strip
+    image = pixels(path)
+    top, bottom, left, right = legend_box(image, latency.legend)
+    assert right < image.shape[1] - 1 and bottom < image.shape[0] - 1  # whole, inside the image
+    first = image[top : top + (bottom - top) // 2, left:right].reshape(-1, 3)  # the first entry's row
+    assert len({tuple(colour) for colour in first}) > 10  # its text and swatch, not a blank strip
 
 
 def test_a_dozen_engines_legend_fits_beside_a_short_plot(qtbot):
