@@ -2,8 +2,9 @@
 
 Engines, model and generation settings come from the setup panel; a `ProfileSession` runs in a
 thread on the tab's job controller like every job, engine by engine. The tab shows the same table rows as the
-command (profile/table.py), stacked bars per phase with the memory floor, the selected engine's
-most expensive operations, and the folder with the traces (Chrome trace format) and CSVs.
+command (profile/table.py) and the lines it prints under them (why an engine failed...), stacked bars
+per phase with the memory floor, the selected engine's most expensive operations in that phase, and
+the folder with the command's files: CSVs, traces (Chrome trace format) and the charts as PNGs.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from PySide6.QtWidgets import (
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.profile.files import write_profile
-from whistle_stop.backends.profile.table import HEADERS, NOTE, headers, profile_row, speculation_line
+from whistle_stop.backends.profile.table import HEADERS, NOTE, UNITS, engine_lines, headers, profile_row
 from whistle_stop.backends.report import figures
+from whistle_stop.backends.report.plots import render_png
 from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.runs.profile import ProfileEngineDone, ProfileResult, ProfileSession, ProfileStarted
+from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.worker.events import BackendEvent, Progress
 
@@ -49,6 +52,7 @@ INTRO = (
     "(torch.profiler, ORT profiling, timers...)."
 )
 OPS_HEADERS = ["phase", "operation", "category", "ms / step", "calls / step", "share"]
+PHASES = ("decode", "prefill")
 
 
 class ProfileTab(QWidget):
@@ -94,12 +98,14 @@ class ProfileTab(QWidget):
         self.open_folder.setEnabled(False)
         self.open_folder.clicked.connect(self._open_folder)
         self.phase = QComboBox()
-        self.phase.addItems(["decode", "prefill"])
+        self.phase.addItems(list(PHASES))
         self.phase.setToolTip("which step the table and the chart break down")
         self.phase.currentTextChanged.connect(self._phase_changed)
+        self.caption = QLabel(UNITS["decode"])  # the unit of the table's figures, as the command's title says
         form = QFormLayout()
         form.addRow("Folder", self.out)
         form.addRow("Step", self.phase)
+        form.addRow("Figures", self.caption)
         controls = controls_column(
             form,
             self.run_button,
@@ -204,15 +210,31 @@ class ProfileTab(QWidget):
         text = "Profile cancelled" if result.cancelled else "Profile finished"
         if failed:
             text += f"; failed: {', '.join(failed)}"
-        self.status.setText(f"{text} · files in {self.folder}")
+        charts = self._write_charts(result) if self.folder is not None else ""
+        self.status.setText(f"{text} · files in {self.folder}" + (f" ({charts})" if charts else ""))
         self.open_folder.setEnabled(self.folder is not None)
         self.message.emit(text)
         self.finished.emit(result)
 
+    def _write_charts(self, result: ProfileResult) -> str:
+        """`profile`'s charts beside its files, drawn here (a PNG is drawn on the GUI thread); "" or why not."""
+        assert self.folder is not None
+        pngs = {phase: self.folder / f"profile_{phase}.png" for phase in PHASES}
+        try:
+            for phase, png in pngs.items():
+                render_png(figures.profile_breakdown(result.profiles, phase), png)
+        except Exception as exc:  # noqa: BLE001 - said, not fatal: the records are written
+            for png in pngs.values():
+                png.unlink(missing_ok=True)  # a chart drawn before the failure would stand alone
+            return "charts not written: " + (" ".join(str(exc).split()) or type(exc).__name__)
+        return ""
+
     # --- results ---------------------------------------------------------------------------------
     def _phase_changed(self, phase: str) -> None:
+        self.caption.setText(UNITS[phase])
         self.table.setHorizontalHeaderLabels(headers(phase))  # prefill's columns: its roofline
         self.show_results()
+        self._show_ops()
 
     def show_results(self) -> None:
         if self.result is None:
@@ -221,8 +243,10 @@ class ProfileTab(QWidget):
         for profile in self.result.profiles:
             self._add_row(profile)
         self.charts.show_figures([figures.profile_breakdown(self.result.profiles, self.phase.currentText())])
-        lines = [speculation_line(p) for p in self.result.profiles]  # how a speculative engine beats its target's floor
-        self.note.setText("\n".join([NOTE, *(line for line in lines if line)]))
+        # what `profile` prints under its tables before the note, which scrolls: why an engine did not finish first
+        unfinished = sorted(self.result.profiles, key=lambda p: p.status == RunStatus.OK)
+        lines = [line for p in unfinished for line in engine_lines(p, top_ops=False)]
+        self.note.setText("\n".join([*lines, NOTE]))
         if self.result.profiles:
             self.table.selectRow(0)
 
@@ -231,8 +255,9 @@ class ProfileTab(QWidget):
         if self.result is None or not rows:
             return
         profile = self.result.profiles[min(rows)]
-        self.ops.setRowCount(len(profile.top_ops))
-        for r, op in enumerate(profile.top_ops):
+        ops = [op for op in profile.top_ops if op.phase == self.phase.currentText()]  # the step shown
+        self.ops.setRowCount(len(ops))
+        for r, op in enumerate(ops):
             cells = [
                 op.phase,
                 op.name,

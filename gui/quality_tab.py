@@ -2,7 +2,9 @@
 
 Engines, model and generation settings come from the setup panel (a short greedy bench gives
 tokens/s and the token streams compared with the reference); the text, max length and stride
-are here. A `QualitySession` runs in a thread on the tab's job controller, like the bench.
+are here. A `QualitySession` runs in a thread on the tab's job controller, like the bench. Its
+results are `quality`'s: the table, the top-5 logits where an engine diverges, speed against
+perplexity, and the verdict the command prints under its table.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from PySide6.QtWidgets import QFileDialog, QFormLayout, QLabel, QLineEdit, QPush
 
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.report import figures
+from whistle_stop.backends.results.verdict import Verdict, verdict
 from whistle_stop.backends.runs.bench import BenchResult, RunRecorded
 from whistle_stop.backends.runs.perplexity import window_problem
 from whistle_stop.backends.runs.quality import (
@@ -37,6 +40,7 @@ from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
 from .quality_view import QualityTable, TopLogitsView
 from .setup_panel import SetupPanel
+from .summary_chart import VerdictPanel
 from .theme import Theme, current_theme, engine_colours
 from .widgets import controls_column, path_row, set_clamped, spin, stacked, three_panes
 
@@ -142,7 +146,12 @@ class QualityTab(QWidget):
         results.setSizes([120, 170])
         middle = stacked(self.banner, results, stretch=results)
         self.scatter = FigureGrid(1)
-        three_panes(self, (controls, middle, self.scatter), stretch=1, sizes=(300, 700, 480))
+        self.verdict = VerdictPanel()  # the verdict `quality` prints under its table
+        figures_and_verdict = QSplitter(Qt.Orientation.Vertical)
+        figures_and_verdict.addWidget(self.scatter)
+        figures_and_verdict.addWidget(self.verdict)
+        figures_and_verdict.setSizes([190, 110])
+        three_panes(self, (controls, middle, figures_and_verdict), stretch=1, sizes=(300, 700, 480))
 
     # --- inputs -------------------------------------------------------------------------------
     def settings(self) -> QualitySettings:
@@ -177,7 +186,8 @@ class QualityTab(QWidget):
         self.setup.flush()
         if self.job.refuse(self.problem()):
             return False
-        config = replace(self.setup.config(), mode="fair")  # tokens/s beside perplexity: uncontended
+        # tokens/s beside perplexity: uncontended; `quality` runs no harness calibration, nor says it did
+        config = replace(self.setup.config(), mode="fair", calibrate_harness=False)
         try:
             session = QualitySession(config, self.settings(), on_event=self.job.controller.sink())
         except UsageError as exc:
@@ -190,6 +200,7 @@ class QualityTab(QWidget):
         self.table.set_rows([], {}, QColor())
         self.top.show_for(None, None)
         self.scatter.clear_figures()
+        self.verdict.set_verdict(None)
         self.progress.setRange(0, 0)
         self.status.setText(f"resolving the model {config.model}…")
 
@@ -241,13 +252,8 @@ class QualityTab(QWidget):
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
         self.show_results()
-        failed = [r.backend for r in self.quality.rows if r.status != "ok"]
-        text = (
-            "Quality evaluation cancelled"
-            if self.result.cancelled
-            else "Quality evaluation finished" + (f"; failed: {', '.join(failed)}" if failed else "")
-        )
-        self.status.setText(f"{text} · {self.quality.info.get('scored_tokens', '?')} tokens scored")
+        text, scored = finished_text(self.result, self.quality)
+        self.status.setText(f"{text} · {scored}")
         self.message.emit(text)
         self.finished.emit(value)
 
@@ -258,6 +264,7 @@ class QualityTab(QWidget):
         self.table.set_rows(self.quality.rows, self.colours, QColor(current_theme().error))
         figure = figures.speed_vs_quality(quality_rows_as_dicts(self.quality.rows), self.model.is_random)
         self.scatter.show_figures([figure], self.colours)
+        self.verdict.set_verdict(quality_verdict(self.result, self.quality))
         self.refresh()
         diverging = [i for i, r in enumerate(self.quality.rows) if r.first_divergence is not None]
         others = [i for i, r in enumerate(self.quality.rows) if r.backend != r.reference]
@@ -305,5 +312,27 @@ class QualityTab(QWidget):
 
     def apply_theme(self, theme: Theme) -> None:
         self.scatter.apply_theme(theme)
+        self.verdict.apply_theme(theme)
         if self.quality is not None:
             self.show_results()
+
+
+def quality_verdict(result: BenchResult | None, quality: QualityResult) -> Verdict | None:
+    """The verdict `quality` prints: the session's runs against its reference, with the perplexity changes."""
+    if result is None or not quality.rows:
+        return None
+    rows = quality_rows_as_dicts(quality.rows)
+    return verdict(result.runs, list(result.config.backends), quality.rows[0].reference or None, rows)
+
+
+def finished_text(result: BenchResult, quality: QualityResult) -> tuple[str, str]:
+    """How the evaluation ended, and what it scored: the tokens of every window, or, when cancelled or
+    when an engine failed, how many engines have a perplexity (the planned tokens were not all scored)."""
+    failed = [r.backend for r in quality.rows if r.status.is_failure]
+    scored = sum(1 for r in quality.rows if r.perplexity is not None)
+    if result.cancelled:
+        return "Quality evaluation cancelled", f"perplexity of {scored} of {len(quality.rows)} engines"
+    text = "Quality evaluation finished" + (f"; failed: {', '.join(failed)}" if failed else "")
+    if scored < len(quality.rows):
+        return text, f"perplexity of {scored} of {len(quality.rows)} engines"
+    return text, f"{quality.info.get('scored_tokens', '?')} tokens scored"

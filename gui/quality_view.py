@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from whistle_stop.backends.results.summary import status_cell
 from whistle_stop.backends.runs.quality import Divergence, QualityRow
 from whistle_stop.backends.runs.quality_rows import ppl_change_text
 
@@ -36,7 +37,7 @@ def row_cells(row: QualityRow) -> list[str]:
         if row.agree_share is not None
         else "-"
     )
-    status = row.status if row.status == "ok" else f"{row.status}: {row.error}"[:90]
+    status = status_cell(str(row.status), row.error)  # the terminal's cell: a cut error ends in "…"
     return [
         row.backend,
         row.dtype,
@@ -112,7 +113,9 @@ class TopLogitsView(QWidget):
             self.title.setText(f"{row.backend} is the reference: the other engines are compared with it.")
             return
         if divergence is None:
-            if row.agree_share is None:
+            if row.agree_share is None and row.status != "ok":  # its runs failed: nothing to compare, greedy or not
+                self.title.setText(f"{row.backend} did not finish ({row.status}): no tokens to compare.")
+            elif row.agree_share is None:
                 self.title.setText(
                     f"{row.backend}: no greedy token streams to compare (agreement is measured "
                     "for greedy decoding only)."

@@ -370,11 +370,22 @@ def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path)
     labels = [tab.table.horizontalHeaderItem(c).text() for c in range(tab.table.columnCount())]
     assert labels == PREFILL_HEADERS and "roofline share" in labels
     assert [tab.table.item(0, c).text() for c in range(tab.table.columnCount())] == profile_row(profile, "prefill")
+    assert tab.caption.text() == "ms for the prompt"  # the unit of the category columns
+
+    def ops_shown() -> list[tuple[str, str]]:
+        return [(tab.ops.item(r, 0).text(), tab.ops.item(r, 1).text()) for r in range(tab.ops.rowCount())]
+
+    prefill_ops = [(op.phase, op.name) for op in profile.top_ops if op.phase == "prefill"]
+    assert ops_shown() == prefill_ops and prefill_ops  # the step's operations, not decode's first
     tab.phase.setCurrentText("decode")
-    assert tab.ops.rowCount() == len(profile.top_ops) > 0 and tab.ops.item(0, 1).text() == "linear"
+    assert tab.caption.text() == "ms per token"
+    assert ops_shown() == [(op.phase, op.name) for op in profile.top_ops if op.phase == "decode"]
+    assert tab.ops.item(0, 1).text() == "linear"
     assert all(figure is not None for figure in tab.charts.figures)
     for name in ("breakdown.csv", "top_ops.csv", "profile.json", "runs.csv", "phased.trace.json"):
         assert (tmp_path / "prof" / name).exists(), name
+    for name in ("profile_decode.png", "profile_prefill.png"):  # the charts `profile` writes beside them
+        assert (tmp_path / "prof" / name).read_bytes().startswith(b"\x89PNG"), name
     assert tab.open_folder.isEnabled() and not window.jobs.busy()
 
 
@@ -393,6 +404,20 @@ def test_a_long_note_neither_squeezes_the_results_nor_is_cut_off(qtbot, make_win
     header, row = tab.table.horizontalHeader().height(), tab.table.verticalHeader().defaultSectionSize()
     assert tab.table.height() >= header + 2 * row, (tab.table.height(), tab.height())
     qtbot.waitUntil(lambda: tab.note.height() >= tab.note.heightForWidth(tab.note.width()), timeout=5000)
+
+
+def test_the_profile_tab_says_why_an_engine_failed_as_the_command_prints_it(qtbot, make_window, tmp_path):
+    """A failed engine's error in the note's first lines (`profile` prints it under its tables), not only in
+    a tooltip: the status line names the engine, the note says why."""
+    window = make_window({"fine": spec("fine"), "broken": spec("broken", fail_load=True)})
+    configure(window, ["fine", "broken"], new_tokens=4, repeats=1, warmup=0)
+    tab = window.profile_tab
+    tab.out.setText(str(tmp_path / "prof"))
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS):
+        assert tab.start(), tab.reason.text()
+    assert "failed: broken" in tab.status.text()
+    first = tab.note.text().splitlines()[0]
+    assert first.startswith("broken: error: ") and "scripted load failure" in first
 
 
 def test_profile_tab_cancel_keeps_what_was_measured_and_leaves_no_worker(qtbot, make_window, tmp_path):
@@ -426,6 +451,25 @@ def test_a_figure_under_one_ms_keeps_its_ticks_in_its_label_s_unit(qtbot):
     assert axis.autoSIPrefixScale == 1.0 and "x0.001" not in axis.labelString()
 
 
+def test_a_figure_drawn_after_one_under_one_ms_keeps_its_ticks_in_ms(qtbot):
+    """The Profile tab's Step from decode (0.3 ms) to prefill (1.2 ms) in the same plot: prefill's ticks
+    read 0.5, 1.0, not 500, 1000 (pyqtgraph kept the scale it took from the decode chart's range)."""
+    from whistle_stop.backends.report.figures import Figure, Series
+    from whistle_stop.gui.figure_view import FigureGrid
+
+    grid = FigureGrid(1)
+    qtbot.addWidget(grid)
+    grid.show()
+    axis = grid.plots[0].getAxis("left")
+    for top in (0.3, 1.2):
+        figure = Figure("steps", "Where a step goes", "engine", "ms per step", [Series("numpy", [0, 1], [top, 0.1])])
+        grid.show_figures([figure])
+        qtbot.waitUntil(lambda top=top: 0.6 * top < axis.range[1] < 2 * top)  # the view took this figure's range
+    spacing, values = axis.tickValues(*axis.range, 300)[0]
+    labels = axis.tickStrings(values, axis.autoSIPrefixScale * axis.scale, spacing)
+    assert axis.autoSIPrefixScale == 1.0 and max(float(label) for label in labels) < 2, labels
+
+
 def test_the_top_logits_table_names_its_columns_when_nothing_diverged(qtbot):
     """No divergence (or none yet): the empty table's columns say what they hold, not Qt's "1", "2",
     nor the engines of the divergence shown before."""
@@ -445,3 +489,73 @@ def test_the_top_logits_table_names_its_columns_when_nothing_diverged(qtbot):
     assert headers() == ["hf", "int8"] and view.table.rowCount() == 1
     view.show_for(QualityRow("numpy", reference="hf", agree_share=1.0, agree_tokens=16), None)
     assert headers() == ["reference's top-5", "engine's top-5"] and view.table.rowCount() == 0
+
+
+def test_an_engine_that_failed_is_not_said_to_lack_greedy_decoding(qtbot):
+    """A failed engine has no tokens to compare: not "agreement is measured for greedy decoding only"."""
+    from whistle_stop.backends.runs.quality_rows import QualityRow
+    from whistle_stop.backends.status import RunStatus
+    from whistle_stop.gui.quality_view import TopLogitsView
+
+    view = TopLogitsView()
+    qtbot.addWidget(view)
+    view.show_for(QualityRow("remote", reference="numpy", status=RunStatus.ERROR, error="connection refused"), None)
+    assert view.title.text() == "remote did not finish (error): no tokens to compare."
+    view.show_for(QualityRow("native", reference="numpy"), None)  # sampled: no agreement to measure
+    assert "greedy decoding only" in view.title.text()
+
+
+def test_a_long_quality_error_is_cut_visibly_as_the_terminal_cuts_it():
+    """The status cell of `quality`'s table and the window's: the same text, a cut error ending in "…"."""
+    from whistle_stop.backends.results.summary import STATUS_CELL_MOST, status_cell
+    from whistle_stop.backends.runs.quality_rows import QualityRow
+    from whistle_stop.backends.status import RunStatus
+    from whistle_stop.gui.quality_view import row_cells
+
+    error = "RemoteError: connection refused by 127.0.0.1:9 (is the server running?) " * 3
+    cell = row_cells(QualityRow("remote", status=RunStatus.ERROR, error=error))[-1]
+    assert cell == status_cell("error", error) and cell.endswith("…") and len(cell) == STATUS_CELL_MOST
+    assert row_cells(QualityRow("numpy"))[-1] == "ok"
+
+
+def _quality_on(tab, tmp_path) -> None:
+    text = tmp_path / "eval.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    tab.text_path.setText(str(text))
+    tab.max_length.setValue(32)
+    tab.stride.setValue(16)
+
+
+def test_the_quality_tab_shows_the_verdict_quality_prints_and_writes_its_settings(qtbot, make_window, tmp_path):
+    """The tab's verdict is `quality`'s (the same runs, reference and perplexity changes), and the files it
+    writes say the settings the run had: no harness calibration, as `quality` says."""
+    from whistle_stop.backends.results.verdict import verdict
+
+    window = make_window()
+    configure(window, ["numpy", "null"], new_tokens=8, repeats=1, warmup=0)
+    tab = window.quality_tab
+    _quality_on(tab, tmp_path)
+    with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
+        assert tab.start(), tab.reason.text()
+    result, quality = blocker.args[0]
+    printed = verdict(result.runs, ["numpy", "null"], "numpy", [vars(r) for r in quality.rows])  # as the command
+    assert tab.verdict.verdict is not None and tab.verdict.verdict.markdown() == printed.markdown()  # NaN != NaN
+    assert "Fastest overall" in tab.verdict.toPlainText()
+    assert tab.status.text().endswith(f"· {quality.info['scored_tokens']} tokens scored")
+    tab.write_results(tmp_path / "quality")
+    environment = json.loads((tmp_path / "quality" / "environment.json").read_text(encoding="utf-8"))
+    assert environment["settings"]["calibrate_harness"] is False and "harness" not in environment
+
+
+def test_a_cancelled_quality_evaluation_says_how_many_engines_it_scored(qtbot, make_window, tmp_path):
+    """Cancelled in the bench, no engine was scored: not "175 tokens scored" (the windows' planned tokens)."""
+    window = make_window({"quick": spec("quick", decode_s=0.001), "slow": spec("slow", decode_s=0.05)})
+    configure(window, ["quick", "slow"], new_tokens=200, repeats=1, warmup=0)
+    tab = window.quality_tab
+    _quality_on(tab, tmp_path)
+    assert tab.start(), tab.reason.text()
+    qtbot.waitUntil(lambda: tab._runs_done >= 1, timeout=TIMEOUT_MS)  # quick has run, slow is under way
+    with qtbot.waitSignal(tab.finished, timeout=30_000):
+        tab.job.cancel_button.click()
+    assert tab.status.text() == "Quality evaluation cancelled · perplexity of 0 of 2 engines"
+    assert tab.verdict.verdict is not None  # what was measured, as `quality` prints it when cancelled

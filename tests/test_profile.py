@@ -114,6 +114,10 @@ def test_a_slower_phase_of_the_cores_shows_beside_the_roofline_share():
     profile.peak_probed_gops = 790.0  # within the probe's own noise: one figure
     row = dict(zip(PREFILL_HEADERS, prefill_row(profile)))
     assert row["roofline share"] == "50%" and row["peak G/s"] == "800"
+    bytes_bound = EngineProfile("b", ttft_ms=20.0, prefill_flops=1e6, prefill_bytes=1.8e8, probe_gb_s=50.0)
+    bytes_bound.peak_gops, bytes_bound.peak_probed_gops = 800.0, 500.0  # the peak moved; the bytes' time did not
+    row = dict(zip(PREFILL_HEADERS, prefill_row(bytes_bound)))
+    assert row["roofline share"] == "18%" and row["peak G/s"] == "800 (500)"  # not "18% (18%)"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from ..errors import UsageError
 from ..profile.files import write_profile
-from ..profile.table import NOTE, headers, profile_row, shown_columns, speculation_line, top_ops_line
+from ..profile.table import NOTE, UNITS, engine_lines, headers, profile_row, shown_columns
 from ..results.export import write_results
 from ..results.summary import runs_kept
 from ..runs.profile import ProfileResult, ProfileSession, ProfileStarted
@@ -103,9 +103,8 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
         probe += ("; " if probe else "") + "a CUDA engine's by its GPU (the faster of cuBLAS's gemv and a sum)"
     probe = probe or "bandwidth not measured"
     for phase in ("decode", "prefill"):
-        unit = "ms per token" if phase == "decode" else "ms for the prompt"
         title = (
-            f"{phase} step, {unit}"
+            f"{phase} step, {UNITS[phase]}"
             + (f" (floor: {probe}, probed around each engine)" if phase == "decode" else "")
             + (f" (roofline's peaks: {peaks_label(result)})" if phase == "prefill" and peaks_label(result) else "")
         )
@@ -124,15 +123,8 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
     if random_weights:
         console.print("[bold]random weights - timing only[/]")
     for p in result.profiles:
-        if p.status != RunStatus.OK:
-            console.print(f"{p.engine}: {p.status}: {p.error}", markup=False)
-            continue
-        if top_ops_line(p):
-            console.print(top_ops_line(p), markup=False)
-        if speculation_line(p):
-            console.print(speculation_line(p), markup=False)
-        if p.note:
-            console.print(f"{p.engine}: {p.profiler}: {p.note}", markup=False)
+        for line in engine_lines(p):
+            console.print(line, markup=False)
 
 
 def peaks_label(result: ProfileResult) -> str:

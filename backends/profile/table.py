@@ -39,6 +39,10 @@ def headers(phase: str) -> list[str]:
     return PREFILL_HEADERS if phase == "prefill" else HEADERS
 
 
+# The unit of a table's figures, as `profile`'s titles say it: a category column names none of its own.
+UNITS = {"decode": "ms per token", "prefill": "ms for the prompt"}
+
+
 NOTE = (
     "categories: mean ms of the profiled run's steps; ms/token: median of the unprofiled measured runs "
     "(bench's figure); floor: (weights at their stored size + KV read) per token / probe GB/s (not bench's GB/s, "
@@ -82,12 +86,9 @@ def _bandwidth_cell(p: EngineProfile) -> str:
 def _share_cell(p: EngineProfile) -> str:
     if p.floor_share is None:
         return "-"
-    slower = p.floor_share_at_slower
-    return (
-        f"{100 * p.floor_share:.0f}%"
-        + (f" ({100 * slower:.0f}%)" if _moved(p) and slower else "")
-        + (" (LLC)" if p.floor_note else "")
-    )
+    share, slower = f"{100 * p.floor_share:.0f}%", p.floor_share_at_slower
+    at_slower = f"{100 * slower:.0f}%" if _moved(p) and slower else share  # shown only where it differs
+    return share + (f" ({at_slower})" if at_slower != share else "") + (" (LLC)" if p.floor_note else "")
 
 
 def _arithmetic_cell(p: EngineProfile) -> str:
@@ -107,8 +108,8 @@ def prefill_row(p: EngineProfile) -> list[str]:
     """The prefill table's row: TTFT against its roofline."""
     breakdown = p.prefill
     share = "-" if p.ttft_share is None else f"{100 * p.ttft_share:.0f}%"
-    if _peak_moved(p) and p.ttft_share_at_probe is not None:
-        share += f" ({100 * p.ttft_share_at_probe:.0f}%)"
+    if _peak_moved(p) and p.ttft_share_at_probe is not None and f"{100 * p.ttft_share_at_probe:.0f}%" != share:
+        share += f" ({100 * p.ttft_share_at_probe:.0f}%)"  # (a bytes-bound roofline's share does not move: "18% (18%)")
     peak = _ms(p.peak_gops, 0) + (f" ({p.peak_probed_gops:.0f})" if _peak_moved(p) else "")
     head = [
         p.engine,
@@ -190,6 +191,19 @@ def speculation_line(p: EngineProfile) -> str:
                 "so no memory limit is broken"
             )
     return line
+
+
+def engine_lines(p: EngineProfile, top_ops: bool = True) -> list[str]:
+    """What `profile` says under its tables about one engine: why it did not finish, or its top decode
+    operations (`top_ops`), how a speculative engine beats its target's floor, and its profiler's note."""
+    if p.status != RunStatus.OK:
+        return [f"{p.engine}: {p.status}" + (f": {p.error}" if p.error else "")]
+    lines = [
+        top_ops_line(p) if top_ops else "",
+        speculation_line(p),
+        f"{p.engine}: {p.profiler}: {p.note}" if p.note else "",
+    ]
+    return [line for line in lines if line]
 
 
 def top_ops_line(p: EngineProfile, count: int = 5) -> str:

@@ -62,7 +62,10 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         axis.setPen(pg.mkPen(foreground))
         axis.setTextPen(pg.mkPen(foreground))
         # the labels carry their units in words: a scale pyqtgraph appends to small values would read
-        # "seconds (x0.001)" over ticks of 400, and "engine (x0.001)" under the bars' names
+        # "seconds (x0.001)" over ticks of 400, and "engine (x0.001)" under the bars' names. Turning it
+        # off keeps a scale pyqtgraph takes from the axis's present range (a plot the window draws
+        # again: 0.7 ms left ticks of 1000 for a 1.2 ms step) unless the label is hidden then.
+        axis.showLabel(False)
         axis.enableAutoSIPrefix(False)
         plot_item.setLabel(side, text, color=pg.mkColor(foreground).name())
     plot_item.showGrid(x=True, y=True, alpha=0.15)
