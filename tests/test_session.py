@@ -66,3 +66,15 @@ def test_a_run_that_stops_short_counts_in_no_figure(tiny_model):
     assert "3 of 5 tokens" in short[0].error
     assert [s.runs for s in summarize_backends(result.runs)] == [2, 0]
     assert result.failed  # exit status 1
+
+
+def test_the_session_records_the_cached_probes_whoever_runs_it(tiny_model, monkeypatch):
+    """The machine's cached bandwidth and peaks went into environment.json only when the CLI ran the
+    bench: a folder the window wrote lacked them, and its report its floor and roofline lines."""
+    from whistle_stop.backends.results import bandwidth, compute_peak
+
+    probe = bandwidth.Bandwidth(42.0, 41.0, 1 << 28, 1, 5, "cpu", "2026-11-27T12:00:00")
+    monkeypatch.setattr(bandwidth, "cached_bandwidth", lambda threads: probe)
+    monkeypatch.setattr(compute_peak, "cached_compute_peaks", lambda threads: None)
+    result, _ = _run({"a": fake_engines.spec("a")})
+    assert result.environment["bandwidth"]["gb_s"] == 42.0 and "compute_peaks" not in result.environment

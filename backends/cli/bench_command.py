@@ -22,7 +22,6 @@ from ..results.verdict import verdict
 from ..runs.bench import BenchResult, BenchSession
 from ..storage import bytecode
 from .common import (
-    add_cached_probes,
     cancelled,
     check_reference,
     config_from_args,
@@ -58,7 +57,6 @@ def bench_command(args: argparse.Namespace) -> int:
     if uncompiled:
         err.print(f"[yellow]warning:[/] {uncompiled}")
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
-    add_cached_probes(result.environment, session.threads)
     paths = write_results(out, result.runs, result.tokens, result.environment, load=result.load, slo=config.slo)
     print_summary(result, stdout_console())
     if config.concurrency:

@@ -111,20 +111,6 @@ def out_dir(path) -> Path:
     return out
 
 
-def add_cached_probes(environment: dict, threads: int) -> None:
-    """Record the machine's bandwidth and arithmetic peaks if a sweep, quality run or profile measured
-    them before (never measures here)."""
-    from ..results.bandwidth import cached_bandwidth
-    from ..results.compute_peak import cached_compute_peaks
-
-    cached = cached_bandwidth(threads)
-    if cached is not None:
-        environment.setdefault("bandwidth", cached.as_dict())
-    peaks = cached_compute_peaks(threads)
-    if peaks is not None:
-        environment.setdefault("compute_peaks", peaks.as_dict())
-
-
 class Cancellable(Protocol):
     def cancel(self) -> None: ...
 

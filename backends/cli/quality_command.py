@@ -13,7 +13,6 @@ from ..results.summary import runs_kept, status_cell
 from ..results.verdict import verdict
 from .charts import charts
 from .common import (
-    add_cached_probes,
     cancelled,
     check_reference,
     config_from_args,
@@ -54,7 +53,6 @@ def quality_command(args: argparse.Namespace) -> int:
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     quality = session.quality
     assert quality is not None  # run() made it
-    add_cached_probes(result.environment, session.threads)
     paths = write_quality(out, result, quality)
 
     figure = speed_vs_quality([vars(r) for r in quality.rows], model.is_random)

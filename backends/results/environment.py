@@ -165,3 +165,17 @@ def collect_environment(model=None, settings: dict | None = None, extra: dict | 
     if extra:
         env.update(extra)
     return env
+
+
+def add_cached_probes(environment: dict, threads: int) -> None:
+    """Record the machine's bandwidth and arithmetic peaks if a sweep, quality run or profile measured
+    them before (never measures here): bench's and quality's folders, from the CLI or the window alike."""
+    from .bandwidth import cached_bandwidth
+    from .compute_peak import cached_compute_peaks
+
+    cached = cached_bandwidth(threads)
+    if cached is not None:
+        environment.setdefault("bandwidth", cached.as_dict())
+    peaks = cached_compute_peaks(threads)
+    if peaks is not None:
+        environment.setdefault("compute_peaks", peaks.as_dict())

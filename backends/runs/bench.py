@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from ..results.agreement import fill_agreement
-from ..results.environment import collect_environment
+from ..results.environment import add_cached_probes, collect_environment
 from ..sources.model_files import ModelFiles
 from .calibration import DEFAULT_TOKENS as CALIBRATION_TOKENS
 from .calibration import calibrate_harness
@@ -46,6 +46,7 @@ def finish_bench(result: BenchResult, orchestrator: Orchestrator) -> None:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
     )
+    add_cached_probes(result.environment, orchestrator.threads)
 
 
 def _remember(result: BenchResult) -> None:
