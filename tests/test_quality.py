@@ -127,6 +127,28 @@ def test_hf_perplexity_in_its_worker_equals_transformers_loss(tiny_model):
     assert math.exp(outcome.done.nll_sum / outcome.done.tokens) == pytest.approx(expected, rel=1e-4)
 
 
+class StreamOnlyEngine(fake_engines.OwnLoopEngine):
+    """A server's engine: tokens from its own loop only, no prefill, no forward pass (remote, vllm)."""
+
+    def prefill(self, token_ids):
+        raise NotImplementedError("a server engine generates in its own loop: use stream()")
+
+
+def test_an_engine_with_no_logits_outside_its_loop_says_so(tiny_model):
+    """Quality on a server engine read "NotImplementedError: ... use stream()" in its row."""
+    from dataclasses import replace as replace_spec
+
+    spec = replace_spec(fake_engines.spec("served"), target="tests.test_quality:StreamOnlyEngine")
+    worker = Worker(spec, tiny_model, EngineOptions(threads=1))
+    worker.start()
+    try:
+        outcome = worker.score(ScoreRequest("served/ppl", ((1, 2, 3),), (2,)))
+    finally:
+        worker.close()
+    assert outcome.status == "error"
+    assert outcome.error == "not available: served gives no logits outside its own loop"
+
+
 def test_engines_without_forward_logits_are_teacher_forced(tiny_model):
     ids = list(range(1000, 1300))
     windows = strided_windows(ids, 64, 32)

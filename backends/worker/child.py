@@ -350,6 +350,9 @@ def _serve_score(conn, cancel: threading.Event, engine, request: ScoreRequest) -
             nll += window_nll
             count += window_count
             conn.send(ScoreProgress(request.run_id, done + 1, total))
+    except NotImplementedError:  # neither a forward pass nor a prefill: its logits stay inside its loop
+        conn.send(Failed(f"not available: {engine.name} gives no logits outside its own loop", "", request.run_id))
+        return
     except Exception as exc:
         conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))
         return
