@@ -51,7 +51,9 @@ def run_app(argv: list[str] | None = None) -> int:
         return EXIT_NO_DISPLAY
     from whistle_stop.backends.report.qt_start import qt_start_problem
 
-    problem = qt_start_problem()  # where Qt cannot start it aborts the process: ask a child first (~0.1 s)
+    # Where Qt cannot start it aborts the process: ask a child first (~0.1 s). Only on Linux, where a
+    # DISPLAY may not answer or an X11 library may be missing; elsewhere a second application would flash.
+    problem = qt_start_problem() if sys.platform.startswith("linux") else None
     if problem is not None:
         print(f"error: cannot open the window: {problem}; {WINDOW_HINT}", file=sys.stderr)
         return EXIT_NO_DISPLAY
