@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 import numpy as np
 import pytest
@@ -122,6 +123,14 @@ def load_engine_in_worker(name, model, threads=1):
     from tests.engine_process import EngineProcess
 
     return EngineProcess(name, model, threads)
+
+
+def wait_for(condition, timeout_s: float = 30.0) -> None:
+    """Poll `condition` until it holds; fail after `timeout_s` (for threads and processes, not Qt: qtbot.waitUntil)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def live_workers():

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests import fake_engines
+from tests.conftest import wait_for
 from tests.serve_helpers import GREEDY, HOST, complete, request, served, stream_events, wait_healthy
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.engines.remote_engine import FRESH_NOTE
@@ -217,7 +218,7 @@ def test_a_client_gone_mid_body_is_logged_without_a_traceback(null_server):
     try:
         before = len(_logged(null_server))
         _send_partial(null_server.port, b'{"prompt": "hi"', 100).close()
-        _wait_for(lambda: len(_logged(null_server)) > before, timeout_s=10)
+        wait_for(lambda: len(_logged(null_server)) > before, timeout_s=10)
         gone = _logged(null_server)[before]
         assert gone.status == 499 and "went away before its request body was complete" in gone.error
         assert complete(null_server.port, {"prompt": "hi", "max_tokens": 2})[0] == 200
@@ -245,7 +246,7 @@ def test_a_client_that_read_every_token_and_left_before_done_was_served(tiny_mod
             received += sock.recv(4096)
         assert b"[DONE]" not in received and b'"finish_reason":"length"' not in received
         sock.close()
-        _wait_for(lambda: _logged(server), timeout_s=10)
+        wait_for(lambda: _logged(server), timeout_s=10)
         entry = _logged(server)[0]
         assert (entry.status, entry.finish, entry.tokens) == (200, "length", 3), entry
 
@@ -274,7 +275,7 @@ def test_a_client_that_hangs_up_mid_stream_is_quiet_and_stops_its_generation(tin
                     received += sock.recv(4096)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()  # a reset (a client killed with unread data): its next send fails at once
-                _wait_for(lambda: len(_logged(server)) > before, timeout_s=10)  # noqa: B023 - waited on here
+                wait_for(lambda: len(_logged(server)) > before, timeout_s=10)  # noqa: B023 - waited on here
                 gone = _logged(server)[before:]
                 assert [(e.status, e.finish) for e in gone] == [(CLIENT_GONE, "abort")] and gone[0].tokens < 400
                 began = time.monotonic()  # the other 600 tokens would take 30 s
@@ -293,7 +294,7 @@ def test_a_shutdown_while_the_engine_loads_ends_the_load_at_once(tiny_model):
     requests' grace, 10 s, then had its pipe closed under the read: an AttributeError, swallowed)."""
     with served(fake_engines.spec("loady", load_s=60), tiny_model, wait=False) as server:
         slot = server.service.pool.slots[0]
-        _wait_for(lambda: slot._starting is not None and slot._starting.pid is not None)
+        wait_for(lambda: slot._starting is not None and slot._starting.pid is not None)
         pid = slot._starting.pid
         began = time.monotonic()
     assert time.monotonic() - began < 4
@@ -312,9 +313,9 @@ def test_a_full_queue_answers_503_with_retry_after(tiny_model):
 
         threads = [threading.Thread(target=one) for _ in range(2)]  # one runs, one waits
         threads[0].start()
-        _wait_for(lambda: pool.running == 1)
+        wait_for(lambda: pool.running == 1)
         threads[1].start()
-        _wait_for(lambda: pool.scheduler.waiting == 1)
+        wait_for(lambda: pool.scheduler.waiting == 1)
         status, headers, body = complete(server.port, {"prompt": "hi", "max_tokens": 2})
         assert status == 503 and int(headers["retry-after"]) >= 1, body
         assert "queue is full" in body["error"]["message"]
@@ -323,13 +324,6 @@ def test_a_full_queue_answers_503_with_retry_after(tiny_model):
         assert results == [200, 200]  # nothing lost
         assert complete(server.port, {"prompt": "hi", "max_tokens": 2})[0] == 200
         assert 'reason="queue_full"} 1' in request(server.port, "GET", "/metrics")[2]
-
-
-def _wait_for(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_a_worker_that_keeps_dying_waits_longer_each_time():

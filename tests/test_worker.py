@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from tests import fake_engines
-from tests.conftest import live_workers
+from tests.conftest import live_workers, wait_for
 from whistle_stop.backends import registry
 from whistle_stop.backends.engine import Capabilities, EngineOptions
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
@@ -292,7 +292,7 @@ def test_close_ends_a_worker_in_every_state_and_releases_it(tiny_model, fds_at_r
     if state == "dead":  # its process died while idle, unnoticed (a zombie: the worker reaps it)
         child = psutil.Process(pid)
         child.kill()
-        _wait_for(lambda: child.status() == psutil.STATUS_ZOMBIE)
+        wait_for(lambda: child.status() == psutil.STATUS_ZOMBIE)
     began = time.monotonic()
     worker.close(0.0)
     assert time.monotonic() - began < 5
@@ -311,13 +311,6 @@ def test_close_ends_a_worker_in_every_state_and_releases_it(tiny_model, fds_at_r
         assert worker.pid is None
     assert worker.run(RunRequest("x/r1", (1,), 2, SamplingParams())).failure is not None  # refused
     worker.close()  # a second close: nothing left to do
-
-
-def _wait_for(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 class BuildingEngine(fake_engines.ScriptedEngine):
