@@ -662,5 +662,7 @@ def test_a_display_that_does_not_answer_is_one_line_and_exit_2():
     proc = subprocess.run([sys.executable, "main.py"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("error: cannot open the window: Qt cannot start here (qt.qpa.xcb: could not connect"), line
+    # Qt's own reason depends on the machine: no server at :97, or (where libxcb-cursor0 is missing) the
+    # xcb plugin that cannot load before it tries.
+    assert line.startswith("error: cannot open the window: Qt cannot start here (qt.qpa."), line
     assert "xvfb-run python main.py" in line
