@@ -6,9 +6,17 @@ same hues lighter. The first eight are the most distinct hues at one lightness; 
 are other hues at another lightness, so two engines of one run never share a colour up to
 sixteen. Colours go by an engine's place in the run, never by its name: a hash of names put two
 engines of one run in one colour.
+
+Categories (a profile's kinds of work, a start's parts, precisions) go by their key instead, so
+'attention' has one colour in every figure of every run whatever else is shown: a fixed place in
+the palette for the known ones (keys shown in one figure never share one), a stable hash for others.
 """
 
 from __future__ import annotations
+
+import zlib
+
+from ..profile.categories import Category
 
 # On white (the light theme, reports and PNGs).
 LIGHT = (
@@ -55,6 +63,39 @@ def engine_colour(index: int, dark: bool = False) -> str:
     """The colour of the run's index-th engine (from the start again after sixteen)."""
     palette = DARK if dark else LIGHT
     return palette[index % len(palette)]
+
+
+# A known category's place in the palettes. A profile's categories, a start's parts and the
+# precisions are each drawn together, so each set has colours of its own; the sets never share a figure.
+CATEGORY_PLACES: dict[str, int] = {
+    Category.MATMUL.value: 0,
+    Category.ATTENTION.value: 1,
+    Category.KV_CACHE.value: 2,
+    Category.NORM_ACTIVATION.value: 3,
+    Category.OTHER_KERNELS.value: 4,
+    Category.ENGINE_UNSPLIT.value: 5,
+    Category.FRAMEWORK.value: 6,
+    Category.HARNESS.value: 7,
+    Category.UNATTRIBUTED.value: 8,
+    "cold start": 12,
+    "one-time build": 9,
+    "fp32": 0,
+    "bf16": 1,
+    "f16": 13,
+    "fp16": 13,
+    "int8": 2,
+    "int4": 4,
+}
+
+
+def category_colour(key: str, dark: bool = False) -> str:
+    """A category's colour, a function of its key alone: its fixed place, else a stable hash
+    (crc32, the same in every process, unlike Python's salted hash())."""
+    palette = DARK if dark else LIGHT
+    place = CATEGORY_PLACES.get(key)
+    if place is None:
+        place = zlib.crc32(key.encode("utf-8"))
+    return palette[place % len(palette)]
 
 
 def run_colours(names: list[str], dark: bool = False) -> dict[str, str]:

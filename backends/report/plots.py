@@ -13,17 +13,28 @@ import textwrap
 import threading
 from pathlib import Path
 
-from .colours import LIGHT, rgb
-from .figures import Figure
+from . import legend_place
+from .colours import LIGHT, category_colour, rgb
+from .figures import Colouring, Figure
+from .legend_place import Box, Corner, Segment
 
 PALETTE = [rgb(c) for c in LIGHT]  # the engines' colours on white, in the run's order
 LIMIT_COLOUR = (90, 90, 90)
 DEFAULT_SIZE = (900, 520)
 EMPTY_CHARS = 28  # an empty figure's line, wrapped: the window's plots sit three abreast
+LEGEND_COLUMN = "legend column"  # the plot layout's cell right of the plot that holds a legend put outside
 
 
 def colour(index: int) -> tuple[int, int, int]:
     return PALETTE[index % len(PALETTE)]
+
+
+def series_colour(figure: Figure, index: int) -> tuple[int, int, int]:
+    """Series `index`'s colour: by its place (engines, as the window's panes), or by its name
+    (categories: 'attention' keeps its colour whichever categories a run shows)."""
+    if figure.colouring is Colouring.BY_KEY:
+        return rgb(category_colour(figure.series[index].name))
+    return colour(index)
 
 
 def ensure_qt_app():
@@ -52,9 +63,15 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
 
     plot_item.clear()
     if plot_item.legend is None:
-        plot_item.addLegend(offset=(-10, 10), labelTextColor=foreground)  # top right: limit labels sit left
+        plot_item.addLegend(offset=(-10, 10))
     else:
         plot_item.legend.clear()
+    _legend_inside(plot_item)  # the last figure drawn here may have put it outside
+    dark = sum(pg.mkColor(foreground).getRgb()[:3]) > 384  # light text: the window's dark theme
+    backdrop = (30, 31, 34, 200) if dark else (255, 255, 255, 200)
+    plot_item.legend.setLabelTextColor(foreground)  # this figure's theme, not the first one's
+    plot_item.legend.setBrush(backdrop)  # legible where a curve runs under it
+    plot_item.legend.setColumnCount(_legend_columns(figure)[0])
     plot_item.setTitle(figure.title, color=foreground)
     for side, text in (("bottom", figure.x_label), ("left", figure.y_label)):
         axis = plot_item.getAxis(side)
@@ -71,8 +88,9 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
     plot_item.showGrid(x=True, y=True, alpha=0.15)
     log = figure.log_axes
     plot_item.setLogMode(x=log, y=log)  # every figure sets it: the GUI draws several figures into one item
-    corner = (0, 0) if log else (1, 0)  # log-log curves rise to the top right: the legend goes top left
-    plot_item.legend.anchor(itemPos=corner, parentPos=corner, offset=(10, 10) if log else (-10, 10))
+    # where it goes when the plot is not laid out yet (nothing to measure): log-log curves rise to the top right
+    corner = Corner.TOP_LEFT if log else Corner.TOP_RIGHT
+    plot_item.legend.anchor(itemPos=corner.value, parentPos=corner.value, offset=corner.offset())
     n_series = max(1, len(figure.series))
     if figure.kind == "stacked":
         _draw_stacked(plot_item, figure, foreground)
@@ -82,7 +100,7 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         x, y = np.asarray(series.x, float), np.asarray(series.y, float)
         err = np.asarray(series.err or [0.0] * len(y), float)
         err_low = np.asarray(series.err_low, float) if len(series.err_low) == len(y) else err  # asymmetric intervals
-        rgb = colour(index)
+        rgb = series_colour(figure, index)
         if figure.kind == "bar" and n_series == 1:  # one group: each bar is an engine, in its colour
             brushes = [pg.mkBrush(*colour(int(round(xi)))) for xi in x]
             plot_item.addItem(pg.BarGraphItem(x=x, height=y, width=0.7, brushes=brushes, pen=pg.mkPen(None)))
@@ -127,8 +145,6 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
         for side in ("bottom", "left"):
             plot_item.getAxis(side).setTicks([[]])
         return
-    dark = sum(pg.mkColor(foreground).getRgb()[:3]) > 384  # light text: the window's dark theme
-    backdrop = (30, 31, 34, 200) if dark else (255, 255, 255, 200)
     for index, limit in enumerate(figure.limits):
         if limit.x:  # a curve: dashed through its points, named in the legend (curves may lie close)
             styles = (QtCore.Qt.PenStyle.DashLine, QtCore.Qt.PenStyle.DotLine, QtCore.Qt.PenStyle.DashDotLine)
@@ -152,6 +168,8 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
     if figure.kind in ("bar", "stacked"):
         _category_ticks(plot_item, figure.categories)
     _fit_range(plot_item, figure)
+    if _place_legend(plot_item, figure) and figure.kind in ("bar", "stacked"):
+        _category_ticks(plot_item, figure.categories)  # the bars' names wrapped for the narrower plot
 
 
 CHAR_PX = 6.5  # an axis tick label's character, about, at pyqtgraph's default font
@@ -186,11 +204,10 @@ def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
     import numpy as np
     import pyqtgraph as pg
 
-    plot_item.legend.setColumnCount(2)  # a short legend: it sits over the plot
     bottom = np.zeros(len(figure.categories))
     for index, series in enumerate(figure.series):
         x, y = np.asarray(series.x, float), np.asarray(series.y, float)
-        rgb = colour(index)
+        rgb = series_colour(figure, index)
         base = bottom[x.astype(int)]
         plot_item.addItem(
             pg.BarGraphItem(x=x, y0=base, height=y, width=0.6, brush=pg.mkBrush(*rgb), pen=pg.mkPen(None))
@@ -198,8 +215,10 @@ def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
         plot_item.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=1, brush=pg.mkBrush(*rgb)), series.name)
         bottom[x.astype(int)] += y
     for series in figure.markers:
-        for mx, my in zip(series.x, series.y):
-            plot_item.plot([mx - 0.38, mx + 0.38], [my, my], pen=pg.mkPen(foreground, width=3))
+        xs = [x for mx in series.x for x in (mx - 0.38, mx + 0.38)]
+        ys = [y for my in series.y for y in (my, my)]
+        # one tick per bar, as pairs of points: a mark the legend keeps clear of, not a line between bars
+        plot_item.plot(np.asarray(xs, float), np.asarray(ys, float), connect="pairs", pen=pg.mkPen(foreground, width=3))
         plot_item.legend.addItem(pg.PlotDataItem(pen=pg.mkPen(foreground, width=3)), series.name)
 
 
@@ -289,27 +308,6 @@ def _fit_range(plot_item, figure: Figure) -> None:
         lo, hi = min(xs), max(xs)
         pad = 0.6 if figure.kind in ("bar", "stacked") else max((hi - lo) * 0.06, 0.5)
         plot_item.setXRange(lo - pad, hi + pad * (3 if labelled else 1), padding=0)  # labels sit right of points
-        if figure.kind == "line":
-            _clear_of_legend(plot_item, figure, hi)
-
-
-def _clear_of_legend(plot_item, figure: Figure, right: float) -> None:
-    """Widen the x range until the points and their error bars end left of the legend (top right)
-    where it would cover some: a legend of a dozen engines is a third of the plot's height and
-    would hide their curves' right ends. `right`: the largest x drawn."""
-    view, legend = plot_item.getViewBox(), plot_item.legend
-    width, height = view.width(), view.height()
-    if not width or not height or not legend.width():  # not laid out yet, or nothing in the legend
-        return
-    (x0, x1), (y0, y1) = view.viewRange()
-    left = x1 - (legend.width() + 10) / width * (x1 - x0)  # the legend's edges, in the view's coordinates
-    bottom = y1 - (legend.height() + 10) / height * (y1 - y0)
-    covered = any(
-        x >= left and y + e >= bottom for s in figure.series for x, y, e in zip(s.x, s.y, s.err or [0.0] * len(s.y))
-    )
-    if covered:
-        share = min(0.5, (legend.width() + 20) / width)  # the legend's width, 10 px either side
-        plot_item.setXRange(x0, x0 + (right - x0) / (1 - share), padding=0)
 
 
 def _fit_log_range(plot_item, figure: Figure, tops: list[float], xs: list[float]) -> None:
@@ -327,6 +325,148 @@ def _fit_log_range(plot_item, figure: Figure, tops: list[float], xs: list[float]
             pad = max((hi - lo) * 0.06, 0.05)
             set_range(lo - pad, hi + pad, padding=0)
             plot_item.getAxis(side).setTicks(log_ticks(lo - pad, hi + pad, powers_of_two))
+
+
+def _legend_columns(figure: Figure) -> tuple[int, ...]:
+    """The legend's numbers of columns, the preferred first: a stacked figure's legend is short, in two."""
+    return (2, 1) if figure.kind == "stacked" else (1, 2)
+
+
+def _place_legend(plot_item, figure: Figure) -> bool:
+    """Put the legend in the plot's emptiest corner, clear of every mark drawn (legend_place.py),
+    else in a column right of the plot (True). A plot not laid out yet keeps it where it is."""
+    from pyqtgraph.Qt import QtCore
+
+    view, legend = plot_item.getViewBox(), plot_item.legend
+    plot_item.layout.activate()  # the title and axes this figure set take their room now: the view's final size
+    if not legend.items or not view.width() or not view.height():
+        return False
+    sizes: dict[int, tuple[float, float]] = {}
+    for columns in _legend_columns(figure)[: len(legend.items)]:
+        legend.setColumnCount(columns)
+        size = legend.layout.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize)
+        sizes[columns] = (max(size.width(), legend.width()), max(size.height(), legend.height()))
+    marks, lines = drawn_marks(plot_item)
+    corners = legend_place.RISING_CORNERS if figure.log_axes else legend_place.CORNERS
+    placement = legend_place.place(_box(view.sceneBoundingRect()), sizes, marks, lines, corners)
+    legend.setColumnCount(placement.columns)
+    if placement.corner is not None:
+        corner = placement.corner
+        legend.anchor(itemPos=corner.value, parentPos=corner.value, offset=corner.offset())
+        return False
+    column = _legend_column(plot_item)
+    width = sizes[placement.columns][0] + 2 * legend_place.MARGIN
+    column.setMinimumWidth(width)
+    column.setMaximumWidth(width)
+    legend.setParentItem(column)
+    legend.anchor(itemPos=(0, 0), parentPos=(0, 0), offset=(legend_place.MARGIN, legend_place.MARGIN))
+    plot_item.layout.activate()  # the plot narrows now, not at the next paint: a PNG renders at once
+    return True
+
+
+def _legend_inside(plot_item) -> None:
+    """The legend back in the plot, its column beside it closed."""
+    legend, column = plot_item.legend, _legend_column(plot_item, create=False)
+    if column is not None and column.maximumWidth() > 0:
+        column.setMinimumWidth(0)
+        column.setMaximumWidth(0)
+        plot_item.layout.activate()
+    if legend.parentItem() is not plot_item.getViewBox():
+        legend.setParentItem(plot_item.getViewBox())
+
+
+def _legend_column(plot_item, create: bool = True):
+    """The cell right of the plot (rows of the top axis to the bottom one) that holds a legend put outside."""
+    import pyqtgraph as pg
+
+    layout = plot_item.layout
+    item = layout.itemAt(1, 3) if layout.rowCount() > 1 and layout.columnCount() > 3 else None
+    if isinstance(item, pg.GraphicsWidget) and item.objectName() == LEGEND_COLUMN:
+        return item
+    if not create:
+        return None
+    column = pg.GraphicsWidget()
+    column.setObjectName(LEGEND_COLUMN)
+    column.setMaximumWidth(0)
+    plot_item.layout.addItem(column, 1, 3, 3, 1)
+    return column
+
+
+def drawn_marks(plot_item) -> tuple[list[Box], list[Segment]]:
+    """What the plot shows, in scene pixels: the marks a legend must not cover (points, bars, error
+    bars with their caps, whiskers and ticks, text: limit lines' and points' labels), and the lines
+    it may (curves between points, limit lines)."""
+    import numpy as np
+    import pyqtgraph as pg
+    from pyqtgraph.Qt import QtCore
+
+    view = plot_item.getViewBox()
+    view.updateMatrix()
+
+    def point(x: float, y: float) -> tuple[float, float]:
+        p = view.mapViewToScene(QtCore.QPointF(float(x), float(y)))
+        return p.x(), p.y()
+
+    def span(x0: float, y0: float, x1: float, y1: float, grow: float = 0.0) -> Box:
+        (ax, ay), (bx, by) = point(x0, y0), point(x1, y1)
+        return Box(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)).grown(grow)
+
+    marks: list[Box] = []
+    lines: list[Segment] = []
+    for item in plot_item.items:
+        if isinstance(item, pg.PlotDataItem):
+            x, y = item.getData()
+            if x is None or y is None:
+                continue
+            keep = np.isfinite(x) & np.isfinite(y)
+            if item.opts.get("symbol") is not None:
+                radius = item.opts.get("symbolSize", 10) / 2 + 1
+                marks += [Box(*point(px, py), *point(px, py)).grown(radius) for px, py in zip(x[keep], y[keep])]
+            pen = item.opts.get("pen")
+            if pen is None:
+                continue
+            width = pg.mkPen(pen).widthF()
+            if isinstance(item.opts.get("connect"), str) and item.opts["connect"] == "pairs":  # whiskers, ticks
+                marks += [span(x[i], y[i], x[i + 1], y[i + 1], width / 2) for i in range(0, len(x) - 1, 2)]
+            else:
+                xs, ys = x[keep], y[keep]
+                lines += [Segment(*point(xs[i], ys[i]), *point(xs[i + 1], ys[i + 1])) for i in range(len(xs) - 1)]
+        elif isinstance(item, pg.BarGraphItem):
+            for polygon in item.shape().toSubpathPolygons():
+                marks.append(_box(item.mapRectToScene(polygon.boundingRect())))
+        elif isinstance(item, pg.ErrorBarItem):
+            marks += _error_bar_marks(item, span)
+        elif isinstance(item, pg.InfiniteLine):
+            (x0, x1), _ = view.viewRange()
+            lines.append(Segment(*point(x0, item.value()), *point(x1, item.value())))
+            if item.label is not None and item.label.isVisible():
+                item.viewTransformChanged()  # its label follows the view's range lazily: where it is now
+                item.label.viewTransformChanged()
+                marks.append(_box(item.label.sceneBoundingRect()))
+        elif isinstance(item, pg.TextItem) and item.isVisible():
+            item.updateTransform(force=True)
+            marks.append(_box(item.sceneBoundingRect()))
+    return marks, lines
+
+
+def _error_bar_marks(item, span) -> list[Box]:
+    """One box per error bar: from its low to its high end, as wide as its caps."""
+    import numpy as np
+    import pyqtgraph as pg
+
+    opts = item.opts
+    if opts.get("x") is None or opts.get("y") is None:
+        return []
+    x, y = np.atleast_1d(opts["x"]), np.atleast_1d(opts["y"])
+    top = np.broadcast_to(opts["top"] if opts.get("top") is not None else 0.0, x.shape)
+    bottom = np.broadcast_to(opts["bottom"] if opts.get("bottom") is not None else 0.0, x.shape)
+    half = (opts.get("beam") or 0.0) / 2
+    grow = pg.mkPen(opts.get("pen")).widthF() / 2 + 1
+    return [span(px - half, py - lo, px + half, py + hi, grow) for px, py, hi, lo in zip(x, y, top, bottom)]
+
+
+def _box(rect) -> Box:
+    return Box(rect.left(), rect.top(), rect.right(), rect.bottom())
 
 
 def log_ticks(lo: float, hi: float, powers_of_two: bool = False) -> list[list[tuple[float, str]]]:
