@@ -156,8 +156,20 @@ class _Chart(pg.PlotWidget):
     EXPORT_SIZE = QSizeF(1000, 480)  # its layout in a PNG (1400 x 672 pixels by default)
 
     def export_png(self, path: Path, width: int | None = None) -> None:
+        """The chart's records, without what follows the mouse: hidden for the export, then as it was."""
         self.flush_pending()
-        save_png(self.plotItem, path, self.EXPORT_SIZE, width)
+        shown = [item for item in self.hover_items() if item.isVisible()]
+        for item in shown:
+            item.setVisible(False)
+        try:
+            save_png(self.plotItem, path, self.EXPORT_SIZE, width)
+        finally:
+            for item in shown:
+                item.setVisible(True)
+
+    def hover_items(self) -> tuple[pg.GraphicsObject, ...]:
+        """What the chart draws where the mouse is (none here): on screen, never in an exported PNG."""
+        return ()
 
 
 class LatencyChart(_Chart):
@@ -176,6 +188,9 @@ class LatencyChart(_Chart):
         self._cursor = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen((128, 128, 128, 120)))
         self._label = pg.TextItem(anchor=(0, 0))
         self._hover = pg.SignalProxy(self.scene().sigMouseMoved, rateLimit=30, slot=self._on_mouse)
+
+    def hover_items(self) -> tuple[pg.GraphicsObject, ...]:
+        return self._cursor, self._label
 
     def set_engines(self, colours: dict[str, QColor]) -> None:
         super().set_engines(colours)

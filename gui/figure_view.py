@@ -1,6 +1,6 @@
 """Figures from `whistle_stop.backends.report.figures` drawn with `whistle_stop.backends.report.plots.draw`
-into the window's own plots, so the Sweep and Quality tabs show exactly what a report or `sweep --out`
-renders."""
+into the window's own plots, so the Sweep, Quality, Profile and Load tabs show exactly what a report or
+`sweep --out` renders, and export them as the report names them."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import textwrap
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSizeF
+from PySide6.QtCore import QSizeF, Signal
 from PySide6.QtGui import QColor
 
 from whistle_stop.backends.report import plots
-from whistle_stop.backends.report.figures import Figure
+from whistle_stop.backends.report.figures import Figure, with_data
 
 from .png_export import save_png
 from .theme import Theme, current_theme
@@ -60,6 +60,8 @@ def _rgb(colour: QColor) -> tuple[int, int, int]:
 class FigureGrid(pg.GraphicsLayoutWidget):
     """One row of plots; `show_figures` redraws them all from Figure data."""
 
+    changed = Signal()  # figures shown or cleared: what an export would write changed
+
     def __init__(self, count: int) -> None:
         super().__init__()
         self.plots = [self.addPlot(row=0, col=i) for i in range(count)]
@@ -77,6 +79,7 @@ class FigureGrid(pg.GraphicsLayoutWidget):
         for index, figure in enumerate(figures[: len(self.plots)]):
             self.figures[index] = figure
         self._redraw()
+        self.changed.emit()
 
     def _redraw(self) -> None:
         """Draw the figures again at the plots' present size (plots.draw fits the range around its
@@ -99,6 +102,7 @@ class FigureGrid(pg.GraphicsLayoutWidget):
             plot.clear()
             if plot.legend is not None:
                 plot.legend.clear()
+        self.changed.emit()
 
     def apply_theme(self, theme: Theme) -> None:
         self.theme = theme
@@ -109,3 +113,18 @@ class FigureGrid(pg.GraphicsLayoutWidget):
         """Each plot laid out at a report figure's size (`plots.render_png`'s), whatever its size here."""
         plot_width, height = plots.DEFAULT_SIZE
         save_png(self.ci, path, QSizeF(plot_width * len(self.plots), height), width, redraw=self._redraw)
+
+    def exportable(self) -> list[Figure]:
+        """The figures a report would draw: those with something to draw."""
+        return with_data(f for f in self.figures if f is not None)[0]
+
+    def export_figure(self, figure: Figure, path: Path, width: int | None = None) -> None:
+        """One figure as the report writes it: alone in a plot laid out at a report figure's size
+        (`export_png`), in this grid's theme and colours; OSError if it was not written."""
+        single = FigureGrid(1)  # off screen: the plots here keep their size, and a neighbour stays out
+        try:
+            single.apply_theme(self.theme)
+            single.show_figures([figure], self.colours)
+            single.export_png(path, width)
+        finally:
+            single.deleteLater()

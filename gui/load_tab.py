@@ -35,10 +35,12 @@ from whistle_stop.backends.worker.events import (
 )
 
 from .bench_job import BenchPrepared, start_bench
+from .figure_export import FigureExport
 from .figure_view import FigureGrid
 from .job_controls import JobControls, JobWording
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
+from .settings import Store
 from .setup_panel import SetupPanel
 from .theme import Theme, engine_colours
 from .widgets import controls_column, read_only_table, results_and_note, stacked, three_panes
@@ -96,9 +98,9 @@ class LoadTab(QWidget):
     error = Signal(str, str)  # title, message: the window shows it
     finished = Signal(object)  # the BenchResult (cancelled ones too)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, store: Store, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs = setup, jobs
+        self.setup, self.jobs, self.store = setup, jobs, store
         self.result: BenchResult | None = None
         self.levels: list[LoadLevel] = []
         self.colours: dict[str, QColor] = {}
@@ -160,12 +162,17 @@ class LoadTab(QWidget):
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
+        self.chart = FigureGrid(1)
+        self.figure_export = FigureExport(self.chart, self.store, self.message.emit, self.error.emit)
         form = QFormLayout()
         form.addRow("Levels", self.concurrency)
         form.addRow("SLO TTFT ms", self.slo_ttft)
         form.addRow("SLO ITL ms", self.slo_itl)
         controls = controls_column(
-            form, self.run_button, self.job.cancel_button, status=(self.reason, self.progress, self.status)
+            form,
+            self.run_button,
+            self.job.cancel_button,
+            status=(self.reason, self.progress, self.status, self.figure_export.button),
         )
 
         self.notice = QLabel(NO_SERVER)
@@ -177,7 +184,6 @@ class LoadTab(QWidget):
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)
         middle = stacked(self.notice, results_and_note(self.table, note=self.note, sizes=(220, 80)))
-        self.chart = FigureGrid(1)
         three_panes(self, (controls, middle, self.chart), stretch=1, sizes=(280, 720, 520))
 
     # --- inputs -------------------------------------------------------------------------------

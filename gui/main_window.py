@@ -80,10 +80,10 @@ class MainWindow(QMainWindow):
             self.replayer.started,
             self.replayer.finished,
         )
-        self.sweep_tab = SweepTab(self.setup, self.jobs)
-        self.quality_tab = QualityTab(self.setup, self.jobs)
-        self.profile_tab = ProfileTab(self.setup, self.jobs)
-        self.load_tab = LoadTab(self.setup, self.jobs)
+        self.sweep_tab = SweepTab(self.setup, self.jobs, self.store)
+        self.quality_tab = QualityTab(self.setup, self.jobs, self.store)
+        self.profile_tab = ProfileTab(self.setup, self.jobs, self.store)
+        self.load_tab = LoadTab(self.setup, self.jobs, self.store)
         self.view.quality_rows = self._quality_rows
         self.serve_tab = ServeTab(self.setup, self.jobs)
         self._build_layout()

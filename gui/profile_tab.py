@@ -37,11 +37,13 @@ from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.worker.events import BackendEvent, Progress
 
+from .figure_export import FigureExport
 from .figure_view import FigureGrid
 from .job_context import JobContext
 from .job_controls import JobControls, JobWording
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
+from .settings import Store
 from .setup_panel import SetupPanel
 from .theme import Theme
 from .widgets import controls_column, read_only_table, results_and_note, results_root, three_panes
@@ -60,9 +62,9 @@ class ProfileTab(QWidget):
     error = Signal(str, str)
     finished = Signal(object)  # ProfileResult
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, store: Store, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs = setup, jobs
+        self.setup, self.jobs, self.store = setup, jobs, store
         self.result: ProfileResult | None = None
         self.folder: Path | None = None
         self._engines = 0
@@ -94,6 +96,8 @@ class ProfileTab(QWidget):
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
+        self.charts = FigureGrid(1)
+        self.figure_export = FigureExport(self.charts, self.store, self.message.emit, self.error.emit)
         self.open_folder = QPushButton("Open traces folder")
         self.open_folder.setEnabled(False)
         self.open_folder.clicked.connect(self._open_folder)
@@ -111,7 +115,7 @@ class ProfileTab(QWidget):
             self.run_button,
             self.job.cancel_button,
             options=(self.open_folder,),
-            status=(self.reason, self.progress, self.status),
+            status=(self.reason, self.progress, self.status, self.figure_export.button),
         )
         self.table = QTableWidget(0, len(HEADERS))
         read_only_table(self.table, HEADERS, select_rows=True)
@@ -121,7 +125,6 @@ class ProfileTab(QWidget):
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)
         middle = results_and_note(self.table, self.ops, note=self.note, sizes=(150, 150, 100))
-        self.charts = FigureGrid(1)
         three_panes(self, (controls, middle, self.charts), stretch=1, sizes=(260, 700, 600))
 
     # --- inputs -------------------------------------------------------------------------------

@@ -33,12 +33,14 @@ from whistle_stop.backends.runs.quality import (
 from whistle_stop.backends.sources.model_files import ModelFiles
 from whistle_stop.backends.worker.events import BackendEvent, Failed, Progress, ScoreProgress, WorkerLost
 
+from .figure_export import FigureExport
 from .figure_view import FigureGrid
 from .job_context import JobContext
 from .job_controls import JobControls, JobWording
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
 from .quality_view import QualityTable, TopLogitsView
+from .settings import Store
 from .setup_panel import SetupPanel
 from .summary_chart import VerdictPanel
 from .theme import Theme, current_theme, engine_colours
@@ -70,9 +72,9 @@ class QualityTab(QWidget):
     error = Signal(str, str)
     finished = Signal(object)  # (BenchResult, QualityResult)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, store: Store, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs = setup, jobs
+        self.setup, self.jobs, self.store = setup, jobs, store
         self.result: BenchResult | None = None
         self.quality: QualityResult | None = None
         self.model: ModelFiles | None = None
@@ -125,12 +127,17 @@ class QualityTab(QWidget):
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
+        self.scatter = FigureGrid(1)
+        self.figure_export = FigureExport(self.scatter, self.store, self.message.emit, self.error.emit)
         form = QFormLayout()
         form.addRow("Text", path_row(self.text_path, browse))
         form.addRow("Max length", self.max_length)
         form.addRow("Stride", self.stride)
         controls = controls_column(
-            form, self.run_button, self.job.cancel_button, status=(self.reason, self.progress, self.status)
+            form,
+            self.run_button,
+            self.job.cancel_button,
+            status=(self.reason, self.progress, self.status, self.figure_export.button),
         )
 
         self.banner = QLabel(RANDOM_BANNER)
@@ -145,7 +152,6 @@ class QualityTab(QWidget):
         results.addWidget(self.top)
         results.setSizes([120, 170])
         middle = stacked(self.banner, results, stretch=results)
-        self.scatter = FigureGrid(1)
         self.verdict = VerdictPanel()  # the verdict `quality` prints under its table
         figures_and_verdict = QSplitter(Qt.Orientation.Vertical)
         figures_and_verdict.addWidget(self.scatter)

@@ -92,6 +92,7 @@ class SessionFiles:
         except OSError as exc:
             self.messages.report("Export failed", f"Could not write the charts to {folder}: {exc.strerror or exc}")
             return written
+        self.store.set_last_folder(Path(folder))  # the next export's dialog opens here, as Export CSV's does
         self.messages.say(f"Wrote {len(written)} charts to {folder}")
         return written
 

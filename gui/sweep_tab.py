@@ -34,11 +34,13 @@ from whistle_stop.backends.runs.sweep_grid import GRIDS
 from whistle_stop.backends.storage.atomic import check_writable_dir
 from whistle_stop.backends.worker.events import BackendEvent, Failed, Ready, WorkerLost
 
+from .figure_export import FigureExport
 from .figure_view import FigureGrid
 from .job_context import JobContext
 from .job_controls import JobControls, JobWording
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
+from .settings import Store
 from .setup_panel import SetupPanel
 from .sweep_grid import CellGrid, SweepPlanned, folder_finished, parse_lengths
 from .theme import Theme, engine_colours
@@ -55,9 +57,9 @@ class SweepTab(QWidget):
     error = Signal(str, str)  # title, message: the window shows it
     finished = Signal(object)  # the BenchResult (cancelled ones too)
 
-    def __init__(self, setup: SetupPanel, jobs: JobManager, parent: QWidget | None = None) -> None:
+    def __init__(self, setup: SetupPanel, jobs: JobManager, store: Store, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setup, self.jobs = setup, jobs
+        self.setup, self.jobs, self.store = setup, jobs, store
         self.result: BenchResult | None = None
         self.runs: list = []
         self.tokens: list = []
@@ -140,6 +142,8 @@ class SweepTab(QWidget):
         self.progress, self.current = self.job.progress, self.job.status
         self.progress.setTextVisible(False)  # "0 / 1 cells" beside a grid of four: no count until a plan
         self.run_button.clicked.connect(self.start)
+        self.figures = FigureGrid(3)
+        self.figure_export = FigureExport(self.figures, self.store, self.message.emit, self.error.emit)
 
         form = QFormLayout()
         form.addRow("Grid", self.grid_choice)
@@ -152,7 +156,7 @@ class SweepTab(QWidget):
             self.run_button,
             self.job.cancel_button,
             (self.restart, self.measure),
-            (self.reason, self.progress, self.current),
+            (self.reason, self.progress, self.current, self.figure_export.button),
         )
 
         self.grid = CellGrid()
@@ -163,7 +167,6 @@ class SweepTab(QWidget):
         middle.addWidget(self.grid)
         middle.addWidget(self.log)
         middle.setSizes([170, 120])
-        self.figures = FigureGrid(3)
         three_panes(self, (controls, middle, self.figures), stretch=2, sizes=(330, 250, 1000))
 
     def _grid_chosen(self, name: str) -> None:

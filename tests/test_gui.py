@@ -119,6 +119,7 @@ def test_real_engines_fill_panes_charts_table_and_export(qtbot, make_window, tmp
     assert "harness cost per token (null engine)" in window.copy_markdown()
     charts = window.export_charts(tmp_path / "charts")
     assert len(charts) == 4 and all(p.stat().st_size > 0 for p in charts)
+    assert window.store.last_folder() == str(tmp_path / "charts")  # the next dialog opens where these went
     assert window.grab().save(str(tmp_path / "window.png"))
 
 

@@ -185,3 +185,107 @@ def test_a_tab_s_figures_export_alike_shown_or_not(qtbot, tmp_path):
         images.append(pixels(tmp_path / f"grid{shown}.png"))
     assert images[0].shape == images[1].shape and images[0].shape[1] == round(1.4 * 2 * 900)
     assert _differing(*images) < 0.005
+
+
+def _tab_grids(window) -> dict[str, tuple]:
+    """Each tab with figures: (the tab, its grid, the figures' names as the report writes them)."""
+    return {
+        "sweep": (
+            window.sweep_tab,
+            window.sweep_tab.figures,
+            ("ttft_vs_prompt", "decode_vs_output", "itl_vs_position"),
+        ),
+        "quality": (window.quality_tab, window.quality_tab.scatter, ("speed_vs_quality",)),
+        "profile": (window.profile_tab, window.profile_tab.charts, ("profile_decode",)),
+        "load": (window.load_tab, window.load_tab.chart, ("load_curve",)),
+    }
+
+
+def test_each_tab_exports_its_figures_as_the_report_writes_them(qtbot, make_window, tmp_path, monkeypatch):  # noqa: F811
+    """The Sweep, Quality, Profile and Load tabs had no export of their own: their figures' files came only
+    with the HTML report. Each has "Export PNG…", off while there is nothing to export, which writes one
+    `<figure>.png` per figure with data, each laid out at a report figure's size, into a folder asked for from
+    the one QSettings remembers, and remembered in turn."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from whistle_stop.backends.report.figures import Figure
+    from whistle_stop.gui.figure_view import FigureGrid
+
+    window = make_window(show=False)
+    asked: list[str] = []
+    answers: list[Path] = []
+    monkeypatch.setattr(
+        QFileDialog,
+        "getExistingDirectory",
+        lambda _parent, _title, start: (asked.append(start), str(answers.pop(0)))[1],
+    )
+    window.store.set_last_folder(tmp_path / "remembered")
+    single = FigureGrid(1)
+    qtbot.addWidget(single)
+    single.show_figures([_figure("alone")], TWO)
+    single.export_png(tmp_path / "alone.png")
+    alone = pixels(tmp_path / "alone.png")
+    for kind, (tab, grid, names) in _tab_grids(window).items():
+        button = tab.figure_export.button
+        assert button.text().strip() == "Export PNG…" and not button.isEnabled(), kind
+        empty = Figure("empty", "nothing yet", "x", "y")
+        with qtbot.waitSignal(grid.changed):
+            grid.show_figures([empty] * len(names))
+        assert not button.isEnabled(), kind  # a figure with no data is none to export (the report leaves it out)
+        # the sweep's last figure has no data yet: the report leaves it out, and so does the export
+        shown = [_figure(name) for name in names[:2]] + [Figure(name, "no points", "x", "y") for name in names[2:]]
+        wanted = [f"{name}.png" for name in names[:2]]
+        with qtbot.waitSignal(grid.changed):
+            grid.show_figures(shown, TWO)
+        assert button.isEnabled(), kind
+        folder = tmp_path / kind
+        answers.append(folder)
+        before = window.store.last_folder()
+        button.click()
+        assert asked[-1] == before  # the dialog opens where the last export went
+        assert sorted(p.name for p in folder.iterdir()) == sorted(wanted), kind
+        for name in wanted:  # each alone, at the size and layout of a one-figure export
+            assert pixels(folder / name).shape == alone.shape, (kind, name)
+        assert window.store.last_folder() == str(folder)
+        assert window.state.text() == "Wrote " + ", ".join(wanted) + f" to {folder}"
+        with qtbot.waitSignal(grid.changed):
+            grid.clear_figures()
+        assert not button.isEnabled(), kind
+    assert asked[0] == str(tmp_path / "remembered")
+
+
+def test_a_tab_s_export_to_an_unwritable_place_is_one_line_in_the_status_bar(qtbot, make_window, tmp_path):  # noqa: F811
+    window = make_window(show=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for kind, (tab, grid, names) in _tab_grids(window).items():
+        grid.show_figures([_figure(name) for name in names], TWO)
+        assert tab.figure_export.export(blocker / "sub") == [], kind
+        line = window.state.text()
+        assert line.startswith(f"Export failed: Could not write the figures to {blocker / 'sub'}: "), line
+        assert "\n" not in line and "Traceback" not in window.last_error
+        assert grid.exportable()  # what is on screen stays
+    assert window.store.last_folder() != str(blocker / "sub")
+
+
+def test_the_latency_chart_s_hover_stays_out_of_its_png(qtbot, tmp_path):
+    """The latency chart draws a line and the values where the mouse is: exported while hovering, both went
+    into the PNG. They are hidden for the export, and shown again after it."""
+    from whistle_stop.gui.charts import LatencyChart
+
+    latency = LatencyChart()
+    qtbot.addWidget(latency)
+    latency.resize(900, 400)
+    latency.show()
+    latency.set_engines(TWO)
+    for index, name in enumerate(TWO):
+        values = 5.0 + index + np.arange(40) % 3
+        latency.set_series(name, values, [f"t{i}" for i in range(40)])
+    qtbot.waitUntil(lambda: latency.plotItem.vb.sceneBoundingRect().width() > 500)
+    latency.export_png(tmp_path / "still.png")
+    middle = latency.plotItem.vb.sceneBoundingRect().center()
+    assert "token" in latency.hover_at(middle)
+    assert latency._cursor.isVisible() and latency._label.isVisible()
+    latency.export_png(tmp_path / "hovering.png")
+    assert _differing(pixels(tmp_path / "still.png"), pixels(tmp_path / "hovering.png")) == 0
+    assert latency._cursor.isVisible() and latency._label.isVisible()  # the hover is back on screen

@@ -350,6 +350,16 @@ def test_cancel_while_the_model_downloads_stops_it_without_falling_back(qtbot, m
     assert not tab.job.controller.running and "cancelled before the engines started" in tab.current.text()
 
 
+def test_profile_tab_names_its_first_column_backend_as_the_runs_table_does(make_window):
+    """Both steps' tables: the column of engines is `backend`, as in the bench tables and the files."""
+    from whistle_stop.backends.results.summary import SUMMARY_HEADERS
+
+    tab = make_window().profile_tab
+    for phase in ("prefill", "decode"):
+        tab.phase.setCurrentText(phase)
+        assert tab.table.horizontalHeaderItem(0).text() == SUMMARY_HEADERS[0] == "backend", phase
+
+
 def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path):
     """The Profile tab runs the same session as `main.py profile`: its table rows are the
     command's rows, the files land in the chosen folder, the charts and top operations show."""
