@@ -1,9 +1,10 @@
 """The Serve tab: the winner, served. `whistle-stop serve` runs as a subprocess (gui/serve_job.py), so the
-window never waits on it; the tab shows its URL, one line per request (time, status, tokens, TTFT) and
-its own live figures (requests, queue depth, TTFT and ITL p50 from its /metrics, read a few times a
-second off the GUI thread). The model and its engine settings come from the setup panel, the engine
-from this tab. A server runs beside the other jobs (the Load tab can measure it with the `remote`
-engine); its Stop button or closing the window stops it, workers and all.
+window never waits on it; the tab shows its URL, one line per request (time, status, tokens, TTFT, how it
+finished, its error if any; until the first, what to send the server) and its own live figures (requests,
+queue depth, TTFT and ITL p50 from its /metrics, read a few times a second off the GUI thread). The model
+and its engine settings come from the setup panel, the engine from this tab. A server runs beside the
+other jobs (the Load tab can measure it with the `remote` engine); its Stop button or closing the window
+stops it, workers and all.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from whistle_stop.backends.errors import UsageError
 from .job_controls import JobControls, JobWording
 from .job_handlers import EventRoutes, JobHandlers
 from .job_manager import JobKind, JobManager
-from .serve_job import P50_NOTE, ServerLine, ServerListening, ServerSample, ServeSettings, start_serve
+from .serve_job import HOST, P50_NOTE, ServerLine, ServerListening, ServerSample, ServeSettings, start_serve
 from .setup_panel import SetupPanel
 from .theme import Theme
 from .widgets import controls_column, read_only_table, set_clamped, spin, stacked, three_panes
@@ -27,7 +28,8 @@ INTRO = (
     "Serve one engine behind an OpenAI-compatible API (/v1/completions, /v1/models, /health, /metrics) on "
     "127.0.0.1, with the setup's model; `whistle-stop serve` does the same from a terminal."
 )
-LOG_HEADERS = ["time", "status", "tokens", "TTFT ms", "total ms", "finish"]
+# finish: why generation ended (length, stop, abort, error); error: what the server answered instead
+LOG_HEADERS = ["time", "status", "tokens", "TTFT ms", "total ms", "finish", "error"]
 MAX_LOG_ROWS = 500
 MAX_OUTPUT_LINES = 200
 
@@ -95,6 +97,13 @@ class ServeTab(QWidget):
         controls = controls_column(form, self.start_button, self.stop_button, status=(self.job.reason, self.job.status))
 
         self.log = read_only_table(QTableWidget(0, len(LOG_HEADERS)), LOG_HEADERS)
+        self.hint = QLabel()  # what to send the server, while its log is empty
+        self.hint.setObjectName("muted")
+        self.hint.setWordWrap(True)
+        self.hint.setTextFormat(Qt.TextFormat.PlainText)
+        self.hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.port.valueChanged.connect(lambda *_: self._show_hint())
+        self._show_hint()
         self.figures: dict[str, QLabel] = {}
         figures = QFormLayout()
         for key, label in (
@@ -114,9 +123,10 @@ class ServeTab(QWidget):
         self.output.setReadOnly(True)
         self.output.setMaximumBlockCount(MAX_OUTPUT_LINES)
         self.output.setPlaceholderText("the server's own messages")
+        requests = stacked(self.hint, self.log, stretch=self.log)
         three_panes(
             self,
-            (controls, self.log, stacked(holder, self.output, stretch=self.output)),
+            (controls, requests, stacked(holder, self.output, stretch=self.output)),
             stretch=1,
             sizes=(280, 620, 420),
         )
@@ -165,6 +175,7 @@ class ServeTab(QWidget):
             self.error.emit("Cannot start the server", str(exc))
             return False
         self.log.setRowCount(0)
+        self._show_hint()
         self.output.clear()
         for label in self.figures.values():
             label.setText("-")
@@ -179,6 +190,7 @@ class ServeTab(QWidget):
     def _listening(self, event: ServerListening) -> None:
         self.url = event.url
         self.address.setText(event.url)
+        self._show_hint()
         self.message.emit(f"serving at {event.url}")
 
     def _line(self, event: ServerLine) -> None:
@@ -197,11 +209,18 @@ class ServeTab(QWidget):
             str(entry.tokens),
             "-" if entry.ttft_ms is None else f"{entry.ttft_ms:.1f}",
             f"{entry.total_ms:.1f}",
-            entry.finish or entry.error,
+            entry.finish,
+            entry.error,
         ]
         for column, text in enumerate(cells):
             self.log.setItem(row, column, QTableWidgetItem(text))
         self.log.scrollToBottom()
+        self._show_hint()
+
+    def _show_hint(self) -> None:
+        """Until a request comes, what will appear and what to send: the URL this tab serves (or will)."""
+        self.hint.setVisible(self.log.rowCount() == 0)
+        self.hint.setText(request_hint(self.url or f"http://{HOST}:{self.port.value()}/v1"))
 
     def _sample(self, sample: ServerSample) -> None:
         state = sample.health + (f": {sample.reason}" if sample.reason and sample.health != "ok" else "")
@@ -252,3 +271,14 @@ class ServeTab(QWidget):
 
     def apply_theme(self, theme: Theme) -> None:
         """Nothing themed beyond the application's palette."""
+
+
+def request_hint(url: str) -> str:
+    """The empty log's text: one row per request, and the commands that send some to `url` (.../v1)."""
+    return (
+        "One row per request once the server runs: time, status, tokens, TTFT, total, how it finished "
+        "(length, stop, abort) or its error. Send one:\n"
+        f'curl {url}/completions -d \'{{"prompt": "Hello", "max_tokens": 20}}\'\n'
+        "or measure it under load (or in the Load tab, with the remote engine):\n"
+        f"whistle-stop bench --backends remote --remote-url {url} --concurrency 1,2,4,8"
+    )

@@ -63,7 +63,8 @@ def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_wind
     assert complete(port, {"prompt": "Hello", "max_tokens": 0})[0] == 400
     qtbot.waitUntil(lambda: tab.log.rowCount() == 2, timeout=TIMEOUT_MS)
     assert [tab.log.item(0, c).text() for c in (1, 2, 5)] == ["200", "3", "length"]
-    assert tab.log.item(1, 1).text() == "400" and "max_tokens" in tab.log.item(1, 5).text()
+    assert tab.log.item(1, 1).text() == "400" and "max_tokens" in tab.log.item(1, 6).text()
+    assert tab.log.item(1, 5).text() == ""  # a refused request has no finish reason: its error has its own column
     qtbot.waitUntil(lambda: tab.figures["requests"].text() == "2", timeout=TIMEOUT_MS)
     assert tab.figures["tokens"].text() == "3" and tab.figures["waiting"].text() == "0"
     assert all(re.fullmatch(r"[\d.]+-[\d.]+ ms", tab.figures[k].text()) for k in ("ttft", "itl"))  # the p50's bucket
@@ -75,6 +76,36 @@ def test_serve_tab_shows_the_url_requests_and_figures_and_stops(qtbot, make_wind
     assert tab.address.text() == "not serving" and "server stopped" in tab.job.status.text()
     _, alive = psutil.wait_procs(processes, timeout=20)
     assert not alive
+
+
+def test_the_empty_request_log_says_what_to_send_and_errors_have_their_own_column(qtbot, make_window):  # noqa: F811 (the fixture)
+    """An empty log gave no hint of what would appear, nor how to make something appear; and its "finish"
+    column held either a finish reason or an error's text. Until a request comes, a hint names the URL the
+    tab serves (curl, and `bench` with the remote engine); "finish" holds only why generation ended."""
+    from whistle_stop.backends.serve.request_log import RequestLogEntry
+    from whistle_stop.gui.serve_job import ServerLine, ServerListening
+    from whistle_stop.gui.serve_tab import LOG_HEADERS
+
+    window = make_window()
+    tab = window.serve_tab
+    window.tabs.setCurrentWidget(tab)
+    tab.port.setValue(8123)
+    qtbot.waitUntil(lambda: tab.hint.isVisible())
+    hint = tab.hint.text()
+    assert "curl http://127.0.0.1:8123/v1/completions" in hint and '"max_tokens"' in hint
+    assert "--backends remote --remote-url http://127.0.0.1:8123/v1" in hint
+    tab._listening(ServerListening("http://127.0.0.1:8124/v1"))  # the URL the server says is the one shown
+    assert "--remote-url http://127.0.0.1:8124/v1" in tab.hint.text()
+
+    assert LOG_HEADERS[5:] == ["finish", "error"]
+    for entry in (
+        RequestLogEntry("2026-11-25T10:15:02.114", 200, "cmpl-1", 20, 12.4, 81.3, True, "length"),
+        RequestLogEntry("2026-11-25T10:15:03.000", 503, "cmpl-2", 0, None, 1.0, error="the queue is full"),
+    ):
+        tab._line(ServerLine(entry.line(), entry))
+    qtbot.waitUntil(lambda: not tab.hint.isVisible())  # rows now: the hint makes room
+    assert [tab.log.item(0, c).text() for c in (5, 6)] == ["length", ""]
+    assert [tab.log.item(1, c).text() for c in (5, 6)] == ["", "the queue is full"]
 
 
 def test_the_p50_figures_are_close_and_say_their_bucket():
