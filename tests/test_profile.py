@@ -315,7 +315,7 @@ def test_profile_command_writes_tables_traces_and_charts(tmp_path, monkeypatch, 
         assert (out / name).exists(), name
     rows = (out / "breakdown.csv").read_text().splitlines()
     assert len(rows) == 1 + 4  # two engines x (prefill, decode)
-    assert json.loads((out / "profile.json").read_text())["engines"][0]["floor_ms"] > 0
+    assert json.loads((out / "profile.json").read_text())["backends"][0]["floor_ms"] > 0
 
 
 def _profile_command(out: Path, *extra: str) -> list[str]:
@@ -561,19 +561,22 @@ def test_profile_csvs_name_their_columns_as_the_other_files_do(tmp_path):
     assert (row["probe_gb_s"], row["slower_probe_gb_s"], row["probe_compute_gflops"]) == ("50.00", "40.00", "200.00")
     assert "bandwidth_gb_s" not in row and "compute_gflops" not in row
     # the unprofiled runs' median TTFT, under one name in both files
-    engine = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))["engines"][0]
+    engine = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))["backends"][0]
     assert float(row["ttft_ms"]) == engine["ttft_ms"] == 60.0 and "prefill_ms" not in engine
     assert engine["probe_gb_s"] == 50.0 and "bandwidth_gb_s" not in engine
 
 
 def test_profile_json_names_the_backend_and_the_categories_as_breakdown_csv_does(tmp_path):
-    """`backend` as in every other file, and each phase's categories under breakdown.csv's keys
-    (`kv_cache`, not the label "kv cache"); the Python attribute stays `engine`."""
+    """`backend` as in every other file (the entry's key and the list's, `backends`), and each phase's
+    categories under breakdown.csv's keys (`kv_cache`, not the label "kv cache"); the Python attribute
+    stays `engine`."""
     from whistle_stop.backends.profile.files import read_profile, write_profile
 
     profile = _written_profile()
     write_profile(tmp_path, [profile], {})
-    (engine,) = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))["engines"]
+    written = json.loads((tmp_path / "profile.json").read_text(encoding="utf-8"))
+    assert set(written) == {"settings", "backends"}
+    (engine,) = written["backends"]
     assert engine["backend"] == "numpy" and "engine" not in engine
     for phase in ("decode", "prefill"):
         assert list(engine[phase]["categories"]) == [c.key for c in Category]
@@ -583,10 +586,39 @@ def test_profile_json_names_the_backend_and_the_categories_as_breakdown_csv_does
     assert read_profile(tmp_path) == [profile]
 
 
+def test_every_profile_table_names_its_first_column_backend_as_bench_s_does():
+    """The decode and prefill tables, as `profile` prints them (left-aligned, a name), the Markdown page
+    and the HTML report: the column of engines is `backend`, the bench table's name for it."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from whistle_stop.backends.cli.profile_command import print_profile
+    from whistle_stop.backends.profile.table import headers
+    from whistle_stop.backends.report.html import _profile_html
+    from whistle_stop.backends.report.markdown import profile_markdown
+    from whistle_stop.backends.results.summary import SUMMARY_HEADERS
+    from whistle_stop.backends.runs.profile import ProfileResult
+
+    name = SUMMARY_HEADERS[0]
+    assert name == "backend" and [headers(phase)[0] for phase in ("decode", "prefill")] == [name, name]
+    profiles = [replace(_written_profile(), engine="a"), replace(_written_profile(), engine="numpy-longer")]
+    console = Console(file=io.StringIO(), width=400, force_terminal=False, color_system=None)
+    print_profile(ProfileResult(SimpleNamespace(), profiles), console)
+    printed = console.file.getvalue().splitlines()
+    assert [line.split("┃")[1].strip() for line in printed if line.startswith("┃")] == [name, name]
+    assert len([line for line in printed if line.startswith("│ a ")]) == 2  # a name: left-aligned
+    markdown = profile_markdown(profiles)
+    heads = [markdown[i + 2] for i, line in enumerate(markdown) if line.startswith("## Profile:")]
+    assert [head.split("|")[1].strip() for head in heads] == [name, name]
+    assert _profile_html(SimpleNamespace(profiles=profiles)).count(f"<thead><tr><th>{name}</th>") == 2
+
+
 def test_a_profile_json_from_before_the_renames_still_opens(tmp_path):
-    """Folders written before the probe's figures, the TTFT and the backend were renamed and the
-    categories keyed by key (docs/measurements/data, users' own) read back as they were written: the
-    report and the window's Open show them."""
+    """Folders written before the probe's figures, the TTFT, the backend and the list (`engines`) were
+    renamed and the categories keyed by key (docs/measurements/data, users' own) read back as they were
+    written: the report and the window's Open show them."""
     from whistle_stop.backends.profile.files import read_profile, write_profile
     from whistle_stop.backends.profile.table import prefill_row, profile_row
 
@@ -602,7 +634,7 @@ def test_a_profile_json_from_before_the_renames_still_opens(tmp_path):
         "ttft_ms": "prefill_ms",
         "backend": "engine",
     }
-    data["engines"] = [{old_names.get(k, k): v for k, v in e.items()} for e in data["engines"]]
+    data["engines"] = [{old_names.get(k, k): v for k, v in e.items()} for e in data.pop("backends")]
     labels = {c.key: c.value for c in Category}
     for engine in data["engines"]:
         for phase in ("decode", "prefill"):

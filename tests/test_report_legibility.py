@@ -64,7 +64,7 @@ def test_axis_labels_carry_no_scale_that_reads_as_part_of_the_unit():
     ensure_qt_app()
     plot = pg.PlotItem()
     draw(plot, fg.startup_bars([run_record("remote", 1, cold_start_s=0.4)]))
-    for side, label in (("left", "seconds"), ("bottom", "engine")):
+    for side, label in (("left", "seconds"), ("bottom", "backend")):
         text = plot.getAxis(side).labelString()
         assert label in text and "x0.001" not in text and "(x" not in text
 

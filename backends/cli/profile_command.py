@@ -115,7 +115,7 @@ def print_profile(result: ProfileResult, console: Console, random_weights: bool 
             title,
             [names[i] for i in columns],
             [[row[i] for i in columns] for row in rows],
-            left=("engine", "profiler"),
+            left=("backend", "profiler"),
             prose=("profiler",),
         )
         print_table(console, shown)

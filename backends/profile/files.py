@@ -18,6 +18,7 @@ from .breakdown import EngineProfile, OpShare, PhaseBreakdown
 from .categories import ORDER, Category
 
 BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "profile.json"
+BACKENDS = "backends"  # profile.json's list of entries, named as every file names the engine
 
 BREAKDOWN_COLUMNS = (
     [
@@ -130,7 +131,7 @@ def write_profile(out: Path, profiles: Sequence[EngineProfile], settings: dict) 
         written.append(out / name)
     payload = {
         "settings": settings,
-        "engines": [
+        BACKENDS: [
             dict(
                 _entry(p),
                 floor_ms=p.floor_ms,
@@ -167,7 +168,8 @@ def read_profile(folder: Path) -> list[EngineProfile]:
     """The engines' profiles from a folder's profile.json ([] when there is none or it is unreadable)."""
     path = Path(folder) / PROFILE_JSON
     try:
-        return [_engine_profile(raw) for raw in json.loads(path.read_text(encoding="utf-8"))["engines"]]
+        payload = {RENAMED_TOP.get(k, k): v for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+        return [_engine_profile(raw) for raw in payload[BACKENDS]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged or hand-edited: as if none
         return []
 
@@ -184,6 +186,8 @@ RENAMED = {
     "compute_gflops": "probe_compute_gflops",
     "prefill_ms": "ttft_ms",
 }
+# profile.json's top-level keys before their renames -> today's: the list was `engines` (folders written then).
+RENAMED_TOP = {"engines": BACKENDS}
 # Categories (the phases' and the top operations') are Category.key in the files (labels before), labels in memory.
 _KEYS = {c.value: c.key for c in Category}
 _LABELS = {c.key: c.value for c in Category}

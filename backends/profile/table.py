@@ -18,13 +18,13 @@ SHORT = {
     Category.UNATTRIBUTED: "unattr.",
 }
 HEADERS = (
-    ["engine", "ms/token", "profiled (overhead)", "floor", "probe GB/s", "floor share", "GEMM GFLOP/s", "CPU ms/token"]
+    ["backend", "ms/token", "profiled (overhead)", "floor", "probe GB/s", "floor share", "GEMM GFLOP/s", "CPU ms/token"]
     + [SHORT[c] for c in ORDER]
     + ["profiler"]
 )
 # The prefill table's: the same columns, prefill's figures (its roofline where decode has its floor).
 PREFILL_HEADERS = [
-    "engine",
+    "backend",
     "TTFT ms",
     "profiled",
     "roofline",

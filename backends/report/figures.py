@@ -14,6 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from ..results.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
@@ -46,6 +47,13 @@ class Limit:
     y: list[float] = field(default_factory=list)
 
 
+class Colouring(str, Enum):
+    """What a series' colour follows (colours.py)."""
+
+    BY_PLACE = "place"  # engines: their place in the run, so two of one run never share a colour
+    BY_KEY = "key"  # categories (kinds of work, a start's parts): their name, the same in every run
+
+
 @dataclass
 class Figure:
     name: str  # file stem, e.g. "ttft_vs_prompt"
@@ -62,6 +70,7 @@ class Figure:
     # doubling grid, whose short end would sit in one corner of linear axes
     log_axes: bool = False
     empty_reason: str = "no data"  # what an empty figure says in place of its points
+    colouring: Colouring = Colouring.BY_PLACE
 
     @property
     def empty(self) -> bool:
@@ -247,12 +256,13 @@ def startup_bars(runs: Sequence[RunRecord]) -> Figure:
     figure = Figure(
         "bench_startup",
         "Starting an engine: cold start and one-time build",
-        "engine",
+        "backend",
         "seconds",
         kind="stacked",
         categories=names,
         note="stacked: cold start (worker spawned to first token, artefacts cached), then the one-time build "
         "the first run had to make (0 once cached)",
+        colouring=Colouring.BY_KEY,
     )
     x = [float(i) for i in range(len(names))]
     figure.series.append(Series("cold start", x, [first[b].cold_start_s or 0.0 for b in names]))
@@ -271,7 +281,7 @@ def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
     figure = Figure(
         f"profile_{phase}",
         f"Where a {phase} step goes",
-        "engine",
+        "backend",
         "ms per step",
         kind="stacked",
         categories=[p.engine for p in shown],
@@ -281,6 +291,7 @@ def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
             if phase == "decode"
             else "the roofline (the larger of FLOPs / the arithmetic's peak and bytes / bandwidth)"
         ),
+        colouring=Colouring.BY_KEY,
     )
     for category in ORDER:
         values = [max(0.0, getattr(p, phase).categories.get(category.value, 0.0)) for p in shown]

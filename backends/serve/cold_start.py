@@ -38,7 +38,7 @@ from ..storage.atomic import atomic_write
 
 FILE = "serve_cold_start.csv"
 HEADERS = ("backend", "server", "status", "serve_cold_start_s", "engine_cold_start_s", "note")
-TABLE_HEADERS = ("engine", "server", "load to finish s", "engine cold start s", "status / note")
+TABLE_HEADERS = ("backend", "server", "load to finish s", "engine cold start s", "status / note")
 TABLE_NOTE = (
     "engine cold start: the bench's, its worker spawned to its first token (no HTTP, no server process); "
     "load to finish adds the server process's start and one request over HTTP"
