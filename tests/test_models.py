@@ -27,6 +27,28 @@ def test_random_weights_are_seeded(tiny_model, tmp_path):
     assert all((a[k] == b[k]).all() for k in a)
 
 
+def test_random_weights_are_the_same_file_and_hash_wherever_they_are_written(tiny_model, tmp_path):
+    """The weights hash in environment.json names the same seeded weights on every machine: the file
+    is byte for byte the same each time it is written (safetensors' metadata map comes out in a
+    per-process random order, so with several keys it was not: about 5 in 6 pairs differed)."""
+    import subprocess
+    import sys
+
+    from whistle_stop.backends.sources.model_files import weights_hash
+
+    script = (
+        "import json, sys; from pathlib import Path; "
+        "from whistle_stop.backends.sources.random_weights import write_random_model; "
+        "write_random_model(json.loads(sys.argv[1]), Path(sys.argv[2]))"
+    )
+    folders = [tmp_path / str(i) for i in range(6)]
+    for folder in folders:  # each in a process of its own, as on another machine
+        subprocess.run([sys.executable, "-c", script, json.dumps(tiny_model.config), str(folder)], check=True)
+    files = [(folder / "model.safetensors").read_bytes() for folder in folders]
+    assert all(file == files[0] for file in files)
+    assert len({weights_hash(folder / "model.safetensors") for folder in folders}) == 1
+
+
 def _copy(model, tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(model.folder, folder)

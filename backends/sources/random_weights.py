@@ -66,7 +66,7 @@ def write_random_model(config: dict, folder: Path, seed: int = SEED) -> None:
     with atomic_write(folder / "config.json") as f:
         json.dump(config, f, indent=2)
     tmp = folder / ".model.safetensors.partial"
-    save_file(
-        random_gpt2_weights(config, seed), str(tmp), metadata={"format": "pt", "weights": "random", "seed": str(seed)}
-    )
+    # One metadata key: safetensors writes its metadata map in a per-process random order, so with
+    # several the same weights made a different file, and a different weights hash, on each machine.
+    save_file(random_gpt2_weights(config, seed), str(tmp), metadata={"format": "pt"})
     tmp.replace(folder / "model.safetensors")

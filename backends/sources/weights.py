@@ -88,12 +88,6 @@ def _tensor_info(file: str, name: str, meta: object, base: int) -> TensorInfo:
     return TensorInfo(dtype, shape, base + begin, base + end)
 
 
-def metadata(path: Path) -> dict[str, str]:
-    with Path(path).open("rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(header_len)).get("__metadata__", {}) or {}
-
-
 def normalised_header(path: Path) -> dict[str, TensorInfo]:
     out = {}
     for name, info in read_header(path).items():
