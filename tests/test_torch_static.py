@@ -219,6 +219,27 @@ def test_without_a_cxx_compiler_compile_is_unavailable_in_one_line(no_cxx, monke
     assert registry.available("torch-static-compile")[1].endswith(f"($CXX='{no_cxx / 'missing' / 'g++'}' not found)")
 
 
+def test_compile_on_cuda_needs_triton_s_c_compiler_not_g_plus_plus(no_cxx, monkeypatch):
+    """On CUDA inductor writes Triton kernels: no g++ needed, but Triton builds its launcher with $CC,
+    else gcc, else clang, and failed at the first compiled call without one (the spec is asked
+    directly: the registry's availability also needs a GPU)."""
+    from whistle_stop.backends.engines.torch_static import inductor
+
+    monkeypatch.delenv("CC", raising=False)
+    spec = registry.get("torch-static-cuda-graphs")
+    why = "needs a C compiler for Triton's kernels on CUDA (gcc or clang not found: install one, or set $CC)"
+    assert registry.unmet_requirement(spec) == why
+    assert inductor.compile_requirement(compile=False, device="cuda") == ""  # eager CUDA runs no Triton
+    compiler = no_cxx / "bin" / "gcc"
+    compiler.parent.mkdir()
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("PATH", str(compiler.parent))
+    assert registry.unmet_requirement(spec) == ""  # g++ is still missing: CUDA does not need it
+    monkeypatch.setenv("CC", str(no_cxx / "missing" / "cc"))
+    assert registry.unmet_requirement(spec).endswith(f"($CC='{no_cxx / 'missing' / 'cc'}' not found)")
+
+
 def test_the_compiler_asked_for_is_the_one_inductor_calls(monkeypatch):
     """inductor.py mirrors torch._inductor.config.cpp.cxx without importing torch: (conda's g++, opt-in only;
     then $CXX, else g++), read when torch's config is imported (so a child process for $CXX)."""
