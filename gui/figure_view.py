@@ -8,8 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSizeF, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QSizeF, QTimer, Signal
+from PySide6.QtGui import QColor, QResizeEvent
 
 from whistle_stop.backends.report import plots
 from whistle_stop.backends.report.figures import Figure, with_data
@@ -18,6 +18,7 @@ from .png_export import save_png
 from .theme import Theme, current_theme
 
 TITLE_CHARS = 32
+RESIZE_SETTLE_MS = 120  # a drag of the window or a splitter redraws once it pauses, not at every pixel
 
 
 def recolour(plot_item: pg.PlotItem, figure: Figure, colours: dict[str, QColor]) -> None:
@@ -58,12 +59,18 @@ def _rgb(colour: QColor) -> tuple[int, int, int]:
 
 
 class FigureGrid(pg.GraphicsLayoutWidget):
-    """One row of plots; `show_figures` redraws them all from Figure data."""
+    """One row of plots; `show_figures` redraws them all from Figure data, and a resize draws them again
+    (the legend's place and the bars' names depend on the plot's size)."""
 
     changed = Signal()  # figures shown or cleared: what an export would write changed
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, fit_titles: bool = True) -> None:
+        """`fit_titles`: titles wrapped in two lines of 10pt, so three plots fit beside each other; False:
+        as `plots.draw` sets them, one line as a report's PNG has them (`render_png`)."""
         super().__init__()
+        self.fit_titles = fit_titles
+        self._resized = QTimer(self, singleShot=True, interval=RESIZE_SETTLE_MS)
+        self._resized.timeout.connect(self._redraw_resized)
         self.plots = [self.addPlot(row=0, col=i) for i in range(count)]
         for plot in self.plots:
             for side in ("left", "bottom"):
@@ -91,17 +98,26 @@ class FigureGrid(pg.GraphicsLayoutWidget):
             # LegendItem keeps its size in pixels however the painter is scaled: an export wider than the
             # plot shrank it against the title and axes
             plot.legend.setFlag(plot.legend.GraphicsItemFlag.ItemIgnoresTransformations, False)
-            # The title's width is the plot's minimum width: wrapped, three fit beside each other.
-            plot.setTitle(wrap_title(figure.title), color=self.theme.plot_fg, size="10pt")
+            if self.fit_titles:  # the title's width is the plot's minimum width: wrapped, three fit side by side
+                plot.setTitle(wrap_title(figure.title), color=self.theme.plot_fg, size="10pt")
             if self.colours:
                 recolour(plot, figure, self.colours)
+
+    def resizeEvent(self, event: QResizeEvent | None) -> None:
+        super().resizeEvent(event)
+        if event is not None:  # None: pyqtgraph's own call while it builds the view, before the plots exist
+            self._resized.start()  # restarted by each resize of a drag
+
+    def _redraw_resized(self) -> None:
+        if self.closed:  # pyqtgraph's close() cleared the scene: no plots to draw into
+            return
+        self.ci.layout.activate()  # the plots at the grid's new size before they are measured
+        self._redraw()
 
     def clear_figures(self) -> None:
         for index, plot in enumerate(self.plots):
             self.figures[index] = None
-            plot.clear()
-            if plot.legend is not None:
-                plot.legend.clear()
+            plots.clear_plot(plot)  # its legend's column too, if the last figure put the legend beside it
         self.changed.emit()
 
     def apply_theme(self, theme: Theme) -> None:
@@ -121,7 +137,8 @@ class FigureGrid(pg.GraphicsLayoutWidget):
     def export_figure(self, figure: Figure, path: Path, width: int | None = None) -> None:
         """One figure as the report writes it: alone in a plot laid out at a report figure's size
         (`export_png`), in this grid's theme and colours; OSError if it was not written."""
-        single = FigureGrid(1)  # off screen: the plots here keep their size, and a neighbour stays out
+        # off screen: the plots here keep their size, and a neighbour stays out; its title as the report's
+        single = FigureGrid(1, fit_titles=False)
         try:
             single.apply_theme(self.theme)
             single.show_figures([figure], self.colours)

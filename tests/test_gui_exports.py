@@ -254,6 +254,42 @@ def test_each_tab_exports_its_figures_as_the_report_writes_them(qtbot, make_wind
     assert asked[0] == str(tmp_path / "remembered")
 
 
+def test_a_figure_exported_alone_has_its_title_as_the_report_s_png_has_it(qtbot, tmp_path, monkeypatch):
+    """The window wraps a long title in two lines so three plots fit side by side; a figure exported
+    alone, at the report's width, kept the two lines: its title is laid out as `render_png` lays it out."""
+    import pyqtgraph as pg
+
+    import whistle_stop.gui.png_export as png_export
+    from whistle_stop.backends.report import plots
+    from whistle_stop.gui.figure_view import TITLE_CHARS, FigureGrid
+
+    figure = _figure("load_curve")
+    assert len(figure.title) > TITLE_CHARS  # the window wraps it
+    report = pg.PlotWidget(background="w")  # as render_png lays out its plot
+    qtbot.addWidget(report)
+    report.resize(*plots.DEFAULT_SIZE)
+    report.centralWidget.setGeometry(0, 0, *plots.DEFAULT_SIZE)
+    plots.draw(report.getPlotItem(), figure)
+    wanted = report.getPlotItem().titleLabel
+
+    exported = []
+    write_png = png_export.write_png
+
+    def spied(item, path, width):
+        title = item.getItem(0, 0).titleLabel
+        exported.append((title.text, title.item.boundingRect().size()))
+        write_png(item, path, width)
+
+    monkeypatch.setattr(png_export, "write_png", spied)
+    grid = FigureGrid(3)
+    qtbot.addWidget(grid)
+    grid.show_figures([figure], TWO)
+    assert "<br>" in grid.plots[0].titleLabel.text  # on screen: two lines
+    grid.export_figure(figure, tmp_path / "load_curve.png")
+    assert exported == [(wanted.text, wanted.item.boundingRect().size())]
+    assert "<br>" in grid.plots[0].titleLabel.text  # the window's own plots keep theirs
+
+
 def test_a_tab_s_export_to_an_unwritable_place_is_one_line_in_the_status_bar(qtbot, make_window, tmp_path):  # noqa: F811
     window = make_window(show=False)
     blocker = tmp_path / "a-file"

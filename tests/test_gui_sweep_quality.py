@@ -480,6 +480,79 @@ def test_a_figure_drawn_after_one_under_one_ms_keeps_its_ticks_in_ms(qtbot):
     assert axis.autoSIPrefixScale == 1.0 and max(float(label) for label in labels) < 2, labels
 
 
+def _rising(engines: int = 3):
+    """Curves from bottom left to top right: the legend fits top left in a report-sized plot, in none
+    of its corners in a narrow one."""
+    from whistle_stop.backends.report.figures import Figure, Series
+
+    xs = [float(x) for x in range(12)]
+    series = [Series(f"engine-{i}", xs, [x + 0.3 * i for x in xs]) for i in range(engines)]
+    return Figure("rise", "Rising", "x", "y", series)
+
+
+def _legend_clear_of_marks(plot) -> bool:
+    from whistle_stop.backends.report.legend_place import Box
+    from whistle_stop.backends.report.plots import drawn_marks
+
+    rect = plot.legend.sceneBoundingRect()
+    legend = Box(rect.left(), rect.top(), rect.right(), rect.bottom())
+    return not any(legend.overlap(mark) for mark in drawn_marks(plot)[0])
+
+
+def test_a_figure_s_legend_is_placed_again_once_its_grid_is_resized(qtbot, monkeypatch):
+    """The legend was placed when the figure was drawn: narrowed (the window, a splitter), the plot kept
+    it in its corner over the curves' points; widened again, it kept a column it no longer needed. A
+    resize draws the figures again at the new size, once a drag pauses, not at every step of it."""
+    from whistle_stop.gui.figure_view import FigureGrid
+
+    grid = FigureGrid(1)
+    qtbot.addWidget(grid)
+    grid.resize(900, 520)
+    grid.show()
+    qtbot.waitExposed(grid)
+    grid.show_figures([_rising()])
+    plot = grid.plots[0]
+    view = plot.getViewBox()
+    assert view.sceneBoundingRect().contains(plot.legend.sceneBoundingRect()) and _legend_clear_of_marks(plot)
+    redraws = []
+    redraw = grid._redraw
+    monkeypatch.setattr(grid, "_redraw", lambda: (redraws.append(grid.width()), redraw())[1])
+    for width in range(860, 299, -40):  # a drag
+        grid.resize(width, 260)
+    qtbot.waitUntil(lambda: bool(redraws) and not grid._resized.isActive())
+    assert redraws == [300]  # once, at the size the drag ended at
+    assert _legend_clear_of_marks(plot)
+    assert plot.legend.sceneBoundingRect().left() >= view.sceneBoundingRect().right()  # beside the plot
+
+    grid.resize(900, 520)
+    qtbot.waitUntil(lambda: len(redraws) == 2 and not grid._resized.isActive())
+    assert view.sceneBoundingRect().contains(plot.legend.sceneBoundingRect()) and _legend_clear_of_marks(plot)
+    assert view.sceneBoundingRect().right() == pytest.approx(plot.sceneBoundingRect().right(), abs=2)  # no column
+    grid.resize(500, 300)
+    grid.close()  # pyqtgraph's close() clears the scene: the pending redraw has nothing to draw into
+    qtbot.waitUntil(lambda: not grid._resized.isActive())
+    assert len(redraws) == 2
+
+
+def test_clearing_a_grid_closes_the_column_its_legend_was_put_in(qtbot):
+    """The last figure put its legend beside the plot (no corner free): cleared, the plot kept the empty
+    column and its narrower width."""
+    from whistle_stop.gui.figure_view import FigureGrid
+
+    grid = FigureGrid(1)
+    qtbot.addWidget(grid)
+    grid.resize(300, 260)
+    grid.show()
+    qtbot.waitExposed(grid)
+    grid.show_figures([_rising()])
+    plot = grid.plots[0]
+    view = plot.getViewBox()
+    assert view.sceneBoundingRect().right() < plot.sceneBoundingRect().right() - 50  # the legend's column
+    grid.clear_figures()
+    assert plot.legend.parentItem() is view and not plot.legend.items
+    assert view.sceneBoundingRect().right() == pytest.approx(plot.sceneBoundingRect().right(), abs=2)
+
+
 def test_the_top_logits_table_names_its_columns_when_nothing_diverged(qtbot):
     """No divergence (or none yet): the empty table's columns say what they hold, not Qt's "1", "2",
     nor the engines of the divergence shown before."""

@@ -55,18 +55,24 @@ def ensure_qt_app():
     return app
 
 
+def clear_plot(plot_item) -> None:
+    """A PlotItem emptied of what `draw` drew: its items, its legend's entries, and the legend back in the
+    plot with its column beside it closed (the last figure drawn there may have put it outside)."""
+    plot_item.clear()
+    if plot_item.legend is not None:
+        plot_item.legend.clear()
+        _legend_inside(plot_item)
+
+
 def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
     """Draw `figure` into a pyqtgraph PlotItem (cleared first): the GUI calls this with its own."""
     import numpy as np
     import pyqtgraph as pg
     from pyqtgraph.Qt import QtCore
 
-    plot_item.clear()
+    clear_plot(plot_item)
     if plot_item.legend is None:
         plot_item.addLegend(offset=(-10, 10))
-    else:
-        plot_item.legend.clear()
-    _legend_inside(plot_item)  # the last figure drawn here may have put it outside
     dark = sum(pg.mkColor(foreground).getRgb()[:3]) > 384  # light text: the window's dark theme
     backdrop = (30, 31, 34, 200) if dark else (255, 255, 255, 200)
     plot_item.legend.setLabelTextColor(foreground)  # this figure's theme, not the first one's
