@@ -211,6 +211,7 @@ def test_gpu_peaks_are_the_gpu_s_gemms():
     peaks = measure_gpu_peaks(passes=3)
     assert set(peaks.peaks) == {"fp32", "bf16"} and peaks.probe_pid != os.getpid()
     assert all(entry["isa"].startswith(peaks.cpu) for entry in peaks.peaks.values())
+    assert all((e["measured_at"], e["probe_pid"]) == (peaks.measured_at, peaks.probe_pid) for e in peaks.peaks.values())
     assert peaks.peaks["fp32"]["gops"] > 1000 and peaks.peaks["bf16"]["gops"] > peaks.peaks["fp32"]["gops"]
 
 

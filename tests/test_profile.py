@@ -442,6 +442,61 @@ def test_each_engine_s_roofline_has_the_cores_probed_right_before_its_runs(tmp_p
     assert all(p.peak_gops == 0.5 for p in result.profiles)  # the machine's best, the same for every engine
 
 
+def test_every_engine_s_roofline_uses_the_run_s_final_best_peak(tmp_path, monkeypatch):
+    """The cores read 20, 15, then 25 G/s (a tiny model's scale) right before three engines' runs: a
+    peak only rises with a probe, so once all have run every row is held to 25, as the table's title
+    says, and the first two keep their own probes in brackets. A row judged against the best known at
+    its own moment (20 for the first two) put engines of one table against different peaks. The files
+    say what is shown."""
+    from rich.console import Console
+
+    from whistle_stop.backends.cli.profile_command import print_profile
+    from whistle_stop.backends.profile.files import read_profile, write_profile
+    from whistle_stop.backends.profile.table import PREFILL_HEADERS, prefill_row
+    from whistle_stop.backends.results import compute_peak
+
+    monkeypatch.setattr(compute_peak, "CACHE_FILE", "compute-peaks-profile-test.json")  # no machine's best yet
+    reads = iter([(20.0, "t1", 1), (15.0, "t2", 2), (25.0, "t3", 3)])
+
+    def measure(threads, passes=5):
+        gops, when, pid = next(reads)
+        entry = {"gops": gops, "median_gops": gops - 1, "isa": "test fma", "measured_at": when, "probe_pid": pid}
+        return ComputePeaks(peaks={"fp32": entry}, threads=threads, cpu="test", measured_at=when, probe_pid=pid)
+
+    monkeypatch.setattr(compute_peak, "measure_compute_peaks", measure)
+    config = BenchConfig(model="random:tiny", backends=("a", "b", "c"), new_tokens=4, repeats=1, warmup=0, threads=1)
+    with registry.use([phased_spec("a"), phased_spec("b"), phased_spec("c")]):
+        session = ProfileSession(config, tmp_path / "prof", bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
+        result = session.run()  # the default probe: measured afresh, merged with the best so far
+    assert [p.status for p in result.profiles] == ["ok"] * 3
+    assert [p.peak_gops for p in result.profiles] == [25.0] * 3
+    assert [p.peak_probed_gops for p in result.profiles] == [20.0, 15.0, 25.0]
+    for p in result.profiles:
+        assert p.roofline.bound == "compute"  # 1 MB at 10 GB/s is 0.1 ms, the FLOPs at 25 G/s 0.5 ms
+        assert p.roofline_ms == pytest.approx(p.prefill_flops / 25e6)
+        assert p.ttft_share == pytest.approx(p.roofline_ms / p.ttft_ms)
+    first, second, third = (dict(zip(PREFILL_HEADERS, prefill_row(p))) for p in result.profiles)
+    assert (first["peak G/s"], second["peak G/s"], third["peak G/s"]) == ("25 (20)", "25 (15)", "25")
+    a = result.profiles[0]
+    at_best, at_own = 100 * a.prefill_flops / 25e6 / a.ttft_ms, 100 * a.prefill_flops / 20e6 / a.ttft_ms
+    assert first["roofline share"] == f"{at_best:.0f}% ({at_own:.0f}%)"  # the best's, and at its own probe's
+    console = Console(record=True, width=400)
+    print_profile(result, console)
+    assert "roofline's peaks: fp32 25 G/s" in console.export_text()
+    # environment.json: the best, and the probe it came from (the third), beside the last probe's read
+    fp32 = result.bench.environment["compute_peaks"]["peaks"]["fp32"]
+    assert (fp32["gops"], fp32["measured_at"], fp32["probe_pid"], fp32["probed_gops"]) == (25.0, "t3", 3, 25.0)
+    write_profile(tmp_path / "files", result.profiles, {})
+    read_back = read_profile(tmp_path / "files")
+    assert [(p.peak_gops, p.peak_probed_gops) for p in read_back] == [(25.0, 20.0), (25.0, 15.0), (25.0, 25.0)]
+    assert [p.roofline_ms for p in read_back] == pytest.approx([p.roofline_ms for p in result.profiles])
+    with open(tmp_path / "files" / "breakdown.csv", newline="") as handle:
+        written = [row for row in csv.DictReader(handle) if row["phase"] == "prefill"]
+    assert [float(row["peak_gops"]) for row in written] == [25.0] * 3
+    shown = [p.roofline_ms for p in result.profiles]
+    assert [float(row["roofline_ms"]) for row in written] == pytest.approx(shown, rel=1e-3)
+
+
 def test_the_profiled_ms_per_token_of_an_engine_whose_first_step_makes_several_is_bench_s(tmp_path):
     """hf-assisted checks its first drafts with the prompt: those tokens come in the TTFT, and bench's
     ms/token is over the tokens after that step. The profiled run's figure (the overhead's other half)

@@ -434,6 +434,15 @@ def test_environment_differences_ignore_volatile_keys():
     assert environment_differences([a, b]) == [("machine.cpu", ["A", "B"]), ("libraries.onnx", ["(absent)", "1.17"])]
 
 
+def test_which_probe_a_peak_came_from_is_no_difference():
+    """Each peak names its probe (when, which process): two folders' peaks from other probes differ only
+    where their figures do."""
+    entry = {"gops": 500.0, "isa": "f", "measured_at": "t1", "probe_pid": 11}
+    a = {"compute_peaks": {"peaks": {"fp32": entry}, "measured_at": "t1", "probe_pid": 11}}
+    b = {"compute_peaks": {"peaks": {"fp32": dict(entry, gops=520.0, measured_at="t2", probe_pid=22)}, "probe_pid": 22}}
+    assert environment_differences([a, b]) == [("compute_peaks.peaks.fp32.gops", ["500.0", "520.0"])]
+
+
 def test_environment_differences_compare_whole_values_however_long_they_are():
     """Thirteen engines make a list longer than a cell shows: two lists that differ only in the last
     engine are a difference, shown whole so that the two cells do not read the same."""

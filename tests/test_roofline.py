@@ -132,6 +132,8 @@ def test_the_probe_records_each_peak_with_the_instructions_it_ran(tmp_path):
     if "avx512_vnni" in flags:
         assert peaks.peaks["int8"]["isa"] == "avx512-vnni vpdpbusd zmm"
     assert set(peaks.as_dict()) >= {"peaks", "threads", "cpu", "measured_at", "label"}
+    # each figure names the probe it came from: a refresh may keep one from an earlier probe
+    assert all((e["measured_at"], e["probe_pid"]) == (peaks.measured_at, peaks.probe_pid) for e in peaks.peaks.values())
 
 
 def test_the_peaks_are_cached_per_cpu_and_threads(monkeypatch):
@@ -144,8 +146,50 @@ def test_the_peaks_are_cached_per_cpu_and_threads(monkeypatch):
     monkeypatch.setattr(compute_peak, "measure_compute_peaks", fake)
     first = compute_peak.probe_compute_peaks(3)
     again = compute_peak.probe_compute_peaks(3)
-    assert calls == [3] and not first.cached and again.cached and again.peaks == PEAKS.peaks
+    assert calls == [3] and not first.cached and again.cached
+    assert again.peaks == {"fp32": {**PEAKS.peaks["fp32"], "measured_at": "now", "probe_pid": 0}}  # and whose
     assert first.peaks["fp32"]["probed_gops"] == 200.0  # measured now
     assert "probed_gops" not in again.peaks["fp32"]  # the cache keeps the best, not a run's own probe
     compute_peak.probe_compute_peaks(4)
     assert calls == [3, 4]
+
+
+def test_each_peak_names_the_probe_it_came_from(monkeypatch):
+    """A refresh keeps each arithmetic's faster figure, so fp32's may be yesterday's while int8's is
+    today's: each entry carries its own probe's date and process, the record's (the latest probe's)
+    only where its figure is that probe's; a cache written before entries had them still reads."""
+    yesterday = ComputePeaks(
+        peaks={
+            "fp32": {"gops": 250.0, "median_gops": 240.0, "isa": "f"},
+            "int8": {"gops": 900.0, "median_gops": 880.0, "isa": "i"},
+        },
+        measured_at="yesterday",
+        probe_pid=11,
+    )
+    today = ComputePeaks(
+        peaks={
+            "fp32": {"gops": 150.0, "median_gops": 140.0, "isa": "f"},
+            "int8": {"gops": 950.0, "median_gops": 930.0, "isa": "i"},
+        },
+        measured_at="today",
+        probe_pid=22,
+    )
+    monkeypatch.setattr(compute_peak, "CACHE_FILE", "compute-peaks-dates-test.json")
+    probes = iter([yesterday, today])
+    monkeypatch.setattr(compute_peak, "measure_compute_peaks", lambda threads, passes=5: next(probes))
+    compute_peak.probe_compute_peaks(7, refresh=True)
+    merged = compute_peak.probe_compute_peaks(7, refresh=True)
+    fp32, int8 = merged.peaks["fp32"], merged.peaks["int8"]
+    assert (fp32["gops"], fp32["measured_at"], fp32["probe_pid"]) == (250.0, "yesterday", 11)  # kept from then
+    assert fp32["probed_gops"] == 150.0  # beside what today's probe read
+    assert (int8["gops"], int8["measured_at"], int8["probe_pid"]) == (950.0, "today", 22)
+    assert merged.measured_at == "today" and merged.peak(Arithmetic.FP32)[1].measured_at == "yesterday"
+    cached = compute_peak.cached_compute_peaks(7)  # the cache keeps each figure's probe too
+    assert cached.peaks["fp32"]["measured_at"] == "yesterday" and cached.peaks["int8"]["measured_at"] == "today"
+
+    old = {"fp32": {"gops": 300.0, "median_gops": 290.0, "isa": "f"}}  # written before entries named their probe
+    compute_peak.write_probe_cache(compute_peak.CACHE_FILE, compute_peak.probe_key(8), {"peaks": old, "threads": 8})
+    assert compute_peak.cached_compute_peaks(8).peak(Arithmetic.FP32)[1] == Peak(300.0, 290.0, "f")
+    probes = iter([today])
+    kept = compute_peak.probe_compute_peaks(8, refresh=True).peaks["fp32"]
+    assert kept["gops"] == 300.0 and kept["measured_at"] == "" and kept["probe_pid"] == 0  # unknown, not today's

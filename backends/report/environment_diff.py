@@ -19,6 +19,7 @@ VOLATILE = (
     "sweep.pending",
     "machine.hostname",
     "bandwidth.cached",
+    "probe_pid",  # a probe's process (each peak names its own): which one, not what it read
 )
 # What the numbers depend on (prefixes of flattened keys); libraries are added per engine.
 MATTERS = (

@@ -5,8 +5,9 @@ this CPU has for it (kernels/peak.c, built for this CPU: AVX-512F or AVX2 FMAs, 
 AVX-512 VNNI, AVX-VNNI or AVX2's maddubs) in registers, on the engines' thread count, and records
 which instructions ran: a peak is only meaningful with its instruction set. As the bandwidth
 probe, it runs in a spawned process of its own and is cached per CPU model and thread count; its
-passes take the best, since a shared machine's slow phases only ever lower a peak. Without a C
-compiler there is no probe, and no roofline.
+passes take the best, since a shared machine's slow phases only ever lower a peak. A refresh keeps
+each arithmetic's faster figure, so the figures may come from different probes: each names its own
+(`measured_at`, `probe_pid`). Without a C compiler there is no probe, and no roofline.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class Peak:
     isa: str  # e.g. "avx512-vnni vpdpbusd zmm"
     # what this probe read where `gops` is the machine's best, kept from a faster phase (None: no probe now)
     probed_gops: float | None = None
+    # the probe `gops` and `median_gops` came from, which may be an earlier one than the record's own
+    # (ComputePeaks.measured_at is the latest probe's); "" and 0 in files written before entries had them
+    measured_at: str = ""
+    probe_pid: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,11 @@ class ComputePeaks:
         """The peak a prefill of this arithmetic is held to, and whose it is: its own, or fp32's
         where the CPU has no instructions for it (its products then run as fp32's); None without
         either."""
+        known = {f.name for f in fields(Peak)}
         for candidate in (arithmetic, Arithmetic.FP32):
             entry = self.peaks.get(candidate.value)
             if entry and entry.get("gops"):
-                return candidate, Peak(**entry)
+                return candidate, Peak(**{k: v for k, v in entry.items() if k in known})
         return None
 
     @property
@@ -82,16 +88,16 @@ def measure_here(threads: int, passes: int = 5, rounds: int = ROUNDS) -> Compute
     lib.peak_gops.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_float)]
     threads = max(1, threads)
     sink = ctypes.c_float()
+    now, pid = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid()
     peaks = {}
     for arithmetic, kind in _KIND.items():
         isa = lib.peak_isa(kind).decode()
         if not isa:
             continue
         rates = [lib.peak_gops(kind, rounds, threads, ctypes.byref(sink)) for _ in range(max(1, passes))]
-        peaks[arithmetic.value] = asdict(Peak(round(max(rates), 1), round(statistics.median(rates), 1), isa))
-    return ComputePeaks(
-        peaks, threads, max(1, passes), cpu_model(), time.strftime("%Y-%m-%dT%H:%M:%S%z"), probe_pid=os.getpid()
-    )
+        peak = Peak(round(max(rates), 1), round(statistics.median(rates), 1), isa, measured_at=now, probe_pid=pid)
+        peaks[arithmetic.value] = asdict(peak)
+    return ComputePeaks(peaks, threads, max(1, passes), cpu_model(), now, probe_pid=pid)
 
 
 def measure_compute_peaks(threads: int, passes: int = 5, rounds: int = ROUNDS) -> ComputePeaks:
@@ -127,10 +133,21 @@ def probe_compute_peaks(threads: int, refresh: bool = False) -> ComputePeaks:
 
 def faster_peaks(new: ComputePeaks, old: ComputePeaks | None) -> ComputePeaks:
     """`new`, each arithmetic's peak replaced by `old`'s where that was faster with the same
-    instructions; each keeps what `new` probed (`probed_gops`), so a slower phase now shows."""
-    peaks = {name: {**entry, "probed_gops": entry.get("gops")} for name, entry in new.peaks.items()}
+    instructions; each keeps what `new` probed (`probed_gops`: its own figure where it already
+    carries one, as a profile's merged probe does), so a slower phase now shows. Each figure keeps the
+    date and process of the probe it came from; `new`'s own, where its entries lack them, are `new`'s."""
+    peaks = {
+        name: {
+            **entry,
+            "probed_gops": entry.get("probed_gops") or entry.get("gops"),
+            "measured_at": entry.get("measured_at") or new.measured_at,
+            "probe_pid": entry.get("probe_pid") or new.probe_pid,
+        }
+        for name, entry in new.peaks.items()
+    }
     for name, entry in (old.peaks if old else {}).items():
         mine = peaks.get(name)
         if mine and mine.get("isa") == entry.get("isa") and entry.get("gops", 0) > mine.get("gops", 0):
-            peaks[name] = {**entry, "probed_gops": mine["gops"]}
+            # a figure from a cache written before entries named their probe: its probe unknown ("", 0)
+            peaks[name] = {"measured_at": "", "probe_pid": 0, **entry, "probed_gops": mine["probed_gops"]}
     return replace(new, peaks=peaks)

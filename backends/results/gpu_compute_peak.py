@@ -43,13 +43,14 @@ def measure_gpu_peaks_here(passes: int = 10, size: int = GPU_PEAK_SIZE) -> Compu
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products as the fp32 engines make them
     device = torch.device("cuda")
     name = torch.cuda.get_device_name(device)
+    now, pid = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid()
     peaks = {}
     for arithmetic, dtype in _DTYPES.items():
         rates = gemm_rates(torch, device, getattr(torch, dtype), size, max(1, passes))
-        peaks[arithmetic.value] = asdict(
-            Peak(round(max(rates), 1), round(statistics.median(rates), 1), f"{name}: {_INSTRUCTIONS[arithmetic]}")
-        )
-    return ComputePeaks(peaks, 1, max(1, passes), name, time.strftime("%Y-%m-%dT%H:%M:%S%z"), probe_pid=os.getpid())
+        isa = f"{name}: {_INSTRUCTIONS[arithmetic]}"
+        peak = Peak(round(max(rates), 1), round(statistics.median(rates), 1), isa, measured_at=now, probe_pid=pid)
+        peaks[arithmetic.value] = asdict(peak)
+    return ComputePeaks(peaks, 1, max(1, passes), name, now, probe_pid=pid)
 
 
 def gemm_rates(torch, device, dtype, size: int, passes: int) -> list[float]:

@@ -14,10 +14,11 @@ does, and only a read of the same size is a floor the engine cannot beat. The sl
 probes is kept too: the floor share it would have given shows how much of a gap is the machine
 moving. The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow
 phase slows arithmetic too. Prefill's roofline divides the prompt's FLOPs by the CPU's peak for the
-engine's arithmetic (results/compute_peak.py, in a process of its own, the instructions it ran recorded: the
-machine's best, and this probe's right before the engine's runs beside it), a CUDA engine's by its GPU's
-(results/gpu_compute_peak.py: cuBLAS GEMMs, probed once a profile), and its bytes by the engine's faster
-bandwidth probe.
+engine's arithmetic (results/compute_peak.py, in a process of its own, the instructions it ran recorded),
+a CUDA engine's by its GPU's (results/gpu_compute_peak.py: cuBLAS GEMMs, probed once a profile), and its
+bytes by the engine's faster bandwidth probe. The cores are probed right before each engine's runs, but
+a peak only ever rises with a probe (a busy moment lowers it), so once every engine has run each one is
+held to the run's final best, the same for all, and its own probe stays beside it (`peak_probed_gops`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from ..profile.breakdown import EngineProfile, phase_breakdowns, top_ops
 from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth, on_gpu
-from ..results.compute_peak import ComputePeaks, probe_compute_peaks
+from ..results.compute_peak import ComputePeaks, faster_peaks, probe_compute_peaks
 from ..results.gpu_compute_peak import measure_gpu_peaks
 from ..results.records import RunRecord, decode_bytes_per_token, runs_of
 from ..results.roofline import arithmetic_of, prefill_bytes, prefill_flops
@@ -106,18 +107,22 @@ class ProfileSession:
         result = ProfileResult(BenchResult(self.config, model, list(prompt_ids)))
         cell = bench_cell(self.config, list(prompt_ids))
         orchestrator, names = self._orchestrator, self.config.backends
+        probed: list[tuple[str, ComputePeaks | None]] = []  # each engine's device and its probe of its peaks
         with orchestrator.session(result.bench):
             for index, name in enumerate(names, start=1):
                 if orchestrator.cancelled:
                     break
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
-                profile, probes, device = self._profile_one(name, cell, result)
+                profile, probes, device, peaks = self._profile_one(name, cell, result)
                 probe = set_floor(profile, *probes)
-                set_roofline(profile, result.gpu_compute_peaks if on_gpu(device) else result.compute_peaks)
+                set_roofline(profile, device_peaks(result, device), peaks)  # the best so far: the live row's
                 if probe is not None and probe.device == "cpu":  # the run's figure is the host's
                     result.bandwidth = faster(result.bandwidth, probe)
                 result.profiles.append(profile)
+                probed.append((device, peaks))
                 orchestrator.emit(ProfileEngineDone(profile))
+        for profile, (device, peaks) in zip(result.profiles, probed):  # one table, one peak: the run's final best
+            set_roofline(profile, device_peaks(result, device), peaks)
         finish_bench(result.bench, orchestrator)
         if result.bandwidth is not None:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
@@ -150,26 +155,32 @@ class ProfileSession:
         except Exception:  # no floor is better than no profile
             return None
 
-    def _profile_one(self, name: str, cell, result: ProfileResult) -> tuple[EngineProfile, tuple, str]:
-        """The engine's profile, its two bandwidth probes (before its runs, after its close) and its device."""
+    def _profile_one(
+        self, name: str, cell, result: ProfileResult
+    ) -> tuple[EngineProfile, tuple, str, ComputePeaks | None]:
+        """The engine's profile, its two bandwidth probes (before its runs, after its close), its device,
+        and its probe of that device's peaks (None where it took none, or the probe failed)."""
         orchestrator = self._orchestrator
         profile = EngineProfile(name, orchestrator.specs[name].precision)
-        n_bytes, before, device = None, None, "cpu"
+        n_bytes, before, device, peaks = None, None, "cpu", None
         try:
             if not orchestrator.start(name, cell):
-                return _failed(profile, result.bench.runs, name), (None, None), device
+                return _failed(profile, result.bench.runs, name), (None, None), device, None
             ready = orchestrator.ready(name)
             device = ready.device if ready is not None and ready.device else "cpu"
             n_bytes = bytes_per_token(ready, len(cell.prompt_ids), cell.new_tokens)
             before = self._probe(n_bytes, device)  # the worker has loaded and sits quiet: its memory is in place
             if on_gpu(device):  # its GPU's peaks, once a profile (its prefill multiplies there)
-                result.gpu_compute_peaks = result.gpu_compute_peaks or self._gpu_peaks()
-            else:  # the cores' peaks at the same moment (the machine's best kept, this probe's beside it)
-                result.compute_peaks = self._peaks() or result.compute_peaks
+                result.gpu_compute_peaks = peaks = result.gpu_compute_peaks or self._gpu_peaks()
+            else:  # the cores' peaks at the same moment; the run's best kept, this probe's figures beside it
+                peaks = self._peaks()
+                if peaks is not None:
+                    result.compute_peaks = peaks = faster_peaks(peaks, result.compute_peaks)
             profile = self._measure(name, cell, result, profile)
         finally:
             orchestrator.close(name)
-        return profile, (before, None if orchestrator.cancelled else self._probe(n_bytes, device)), device
+        after = None if orchestrator.cancelled else self._probe(n_bytes, device)
+        return profile, (before, after), device, peaks
 
     def _measure(self, name: str, cell, result: ProfileResult, profile: EngineProfile) -> EngineProfile:
         """Warm-up, the measured repeats and the profiled run of a started engine."""
@@ -229,16 +240,23 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
     return probes[-1] if probes else None
 
 
-def set_roofline(profile: EngineProfile, peaks: ComputePeaks | None) -> None:
-    """The peak prefill's roofline holds the engine to (its device's: the CPU's or its GPU's): its
-    arithmetic's, or fp32's where the device has no instructions for it (its products then run in fp32)."""
+def device_peaks(result: ProfileResult, device: str) -> ComputePeaks | None:
+    """The best peaks the run knows for an engine on `device`: its GPU's, or the CPU's."""
+    return result.gpu_compute_peaks if on_gpu(device) else result.compute_peaks
+
+
+def set_roofline(profile: EngineProfile, peaks: ComputePeaks | None, own: ComputePeaks | None = None) -> None:
+    """The peak prefill's roofline holds the engine to (its device's best: the CPU's or its GPU's): its
+    arithmetic's, or fp32's where the device has no instructions for it (its products then run in fp32);
+    beside it what the engine's `own` probe of that peak read (none without one, or with other instructions)."""
     if peaks is None or not profile.prefill_arithmetic:
         return
     found = peaks.peak(arithmetic_of(profile.prefill_arithmetic, profile.precision))
     if found is not None:
         arithmetic, peak = found
         profile.peak_arithmetic, profile.peak_gops, profile.peak_isa = arithmetic.value, peak.gops, peak.isa
-        profile.peak_probed_gops = peak.probed_gops
+        probed = (own.peaks if own is not None else {}).get(arithmetic.value) or {}
+        profile.peak_probed_gops = probed.get("probed_gops") if probed.get("isa") == peak.isa else None
 
 
 def _fill_prefill_work(profile: EngineProfile, ready, model: ModelFiles, prompt_tokens: int) -> None:
