@@ -74,9 +74,9 @@ CATEGORY_PLACES: dict[str, int] = {
     Category.NORM_ACTIVATION.value: 3,
     Category.OTHER_KERNELS.value: 4,
     Category.ENGINE_UNSPLIT.value: 5,
-    Category.FRAMEWORK.value: 6,
+    Category.FRAMEWORK.value: 8,  # not 6: pink beside norm + activation's red, often stacked on it
     Category.HARNESS.value: 7,
-    Category.UNATTRIBUTED.value: 8,
+    Category.UNATTRIBUTED.value: 6,
     "cold start": 12,
     "one-time build": 9,
     "fp32": 0,
