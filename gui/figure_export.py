@@ -6,13 +6,13 @@ status bar, with the whole in a box, through the tab's `error` signal, and what 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QPushButton
 
-from whistle_stop.backends.storage.atomic import check_writable_dir
-
 from .figure_view import FigureGrid
+from .png_export import write_pngs
 from .settings import Store
 from .theme import icon
 
@@ -60,12 +60,9 @@ class FigureExport:
         if folder is None:
             return []
         written: list[Path] = []
+        writers = {f"{figure.name}.png": partial(self.grid.export_figure, figure) for figure in figures}
         try:
-            check_writable_dir(Path(folder))  # a plain why ("Permission denied"), before any file
-            for figure in figures:
-                path = Path(folder) / f"{figure.name}.png"
-                self.grid.export_figure(figure, path)
-                written.append(path)
+            write_pngs(Path(folder), writers, written)
         except OSError as exc:
             self._report("Export failed", f"Could not write the figures to {folder}: {exc.strerror or exc}")
             return written

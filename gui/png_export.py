@@ -3,7 +3,7 @@ its text has one size against the plot in every export, rendered once its layout
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,6 +12,8 @@ import pyqtgraph.exporters
 from PySide6.QtCore import QCoreApplication, QEvent, QRectF, QSizeF
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsWidget
+
+from whistle_stop.backends.storage.atomic import check_writable_dir
 
 EXPORT_SCALE = 1.4  # an exported PNG's pixels per pixel of its layout
 
@@ -85,3 +87,14 @@ def _widgets(item: QGraphicsItem) -> list[QGraphicsWidget]:
     """The item and the widgets in it, each before those inside it."""
     inside = [widget for child in item.childItems() for widget in _widgets(child)]
     return [item, *inside] if isinstance(item, QGraphicsWidget) else inside
+
+
+def write_pngs(folder: Path, writers: Mapping[str, Callable[[Path], None]], written: list[Path]) -> None:
+    """Each `writers` entry's file, `folder / name`, appended to `written` once it is there: the Bench's
+    charts and a tab's figures alike. OSError at the first that fails (an unwritable folder before any
+    file, with its plain why), the ones before it kept."""
+    check_writable_dir(folder)
+    for name, write in writers.items():
+        path = folder / name
+        write(path)
+        written.append(path)

@@ -20,6 +20,7 @@ from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.results.reader import load_results
 
 from .messages import Messages
+from .png_export import write_pngs
 from .session_data import SessionData
 from .settings import Store
 
@@ -82,13 +83,9 @@ class SessionFiles:
         folder = folder or self.ask_folder("Export charts as PNG into folder")
         if folder is None:
             return []
-        written = []
+        written: list[Path] = []
         try:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            for key, chart in charts.items():
-                path = Path(folder) / CHART_FILES[key]
-                chart.export_png(path)
-                written.append(path)
+            write_pngs(Path(folder), {CHART_FILES[key]: chart.export_png for key, chart in charts.items()}, written)
         except OSError as exc:
             self.messages.report("Export failed", f"Could not write the charts to {folder}: {exc.strerror or exc}")
             return written
