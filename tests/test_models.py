@@ -49,6 +49,19 @@ def test_random_weights_are_the_same_file_and_hash_wherever_they_are_written(tin
     assert len({weights_hash(folder / "model.safetensors") for folder in folders}) == 1
 
 
+def test_a_random_model_written_in_an_older_layout_is_not_reused(tmp_path, monkeypatch):
+    """A cached random model from before one metadata key kept its per-machine header (and weights
+    hash); the layout is in the folder's name, so such a folder is written again, not read."""
+    from whistle_stop.backends.sources import model_files, random_weights
+
+    monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))
+    old = model_files.resolve_model("random:tiny").folder
+    monkeypatch.setattr(random_weights, "FILE_FORMAT", random_weights.FILE_FORMAT + 1)
+    new = model_files.resolve_model("random:tiny").folder
+    assert new != old and (new / "model.safetensors").exists()
+    assert f"-v{random_weights.FILE_FORMAT}-" in new.name
+
+
 def _copy(model, tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(model.folder, folder)

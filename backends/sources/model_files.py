@@ -178,10 +178,11 @@ def _random_folder(spec: str) -> tuple[dict, Path]:
         raise ModelError(f"unknown model {spec!r}; bundled random configs: {known}")
     import hashlib
 
-    from .random_weights import SEED  # only needed here: keeps worker start-up light
+    from .random_weights import FILE_FORMAT, SEED  # only needed here: keeps worker start-up light
 
     digest = hashlib.sha256(config_path.read_bytes()).hexdigest()[:8]
-    return json.loads(config_path.read_text()), cache_dir("models", f"random-{name}-seed{SEED}-{digest}")
+    folder = f"random-{name}-seed{SEED}-v{FILE_FORMAT}-{digest}"
+    return json.loads(config_path.read_text()), cache_dir("models", folder)
 
 
 def _random(spec: str, asked: str) -> ModelFiles:

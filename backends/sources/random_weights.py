@@ -15,6 +15,9 @@ from safetensors.numpy import save_file
 from ..storage.atomic import atomic_write
 
 SEED = 0
+# The file's layout, in its cache folder's name: 2 holds one metadata key (see write_random_model), so
+# a folder written with several, whose header and hash differed per machine, is not reused.
+FILE_FORMAT = 2
 
 
 def gpt2_shapes(config: dict) -> dict[str, tuple[int, ...]]:
