@@ -117,7 +117,7 @@ class FigureGrid(pg.GraphicsLayoutWidget):
     def clear_figures(self) -> None:
         for index, plot in enumerate(self.plots):
             self.figures[index] = None
-            plots.clear_plot(plot)  # its legend's column too, if the last figure put the legend beside it
+            plots.blank_plot(plot)  # its title, axes and legend's column too (the legend may sit beside it)
         self.changed.emit()
 
     def apply_theme(self, theme: Theme) -> None:

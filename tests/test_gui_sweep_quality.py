@@ -548,9 +548,13 @@ def test_clearing_a_grid_closes_the_column_its_legend_was_put_in(qtbot):
     plot = grid.plots[0]
     view = plot.getViewBox()
     assert view.sceneBoundingRect().right() < plot.sceneBoundingRect().right() - 50  # the legend's column
+    assert plot.titleLabel.text and plot.getAxis("left").labelText
     grid.clear_figures()
     assert plot.legend.parentItem() is view and not plot.legend.items
     assert view.sceneBoundingRect().right() == pytest.approx(plot.sceneBoundingRect().right(), abs=2)
+    # nothing of the cleared figure is left to name a chart the plot no longer holds
+    assert not plot.titleLabel.isVisible() and not plot.getAxis("left").label.isVisible()
+    assert not plot.getAxis("bottom").labelText and not plot.getAxis("left").labelText
 
 
 def test_the_top_logits_table_names_its_columns_when_nothing_diverged(qtbot):

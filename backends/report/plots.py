@@ -64,6 +64,19 @@ def clear_plot(plot_item) -> None:
         _legend_inside(plot_item)
 
 
+def blank_plot(plot_item) -> None:
+    """A PlotItem as if nothing had been drawn in it: `clear_plot`, and no title, axis names, named ticks
+    or log axes left from the last figure (a cleared tab's plot named a chart it no longer held)."""
+    clear_plot(plot_item)
+    plot_item.setTitle(None)
+    for side in ("bottom", "left"):
+        axis = plot_item.getAxis(side)
+        axis.setTicks(None)
+        axis.setLabel("")
+        axis.showLabel(False)
+    plot_item.setLogMode(x=False, y=False)
+
+
 def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
     """Draw `figure` into a pyqtgraph PlotItem (cleared first): the GUI calls this with its own."""
     import numpy as np
