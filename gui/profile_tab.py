@@ -190,7 +190,10 @@ class ProfileTab(QWidget):
         )
 
     def _engine_done(self, event: ProfileEngineDone) -> None:
-        self._add_row(event.profile)
+        # every row again: a faster probe of the peaks moves the earlier rows' rooflines too
+        self.table.setRowCount(0)
+        for profile in event.so_far or (event.profile,):
+            self._add_row(profile)
 
     def _engine_progress(self, event: BackendEvent) -> None:
         self.status.setText(f"{event.backend}: {event.event.message}")

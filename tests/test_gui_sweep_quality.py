@@ -399,6 +399,23 @@ def test_profile_tab_shows_what_the_command_writes(qtbot, make_window, tmp_path)
     assert tab.open_folder.isEnabled() and not window.jobs.busy()
 
 
+def test_the_profile_tab_s_live_rows_are_all_held_to_the_best_peak_so_far(make_window):
+    """An engine's probe of the peaks may read faster than the earlier ones': its ProfileEngineDone
+    carries every row so far at that peak, and the table shows those, not the earlier rows as they were."""
+    from whistle_stop.backends.profile.breakdown import EngineProfile
+    from whistle_stop.backends.profile.table import profile_row
+    from whistle_stop.backends.runs.profile import ProfileEngineDone
+
+    tab = make_window().profile_tab
+    tab.phase.setCurrentText("prefill")
+    first = EngineProfile("a", "fp32", ttft_ms=2.0, prefill_flops=1e9, peak_gops=1000.0)
+    tab._engine_done(ProfileEngineDone(first, (first,)))
+    again = [EngineProfile(n, "fp32", ttft_ms=2.0, prefill_flops=1e9, peak_gops=2000.0) for n in ("a", "b")]
+    tab._engine_done(ProfileEngineDone(again[1], tuple(again)))
+    rows = [[tab.table.item(r, c).text() for c in range(tab.table.columnCount())] for r in range(tab.table.rowCount())]
+    assert rows == [profile_row(p, "prefill") for p in again]
+
+
 @pytest.mark.parametrize("tab_name", ["profile_tab", "load_tab"])
 def test_a_long_note_neither_squeezes_the_results_nor_is_cut_off(qtbot, make_window, tab_name):
     """At 1280x720 the Profile tab's note (and a Load note with many engines) is taller than the tab:

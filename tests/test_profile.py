@@ -465,10 +465,18 @@ def test_every_engine_s_roofline_uses_the_run_s_final_best_peak(tmp_path, monkey
 
     monkeypatch.setattr(compute_peak, "measure_compute_peaks", measure)
     config = BenchConfig(model="random:tiny", backends=("a", "b", "c"), new_tokens=4, repeats=1, warmup=0, threads=1)
+    from whistle_stop.backends.runs.profile import ProfileEngineDone
+
+    events = []
     with registry.use([phased_spec("a"), phased_spec("b"), phased_spec("c")]):
-        session = ProfileSession(config, tmp_path / "prof", bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH)
+        session = ProfileSession(
+            config, tmp_path / "prof", events.append, bandwidth=lambda threads, n_bytes, device="cpu": BANDWIDTH
+        )
         result = session.run()  # the default probe: measured afresh, merged with the best so far
     assert [p.status for p in result.profiles] == ["ok"] * 3
+    # the live rows (the window's): every row so far at the best peak so far, one peak per table
+    live = [[p.peak_gops for p in e.so_far] for e in events if isinstance(e, ProfileEngineDone)]
+    assert live == [[20.0], [20.0, 20.0], [25.0, 25.0, 25.0]]
     assert [p.peak_gops for p in result.profiles] == [25.0] * 3
     assert [p.peak_probed_gops for p in result.profiles] == [20.0, 15.0, 25.0]
     for p in result.profiles:

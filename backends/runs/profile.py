@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..profile.breakdown import EngineProfile, phase_breakdowns, top_ops
@@ -55,6 +55,9 @@ class ProfileStarted:
 @dataclass(frozen=True)
 class ProfileEngineDone:
     profile: EngineProfile
+    # every engine's profile so far, copies with the run's best peak so far: an earlier row's roofline
+    # is held to the same peak as this one's, as the finished table holds them all to the final best
+    so_far: tuple[EngineProfile, ...] = ()
 
 
 @dataclass
@@ -115,14 +118,14 @@ class ProfileSession:
                 orchestrator.emit(ProfileStarted(name, index, len(names)))
                 profile, probes, device, peaks = self._profile_one(name, cell, result)
                 probe = set_floor(profile, *probes)
-                set_roofline(profile, device_peaks(result, device), peaks)  # the best so far: the live row's
                 if probe is not None and probe.device == "cpu":  # the run's figure is the host's
                     result.bandwidth = faster(result.bandwidth, probe)
                 result.profiles.append(profile)
                 probed.append((device, peaks))
-                orchestrator.emit(ProfileEngineDone(profile))
-        for profile, (device, peaks) in zip(result.profiles, probed):  # one table, one peak: the run's final best
-            set_roofline(profile, device_peaks(result, device), peaks)
+                _hold_to_best_peaks(result, probed)  # the best so far: the live rows'
+                so_far = tuple(replace(p) for p in result.profiles)  # the window reads copies, not these
+                orchestrator.emit(ProfileEngineDone(so_far[-1], so_far))
+        _hold_to_best_peaks(result, probed)  # one table, one peak: the run's final best
         finish_bench(result.bench, orchestrator)
         if result.bandwidth is not None:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
@@ -238,6 +241,12 @@ def set_floor(profile: EngineProfile, before: Bandwidth | None, after: Bandwidth
         profile.floor_device = fastest.device
     profile.probe_compute_gflops = max((p.compute_gflops for p in probes if p.compute_gflops), default=None)
     return probes[-1] if probes else None
+
+
+def _hold_to_best_peaks(result: ProfileResult, probed: list[tuple[str, ComputePeaks | None]]) -> None:
+    """Every profile's roofline at the best peaks the run knows now, each with its own probe beside it."""
+    for profile, (device, peaks) in zip(result.profiles, probed):
+        set_roofline(profile, device_peaks(result, device), peaks)
 
 
 def device_peaks(result: ProfileResult, device: str) -> ComputePeaks | None:
