@@ -462,3 +462,22 @@ def test_no_command_s_default_repeats_set_off_its_own_few_repeats_caveat(command
     from whistle_stop.backends.results.verdict import MIN_REPEATS
 
     assert build_parser().parse_args([command]).repeats >= MIN_REPEATS
+
+
+def test_more_threads_than_cpus_is_said_as_the_engines_own_oversubscription(monkeypatch):
+    """--threads above the logical CPUs: the warning names the threads, not "other processes"."""
+    import io
+
+    from rich.console import Console
+
+    from whistle_stop.backends.cli import bench_command
+
+    monkeypatch.setattr(bench_command.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bench_command.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    err = Console(file=io.StringIO(), width=300)
+    bench_command._warn_if_busy(999, err)
+    text = err.file.getvalue()
+    assert "--threads 999 on 2 logical CPUs" in text and "other processes" not in text
+    quiet = Console(file=io.StringIO(), width=300)
+    bench_command._warn_if_busy(2, quiet)
+    assert quiet.file.getvalue() == ""

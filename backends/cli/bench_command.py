@@ -100,7 +100,12 @@ def _warn_if_busy(threads: int, err: Console) -> None:
     except (AttributeError, OSError):
         return
     cores = os.cpu_count() or 1
-    if load + threads > cores + 0.5:
+    if threads > cores:  # the engines' own threads are the competition, whatever else runs
+        err.print(
+            f"[yellow]warning:[/] --threads {threads} on {cores} logical CPUs: each engine's threads take turns on "
+            "the cores, so timings measure the scheduler as much as the engine"
+        )
+    elif load + threads > cores + 0.5:
         err.print(
             f"[yellow]warning:[/] load average {load:.1f} on {cores} cores: other processes compete with the "
             f"engines ({threads} threads each), so timings will be noisy"
