@@ -55,11 +55,17 @@ def test_a_random_model_written_in_an_older_layout_is_not_reused(tmp_path, monke
     from whistle_stop.backends.sources import model_files, random_weights
 
     monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path))
-    old = model_files.resolve_model("random:tiny").folder
+    current = model_files.resolve_model("random:tiny").folder
     monkeypatch.setattr(random_weights, "FILE_FORMAT", random_weights.FILE_FORMAT + 1)
     new = model_files.resolve_model("random:tiny").folder
-    assert new != old and (new / "model.safetensors").exists()
+    assert new != current and (new / "model.safetensors").exists()
     assert f"-v{random_weights.FILE_FORMAT}-" in new.name
+    # a folder of the first layout (no -v in its name) is removed when the current one is made
+    digest = new.name.rsplit("-", 1)[1]
+    first = new.with_name(new.name.removesuffix(f"-v{random_weights.FILE_FORMAT}-{digest}") + f"-{digest}")
+    shutil.copytree(new, first)
+    shutil.rmtree(new)
+    assert model_files.resolve_model("random:tiny").folder == new and not first.exists()
 
 
 def _copy(model, tmp_path):

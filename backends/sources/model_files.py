@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,7 +194,20 @@ def _random(spec: str, asked: str) -> ModelFiles:
         validate_folder(folder)
     except ModelError:
         write_random_model(config, folder)
+        _remove_older_layouts(folder)
     return _from_folder(folder, asked, model_id=spec, weights="random")
+
+
+def _remove_older_layouts(folder: Path) -> None:
+    """The same seeded weights written in an older file layout (`random-<name>-seed<N>-<digest>`, no
+    `-v<layout>`): never read again, and gpt2's is ~500 MB of the user's cache."""
+    from .random_weights import FILE_FORMAT
+
+    digest = folder.name.rsplit("-", 1)[1]
+    layout = f"-v{FILE_FORMAT}-{digest}"
+    old = folder.with_name(folder.name.removesuffix(layout) + f"-{digest}")
+    if folder.name.endswith(layout) and old.is_dir():
+        shutil.rmtree(old, ignore_errors=True)  # a cache: if a file is held open, it stays until next time
 
 
 def cached_model(spec: str = "auto") -> ModelFiles | None:
