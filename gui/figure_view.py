@@ -94,12 +94,12 @@ class FigureGrid(pg.GraphicsLayoutWidget):
         for plot, figure in zip(self.plots, self.figures):
             if figure is None:
                 continue
-            plots.draw(plot, figure, foreground=self.theme.plot_fg)
+            # fit_titles: the title's width is the plot's minimum width; wrapped, three fit side by side
+            title = (wrap_title(figure.title), "10pt") if self.fit_titles else (None, None)
+            plots.draw(plot, figure, foreground=self.theme.plot_fg, title=title[0], title_size=title[1])
             # LegendItem keeps its size in pixels however the painter is scaled: an export wider than the
             # plot shrank it against the title and axes
             plot.legend.setFlag(plot.legend.GraphicsItemFlag.ItemIgnoresTransformations, False)
-            if self.fit_titles:  # the title's width is the plot's minimum width: wrapped, three fit side by side
-                plot.setTitle(wrap_title(figure.title), color=self.theme.plot_fg, size="10pt")
             if self.colours:
                 recolour(plot, figure, self.colours)
 

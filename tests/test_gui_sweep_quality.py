@@ -551,6 +551,34 @@ def test_a_figure_s_legend_is_placed_again_once_its_grid_is_resized(qtbot, monke
     assert len(redraws) == 2
 
 
+def test_a_grid_s_legend_is_placed_under_the_title_it_shows(qtbot, monkeypatch):
+    """The window wraps a long title on two lines: the legend is placed once that title takes its room,
+    not under the report's one-line title (the view then shrank under a legend placed for another height)."""
+    from dataclasses import replace
+
+    from whistle_stop.backends.report import plots
+    from whistle_stop.gui.figure_view import FigureGrid, wrap_title
+
+    figure = replace(_rising(), title="Time to first token against the prompt's length, every engine")
+    seen: list[str] = []
+    place = plots._place_legend
+
+    def placing(item, fig):
+        seen.append(item.titleLabel.text)  # the title in place when the legend's room is measured
+        return place(item, fig)
+
+    monkeypatch.setattr(plots, "_place_legend", placing)
+    grid = FigureGrid(1)
+    qtbot.addWidget(grid)
+    grid.resize(420, 300)
+    grid.show()
+    qtbot.waitExposed(grid)
+    grid.show_figures([figure])
+    wrapped = wrap_title(figure.title)
+    assert "<br>" in wrapped and seen and all(wrapped in text for text in seen)
+    assert _legend_clear_of_marks(grid.plots[0])
+
+
 def test_clearing_a_grid_closes_the_column_its_legend_was_put_in(qtbot):
     """The last figure put its legend beside the plot (no corner free): cleared, the plot kept the empty
     column and its narrower width."""

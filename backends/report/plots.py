@@ -77,8 +77,12 @@ def blank_plot(plot_item) -> None:
     plot_item.setLogMode(x=False, y=False)
 
 
-def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
-    """Draw `figure` into a pyqtgraph PlotItem (cleared first): the GUI calls this with its own."""
+def draw(
+    plot_item, figure: Figure, foreground=(30, 30, 30), title: str | None = None, title_size: str | None = None
+) -> None:
+    """Draw `figure` into a pyqtgraph PlotItem (cleared first): the GUI calls this with its own, and its
+    own `title` (the figure's, wrapped) and `title_size`, set before the legend is placed: a title set
+    after moved the plot's view under a legend placed for another height."""
     import numpy as np
     import pyqtgraph as pg
     from pyqtgraph.Qt import QtCore
@@ -91,7 +95,8 @@ def draw(plot_item, figure: Figure, foreground=(30, 30, 30)) -> None:
     plot_item.legend.setLabelTextColor(foreground)  # this figure's theme, not the first one's
     plot_item.legend.setBrush(backdrop)  # legible where a curve runs under it
     plot_item.legend.setColumnCount(_legend_columns(figure)[0])
-    plot_item.setTitle(figure.title, color=foreground)
+    title_style = {"color": foreground, **({"size": title_size} if title_size else {})}
+    plot_item.setTitle(figure.title if title is None else title, **title_style)
     for side, text in (("bottom", figure.x_label), ("left", figure.y_label)):
         axis = plot_item.getAxis(side)
         axis.setTicks(None)  # the axis's own, unless this figure names them (categories, log axes)
