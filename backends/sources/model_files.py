@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +200,8 @@ def _random(spec: str, asked: str) -> ModelFiles:
 def _remove_older_layouts(folder: Path) -> None:
     """The same seeded weights written in an older file layout (`random-<name>-seed<N>-<digest>`, no
     `-v<layout>`): never read again, and gpt2's is ~500 MB of the user's cache."""
+    import shutil  # here, not at the top: a worker's start imports this module and never needs it
+
     from .random_weights import FILE_FORMAT
 
     digest = folder.name.rsplit("-", 1)[1]
