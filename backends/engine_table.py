@@ -57,6 +57,7 @@ _LLAMA = replace(
         "llamacpp.engine:LlamaCppEngine", ("llama_cpp", "gguf"), ("llama-cpp-python", "gguf"), _PEERS, artifacts="gguf"
     ),
     own_server=_ENGINES + "llamacpp_server:server_command",
+    options=_LLAMA_OPTIONS,  # every llama.cpp row's form fields
 )
 # ctranslate2's TransformersConverter loads the model with transformers and torch.
 _CT2 = _family(
@@ -240,7 +241,6 @@ BUILT_IN_SPECS: tuple[EngineSpec, ...] = (
         _LLAMA,
         name="llamacpp",
         engine_args={"quant": "f32"},
-        options=_LLAMA_OPTIONS,
         description="llama.cpp (llama-cpp-python), own GGUF, f32",
     ),
     replace(
@@ -248,7 +248,6 @@ BUILT_IN_SPECS: tuple[EngineSpec, ...] = (
         name="llamacpp-f16",
         precision="f16",
         engine_args={"quant": "f16"},
-        options=_LLAMA_OPTIONS,
         description="llama.cpp, GGUF f16",
     ),
     replace(
@@ -256,7 +255,6 @@ BUILT_IN_SPECS: tuple[EngineSpec, ...] = (
         name="llamacpp-bf16",
         precision="bf16",
         engine_args={"quant": "bf16"},
-        options=_LLAMA_OPTIONS,
         description="llama.cpp, GGUF bf16",
     ),
     replace(
@@ -264,7 +262,6 @@ BUILT_IN_SPECS: tuple[EngineSpec, ...] = (
         name="llamacpp-q8_0",
         precision="int8",
         engine_args={"quant": "q8_0"},
-        options=_LLAMA_OPTIONS,
         description="llama.cpp, GGUF q8_0 (llama.cpp's quantiser)",
     ),
     replace(
@@ -272,7 +269,6 @@ BUILT_IN_SPECS: tuple[EngineSpec, ...] = (
         name="llamacpp-q4_0",
         precision="int4",
         engine_args={"quant": "q4_0"},
-        options=_LLAMA_OPTIONS,
         description="llama.cpp, GGUF q4_0 (llama.cpp's quantiser)",
     ),
     replace(
@@ -280,7 +276,6 @@ BUILT_IN_SPECS: tuple[EngineSpec, ...] = (
         name="llamacpp-lookup",
         target=_ENGINES + "llamacpp.lookup:LlamaCppLookupEngine",
         engine_args={"quant": "f32"},
-        options=_LLAMA_OPTIONS,
         description="llama.cpp f32 with prompt-lookup decoding (llama-cpp-python's LlamaPromptLookupDecoding): "
         "pays where the text repeats itself",
     ),

@@ -192,7 +192,7 @@ class ProfileTab(QWidget):
     def _engine_done(self, event: ProfileEngineDone) -> None:
         # every row again: a faster probe of the peaks moves the earlier rows' rooflines too
         self.table.setRowCount(0)
-        for profile in event.so_far or (event.profile,):
+        for profile in event.so_far:
             self._add_row(profile)
 
     def _engine_progress(self, event: BackendEvent) -> None:

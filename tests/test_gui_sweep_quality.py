@@ -409,9 +409,9 @@ def test_the_profile_tab_s_live_rows_are_all_held_to_the_best_peak_so_far(make_w
     tab = make_window().profile_tab
     tab.phase.setCurrentText("prefill")
     first = EngineProfile("a", "fp32", ttft_ms=2.0, prefill_flops=1e9, peak_gops=1000.0)
-    tab._engine_done(ProfileEngineDone(first, (first,)))
+    tab._engine_done(ProfileEngineDone((first,)))
     again = [EngineProfile(n, "fp32", ttft_ms=2.0, prefill_flops=1e9, peak_gops=2000.0) for n in ("a", "b")]
-    tab._engine_done(ProfileEngineDone(again[1], tuple(again)))
+    tab._engine_done(ProfileEngineDone(tuple(again)))
     rows = [[tab.table.item(r, c).text() for c in range(tab.table.columnCount())] for r in range(tab.table.rowCount())]
     assert rows == [profile_row(p, "prefill") for p in again]
 

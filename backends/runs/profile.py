@@ -54,10 +54,13 @@ class ProfileStarted:
 
 @dataclass(frozen=True)
 class ProfileEngineDone:
-    profile: EngineProfile
-    # every engine's profile so far, copies with the run's best peak so far: an earlier row's roofline
-    # is held to the same peak as this one's, as the finished table holds them all to the final best
-    so_far: tuple[EngineProfile, ...] = ()
+    # every engine's profile so far, the one just done last: copies with the run's best peak so far, so an
+    # earlier row's roofline is held to the same peak as this one's, as the finished table holds them all
+    so_far: tuple[EngineProfile, ...]
+
+    @property
+    def profile(self) -> EngineProfile:
+        return self.so_far[-1]
 
 
 @dataclass
@@ -122,10 +125,10 @@ class ProfileSession:
                     result.bandwidth = faster(result.bandwidth, probe)
                 result.profiles.append(profile)
                 probed.append((device, peaks))
-                _hold_to_best_peaks(result, probed)  # the best so far: the live rows'
-                so_far = tuple(replace(p) for p in result.profiles)  # the window reads copies, not these
-                orchestrator.emit(ProfileEngineDone(so_far[-1], so_far))
-        _hold_to_best_peaks(result, probed)  # one table, one peak: the run's final best
+                # one table, one peak: the best so far (after the last engine, the run's final best)
+                _hold_to_best_peaks(result, probed)
+                # the window reads copies, not these
+                orchestrator.emit(ProfileEngineDone(tuple(replace(p) for p in result.profiles)))
         finish_bench(result.bench, orchestrator)
         if result.bandwidth is not None:
             result.bench.environment["bandwidth"] = result.bandwidth.as_dict()
