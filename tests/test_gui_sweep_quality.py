@@ -507,6 +507,18 @@ def _rising(engines: int = 3):
     return Figure("rise", "Rising", "x", "y", series)
 
 
+def _shown_grid(qtbot, width: int, height: int):
+    """A one-plot FigureGrid of this size, on screen (offscreen), laid out before a figure is drawn."""
+    from whistle_stop.gui.figure_view import FigureGrid
+
+    grid = FigureGrid(1)
+    qtbot.addWidget(grid)
+    grid.resize(width, height)
+    grid.show()
+    qtbot.waitExposed(grid)
+    return grid
+
+
 def _legend_clear_of_marks(plot) -> bool:
     from whistle_stop.backends.report.legend_place import Box
     from whistle_stop.backends.report.plots import drawn_marks
@@ -520,13 +532,8 @@ def test_a_figure_s_legend_is_placed_again_once_its_grid_is_resized(qtbot, monke
     """The legend was placed when the figure was drawn: narrowed (the window, a splitter), the plot kept
     it in its corner over the curves' points; widened again, it kept a column it no longer needed. A
     resize draws the figures again at the new size, once a drag pauses, not at every step of it."""
-    from whistle_stop.gui.figure_view import FigureGrid
 
-    grid = FigureGrid(1)
-    qtbot.addWidget(grid)
-    grid.resize(900, 520)
-    grid.show()
-    qtbot.waitExposed(grid)
+    grid = _shown_grid(qtbot, 900, 520)
     grid.show_figures([_rising()])
     plot = grid.plots[0]
     view = plot.getViewBox()
@@ -557,7 +564,7 @@ def test_a_grid_s_legend_is_placed_under_the_title_it_shows(qtbot, monkeypatch):
     from dataclasses import replace
 
     from whistle_stop.backends.report import plots
-    from whistle_stop.gui.figure_view import FigureGrid, wrap_title
+    from whistle_stop.gui.figure_view import wrap_title
 
     figure = replace(_rising(), title="Time to first token against the prompt's length, every engine")
     seen: list[str] = []
@@ -568,11 +575,7 @@ def test_a_grid_s_legend_is_placed_under_the_title_it_shows(qtbot, monkeypatch):
         return place(item, fig)
 
     monkeypatch.setattr(plots, "_place_legend", placing)
-    grid = FigureGrid(1)
-    qtbot.addWidget(grid)
-    grid.resize(420, 300)
-    grid.show()
-    qtbot.waitExposed(grid)
+    grid = _shown_grid(qtbot, 420, 300)
     grid.show_figures([figure])
     wrapped = wrap_title(figure.title)
     assert "<br>" in wrapped and seen and all(wrapped in text for text in seen)
@@ -582,13 +585,8 @@ def test_a_grid_s_legend_is_placed_under_the_title_it_shows(qtbot, monkeypatch):
 def test_clearing_a_grid_closes_the_column_its_legend_was_put_in(qtbot):
     """The last figure put its legend beside the plot (no corner free): cleared, the plot kept the empty
     column and its narrower width."""
-    from whistle_stop.gui.figure_view import FigureGrid
 
-    grid = FigureGrid(1)
-    qtbot.addWidget(grid)
-    grid.resize(300, 260)
-    grid.show()
-    qtbot.waitExposed(grid)
+    grid = _shown_grid(qtbot, 300, 260)
     grid.show_figures([_rising()])
     plot = grid.plots[0]
     view = plot.getViewBox()

@@ -158,22 +158,14 @@ def test_each_peak_names_the_probe_it_came_from(monkeypatch):
     """A refresh keeps each arithmetic's faster figure, so fp32's may be yesterday's while int8's is
     today's: each entry carries its own probe's date and process, the record's (the latest probe's)
     only where its figure is that probe's; a cache written before entries had them still reads."""
-    yesterday = ComputePeaks(
-        peaks={
-            "fp32": {"gops": 250.0, "median_gops": 240.0, "isa": "f"},
-            "int8": {"gops": 900.0, "median_gops": 880.0, "isa": "i"},
-        },
-        measured_at="yesterday",
-        probe_pid=11,
-    )
-    today = ComputePeaks(
-        peaks={
-            "fp32": {"gops": 150.0, "median_gops": 140.0, "isa": "f"},
-            "int8": {"gops": 950.0, "median_gops": 930.0, "isa": "i"},
-        },
-        measured_at="today",
-        probe_pid=22,
-    )
+
+    def probe(when: str, pid: int, fp32: float, int8: float) -> ComputePeaks:
+        """A probe's record whose entries do not name it (as a cache written before they did)."""
+        peaks = {"fp32": (fp32, "f"), "int8": (int8, "i")}
+        entries = {k: {"gops": gops, "median_gops": gops - 10, "isa": isa} for k, (gops, isa) in peaks.items()}
+        return ComputePeaks(peaks=entries, measured_at=when, probe_pid=pid)
+
+    yesterday, today = probe("yesterday", 11, 250.0, 900.0), probe("today", 22, 150.0, 950.0)
     monkeypatch.setattr(compute_peak, "CACHE_FILE", "compute-peaks-dates-test.json")
     probes = iter([yesterday, today])
     monkeypatch.setattr(compute_peak, "measure_compute_peaks", lambda threads, passes=5: next(probes))
