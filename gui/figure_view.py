@@ -95,8 +95,8 @@ class FigureGrid(pg.GraphicsLayoutWidget):
             if figure is None:
                 continue
             # fit_titles: the title's width is the plot's minimum width; wrapped, three fit side by side
-            title = (wrap_title(figure.title), "10pt") if self.fit_titles else (None, None)
-            plots.draw(plot, figure, foreground=self.theme.plot_fg, title=title[0], title_size=title[1])
+            title, size = (wrap_title(figure.title), "10pt") if self.fit_titles else (None, None)
+            plots.draw(plot, figure, foreground=self.theme.plot_fg, title=title, title_size=size)
             # LegendItem keeps its size in pixels however the painter is scaled: an export wider than the
             # plot shrank it against the title and axes
             plot.legend.setFlag(plot.legend.GraphicsItemFlag.ItemIgnoresTransformations, False)

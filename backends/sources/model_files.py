@@ -205,9 +205,8 @@ def _remove_older_layouts(folder: Path) -> None:
     from .random_weights import FILE_FORMAT
 
     digest = folder.name.rsplit("-", 1)[1]
-    layout = f"-v{FILE_FORMAT}-{digest}"
-    old = folder.with_name(folder.name.removesuffix(layout) + f"-{digest}")
-    if folder.name.endswith(layout) and old.is_dir():
+    old = folder.with_name(folder.name.removesuffix(f"-v{FILE_FORMAT}-{digest}") + f"-{digest}")
+    if old != folder and old.is_dir():
         shutil.rmtree(old, ignore_errors=True)  # a cache: if a file is held open, it stays until next time
 
 
