@@ -117,7 +117,11 @@ class SweepTab(QWidget):
         browse.clicked.connect(self._choose_folder)
         self.restart = QCheckBox("Start over (discard the sweep in this folder)")
         self.restart.toggled.connect(self.refresh)
-        self.measure = QCheckBox("Measure memory bandwidth and arithmetic peaks (limit lines; once per machine)")
+        self.measure = QCheckBox("Measure bandwidth and peaks (once per machine)")
+        self.measure.setToolTip(
+            "the memory bandwidth and the CPU's arithmetic peaks that the charts' limit lines (decode's floor, "
+            "prefill's roofline) are drawn from; measured once per machine and thread count, then cached"
+        )
         self.measure.setChecked(True)
         self.job = JobControls(
             self.jobs,

@@ -582,6 +582,35 @@ def test_a_grid_s_legend_is_placed_under_the_title_it_shows(qtbot, monkeypatch):
     assert _legend_clear_of_marks(grid.plots[0])
 
 
+def test_a_long_legend_beside_a_plot_wraps_and_leaves_its_neighbours_in_view(qtbot):
+    """The sweep's TTFT chart names each roofline with its peak and instructions; its legend went beside
+    the plot at its full width, and the grid of three grew wider than the tab: the third chart was cut off
+    at the window's edge. A column's legend now wraps its labels to at most half the plot's width."""
+    from dataclasses import replace
+
+    from whistle_stop.backends.report.figures import Limit
+    from whistle_stop.gui.figure_view import FigureGrid
+
+    long = "int8 roofline (int8 peak 943 G/s, avx512-vnni vpdpbusd zmm)"
+    rising = _rising(2)
+    figure = replace(rising, limits=[Limit(long, 12.0, list(rising.series[0].x), list(rising.series[0].x))])
+    grid = FigureGrid(3)
+    qtbot.addWidget(grid)
+    grid.resize(1000, 300)  # the Sweep tab's charts at a window 1,650 px wide
+    grid.show()
+    qtbot.waitExposed(grid)
+    grid.show_figures([figure, _rising(), _rising()])
+    for plot in grid.plots:
+        assert plot.sceneBoundingRect().right() <= grid.width() + 1  # every chart in view
+    first = grid.plots[0]
+    legend = first.legend
+    assert legend.sceneBoundingRect().left() >= first.getViewBox().sceneBoundingRect().right()  # beside it
+    assert legend.sceneBoundingRect().width() <= first.sceneBoundingRect().width() / 2 + 1
+    texts = [label.text for _sample, label in legend.items]
+    assert any("<br>" in text for text in texts)
+    assert long in [text.replace("<br>", " ") for text in texts]  # wrapped, not cut
+
+
 def test_clearing_a_grid_closes_the_column_its_legend_was_put_in(qtbot):
     """The last figure put its legend beside the plot (no corner free): cleared, the plot kept the empty
     column and its narrower width."""

@@ -292,6 +292,24 @@ def test_the_ttft_grid_draws_prefill_s_roofline(capsys, tmp_path, monkeypatch):
     assert "fp32 roofline" in limit.label and "test fma" in limit.label
 
 
+def test_a_roofline_s_label_names_another_arithmetic_s_peak_only_where_it_stands_in():
+    """The legend sits beside a narrow chart in the window: "fp32 roofline (fp32 peak ...)" said fp32
+    twice. The peak's arithmetic is named where it is not the curve's own (bf16 on a CPU without bf16
+    instructions is held to fp32's peak)."""
+    from whistle_stop.backends.report.sweep_figures import roofline_limits
+    from whistle_stop.backends.results.roofline_curves import ENVIRONMENT_KEY
+
+    def curve(arithmetic: str, held: str, isa: str) -> dict:
+        return {"device": "cpu", "arithmetic": arithmetic, "peak_arithmetic": held, "peak_gops": 236.4, "isa": isa,
+                "engines": ["e"], "points": [[1, 1.0], [2, 2.0]]}  # fmt: skip
+
+    environment = {ENVIRONMENT_KEY: [curve("fp32", "fp32", "avx512f vfmadd231ps zmm"), curve("bf16", "fp32", "fma")]}
+    assert [limit.label for limit in roofline_limits(environment)] == [
+        "fp32 roofline (peak 236 G/s, avx512f vfmadd231ps zmm)",
+        "bf16 roofline (fp32 peak 236 G/s, fma)",
+    ]
+
+
 def test_a_cuda_engine_s_ttft_is_drawn_against_its_gpu_s_roofline(tiny_model, tmp_path, monkeypatch):
     """A CUDA engine's curve divides by its GPU's GEMM peak and bandwidth (probed once, after the
     load), the host engine's by the CPU's; without the GPU's probes there is no GPU curve."""

@@ -21,7 +21,9 @@ from .legend_place import Box, Corner, Segment
 PALETTE = [rgb(c) for c in LIGHT]  # the engines' colours on white, in the run's order
 LIMIT_COLOUR = (90, 90, 90)
 DEFAULT_SIZE = (900, 520)
-EMPTY_CHARS = 28  # an empty figure's line, wrapped: the window's plots sit three abreast
+EMPTY_CHARS = 28  # an empty figure's line at most, wrapped: the window's plots sit three abreast
+LEGEND_COLUMN_SHARE = 0.5  # of its plot's width, at most, for a legend put beside the plot
+LEGEND_WRAP_CHARS, MIN_WRAP_CHARS = 40, 12  # the longest and shortest lines its labels wrap to, then
 LEGEND_COLUMN = "legend column"  # the plot layout's cell right of the plot that holds a legend put outside
 
 
@@ -163,7 +165,10 @@ def draw(
                 pg.ErrorBarItem(x=x, y=y, top=err, bottom=err_low, beam=beam, pen=pg.mkPen(rgb, width=1.5))
             )
     if figure.empty:  # why, in the middle of the view (no values on its axes, no limit lines)
-        reason = "\n".join(textwrap.wrap(figure.empty_reason, EMPTY_CHARS))
+        plot_item.layout.activate()  # the view's width, where the plot is laid out (0 where not yet)
+        width = plot_item.getViewBox().width()
+        fits = int(width / CHAR_PX) - 2 if width else EMPTY_CHARS
+        reason = "\n".join(textwrap.wrap(figure.empty_reason, max(MIN_WRAP_CHARS, min(EMPTY_CHARS, fits))))
         plot_item.addItem(pg.TextItem(reason, color=foreground, anchor=(0.5, 0.5)))
         plot_item.getViewBox().setRange(xRange=(-1, 1), yRange=(-1, 1), padding=0)
         for side in ("bottom", "left"):
@@ -359,20 +364,29 @@ def _legend_columns(figure: Figure) -> tuple[int, ...]:
 def _place_legend(plot_item, figure: Figure) -> bool:
     """Put the legend in the plot's emptiest corner, clear of every mark drawn (legend_place.py),
     else in a column right of the plot (True). A plot not laid out yet keeps it where it is."""
-    from pyqtgraph.Qt import QtCore
-
     view, legend = plot_item.getViewBox(), plot_item.legend
     plot_item.layout.activate()  # the title and axes this figure set take their room now: the view's final size
     if not legend.items or not view.width() or not view.height():
         return False
-    sizes: dict[int, tuple[float, float]] = {}
-    for columns in _legend_columns(figure)[: len(legend.items)]:
-        legend.setColumnCount(columns)
-        size = legend.layout.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize)
-        sizes[columns] = (max(size.width(), legend.width()), max(size.height(), legend.height()))
     marks, lines = drawn_marks(plot_item)
     corners = legend_place.RISING_CORNERS if figure.log_axes else legend_place.CORNERS
+    sizes = _legend_sizes(legend, figure)
     placement = legend_place.place(_box(view.sceneBoundingRect()), sizes, marks, lines, corners)
+    whole = plot_item.sceneBoundingRect()
+    budget = whole.width() * LEGEND_COLUMN_SHARE - 2 * legend_place.MARGIN
+    if placement.corner is None and sizes[placement.columns][0] > budget:
+        # beside the plot at its full width, the legend pushed the grid's next plots out of view: its
+        # labels wrap to half the plot's width, in one column as tall as the plot (a narrower legend may
+        # fit a corner then)
+        fewest = min(sizes)
+        for chars in range(LEGEND_WRAP_CHARS, MIN_WRAP_CHARS - 1, -4):
+            _wrap_labels(legend, chars)
+            sizes = _legend_sizes(legend, figure)
+            if sizes[fewest][0] <= budget:
+                break
+        placement = legend_place.place(_box(view.sceneBoundingRect()), sizes, marks, lines, corners)
+        if placement.corner is None and sizes[fewest][1] <= whole.height():
+            placement = legend_place.Placement(None, fewest)
     legend.setColumnCount(placement.columns)
     if placement.corner is not None:
         corner = placement.corner
@@ -386,6 +400,27 @@ def _place_legend(plot_item, figure: Figure) -> bool:
     legend.anchor(itemPos=(0, 0), parentPos=(0, 0), offset=(legend_place.MARGIN, legend_place.MARGIN))
     plot_item.layout.activate()  # the plot narrows now, not at the next paint: a PNG renders at once
     return True
+
+
+def _legend_sizes(legend, figure: Figure) -> dict[int, tuple[float, float]]:
+    """The legend's (width, height) in each of its numbers of columns, the preferred first."""
+    from pyqtgraph.Qt import QtCore
+
+    sizes = {}
+    for columns in _legend_columns(figure)[: len(legend.items)]:
+        legend.setColumnCount(columns)
+        legend.layout.invalidate()
+        size = legend.layout.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize)
+        legend.resize(size)  # a legend kept the width of its longest label so far: its labels' now
+        sizes[columns] = (size.width(), size.height())
+    return sizes
+
+
+def _wrap_labels(legend, chars: int) -> None:
+    """Each of the legend's labels in lines of at most `chars` characters (a word longer stays whole)."""
+    for _sample, label in legend.items:
+        text = label.text.replace("<br>", " ")
+        label.setText("<br>".join(textwrap.wrap(text, chars, break_long_words=False)) or text)
 
 
 def _legend_inside(plot_item) -> None:

@@ -99,7 +99,8 @@ def roofline_limits(environment: dict | None) -> list[Limit]:
         if not points:
             continue
         held = curve.get("peak_arithmetic") or curve["arithmetic"]
-        peak = f"{held} peak {curve.get('peak_gops', 0):.0f} G/s, {curve.get('isa', '')}"
+        whose = "" if held == curve["arithmetic"] else f"{held} "  # named where another arithmetic's peak stands in
+        peak = f"{whose}peak {curve.get('peak_gops', 0):.0f} G/s, {curve.get('isa', '')}"
         where = " on the GPU" if curve.get("device") == "cuda" else ""
         label = f"{curve['arithmetic']} roofline{where} ({peak})"
         out.append(Limit(label, float(points[-1][1]), [float(p[0]) for p in points], [float(p[1]) for p in points]))
