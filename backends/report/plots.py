@@ -388,6 +388,7 @@ def _place_legend(plot_item, figure: Figure) -> bool:
         if placement.corner is None and sizes[fewest][1] <= whole.height():
             placement = legend_place.Placement(None, fewest)
     legend.setColumnCount(placement.columns)
+    legend.resize(*sizes[placement.columns])  # the size it was placed by, not the last one measured
     if placement.corner is not None:
         corner = placement.corner
         legend.anchor(itemPos=corner.value, parentPos=corner.value, offset=corner.offset())
