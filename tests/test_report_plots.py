@@ -240,3 +240,23 @@ def test_placement_prefers_the_free_corner_lines_cross_least_and_else_goes_outsi
     corners = [Box(0, 0, 400, 40), Box(0, 260, 400, 300)]
     assert place(plot, size, corners).corner is None
     assert Segment(0, 0, 100, 0).length_in(Box(50, -1, 200, 1)) == pytest.approx(50.0)
+
+
+def test_a_curve_s_crowded_point_labels_merge_into_one():
+    """A load curve saturates: its levels' points (c=2, c=4, c=8) lie within a few pixels and their
+    labels were drawn over each other, unreadable. Labels of one series that would overlap are one
+    label at the first of them; the rest keep their own."""
+    import pyqtgraph as pg
+
+    figure = fg.Figure("load", "Output tokens/s vs median ITL under load", "median ITL (ms)", "tokens/s")
+    figure.series.append(
+        fg.Series("remote", [7.0, 5.88, 5.84, 5.74], [74.0, 153.0, 156.0, 159.0], labels=["c=1", "c=2", "c=4", "c=8"])
+    )
+    with laid_out_plot(WINDOW_SIZE) as (app, plot):
+        drawn(app, plot, figure)
+        texts = [item for item in plot.items if isinstance(item, pg.TextItem) and item.isVisible()]
+        assert sorted(item.toPlainText() for item in texts) == ["c=1", "c=2, c=4, c=8"]
+        for item in texts:
+            item.updateTransform(force=True)
+        boxes = [item.sceneBoundingRect() for item in texts]
+        assert not boxes[0].intersects(boxes[1])

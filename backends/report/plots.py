@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 from . import legend_place
 from .colours import LIGHT, category_colour, rgb
@@ -118,6 +119,7 @@ def draw(
     corner = Corner.TOP_LEFT if log else Corner.TOP_RIGHT
     plot_item.legend.anchor(itemPos=corner.value, parentPos=corner.value, offset=corner.offset())
     n_series = max(1, len(figure.series))
+    labelled: list[list] = []  # each series' point labels
     if figure.kind == "stacked":
         _draw_stacked(plot_item, figure, foreground)
     for index, series in enumerate(figure.series if figure.kind != "stacked" else []):
@@ -142,7 +144,7 @@ def draw(
             plot_item.plot(
                 x, y, pen=None, symbol="o", symbolSize=11, symbolBrush=pg.mkBrush(*rgb), symbolPen=pg.mkPen(rgb)
             )  # labelled at the point: no legend entry
-            _label_points(plot_item, x, y, series.labels, rgb)
+            labelled.append(_label_points(plot_item, x, y, series.labels, rgb))
         else:
             plot_item.plot(
                 x,
@@ -154,7 +156,7 @@ def draw(
                 symbolPen=pg.mkPen(rgb),
                 name=series.name,
             )
-            _label_points(plot_item, x, y, series.labels, rgb, log)  # e.g. a load curve's c=N
+            labelled.append(_label_points(plot_item, x, y, series.labels, rgb, log))  # e.g. a load curve's c=N
         if series.x_whiskers:
             _draw_whiskers(plot_item, series, rgb, tick=0.02 * max(_top(figure), 1e-9))
         if np.any(err > 0) or np.any(err_low > 0):
@@ -197,8 +199,11 @@ def draw(
     if figure.kind in ("bar", "stacked"):
         _category_ticks(plot_item, figure.categories)
     _fit_range(plot_item, figure)
-    if _place_legend(plot_item, figure) and figure.kind in ("bar", "stacked"):
-        _category_ticks(plot_item, figure.categories)  # the bars' names wrapped for the narrower plot
+    _merge_crowded_labels(plot_item, labelled)  # before the legend is placed clear of them
+    if _place_legend(plot_item, figure):
+        _merge_crowded_labels(plot_item, labelled)  # the plot narrowed for the legend's column
+        if figure.kind in ("bar", "stacked"):
+            _category_ticks(plot_item, figure.categories)  # the bars' names wrapped for the narrower plot
 
 
 CHAR_PX = 6.5  # an axis tick label's character, about, at pyqtgraph's default font
@@ -251,13 +256,39 @@ def _draw_stacked(plot_item, figure: Figure, foreground) -> None:
         plot_item.legend.addItem(pg.PlotDataItem(pen=pg.mkPen(foreground, width=3)), series.name)
 
 
-def _label_points(plot_item, x, y, labels: list[str], rgb, log: bool = False) -> None:
+def _label_points(plot_item, x, y, labels: list[str], rgb, log: bool = False) -> list:
+    """Each point's label beside it; the TextItems, for _merge_crowded_labels."""
     import pyqtgraph as pg
 
+    texts = []
     for px, py, label in zip(x, y, labels):
         text = pg.TextItem(label, color=rgb, anchor=(0, 1))
         text.setPos(*((math.log10(px), math.log10(py)) if log and px > 0 and py > 0 else (px, py)))
         plot_item.addItem(text)
+        texts.append(text)
+    return texts
+
+
+def _merge_crowded_labels(plot_item, groups: list[list]) -> None:
+    """A series' point labels that would overlap as one label at the first of them ("c=2, c=4, c=8":
+    a load curve's levels where it saturates lie a few pixels apart, their labels drawn over each other)."""
+    plot_item.getViewBox().updateMatrix()
+    for texts in groups:
+        kept: list[tuple[Any, Box]] = []
+        for text in texts:
+            if not text.isVisible():
+                continue
+            text.updateTransform(force=True)
+            box = _box(text.sceneBoundingRect())
+            host = next((i for i, (_, kept_box) in enumerate(kept) if kept_box.overlap(box)), None)
+            if host is None:
+                kept.append((text, box))
+                continue
+            first = kept[host][0]
+            first.setText(f"{first.toPlainText()}, {text.toPlainText()}")
+            text.setVisible(False)
+            first.updateTransform(force=True)
+            kept[host] = (first, _box(first.sceneBoundingRect()))
 
 
 def log_error_bars(x, y, up, down):
