@@ -8,7 +8,7 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory
 
 from whistle_stop.backends.report.colours import run_colours
 from whistle_stop.backends.storage.paths import RESOURCES
@@ -77,10 +77,31 @@ def current_theme(app: QGuiApplication | None = None) -> Theme:
     return DARK if app is not None and system_is_dark(app) else LIGHT
 
 
+class _FramedChecks(QProxyStyle):
+    """Fusion with every check box framed in `frame`: Fusion draws the frame a shade darker than the
+    window's colour, which a dark theme's lists (their base as dark) hide, unchecked engines and all."""
+
+    def __init__(self, frame: str) -> None:
+        super().__init__(QStyleFactory.create("Fusion"))
+        self.frame = QColor(frame)
+
+    def drawPrimitive(self, element, option, painter, widget=None) -> None:
+        super().drawPrimitive(element, option, painter, widget)
+        if element in (
+            QStyle.PrimitiveElement.PE_IndicatorCheckBox,
+            QStyle.PrimitiveElement.PE_IndicatorItemViewItemCheck,
+        ):
+            painter.save()
+            painter.setPen(self.frame)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRect(option.rect.adjusted(0, 0, -1, -1))
+            painter.restore()
+
+
 def apply_theme(app: QApplication) -> Theme:
     """Fusion with a palette matching the system scheme, and pyqtgraph's defaults to match."""
     theme = current_theme(app)
-    app.setStyle("Fusion")
+    app.setStyle(_FramedChecks(theme.muted))
     app.setPalette(_palette(theme))
     # No antialiasing: four 1,000-point curves redrawn 30 times a second must stay cheap.
     pg.setConfigOptions(background=theme.plot_bg, foreground=theme.plot_fg, antialias=False)

@@ -458,6 +458,41 @@ def test_theme_follows_the_system_scheme(qapp, make_window, monkeypatch):
         theme.apply_theme(qapp)
 
 
+def test_an_unchecked_engine_s_box_shows_in_the_dark_theme(qtbot, qapp, monkeypatch):
+    """Fusion draws a check box's frame a shade darker than the window's colour: in the dark theme an
+    unchecked engine in the list (a box on the list's own dark base) could not be seen on screen. Its
+    frame now stands out from the base."""
+    from PySide6.QtGui import QColor
+    from PySide6.QtWidgets import QListWidget, QListWidgetItem
+
+    from whistle_stop.gui import theme
+
+    monkeypatch.setattr(theme, "system_is_dark", lambda app: True)
+    try:
+        theme.apply_theme(qapp)
+        listing = QListWidget()
+        qtbot.addWidget(listing)
+        item = QListWidgetItem("native · fp32")
+        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+        item.setCheckState(Qt.CheckState.Unchecked)
+        listing.addItem(item)
+        listing.resize(240, 80)
+        listing.show()
+        qtbot.waitExposed(listing)
+        image = listing.viewport().grab().toImage()
+        base = QColor(theme.DARK.plot_bg).lightness()  # the palette's Base
+        row = listing.visualItemRect(item)
+        box = [
+            image.pixelColor(x, y).lightness()
+            for x in range(row.left(), row.left() + 24)
+            for y in range(row.top(), row.bottom())
+        ]
+        assert max(box) - base >= 60, (base, max(box))
+    finally:
+        monkeypatch.undo()
+        theme.apply_theme(qapp)
+
+
 def test_job_controller_delivers_in_order_and_one_job_runs_at_a_time(qtbot):
     """Events and control signals arrive in the order the job posted them; while one job runs,
     another kind is refused; a cancel before "ready" ends the job at once."""
