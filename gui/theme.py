@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
-from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory, QStyleOption, QWidget
 
 from whistle_stop.backends.report.colours import run_colours
 from whistle_stop.backends.storage.paths import RESOURCES
@@ -85,7 +85,13 @@ class _FramedChecks(QProxyStyle):
         super().__init__(QStyleFactory.create("Fusion"))
         self.frame = QColor(frame)
 
-    def drawPrimitive(self, element, option, painter, widget=None) -> None:
+    def drawPrimitive(
+        self,
+        element: QStyle.PrimitiveElement,
+        option: QStyleOption,
+        painter: QPainter,
+        widget: QWidget | None = None,
+    ) -> None:
         super().drawPrimitive(element, option, painter, widget)
         if element in (
             QStyle.PrimitiveElement.PE_IndicatorCheckBox,
