@@ -462,7 +462,7 @@ def test_an_unchecked_engine_s_box_shows_in_the_dark_theme(qtbot, qapp, monkeypa
     """Fusion draws a check box's frame a shade darker than the window's colour: in the dark theme an
     unchecked engine in the list (a box on the list's own dark base) could not be seen on screen. Its
     frame now stands out from the base."""
-    from PySide6.QtGui import QColor
+    from PySide6.QtGui import QPalette
     from PySide6.QtWidgets import QListWidget, QListWidgetItem
 
     from whistle_stop.gui import theme
@@ -480,7 +480,7 @@ def test_an_unchecked_engine_s_box_shows_in_the_dark_theme(qtbot, qapp, monkeypa
         listing.show()
         qtbot.waitExposed(listing)
         image = listing.viewport().grab().toImage()
-        base = QColor(theme.DARK.plot_bg).lightness()  # the palette's Base
+        base = listing.palette().color(QPalette.ColorRole.Base).lightness()  # the list's own background
         row = listing.visualItemRect(item)
         box = [
             image.pixelColor(x, y).lightness()
