@@ -194,10 +194,29 @@ def test_the_probes_answer_is_kept_per_cpu_and_llama_cpp_build(monkeypatch):
     assert len({here, other_cpu, other_version, rebuilt}) == 4
 
 
-def test_the_probe_runs_the_extra_buffers_here_and_the_engine_uses_them(tiny_model, prompt_ids):
+def _probed_here(tiny_model):
+    """What the engine's own `auto` choice says on this CPU: the probe's cached answer, run (in a child
+    of its own) first if this CPU and llama.cpp build have none yet."""
+    from whistle_stop.backends.engines.llamacpp import weight_buffers as buffers
+
+    gguf = in_child(_gguf_path, tiny_model, "q4_0")
+    return buffers.choose(gguf, "q4_0", 1, buffers.WeightBuffers.AUTO)
+
+
+def test_the_engine_follows_the_probes_answer_on_this_cpu(tiny_model, prompt_ids):
+    """Where the probe ran the extra buffers, the engine loads with them and says so; where they
+    crashed (an AMX CPU whose llama.cpp build cannot run its tiles), it loads plain buffers and says
+    why. Either way it makes tokens: the expectation is the probe's, never this CPU's name."""
+    choice = _probed_here(tiny_model)
+    print(f"llama.cpp extra weight buffers on this CPU: {choice.reason}")
     with load_engine_in_worker("llamacpp-q4_0", tiny_model) as engine:
         notes = engine.info.notes
-        assert "a probe ran them on this CPU" in notes, notes
+        assert choice.reason in notes, notes
+        if choice.extra:
+            assert "a probe ran them on this CPU" in notes, notes
+        else:
+            assert "extra weight buffers off" in notes, notes
+            assert set(engine.weight_buffers) == {"CPU_Mapped"}, engine.weight_buffers
         assert len(engine.tokens(prompt_ids, 5)) == 5
 
 
@@ -221,26 +240,37 @@ def test_after_a_crashing_probe_the_engine_loads_plain_buffers_and_says_why(tiny
         buffers.artifact_cache.discard(answer)  # later tests probe this CPU for real
 
 
-def test_plain_and_extra_buffers_give_the_same_greedy_tokens(tiny_model, prompt_ids):
-    """Repacking changes the layout, not the arithmetic's inputs: greedy tokens agree closely."""
+def _q4_engine(tiny_model, weight_buffers: str):
     from tests.engine_process import EngineProcess
     from whistle_stop.backends.engine import EngineOptions
     from whistle_stop.backends.engines.llamacpp_options import LlamaCppOptions
     from whistle_stop.backends.registry import get
 
-    tokens, buffers = {}, {}
-    for wanted in ("extra", "plain"):
-        with EngineProcess(
-            get("llamacpp-q4_0"),
-            tiny_model,
-            options=EngineOptions(threads=1, settings=LlamaCppOptions(weight_buffers=wanted)),
-        ) as engine:
-            tokens[wanted] = engine.tokens(prompt_ids, 16)
-            buffers[wanted] = engine.weight_buffers
-    assert set(buffers["plain"]) == {"CPU_Mapped"} and "CPU_Mapped" in buffers["extra"], buffers
-    agree = next((i for i, (a, b) in enumerate(zip(tokens["extra"], tokens["plain"])) if a != b), 16)
-    print(f"llamacpp-q4_0: extra and plain buffers agree on {agree}/16 greedy tokens; buffers {buffers}")
-    assert agree >= 1, tokens
+    options = EngineOptions(threads=1, settings=LlamaCppOptions(weight_buffers=weight_buffers))
+    return EngineProcess(get("llamacpp-q4_0"), tiny_model, options=options)
+
+
+def test_each_weight_buffers_choice_is_honoured_where_the_probe_says_it_runs(tiny_model, prompt_ids):
+    """`plain` gives tokens on every CPU. `extra` is not probed: where the probe ran the extra buffers,
+    repacking changes the layout, not the arithmetic's inputs, so greedy tokens agree closely; where
+    the probe saw them crash, the forced load crashes the same way in its own worker, and only there."""
+    from tests.engine_process import ChildCrashed
+
+    choice = _probed_here(tiny_model)
+    with _q4_engine(tiny_model, "plain") as engine:
+        plain, plain_buffers = engine.tokens(prompt_ids, 16), engine.weight_buffers
+    assert set(plain_buffers) == {"CPU_Mapped"} and len(plain) == 16, plain_buffers
+    if not choice.extra:
+        with pytest.raises(ChildCrashed) as crashed, _q4_engine(tiny_model, "extra") as engine:
+            engine.tokens(prompt_ids, 16)
+        print(f"llamacpp-q4_0: forced extra buffers crashed their worker as the probe said ({crashed.value})")
+        return
+    with _q4_engine(tiny_model, "extra") as engine:
+        extra, extra_buffers = engine.tokens(prompt_ids, 16), engine.weight_buffers
+    assert "CPU_Mapped" in extra_buffers, extra_buffers
+    agree = next((i for i, (a, b) in enumerate(zip(extra, plain)) if a != b), 16)
+    print(f"llamacpp-q4_0: extra and plain buffers agree on {agree}/16 greedy tokens; buffers {extra_buffers}")
+    assert agree >= 1, (extra, plain)
 
 
 def test_the_weight_buffers_option_is_checked_in_one_line():
