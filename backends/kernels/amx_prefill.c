@@ -46,6 +46,12 @@ static const TileConfig CONFIG_INT = { /* one block of 32 bytes per product */
     .colsb = {64, 64, 64, 64, 32, 32, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 8, 8},
 };
+/* AVX-512 builds: C 0-1, A 2-3, B 4-5 (even and odd blocks), one token tile and half at a time */
+static const TileConfig CONFIG_INT_PAIRS = {
+    .palette = 1,
+    .colsb = {64, 64, 32, 32, 64, 64},
+    .rows = {16, 16, 16, 16, 8, 8},
+};
 
 static pthread_once_t permission_once = PTHREAD_ONCE_INIT;
 static int permitted;
@@ -65,7 +71,13 @@ int amx_ready(void) {
 
 const char *amx_tiles_impl(void) { return TILES_IMPL; }
 
-void amx_begin(int kind) { TILE_CONFIG(kind == AMX_BF16 ? &CONFIG_BF16 : &CONFIG_INT); }
+void amx_begin(int kind) {
+#ifdef __AVX512F__
+    TILE_CONFIG(kind == AMX_BF16 ? &CONFIG_BF16 : &CONFIG_INT_PAIRS);
+#else
+    TILE_CONFIG(kind == AMX_BF16 ? &CONFIG_BF16 : &CONFIG_INT);
+#endif
+}
 
 void amx_end(void) { TILE_RELEASE(); }
 
@@ -182,19 +194,95 @@ static inline void int_block_sums(const int32_t c[2][2][16][16], int64_t t0, int
         }                                                                                                       \
     } while (0)
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* One token tile (16 tokens from t0, `valid` of them real) x one half (16 rows) of the panel, every
+ * block in order: the block's product on the tiles (C alternating between tiles 0 and 1, so the
+ * next block's product can start while this one's sums are read), stored, then each token's row of
+ * int32 sums + its start, converted and multiply-added into 16 float32 sums in registers:
+ * pf_tile_int's operations, so the sums equal decode's bit for bit. */
+static inline __attribute__((always_inline)) void int_rows(int kind, const int32_t cb[16][16], const uint8_t *panel,
+                                                           int64_t b, int h, const int32_t starts[16],
+                                                           const float scales[16], __m512 f[16]) {
+    __m512 wscale = _mm512_set1_ps(1.0f);
+    if (kind == AMX_Q4) wscale = _mm512_loadu_ps(panel + b * Q4_BLOCK + 4 * 128 + 64 * h);
+    for (int r = 0; r < 16; r++) {
+        const __m512i s = _mm512_add_epi32(_mm512_load_si512((const void *)cb[r]), _mm512_set1_epi32(starts[r]));
+        __m512 scale = _mm512_set1_ps(scales[r]);
+        if (kind == AMX_Q4) scale = _mm512_mul_ps(wscale, scale);
+        f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, f[r]);
+    }
+}
+
+/* One token tile (16 tokens, the rows past R with starts and scales 0) x one half (16 rows) of the
+ * panel, every block in order: the block's product on the tiles, stored, then each token's row of
+ * int32 sums + its start, converted and multiply-added into 16 float32 sums in registers:
+ * pf_tile_int's operations, so the sums equal decode's bit for bit. Even and odd blocks take their
+ * own A, B and C tiles (the tiles are not renamed: reusing one waits for the product reading it), so
+ * the next block's product runs while this one's sums are read. */
+static void int_tile_half(int kind, const uint8_t *panel, const uint8_t *weights, int64_t K, const int8_t *xq,
+                          const int32_t starts[][16], const float scales[][16], int h, float out[][32]) {
+    const int64_t blocks = K / QB;
+    int32_t c[2][16][16] __attribute__((aligned(64)));
+    __m512 f[16];
+    for (int r = 0; r < 16; r++) f[r] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < blocks; b += 2) {
+        const uint8_t *w = weights + b * U8_BLOCK + 64 * h;
+        TILE_LOAD(2, xq + b * QB, K);
+        TILE_LOAD(4, w, 128);
+        TILE_ZERO(0);
+        TILE_DPBSUD(0, 2, 4);
+        TILE_LOAD(3, xq + (b + 1) * QB, K);
+        TILE_LOAD(5, w + U8_BLOCK, 128);
+        TILE_ZERO(1);
+        TILE_DPBSUD(1, 3, 5);
+        TILE_STORE(0, c[0], 64);
+        int_rows(kind, c[0], panel, b, h, starts[b], scales[b], f);
+        TILE_STORE(1, c[1], 64);
+        int_rows(kind, c[1], panel, b + 1, h, starts[b + 1], scales[b + 1], f);
+    }
+    if (b < blocks) {
+        TILE_LOAD(2, xq + b * QB, K);
+        TILE_LOAD(4, weights + b * U8_BLOCK + 64 * h, 128);
+        TILE_ZERO(0);
+        TILE_DPBSUD(0, 2, 4);
+        TILE_STORE(0, c[0], 64);
+        int_rows(kind, c[0], panel, b, h, starts[b], scales[b], f);
+    }
+    for (int r = 0; r < 16; r++) _mm512_storeu_ps(out[r] + 16 * h, f[r]);
+}
+#endif
+
 void amx_panel_int(int kind, const uint8_t *panel, int64_t K, const int8_t *xq, const float *xs, const int32_t *xsum,
                    int R, float out[][32]) {
     const int64_t blocks = K / QB;
     const int32_t shift = kind == AMX_I8 ? 128 : 8;
     const uint8_t *weights = kind == AMX_I8 ? panel : unpack_q4(panel, K);
-    int32_t c[2][2][16][16] __attribute__((aligned(64)));
-    for (int r = 0; r < R; r++) memset(out[r], 0, sizeof out[r]);
     if (!weights) { /* no memory for the unpacked panel: NaN sums, which the caller's checks see */
         for (int r = 0; r < R; r++)
             for (int i = 0; i < 32; i++) out[r][i] = NAN;
         return;
     }
+#ifdef __AVX512F__
+    /* per token tile: each block's starts (-shift x its sum of x) and x's scales, 16 tokens side by side
+     * (the rows past R: 0, their sums never read) */
+    int32_t(*starts)[16] = __builtin_alloca(sizeof(int32_t[16]) * blocks);
+    float(*scales)[16] = __builtin_alloca(sizeof(float[16]) * blocks);
+    for (int t0 = 0; t0 < R; t0 += 16) {
+        for (int64_t b = 0; b < blocks; b++)
+            for (int r = 0; r < 16; r++) {
+                const int valid = t0 + r < R;
+                starts[b][r] = valid ? -shift * xsum[(t0 + r) * blocks + b] : 0;
+                scales[b][r] = valid ? xs[(t0 + r) * blocks + b] : 0.0f;
+            }
+        for (int h = 0; h < 2; h++) int_tile_half(kind, panel, weights, K, xq + t0 * K, starts, scales, h, out + t0);
+    }
+#else
+    int32_t c[2][2][16][16] __attribute__((aligned(64)));
+    for (int r = 0; r < R; r++) memset(out[r], 0, sizeof out[r]);
     int64_t t0 = 0;
     for (; t0 + 16 < R; t0 += 32) INT_TILES(2);
     if (t0 < R) INT_TILES(1);
+#endif
 }

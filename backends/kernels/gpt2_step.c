@@ -46,14 +46,20 @@
 #include "products.h" /* the row products gemv.c makes too */
 
 enum { WT_F32 = 0, WT_BF16 = 1, WT_I8 = 2, WT_Q4 = 3 };
-#ifndef AMX_MIN_BF16 /* the AMX crossovers (see amx_min_tokens) */
-#define AMX_MIN_BF16 16
+/* The AMX crossovers (see amx_min_tokens), measured on a 2-core Xeon (family 6 model 207) by
+ * scripts/amx_crossover.py: bf16's tiles ran 0.47-0.56x the AVX-512 tiles' time from 8 tokens (0.34x
+ * at 50), noise from 3 to 6, 1.2-1.4x slower at 2. The integer tiles ran 1.1-1.4x slower than VNNI at
+ * every M from 16 to 256 (each block of 32 needs its int32 sums out of the tiles and scaled in
+ * vector registers, as many vector operations as VNNI's own products save): 0, never, until a
+ * kernel beats VNNI. */
+#ifndef AMX_MIN_BF16
+#define AMX_MIN_BF16 8
 #endif
 #ifndef AMX_MIN_I8
-#define AMX_MIN_I8 16
+#define AMX_MIN_I8 0
 #endif
 #ifndef AMX_MIN_Q4
-#define AMX_MIN_Q4 16
+#define AMX_MIN_Q4 0
 #endif
 enum { T_MATMUL = 0, T_ATTENTION = 1, T_KV = 2, T_NORM_ACT = 3, T_OTHER = 4, T_COUNT = 5 };
 #define QBLOCK 32

@@ -34,7 +34,7 @@ LIBS = ("-lm",)  # with -ffast-math, glibc's libm also brings libmvec (vectorise
 FLAGS = COMPILE_FLAGS + ("-shared",)  # one command's flags (a test's variant build): not what `load` links
 _HERE = Path(__file__).parent
 # kernel -> its AMX translation unit, linked into the kernel's AMX (and tile-model) builds only
-AMX_UNITS = {"gpt2_step": "amx_prefill.c"}
+AMX_UNITS = {"gpt2_step": "amx_prefill.c", "peak": "peak_amx.c"}
 TILE_MODEL_DEFINE = "-DWS_TILE_MODEL=1"  # the AMX unit against tiles.h's plain-C model of the tiles
 
 
