@@ -93,7 +93,7 @@ def measure_here(threads: int, passes: int = 5, rounds: int = ROUNDS) -> Compute
     threads = max(1, threads)
     sink = ctypes.c_float()
     now, pid = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid()
-    peaks = {}
+    peaks: dict[str, dict] = {}
     for arithmetic, kinds in _KINDS.items():
         for kind in kinds:
             isa = lib.peak_isa(kind).decode()
