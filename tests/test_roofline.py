@@ -9,6 +9,7 @@ import pytest
 
 from whistle_stop.backends.gpt2_config import GPT2Config
 from whistle_stop.backends.kernels import native
+from whistle_stop.backends.machine.isa import Isa, why_not
 from whistle_stop.backends.results import compute_peak
 from whistle_stop.backends.results.compute_peak import ComputePeaks, Peak, faster_peaks
 from whistle_stop.backends.results.environment import cpuinfo_field
@@ -117,11 +118,13 @@ def test_the_sweep_curve_holds_each_arithmetic_to_its_engines_fewest_bytes():
 
 @pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 def test_the_probe_records_each_peak_with_the_instructions_it_ran(tmp_path):
-    """In a process of its own; fp32 always, bf16 only with AVX-512 BF16, int8 with VNNI or AVX2."""
+    """In a process of its own; fp32 always, bf16 only with AVX-512 BF16 or AMX, int8 with AMX, VNNI or AVX2;
+    the tiles' peak where the dispatch says AMX is executable (the machine's best unit)."""
     peaks = compute_peak.measure_compute_peaks(threads=1, passes=2, rounds=100_000)  # a short probe
     assert peaks.probe_pid not in (0, os.getpid()) and peaks.threads == 1 and peaks.passes == 2
     flags = set(cpuinfo_field("flags").split())
-    assert set(peaks.peaks) == {"fp32"} | ({"bf16"} if "avx512_bf16" in flags else set()) | (
+    amx = why_not(Isa.AMX) is None
+    assert set(peaks.peaks) == {"fp32"} | ({"bf16"} if "avx512_bf16" in flags or amx else set()) | (
         {"int8"} if flags & {"avx512_vnni", "avx_vnni", "avx2"} else set()
     )
     for name, entry in peaks.peaks.items():
@@ -129,7 +132,10 @@ def test_the_probe_records_each_peak_with_the_instructions_it_ran(tmp_path):
         assert entry["isa"], name
     if "avx512f" in flags:
         assert peaks.peaks["fp32"]["isa"] == "avx512f vfmadd231ps zmm"
-    if "avx512_vnni" in flags:
+    if amx:
+        assert peaks.peaks["int8"]["isa"] == "amx-int8 tdpbusd tmm"
+        assert peaks.peaks["bf16"]["isa"] == "amx-bf16 tdpbf16ps tmm"
+    elif "avx512_vnni" in flags:
         assert peaks.peaks["int8"]["isa"] == "avx512-vnni vpdpbusd zmm"
     assert set(peaks.as_dict()) >= {"peaks", "threads", "cpu", "measured_at", "label"}
     # each figure names the probe it came from: a refresh may keep one from an earlier probe

@@ -46,6 +46,21 @@
 #include "products.h" /* the row products gemv.c makes too */
 
 enum { WT_F32 = 0, WT_BF16 = 1, WT_I8 = 2, WT_Q4 = 3 };
+/* The AMX crossovers (see amx_min_tokens), measured on a 2-core Xeon (family 6 model 207) by
+ * scripts/amx_crossover.py: bf16's tiles ran 0.47-0.56x the AVX-512 tiles' time from 8 tokens (0.34x
+ * at 50), noise from 3 to 6, 1.2-1.4x slower at 2. The integer tiles ran 1.1-1.4x slower than VNNI at
+ * every M from 16 to 256 (each block of 32 needs its int32 sums out of the tiles and scaled in
+ * vector registers, as many vector operations as VNNI's own products save): 0, never, until a
+ * kernel beats VNNI. */
+#ifndef AMX_MIN_BF16
+#define AMX_MIN_BF16 8
+#endif
+#ifndef AMX_MIN_I8
+#define AMX_MIN_I8 0
+#endif
+#ifndef AMX_MIN_Q4
+#define AMX_MIN_Q4 0
+#endif
 enum { T_MATMUL = 0, T_ATTENTION = 1, T_KV = 2, T_NORM_ACT = 3, T_OTHER = 4, T_COUNT = 5 };
 #define QBLOCK 32
 
@@ -212,6 +227,13 @@ static const float *widen_row(const Mat *m, int64_t wtype, int64_t n, int64_t K,
 #include "prefill.h"   /* prefill's GEMMs: float tiles, BF16 and VNNI products */
 #include "int_panels.h" /* integer panels without VNNI: AVX2 or plain C */
 #include "attention.h" /* one head's attention: decode's stream, prefill's tiles */
+#ifdef WS_AMX
+#include "amx_prefill.h" /* prefill's products on AMX tiles: the AMX translation unit */
+/* The tokens from which a product takes the tiles, per weight type (WT_*; 0: never): below them the
+ * AVX-512 tiles are faster (docs/native-runtime.md, "AMX": the crossover measured by
+ * scripts/amx_crossover.py). Tests set 2 to run the tiles on every shape. */
+static int amx_min_tokens[4] = {0, AMX_MIN_BF16, AMX_MIN_I8, AMX_MIN_Q4};
+#endif
 #define ATT_MIN_TILED 8 /* fewer queries (a few drafted tokens) read the cache query by query */
 
 /* R tokens (x [R][K] float32) against one float32 or bf16 panel: out[r][i] = row i . x[r], float32
@@ -407,10 +429,34 @@ static inline void panel_store(const float sums[PANEL], const float *scale, cons
  * bf16 for BF16 products, or NULL), each thread taking its share of the panels, every token tile
  * meeting a panel while it sits in the cache. Decode, a verify pass and prefill. */
 static void panel_products(const Mat *m, int64_t wtype, const float *restrict x, const QuantX *qx, const uint16_t *xb,
-                           float *restrict y, int64_t M, int64_t N, int64_t K) {
+                           float *restrict y, int64_t M, int64_t N, int64_t K, int amx) {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t panels = (N + PANEL - 1) / PANEL, p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
     const int64_t bytes = panel_bytes(wtype, K);
+#ifdef WS_AMX
+    if (amx) { /* the tiles: this thread's configuration loaded before its first tile operation */
+        amx_begin(wtype == WT_BF16 ? AMX_BF16 : wtype == WT_I8 ? AMX_I8 : AMX_Q4);
+        float out[AMX_TOKENS][PANEL] __attribute__((aligned(64)));
+        const int64_t Kp = (K + AMX_KPAD - 1) / AMX_KPAD * AMX_KPAD, blocks = K / QBLOCK;
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t n0 = p * PANEL, rows = N - n0 < PANEL ? N - n0 : PANEL;
+            const uint8_t *panel = panel_of(m, wtype, p, K);
+            for (int64_t r0 = 0; r0 < M; r0 += AMX_TOKENS) {
+                const int R = (int)(M - r0 < AMX_TOKENS ? M - r0 : AMX_TOKENS);
+                if (wtype == WT_BF16)
+                    amx_panel_bf16(panel, K, xb + r0 * Kp, Kp, R, out);
+                else
+                    amx_panel_int(wtype == WT_I8 ? AMX_I8 : AMX_Q4, panel, K, qx->q + r0 * K, qx->scale + r0 * blocks,
+                                  qx->sum + r0 * blocks, R, out);
+                for (int r = 0; r < R; r++) panel_store(out[r], m->scale, m->bias, y + (r0 + r) * N, n0, rows);
+            }
+        }
+        amx_end();
+        return;
+    }
+#else
+    (void)amx;
+#endif
 #ifdef PF_PANELS
     const int most = xb ? PF_FTOKENS : panel_tile_tokens(wtype); /* BF16 products: 2 sums a token */
 #else
@@ -465,7 +511,7 @@ typedef struct {
  * tokens for about one token's weight traffic. The integer types' tiles are these products too, so
  * their prefill is this. Called by every thread of the region. */
 static void decode_products(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
-                            int64_t N, int64_t K, const QuantX *qx) {
+                            int64_t N, int64_t K, const QuantX *qx, int amx) {
     if (wtype == WT_I8 || wtype == WT_Q4) {
         const int64_t blocks = K / QBLOCK;
         #pragma omp for schedule(static) /* both threads quantise; the implied barrier shares it */
@@ -474,8 +520,48 @@ static void decode_products(const Mat *m, int64_t wtype, const float *restrict x
             quantise_block(x + rb / blocks * K, &row, rb % blocks);
         }
     }
-    panel_products(m, wtype, x, qx, NULL, y, M, N, K);
+    panel_products(m, wtype, x, qx, NULL, y, M, N, K, amx);
 }
+
+/* Whether a product of M tokens takes the AMX tiles: a build with the AMX unit, a type the tiles
+ * multiply (bf16, int8, 4-bit), M at least the type's crossover, and the tiles' state granted to this
+ * process. A verify pass (`exact`) only where the tiles' sums equal decode's bit for bit: the integer
+ * types on a VNNI build (bf16 tiles round the tokens to bf16; decode multiplies float32). */
+static int use_amx(int64_t wtype, int64_t M, int exact) {
+#ifdef WS_AMX
+    if (M < 2 || wtype == WT_F32 || amx_min_tokens[wtype] <= 0 || M < amx_min_tokens[wtype]) return 0;
+#ifdef PF_VNNI
+    if (exact && wtype == WT_BF16) return 0;
+#else
+    if (exact) return 0;
+#endif
+    return amx_ready();
+#else
+    (void)wtype, (void)M, (void)exact;
+    return 0;
+#endif
+}
+
+#ifdef WS_AMX
+/* A row of x in bf16 (round to nearest even, as vcvtne2ps2bf16), zeros from K to Kp; x NULL: all zeros
+ * (the rows that pad M to whole tiles). */
+static void to_bf16_padded(const float *restrict x, uint16_t *restrict xb, int64_t K, int64_t Kp) {
+    int64_t k = 0;
+    if (x) {
+#ifdef PF_BF16
+        pf_to_bf16_row(x, xb, K);
+        k = K;
+#else
+        for (; k < K; k++) {
+            uint32_t u;
+            memcpy(&u, x + k, 4);
+            xb[k] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        }
+#endif
+    }
+    for (; k < Kp; k++) xb[k] = 0;
+}
+#endif
 
 /* y[m, n] = x[m] . W[n] + b[n] for M rows of x [M][K], W [N][K]: called by every thread of the
  * parallel region, each taking its share of W's panels; ends with a barrier. One token (decode)
@@ -484,16 +570,26 @@ static void decode_products(const Mat *m, int64_t wtype, const float *restrict x
 static void matmul(const Mat *m, int64_t wtype, const float *restrict x, float *restrict y, int64_t M,
                    int64_t N, int64_t K, const Scratch *sc, int exact) {
 #ifdef PF_BF16
-    if (wtype == WT_BF16 && M > 1 && !exact) { /* BF16 products: the tokens rounded to bf16 once for every row's */
+    if (wtype == WT_BF16 && M > 1 && !exact && !use_amx(wtype, M, exact)) { /* BF16 products: the tokens rounded to bf16 once for every row's */
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < M; r++) pf_to_bf16_row(x + r * K, sc->xb + r * K, K);
-        panel_products(m, wtype, x, sc->qx, sc->xb, y, M, N, K);
+        panel_products(m, wtype, x, sc->qx, sc->xb, y, M, N, K, 0);
         #pragma omp barrier
         return;
     }
 #endif
-    (void)exact;
-    decode_products(m, wtype, x, y, M, N, K, sc->qx); /* decode's own products: prefill computes alike */
+    const int amx = use_amx(wtype, M, exact);
+#ifdef WS_AMX
+    if (amx && wtype == WT_BF16) { /* the tokens in bf16, each row padded with zeros to whole tiles */
+        const int64_t Kp = (K + AMX_KPAD - 1) / AMX_KPAD * AMX_KPAD, Mp = (M + AMX_PAD - 1) / AMX_PAD * AMX_PAD;
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < Mp; r++) to_bf16_padded(r < M ? x + r * K : NULL, sc->xb + r * Kp, K, Kp);
+        panel_products(m, wtype, x, sc->qx, sc->xb, y, M, N, K, 1);
+        #pragma omp barrier
+        return;
+    }
+#endif
+    decode_products(m, wtype, x, y, M, N, K, sc->qx, amx); /* decode's own products: prefill computes alike */
     #pragma omp barrier
 }
 
@@ -605,6 +701,11 @@ typedef struct {
 static size_t step_scratch(const Model *md, int64_t T, int threads, int exact, uint8_t *base, StepScratch *sp) {
     const int64_t d = md->n_embd, inner = md->n_inner, widest = inner > 3 * d ? inner : 3 * d;
     const int64_t blocks = T * (widest / QBLOCK) + 1;
+#ifdef WS_AMX /* the AMX tiles load the tokens' rows 16 at a time, bf16 rows in whole tiles of 32 */
+    const int64_t rows_q = (T + AMX_PAD - 1) / AMX_PAD * AMX_PAD, kb = (widest + AMX_KPAD - 1) / AMX_KPAD * AMX_KPAD;
+#else
+    const int64_t rows_q = T, kb = widest;
+#endif
     const size_t tile_bytes = T >= ATT_MIN_TILED && !exact ? ATT_BYTES(md->max_seq, d / md->n_head) : 0;
     size_t used = 0;
 #define PART(FIELD, TYPE, COUNT)                                                                   \
@@ -614,8 +715,8 @@ static size_t step_scratch(const Model *md, int64_t T, int threads, int exact, u
     } while (0)
     PART(x, float, T * d); PART(h, float, T * d); PART(big, float, T * widest); PART(att, float, T * d);
     PART(scores, float, threads * md->max_seq); PART(rows, float, threads * d);
-    PART(qx.q, int8_t, T * widest); PART(qx.scale, float, blocks); PART(qx.sum, int32_t, blocks);
-    PART(xb, uint16_t, T > 1 ? T * widest : 0); PART(tiles, uint8_t, tile_bytes * threads);
+    PART(qx.q, int8_t, rows_q * widest); PART(qx.scale, float, blocks); PART(qx.sum, int32_t, blocks);
+    PART(xb, uint16_t, T > 1 ? rows_q * kb : 0); PART(tiles, uint8_t, tile_bytes * threads);
 #undef PART
     return used;
 }
@@ -722,8 +823,9 @@ int gpt2_forward(const Model *md, const int32_t *ids, int64_t T, int64_t pos, fl
  * any shape. Returns 0, or -1 when scratch memory could not be had. */
 int gpt2_matmul(const Mat *m, int64_t wtype, const float *x, float *y, int64_t M, int64_t N, int64_t K) {
     const int64_t blocks = M * (K / QBLOCK) + 1;
-    QuantX qx = {malloc(M * K + 64), malloc(sizeof(float) * blocks), malloc(sizeof(int32_t) * blocks)};
-    uint16_t *xb = malloc(sizeof(uint16_t) * M * K + 64);
+    const int64_t Mp = (M + 15) / 16 * 16, Kp = (K + 31) / 32 * 32; /* the AMX tiles' padding */
+    QuantX qx = {malloc(Mp * K + 64), malloc(sizeof(float) * blocks), malloc(sizeof(int32_t) * blocks)};
+    uint16_t *xb = malloc(sizeof(uint16_t) * Mp * Kp + 64);
     const int failed = !qx.q || !qx.scale || !qx.sum || !xb;
     if (!failed) {
         #pragma omp parallel
@@ -745,7 +847,7 @@ int gpt2_threads(void) { return omp_get_max_threads(); }
 
 /* Which instructions this build's products use for a weight type (the engine's notes say it), and the
  * arithmetic of its prefill: 0 float32, 1 bf16, 2 int8 (the roofline's peak is that arithmetic's). */
-const char *gpt2_paths(int wtype) {
+static const char *vector_paths(int wtype) {
     switch (wtype) {
     case WT_F32:
 #if defined(PF_PANELS)
@@ -770,12 +872,61 @@ const char *gpt2_paths(int wtype) {
     }
 }
 
+const char *gpt2_paths(int wtype) {
+    const char *paths = vector_paths(wtype);
+#ifdef WS_AMX
+    static __thread char text[4][768];
+    const int least = wtype >= 0 && wtype < 4 ? amx_min_tokens[wtype] : 0;
+    if (least > 0) { /* the tiles from the crossover on, the vector path below it (and in decode) */
+        const char *tiles = wtype == WT_BF16 ? "tdpbf16ps, tokens rounded to bf16, float32 sums"
+                            : wtype == WT_I8 ? "tdpbsud, int32 sums per block of 32"
+                                             : "tdpbsud on the panels unpacked to int8, int32 sums per block of 32";
+        snprintf(text[wtype], sizeof text[wtype], "prefill: %s tiles (%s) from %d tokens, below them %s", amx_tiles_impl(),
+                 tiles, least, paths + strlen("prefill: "));
+        return text[wtype];
+    }
+#endif
+    return paths;
+}
+
 int gpt2_prefill_arithmetic(int wtype) {
     if (wtype == WT_I8 || wtype == WT_Q4) return 2;
 #ifdef PF_BF16
     if (wtype == WT_BF16) return 1;
 #endif
+#ifdef WS_AMX
+    if (wtype == WT_BF16 && amx_min_tokens[WT_BF16] > 0) return 1; /* from the crossover on */
+#endif
     return 0;
+}
+
+/* The AMX tiles' crossover for a weight type: products of at least `tokens` tokens take the tiles
+ * (0 or less: never; 2: every product of more than one token, as the tests run them). No effect on
+ * a build without the AMX unit. */
+void gpt2_set_amx_min_tokens(int wtype, int tokens) {
+#ifdef WS_AMX
+    if (wtype == WT_BF16 || wtype == WT_I8 || wtype == WT_Q4) amx_min_tokens[wtype] = tokens > 0 ? tokens : 0;
+#else
+    (void)wtype, (void)tokens;
+#endif
+}
+
+/* The crossover in force (0: this build's products never take the tiles for the type). */
+int gpt2_amx_min_tokens(int wtype) {
+#ifdef WS_AMX
+    if (wtype == WT_BF16 || wtype == WT_I8 || wtype == WT_Q4) return amx_min_tokens[wtype];
+#endif
+    (void)wtype;
+    return 0;
+}
+
+/* The tiles this build links: "amx", "amx tile model (plain C)" (tests), or "" (none). */
+const char *gpt2_amx_tiles(void) {
+#ifdef WS_AMX
+    return amx_tiles_impl();
+#else
+    return "";
+#endif
 }
 
 /* Each struct's size, each field's offset and size, as this compiler lays them out ("Mat=24;Mat.w=0:8;..."):

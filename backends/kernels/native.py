@@ -1,9 +1,10 @@
 """Build a kernel of this folder with the machine's C compiler, cache it, open it with ctypes.
 
 The shared library goes through the one artefact cache (kernels/<key>/<name>), keyed by the
-source and the headers it includes, the compiler and the CPU's flags: `-march=native` code must
-never run on another CPU. A build is quick; a machine without a C compiler gets KernelUnavailable
-and the caller falls back to a library kernel (and says so in its notes).
+source and the headers it includes, the compiler, the CPU's flags and the instruction-set level it is
+built for (machine/isa.py): `-march=native` code must never run on another CPU. An AMX build links a
+second translation unit (AMX_UNITS), the only one compiled with -mamx-*. A build is quick; a machine
+without a C compiler gets KernelUnavailable and the caller falls back to a library kernel (and says so in its notes).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ..machine.isa import AMX_UNIT_FLAGS, Isa, compile_flags, resolve
 from ..results.environment import cpuinfo_field
 from ..storage import artifact_cache
 
@@ -30,6 +33,42 @@ LINK_FLAGS = ("-shared", "-fopenmp")
 LIBS = ("-lm",)  # with -ffast-math, glibc's libm also brings libmvec (vectorised expf)
 FLAGS = COMPILE_FLAGS + ("-shared",)  # one command's flags (a test's variant build): not what `load` links
 _HERE = Path(__file__).parent
+# kernel -> its AMX translation unit, linked into the kernel's AMX (and tile-model) builds only
+AMX_UNITS = {"gpt2_step": "amx_prefill.c", "peak": "peak_amx.c"}
+TILE_MODEL_DEFINE = "-DWS_TILE_MODEL=1"  # the AMX unit against tiles.h's plain-C model of the tiles
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one build of a kernel is compiled: the main unit's flags, and the AMX unit with its own."""
+
+    level: Isa
+    main_flags: tuple[str, ...]
+    amx_unit: str | None = None
+    amx_flags: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The recipe as its cache key and build record see it."""
+        unit = f"\namx unit {self.amx_unit}: {' '.join(self.amx_flags)}" if self.amx_unit else ""
+        link = " ".join(LINK_FLAGS + LIBS)
+        return f"level: {self.level.value}\ncompile: {' '.join(self.main_flags)}{unit}\nlink: {link}"
+
+
+def recipe(name: str, isa: Isa = Isa.AUTO, tile_model: bool = False) -> Recipe:
+    """The build of kernel `name` at `isa` (IsaUnavailable for a level this CPU cannot execute).
+    `tile_model` (tests only, no user's choice) links the AMX unit built against the plain-C model of
+    the tiles, on any CPU, over the level's own build."""
+    level = resolve(isa)
+    base = tuple(f for f in COMPILE_FLAGS if f != "-march=native")
+    main = base + compile_flags(level)
+    unit = AMX_UNITS.get(name)
+    if unit is None or not (level == Isa.AMX or tile_model):
+        return Recipe(level, main)
+    main += ("-DWS_AMX=1",)
+    if tile_model:
+        return Recipe(level, main + (TILE_MODEL_DEFINE,), unit, main + (TILE_MODEL_DEFINE,))
+    return Recipe(level, main, unit, base + AMX_UNIT_FLAGS + ("-DWS_AMX=1",))
 
 
 class KernelUnavailable(RuntimeError):
@@ -79,8 +118,11 @@ def _version(cc: str) -> str:
 
 
 @cache
-def load(name: str) -> ctypes.CDLL:
-    """The compiled `<name>.c` of this folder, built on first use on this machine."""
+def load(name: str, isa: Isa = Isa.AUTO, tile_model: bool = False) -> ctypes.CDLL:
+    """The compiled `<name>.c` of this folder at instruction-set level `isa` (AUTO: the best this CPU
+    executes), built on first use on this machine. IsaUnavailable for a level this CPU cannot execute;
+    KernelUnavailable without a compiler or when the build fails. `tile_model`: see `recipe`."""
+    how = recipe(name, isa, tile_model)
     cc = compiler()
     if cc is None:
         raise KernelUnavailable("no C compiler (cc/gcc) on PATH")
@@ -90,15 +132,21 @@ def load(name: str) -> ctypes.CDLL:
     def build(folder: Path) -> dict:
         for file_name, text in files.items():  # the headers beside the source: its #include "..." finds them
             (folder / file_name).write_text(text)
-        compile_and_link(cc, folder / f"{name}.c", folder / library)
+        units = [(folder / f"{name}.c", how.main_flags)]
+        if how.amx_unit:
+            units.append((folder / how.amx_unit, how.amx_flags))
+        compile_and_link(cc, units, folder / library)
         return {
             "compiler": _version(cc),
-            "compile_flags": " ".join(COMPILE_FLAGS),  # only when building
+            "isa": how.level.value,
+            "tile_model": tile_model,
+            "compile_flags": " ".join(how.main_flags),  # only when building
+            "amx_unit_flags": " ".join(how.amx_flags),
             "link_flags": " ".join(LINK_FLAGS + LIBS),
         }
 
     try:
-        artefact = artifact_cache.ensure(KIND, cache_key("\n".join(files.values()), cc), name, build)
+        artefact = artifact_cache.ensure(KIND, cache_key("\n".join(files.values()), cc, how), name, build)
     except (OSError, artifact_cache.ArtifactError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"{name}.c could not be built: {exc}") from exc
     _BUILD_S[name] = artefact.build_s
@@ -106,33 +154,41 @@ def load(name: str) -> ctypes.CDLL:
 
 
 def sources(name: str) -> dict[str, str]:
-    """`<name>.c` and every header of this folder (what its #include "..." reads): file name -> text."""
+    """`<name>.c`, its AMX unit if it has one, and every header of this folder (what their
+    #include "..." reads): file name -> text."""
     headers = {path.name: path.read_text() for path in sorted(_HERE.glob("*.h"))}
-    return {f"{name}.c": (_HERE / f"{name}.c").read_text(), **headers}
+    unit = AMX_UNITS.get(name)
+    extra = {unit: (_HERE / unit).read_text()} if unit else {}
+    return {f"{name}.c": (_HERE / f"{name}.c").read_text(), **extra, **headers}
 
 
-def cache_key(source: str, cc: str) -> str:
-    """The build's artefact key: the source (headers included), the compiler, both steps' flags and
-    the CPU's flags."""
-    recipe = f"compile: {' '.join(COMPILE_FLAGS)}\nlink: {' '.join(LINK_FLAGS + LIBS)}"
-    return hashlib.sha256("\n".join([source, _identity(cc), recipe, cpuinfo_field("flags")]).encode()).hexdigest()[:16]
+def cache_key(source: str, cc: str, how: Recipe | None = None) -> str:
+    """The build's artefact key: the source (headers included), the compiler, the recipe (level,
+    every unit's flags, the link's; default: the best level's) and the CPU's flags."""
+    how = how or recipe("", Isa.AUTO)
+    return hashlib.sha256("\n".join([source, _identity(cc), how.text, cpuinfo_field("flags")]).encode()).hexdigest()[
+        :16
+    ]
 
 
-def compile_and_link(cc: str, source: Path, library: Path) -> None:
-    """`source` -> an object file beside it (COMPILE_FLAGS, removed after) -> the shared `library` (LINK_FLAGS)."""
-    obj = source.with_suffix(".o")
+def compile_and_link(cc: str, units: Path | list[tuple[Path, tuple[str, ...]]], library: Path) -> None:
+    """Each unit (a source and its compile flags; a lone source: COMPILE_FLAGS) -> an object file beside
+    it (removed after) -> the shared `library` (LINK_FLAGS)."""
+    units = [(units, COMPILE_FLAGS)] if isinstance(units, Path) else units
+    objects = [source.with_suffix(".o") for source, _ in units]
     try:
-        for step, command in (
-            ("compile", [cc, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)]),
-            ("link", [cc, *LINK_FLAGS, str(obj), "-o", str(library), *LIBS]),
-        ):
+        steps = [
+            (f"compile {source.name}", [cc, *flags, "-c", str(source), "-o", str(obj)])
+            for (source, flags), obj in zip(units, objects)
+        ]
+        steps.append((f"link {library.name}", [cc, *LINK_FLAGS, *map(str, objects), "-o", str(library), *LIBS]))
+        for step, command in steps:
             done = subprocess.run(command, capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
-                raise KernelUnavailable(
-                    f"{cc} could not {step} {source.name}: {compiler_errors(done.stderr)}", done.stderr
-                )
+                raise KernelUnavailable(f"{cc} could not {step}: {compiler_errors(done.stderr)}", done.stderr)
     finally:
-        obj.unlink(missing_ok=True)
+        for obj in objects:
+            obj.unlink(missing_ok=True)
 
 
 def compiler_errors(stderr: str) -> str:

@@ -8,9 +8,13 @@
  *   int8  AVX-512 VNNI vpdpbusd zmm (64 products: 128 ops), AVX-VNNI vpdpbusd ymm (64), or AVX2
  *         vpmaddubsw + vpmaddwd + vpaddd ymm (32 products: 64 ops); none otherwise
  *
- * AMX tiles (bf16 and int8 on Sapphire Rapids) are not probed: no kernel here uses them (see
- * prefill.h). Built with -march=native like every kernel of this folder: the instructions are the
- * ones this CPU has, and `peak_isa` says which ran. */
+ *   amx-bf16, amx-int8  (kinds 3 and 4, where the build links peak_amx.c: WS_AMX) the AMX tiles'
+ *         tdpbf16ps (16 x 16 x 32 products: 16,384 ops) and tdpbusd (16 x 16 x 64: 32,768 ops), four
+ *         independent tile products a round; "" where the CPU lacks them or Linux does not grant
+ *         the tiles' state
+ *
+ * Built with -march=native like every kernel of this folder: the instructions are the ones this CPU
+ * has, and `peak_isa` says which ran. */
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
@@ -18,7 +22,11 @@
 #include <immintrin.h>
 #endif
 
-enum { PEAK_FP32 = 0, PEAK_BF16 = 1, PEAK_INT8 = 2 };
+enum { PEAK_FP32 = 0, PEAK_BF16 = 1, PEAK_INT8 = 2, PEAK_AMX_BF16 = 3, PEAK_AMX_INT8 = 4 };
+#ifdef WS_AMX
+const char *peak_amx_isa(int kind); /* peak_amx.c */
+double peak_amx_gops(int kind, int64_t iters, int threads);
+#endif
 #define CHAINS 12 /* independent accumulators: more than latency x throughput on any of these units */
 
 #if defined(__AVX512F__)
@@ -136,12 +144,18 @@ static float chains_int8(int64_t iters) { return (float)iters; }
 
 /* What `kind` runs on this build ("" when this CPU has no instructions for it). */
 const char *peak_isa(int kind) {
+#ifdef WS_AMX
+    if (kind == PEAK_AMX_BF16 || kind == PEAK_AMX_INT8) return peak_amx_isa(kind);
+#endif
     return kind == PEAK_FP32 ? FP32_ISA : kind == PEAK_BF16 ? BF16_ISA : kind == PEAK_INT8 ? INT8_ISA : "";
 }
 
 /* 1e9 operations per second of `iters` rounds on every thread of this process's OpenMP team (0.0
  * when this CPU has no instructions for `kind`). `sink` keeps the chains' results alive. */
 double peak_gops(int kind, int64_t iters, int threads, float *sink) {
+#ifdef WS_AMX
+    if (kind == PEAK_AMX_BF16 || kind == PEAK_AMX_INT8) return peak_amx_gops(kind, iters / 16 + 1, threads); /* a round: 64 cycles or more */
+#endif
     const int ops = kind == PEAK_FP32 ? FP32_OPS : kind == PEAK_BF16 ? BF16_OPS : kind == PEAK_INT8 ? INT8_OPS : 0;
     if (!ops) return 0.0;
     float total = 0.0f;

@@ -20,11 +20,9 @@
  *                     or plain-C panel tiles of int_panels.h. AVX-VNNI (256-bit) CPUs take those
  *                     too: no such CPU has tested a 256-bit VNNI kernel.
  *
- * AMX (Sapphire Rapids' tiles: bf16 and int8 products of 16 x 64-byte tiles) would come first where
- * the CPU has it, in pf_tile_float's and pf_tile_int's place: the panels here are already AMX's B layout (4 bytes of
- * 16 rows per 64-byte row), but it needs Linux's arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
- * once per process and a tile configuration per shape. It is not here: no AMX CPU has tested it,
- * and an untested kernel is not shipped (PF_AMX, tested before PF_VNNI, is the extension point).
+ * AMX (Sapphire Rapids' tiles) comes first where the build links the AMX unit (amx_prefill.c, tiles.h;
+ * gpt2_step.c's use_amx): bf16 products from a crossover number of tokens on; the integer tiles are
+ * built and tested but lose to VNNI here (docs/native-runtime.md, "AMX").
  *
  * Without AVX-512 (AVX2 CPUs, the Zen 3 EPYC) the float types take AVX2 tiles of 3 tokens x 32 rows
  * (pf_avx2_tile): 0.63x (float32) and 0.64x (bf16) the prefill of the plain-C tiles the compiler

@@ -2,8 +2,11 @@
 
 For each arithmetic a prefill can use (fp32, bf16, int8), the probe times the best multiply-add
 this CPU has for it (kernels/peak.c, built for this CPU: AVX-512F or AVX2 FMAs, AVX-512 BF16,
-AVX-512 VNNI, AVX-VNNI or AVX2's maddubs) in registers, on the engines' thread count, and records
-which instructions ran: a peak is only meaningful with its instruction set. As the bandwidth
+AVX-512 VNNI, AVX-VNNI or AVX2's maddubs, and the AMX tiles' tdpbf16ps and tdpbusd where the CPU has
+them and Linux grants them) in registers, on the engines' thread count, and records which
+instructions ran: a peak is only meaningful with its instruction set. Where both a vector unit and
+the tiles have an arithmetic, its peak is the faster one's: every engine's prefill is held to the
+machine's best unit, whether or not that engine uses it. As the bandwidth
 probe, it runs in a spawned process of its own and is cached per CPU model and thread count; its
 passes take the best, since a shared machine's slow phases only ever lower a peak. A refresh keeps
 each arithmetic's faster figure, so the figures may come from different probes: each names its own
@@ -22,8 +25,9 @@ from .bandwidth import probe_key, read_probe_cache, run_in_child, write_probe_ca
 from .environment import cpu_model
 from .roofline import Arithmetic
 
-CACHE_FILE = "compute-peaks-v1.json"
-_KIND = {Arithmetic.FP32: 0, Arithmetic.BF16: 1, Arithmetic.INT8: 2}  # kernels/peak.c's PEAK_*
+CACHE_FILE = "compute-peaks-v2.json"  # v2: the AMX tiles probed too
+# kernels/peak.c's PEAK_* per arithmetic: the vector unit's, then the AMX tiles'
+_KINDS = {Arithmetic.FP32: (0,), Arithmetic.BF16: (1, 3), Arithmetic.INT8: (2, 4)}
 ROUNDS = 1_500_000  # rounds of 12 chains per thread and pass: ~5-20 ms on a 2020s core
 
 
@@ -89,14 +93,16 @@ def measure_here(threads: int, passes: int = 5, rounds: int = ROUNDS) -> Compute
     threads = max(1, threads)
     sink = ctypes.c_float()
     now, pid = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getpid()
-    peaks = {}
-    for arithmetic, kind in _KIND.items():
-        isa = lib.peak_isa(kind).decode()
-        if not isa:
-            continue
-        rates = [lib.peak_gops(kind, rounds, threads, ctypes.byref(sink)) for _ in range(max(1, passes))]
-        peak = Peak(round(max(rates), 1), round(statistics.median(rates), 1), isa, measured_at=now, probe_pid=pid)
-        peaks[arithmetic.value] = asdict(peak)
+    peaks: dict[str, dict] = {}
+    for arithmetic, kinds in _KINDS.items():
+        for kind in kinds:
+            isa = lib.peak_isa(kind).decode()
+            if not isa:
+                continue
+            rates = [lib.peak_gops(kind, rounds, threads, ctypes.byref(sink)) for _ in range(max(1, passes))]
+            peak = Peak(round(max(rates), 1), round(statistics.median(rates), 1), isa, measured_at=now, probe_pid=pid)
+            if peak.gops > peaks.get(arithmetic.value, {}).get("gops", 0):  # the machine's best unit
+                peaks[arithmetic.value] = asdict(peak)
     return ComputePeaks(peaks, threads, max(1, passes), cpu_model(), now, probe_pid=pid)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...gpt2_config import GPT2Config
 from ...kernels import native
+from ...machine.isa import Isa
 from ...profile.categories import Category
 from .weights import StoredMatrix, WeightType, store
 
@@ -101,9 +102,10 @@ class LayoutMismatch(RuntimeError):
     wrong memory."""
 
 
-def library() -> ctypes.CDLL:
-    """The compiled step (KernelUnavailable without a C compiler; LayoutMismatch if its structs differ)."""
-    return bind(native.load("gpt2_step"))
+def library(isa: Isa = Isa.AUTO) -> ctypes.CDLL:
+    """The compiled step at an instruction-set level (AUTO: the best this CPU executes; IsaUnavailable
+    for one it cannot; KernelUnavailable without a C compiler; LayoutMismatch if its structs differ)."""
+    return bind(native.load("gpt2_step", isa))
 
 
 def bind_team(lib: ctypes.CDLL) -> bool:
@@ -135,6 +137,10 @@ def bind(lib: ctypes.CDLL, structs: tuple[type[ctypes.Structure], ...] = STRUCTS
     lib.gpt2_paths.argtypes = [ctypes.c_int]
     lib.gpt2_prefill_arithmetic.restype = ctypes.c_int
     lib.gpt2_prefill_arithmetic.argtypes = [ctypes.c_int]
+    lib.gpt2_set_amx_min_tokens.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.gpt2_amx_min_tokens.restype = ctypes.c_int
+    lib.gpt2_amx_min_tokens.argtypes = [ctypes.c_int]
+    lib.gpt2_amx_tiles.restype = ctypes.c_char_p
     lib.gpt2_matmul.restype = ctypes.c_int
     lib.gpt2_matmul.argtypes = [ctypes.POINTER(Mat), ctypes.c_int64, _P, _P] + [ctypes.c_int64] * 3
     return lib

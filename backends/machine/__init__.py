@@ -1,0 +1,1 @@
+"""The machine's facts the engines dispatch on: its CPU's instruction-set levels."""
