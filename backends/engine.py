@@ -92,6 +92,9 @@ class EngineInfo:
     # Several tokens per step (speculative decoding): its tokens arrive in bursts, so its median
     # gap falls inside a burst and its ms/token is TPOT instead (docs/methodology.md).
     multi_token_steps: bool = False
+    # The instruction-set level its own kernels were built for and ran at (the native engines':
+    # machine/isa.py's "amx", "avx512", "avx2", "c"); "" for an engine whose runtime dispatches itself.
+    isa: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from .options import EngineSettings, option
 
 KV_CHOICES = ("fp32", "int8")
 PAGES_CHOICES = ("2mb", "4kb")
+ISA_CHOICES = ("auto", "amx", "avx512", "avx2", "c")  # machine/isa.py's Isa values (a test holds them equal)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,23 @@ class NativeOptions(EngineSettings):
         "steps a few per cent faster; on some VMs the first write of huge pages adds up to 2 s to the load)",
     )
 
+    isa: str | None = option(
+        None,
+        label="Instruction set",
+        placeholder="auto, amx, avx512, avx2 or c",
+        tooltip="auto (default): the kernels built for the best level this CPU executes; amx: AVX-512 with "
+        "AMX tile products in prefill; avx512: AVX-512 without tiles; avx2: AVX2 and FMA; c: the plain-C "
+        "paths. A level this CPU cannot execute is refused",
+        flag="--native-isa",
+        help="auto (default), amx, avx512, avx2 or c: the instruction-set level the native kernels are built "
+        "for and run at (auto: the best this CPU executes; a level it lacks is refused)",
+    )
+
+    @property
+    def level(self) -> str:
+        """The asked level's name ("auto" when unset)."""
+        return self.isa or "auto"
+
     @property
     def full_precision(self) -> bool:
         return self.kv in (None, "", "fp32")
@@ -47,4 +65,18 @@ class NativeOptions(EngineSettings):
             return f"--native-kv must be one of {', '.join(KV_CHOICES)}, not {self.kv!r}"
         if self.pages not in (None, "", *PAGES_CHOICES):
             return f"--native-pages must be one of {', '.join(PAGES_CHOICES)}, not {self.pages!r}"
+        if self.isa not in (None, "", *ISA_CHOICES):
+            return f"--native-isa must be one of {', '.join(ISA_CHOICES)}, not {self.isa!r}"
+        if self.level != "auto":
+            from ..machine.isa import IsaUnavailable, resolve  # reads this CPU: only for a forced level
+
+            try:
+                resolve(self.level)
+            except IsaUnavailable as exc:
+                return f"--native-isa {self.level}: {exc}"
         return ""
+
+    def hint(self) -> str:
+        from ..machine.isa import executable_levels
+
+        return f"instruction sets this CPU executes: {', '.join(i.value for i in executable_levels())}"

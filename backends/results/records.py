@@ -103,6 +103,7 @@ class RunRecord:
     spec_draft_ms_per_token: float | None = None
     spec_verify_ms_per_token: float | None = None
     spec_bytes_per_token: float | None = None  # weights + KV both models read per decoded token (the effective floor's)
+    isa: str = ""  # the instruction-set level the engine's own kernels ran at (native engines), "" otherwise
 
     def __post_init__(self) -> None:
         # A record built by hand or from an older file may carry a plain word: make it the enum.

@@ -36,6 +36,7 @@ def base_record(
         weights=ctx.model.weights,
         device=ready.device if ready else "",
         dtype=ready.dtype if ready else "",
+        isa=ready.isa if ready else "",
         threads=ctx.threads,
         prompt_tokens=len(cell.prompt_ids),
         new_tokens=cell.new_tokens,

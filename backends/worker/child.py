@@ -94,6 +94,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
             multi_token_steps=info.multi_token_steps,
             load_peak_rss_mb=load_peak,
             prefill_arithmetic=info.prefill_arithmetic,
+            isa=info.isa,
         )
     )
     while True:

@@ -129,6 +129,7 @@ class Ready:
     multi_token_steps: bool = False  # its tokens come several per step (EngineInfo.multi_token_steps)
     load_peak_rss_mb: float | None = None  # the worker's own high-water mark at Ready (VmHWM on Linux)
     prefill_arithmetic: str = ""  # EngineInfo's: what its prefill multiplies ("" its precision's fastest)
+    isa: str = ""  # EngineInfo's: the instruction-set level its own kernels ran at ("" none of its own)
 
 
 @message

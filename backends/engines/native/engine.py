@@ -15,6 +15,7 @@ import numpy as np
 
 from ...engine import Engine, EngineInfo, EngineOptions
 from ...kernels.native import KernelUnavailable, build_report
+from ...machine.isa import Isa, IsaUnavailable, executable_levels, resolve
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy
 from ...storage.huge_pages import describe as huge_pages_note
@@ -45,6 +46,13 @@ _HOW = {
 }
 
 
+def isa_note(asked: str, level: Isa) -> str:
+    """Which instruction-set level the kernels run at, and why: asked for, or auto's pick."""
+    runs = ", ".join(i.value for i in executable_levels())
+    why = "as asked (--native-isa)" if asked != Isa.AUTO.value else "auto: the best level this CPU executes"
+    return f"instruction set {level.value} ({why}; this CPU executes {runs})"
+
+
 class NativeEngine(Engine):
     def __init__(self, name: str, options: EngineOptions, dtype: str = "fp32") -> None:
         super().__init__(name, options)
@@ -53,6 +61,7 @@ class NativeEngine(Engine):
         settings = options.settings if isinstance(options.settings, NativeOptions) else NativeOptions()
         self.kv = KvCache(settings.kv or KvCache.F32.value)
         self.huge_pages = settings.pages != "4kb"
+        self.isa = settings.level  # checked at load: the worker's CPU is the one that counts
         self.model: NativeGPT2 | None = None
 
     def load(self, model: ModelFiles, progress) -> EngineInfo:
@@ -63,7 +72,11 @@ class NativeEngine(Engine):
             raise ValueError(f"{self.name} needs even n_embd and n_inner (its panels hold whole bf16 pairs)")
         progress("preparing the native step (built on first use only)", None)
         try:
-            lib = library()
+            level = resolve(self.isa)
+        except IsaUnavailable as exc:
+            raise ValueError(f"{self.name}: --native-isa {self.isa}: {exc}") from None
+        try:
+            lib = library(level)
         except KernelUnavailable as exc:
             raise RuntimeError(f"{self.name} needs a C compiler to build its kernel: {exc}") from exc
         lib.gpt2_set_threads(self.options.threads)
@@ -79,6 +92,7 @@ class NativeEngine(Engine):
         laid_out = f"; laid out now in {layout.build_s:.2f} s, once per model (build s)" if layout.build_s else ""
         notes = [
             _HOW[self.wtype],
+            isa_note(self.isa, level),
             lib.gpt2_paths(int(self.wtype)).decode(),
             _KV_NOTE[self.kv],
             huge_pages_note(region),
@@ -99,6 +113,7 @@ class NativeEngine(Engine):
             notes="; ".join(notes),
             build_s=build_s,
             artifact_cache=cache_state,
+            isa=level.value,
         )
 
     def prefill(self, token_ids: Sequence[int]) -> np.ndarray:

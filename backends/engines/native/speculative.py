@@ -20,6 +20,7 @@ from ...engine import Capabilities, Engine, EngineInfo, EngineOptions
 from ...progress import ProgressFn
 from ...sampling import Sampler
 from ...sources.model_files import ModelFiles, resolve_model
+from ..native_options import NativeOptions
 from ..speculative.decoder import ReadCost, SpeculativeDecoder
 from ..speculative_options import SpeculativeOptions
 from .engine import NativeEngine
@@ -33,7 +34,9 @@ def native_engine(name: str, role: str, options: EngineOptions) -> NativeEngine:
     spec = registry.get(name)
     if spec.target != _NATIVE:
         raise ValueError(f"the {role} must be an own-runtime (native) engine; {name} is not")
-    return NativeEngine(spec.name, EngineOptions(options.threads), **spec.engine_args)
+    # the native engines' own settings (an instruction-set level), where given, hold for both models
+    settings = options.settings if isinstance(options.settings, NativeOptions) else None
+    return NativeEngine(spec.name, EngineOptions(options.threads, settings=settings), **spec.engine_args)
 
 
 class NativeSpeculativeEngine(Engine):
@@ -83,6 +86,7 @@ class NativeSpeculativeEngine(Engine):
             artifact_cache=target.artifact_cache,
             samples_natively=True,
             multi_token_steps=True,
+            isa=target.isa,  # both models' kernels are one build
         )
 
     def stream(
