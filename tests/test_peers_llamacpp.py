@@ -167,6 +167,7 @@ def test_a_probe_that_crashes_turns_the_extra_buffers_off_and_is_cached(tiny_mod
     choice = buffers.choose(gguf, "q4_0", 1, buffers.WeightBuffers.AUTO)
     assert not choice.extra and choice.probe_s > 0
     assert "killed by SIGSEGV" in choice.reason and "20824" in choice.reason and "no AMX" in choice.reason
+    assert "-fno-tree-dse -fno-dse" in choice.reason  # how a user gets the AMX buffers working (docs/engines.md)
     monkeypatch.setattr(buffers, "probe_argv", lambda *a: pytest.fail("probed again: the answer is cached"))
     again = buffers.choose(gguf, "q4_0", 1, buffers.WeightBuffers.AUTO)
     assert again == buffers.BufferChoice(False, choice.reason, 0.0)

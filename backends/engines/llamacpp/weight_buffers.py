@@ -38,6 +38,12 @@ PROBE_FORMAT = 1  # bump when the probe's test changes: older answers no longer 
 PROBE_TIMEOUT_S = 120.0
 RESULT_FILE = "result.json"
 UPSTREAM_BUG = "llama.cpp issue 20824: segfault in ggml_backend_amx_mul_mat"
+# Why it crashes with GCC 12 (its `_tile_loadconfig` drops the tile configuration's stores), and the
+# rebuild that keeps them: verified on an AMX Xeon (docs/engines.md, "Slow on some CPUs")
+AMX_FIX = (
+    "on an AMX CPU, a GCC 12 build drops the tile configuration's stores (llama.cpp PR 26954); for AMX "
+    "rebuild llama-cpp-python with CMAKE_ARGS=\"-DCMAKE_CXX_FLAGS='-fno-tree-dse -fno-dse'\""
+)
 _BUFFER_LINE = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 
 
@@ -73,7 +79,7 @@ def choose(gguf: Path, quant: str, threads: int, wanted: WeightBuffers) -> Buffe
     return BufferChoice(
         False,
         f"extra weight buffers off: a probe of them on this CPU {result['detail']} "
-        f"({UPSTREAM_BUG}); plain buffers, so no AMX and no repacking",
+        f"({UPSTREAM_BUG}); plain buffers, so no AMX and no repacking ({AMX_FIX})",
         probe_s,
     )
 
