@@ -26,7 +26,7 @@ from whistle_stop.backends.machine.isa import Isa, executable_levels, why_not
 from whistle_stop.backends.results.environment import cpuinfo_field
 
 from .engine_process import in_child
-from .test_native_prefill import SHAPES, _reference
+from .test_native_prefill import SHAPES, _reference, products_apart_and_together
 
 pytestmark = pytest.mark.skipif(native.compiler() is None, reason="needs a C compiler")
 
@@ -95,27 +95,7 @@ def test_the_amx_kernel_computes_its_reference_on_odd_shapes(build, wtype):
 def _alone_and_together(level: Isa, model: bool) -> list[str]:
     """In a child: each token's integer products alone (decode's VNNI streams) against the same token's
     among 37 (the tiles), bit for bit; the mismatches."""
-    from whistle_stop.backends.engines.native import step
-
-    lib = _library(level, model)
-    rng = np.random.default_rng(5)
-    n, k, m = 9 * 2 * 32 + 5, 160, 37
-    mismatched = []
-    for wtype in INT_TYPES:
-        stored = weights.store(
-            rng.normal(0, 0.5, (n, k)).astype(np.float32), rng.normal(0, 1, n).astype(np.float32), wtype
-        )
-        scale = None if stored.scale is None else stored.scale.ctypes.data
-        mat = step.Mat(stored.data.ctypes.data, scale, stored.bias.ctypes.data)
-        x = rng.normal(0, 1, (m, k)).astype(np.float32)
-        together = np.empty((m, n), np.float32)
-        assert lib.gpt2_matmul(ctypes.byref(mat), int(wtype), x.ctypes.data, together.ctypes.data, m, n, k) == 0
-        for r in range(m):
-            alone = np.empty(n, np.float32)
-            assert lib.gpt2_matmul(ctypes.byref(mat), int(wtype), x[r].ctypes.data, alone.ctypes.data, 1, n, k) == 0
-            if not np.array_equal(alone, together[r]):
-                mismatched.append(f"{wtype.name} token {r}: max |diff| {np.abs(alone - together[r]).max()}")
-    return mismatched
+    return products_apart_and_together(_library(level, model), list(INT_TYPES), seed=5, n=9 * 2 * 32 + 5, k=160, m=37)
 
 
 @pytest.mark.parametrize("build", ["model-avx512", "amx"])

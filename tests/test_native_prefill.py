@@ -132,21 +132,13 @@ def test_every_path_computes_its_reference_on_odd_shapes(build, wtype, tmp_path)
         np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-5 * scale, err_msg=f"M={m} N={n} K={k}")
 
 
-def _tokens_apart_and_together(library: str) -> list[str]:
-    """In a child: for float32, int8 and 4-bit (whose tiles of several tokens are decode's own products on
-    every build), and bf16 where the build's prefill widens its pairs as decode does (no BF16 products),
-    each token's product alone (decode: two streams of panels, then single panels) against the same
-    token's among 11 (tiles), bit for bit; the mismatches."""
+def products_apart_and_together(lib, wtypes: list, seed: int, n: int, k: int, m: int) -> list[str]:
+    """Each token's product alone (decode's path) against the same token's among m (prefill's tiles), bit for
+    bit, for each weight type; the mismatches. Shared with the AMX tests, which hold the tiles to the same rule."""
     from whistle_stop.backends.engines.native import step
 
-    lib = step.bind(ctypes.CDLL(library))
-    lib.gpt2_set_threads(2)
-    rng = np.random.default_rng(7)
-    n, k, m = 9 * 2 * 32 + 5, 96, 11  # nine panels and a short one per thread: streams of four, then singles
+    rng = np.random.default_rng(seed)
     mismatched = []
-    wtypes = [weights.WeightType.F32, weights.WeightType.I8, weights.WeightType.Q4]
-    if lib.gpt2_prefill_arithmetic(int(weights.WeightType.BF16)) != BF16_ARITHMETIC:
-        wtypes.append(weights.WeightType.BF16)
     for wtype in wtypes:
         w, bias = rng.normal(0, 0.5, (n, k)).astype(np.float32), rng.normal(0, 1, n).astype(np.float32)
         stored = weights.store(w, bias, wtype)
@@ -161,6 +153,22 @@ def _tokens_apart_and_together(library: str) -> list[str]:
             if not np.array_equal(alone, together[r]):
                 mismatched.append(f"{wtype.name} token {r}: max |diff| {np.abs(alone - together[r]).max()}")
     return mismatched
+
+
+def _tokens_apart_and_together(library: str) -> list[str]:
+    """In a child: for float32, int8 and 4-bit (whose tiles of several tokens are decode's own products on
+    every build), and bf16 where the build's prefill widens its pairs as decode does (no BF16 products),
+    each token's product alone (decode: two streams of panels, then single panels) against the same
+    token's among 11 (tiles), bit for bit; the mismatches."""
+    from whistle_stop.backends.engines.native import step
+
+    lib = step.bind(ctypes.CDLL(library))
+    lib.gpt2_set_threads(2)
+    wtypes = [weights.WeightType.F32, weights.WeightType.I8, weights.WeightType.Q4]
+    if lib.gpt2_prefill_arithmetic(int(weights.WeightType.BF16)) != BF16_ARITHMETIC:
+        wtypes.append(weights.WeightType.BF16)
+    # nine panels and a short one per thread: streams of four, then singles
+    return products_apart_and_together(lib, wtypes, seed=7, n=9 * 2 * 32 + 5, k=96, m=11)
 
 
 @pytest.mark.parametrize("build", list(BUILDS))
