@@ -128,6 +128,17 @@ def test_a_batch_1_server_keeps_up_with_a_slow_rate_and_is_flagged_saturated_at_
     assert {row["saturated"] for row in written} == {"true", "false"}
     assert (tmp_path / LOAD_REQUESTS_CSV).exists()
     assert result.environment["settings"]["rate"]["rates"] == ["5", "200"]
+    # the report draws the rate curve and says the saturation plainly
+    pytest.importorskip("pyqtgraph")
+    from whistle_stop.backends.report.folder_data import load_folder
+    from whistle_stop.backends.report.html import build_report
+    from whistle_stop.backends.report.markdown import measurement_markdown
+
+    page = build_report([tmp_path], tmp_path / "report").read_text(encoding="utf-8")
+    assert "Latency vs offered request rate" in page and (tmp_path / "report" / "1-rate_curve.png").exists()
+    assert "<b>SATURATED: remote falls behind from 200 req/s" in page
+    markdown = measurement_markdown(load_folder(tmp_path))
+    assert "--request-rate 5,200 --burstiness 1" in markdown and "| remote | 200 |" in markdown
 
 
 def test_a_sweep_stops_at_the_first_rate_the_server_cannot_keep_up_with(tiny_model):
