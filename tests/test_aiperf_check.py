@@ -30,6 +30,6 @@ def test_aiperf_and_bench_measure_one_server_side_by_side(aiperf, tmp_path, caps
     assert out.startswith("CPU: ")
     row = next(line for line in out.splitlines() if line.startswith("| 1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert len(cells) == 9 and all(c != "-" for c in cells), row
-    assert all(math.isfinite(float(c)) and float(c) > 0 for c in cells[1:7]), row
+    assert len(cells) == 10 and all(c != "-" for c in cells), row
+    assert all(math.isfinite(float(c)) and float(c) > 0 for c in cells[1:8]), row
     assert (tmp_path / "bench" / "load.csv").exists() and list(tmp_path.glob("aiperf-c1/**/profile_export_aiperf.json"))
