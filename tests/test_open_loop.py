@@ -148,3 +148,18 @@ def test_a_sweep_stops_at_the_first_rate_the_server_cannot_keep_up_with(tiny_mod
     levels = sorted(open_loop_levels(load_levels(result.load)), key=lambda lv: lv.request_rate)
     assert levels[-1].saturated and not any(lv.saturated for lv in levels[:-1])
     assert len(levels) < 8  # stopped before the ladder's end
+
+
+def test_bench_prints_the_open_loop_table_and_says_saturated_plainly(tiny_model, tmp_path, capsys):
+    env = dict(FAKE_VLLM_STEP_MS=str(STEP_MS), FAKE_VLLM_PER_SEQ_MS="0", FAKE_VLLM_MAX_SEQS="1")
+    with fake_vllm_server(**env) as server:
+        argv = ["bench", "--model", "random:tiny", "--backends", "remote", "--remote-url", server.base_url + "/v1"]
+        argv += ["--prompt-tokens", "8", "--new-tokens", str(NEW_TOKENS), "--repeats", "1", "--warmup", "0"]
+        argv += ["--request-rate", "inf", "--rate-requests", "4", "--no-harness-calibration", "--out", str(tmp_path)]
+        code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "open loop: 8-token prompts, 3 new tokens, Poisson arrivals, seed 0" in out
+    assert "SATURATED: remote falls behind from inf req/s offered" in out
+    rows = [row for row in read_csv(tmp_path / LOAD_CSV) if row["request_rate"]]
+    assert [(row["request_rate"], row["saturated"], row["concurrency"]) for row in rows] == [("inf", "true", "0")]

@@ -39,7 +39,7 @@ def print_load(result: BenchResult, console: Console) -> None:
             print_table(console, TextTable(rate_title, RATE_HEADERS, rate_rows(cell), keys=2, left=("backend",)))
     for line in load_notes(levels, config.slo) + rate_notes(levels):
         console.print(line, markup=False)
-    if not servers and any(c > 1 for c in config.concurrency):  # levels above 1 asked, none run
+    if not servers and (any(c > 1 for c in config.concurrency) or config.rate.set):  # server levels asked, none run
         console.print(
             f"no engine served concurrently (only server engines - "
             f"{', '.join(registry.serving_concurrently())} - have levels above 1)"
