@@ -567,5 +567,6 @@ def rate_notes(levels: list[LoadLevel]) -> list[str]:
     return [
         "offered: --request-rate (gamma arrivals of shape --burstiness, mean 1/rate; 1: Poisson); sent: the "
         "requests' measured send rate; achieved: the rate the server completed them at (first to last "
-        f"completion); saturated: achieved below {SATURATION_SHARE:.0%} of sent (the queue grows)"
+        f"completion); saturated: achieved below {SATURATION_SHARE:.0%} of sent (the queue grows; at inf every "
+        "request arrives at once, so every server is, and the achieved rate is its capacity)"
     ] + saturation_lines(levels)

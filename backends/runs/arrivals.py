@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import UsageError
 
-MAX_RATE_REQUESTS = 10_000
+MAX_RATE_REQUESTS = 1_000  # the worker holds one thread per request in flight
 
 
 class RateMode(Enum):
