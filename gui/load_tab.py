@@ -293,7 +293,9 @@ class LoadTab(QWidget):
         levels = ", ".join(str(c) for c in self._config.concurrency if c > 1) if self._config else ""
         self.status.setText(
             f"{prepared.model.label}: {len(prepared.prompt_ids)}-token prompt; every engine's bench "
-            f"runs first (level 1)" + (f", then levels {levels} for server engines" if levels else "")
+            f"runs first (level 1)"
+            + (f", then levels {levels} for server engines" if levels else "")
+            + (", then the request rates (open loop)" if self._config and self._config.rate.set else "")
         )
 
     def _recorded_one(self, _event: RunRecorded | LoadRecorded) -> None:
