@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch. With a CUDA build already in $(VENV), nothing is replaced.
 TORCH ?= torch==2.13.0
 
-.PHONY: run test test-vllm test-all bench lint install install-dev bytecode clean
+.PHONY: run test test-vllm test-all bench lint install install-dev bytecode clean aiperf aiperf-check
 
 run: install
 	$(PY) main.py
@@ -32,6 +32,18 @@ lint: install-dev
 
 bench: install
 	$(PY) main.py bench --model random:gpt2 --backends hf,hf-int8 --repeats 3
+
+# NVIDIA's aiperf in a venv of its own: it pins psutil, rich and huggingface_hub below the app's
+# (pip would downgrade them in .venv), so it is no extra of pyproject.toml.
+AIPERF_VENV ?= .venv-aiperf
+aiperf: $(AIPERF_VENV)/bin/aiperf
+$(AIPERF_VENV)/bin/aiperf:
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip install -q aiperf
+
+# aiperf and `bench --concurrency 1,2,4` against one `serve` (docs/methodology.md#checked-against-other-tools)
+aiperf-check: install aiperf
+	$(PY) -m scripts.aiperf_check --model random:gpt2 --threads 1 --requests 20 --repeats 5
 
 install: $(VENV)/.installed bytecode
 install-dev: $(VENV)/.installed-dev bytecode

@@ -1,11 +1,12 @@
-"""The Load tab: throughput against latency as concurrent requests grow (`bench --concurrency`).
+"""The Load tab: throughput against latency as concurrent requests grow (`bench --concurrency`), and
+latency against offered request rate (`bench --request-rate`: open-loop levels of server engines).
 
 Engines, model and generation settings come from the setup panel (`SetupPanel.config()`, as every
 tab); the concurrency levels and the optional goodput SLOs are here. The Run button's own
 `start_bench` runs a fair `BenchSession` with `config.concurrency` on this tab's job controller: every
 engine's bench runs are level 1, then engines that serve concurrently (servers) run rounds of
-N requests at once. The table and the curve both come from `session_levels` over the result's
-records: the rows `bench --concurrency` prints and load.csv holds.
+N requests at once, then (with request rates set) their open-loop levels. The tables and the curves
+come from `session_levels` over the result's records: the rows `bench` prints and load.csv holds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QTableWidget, QTab
 from whistle_stop.backends import registry
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.report import figures
-from whistle_stop.backends.results.load import LOAD_HEADERS, LoadLevel, load_notes, load_rows, session_levels
+from whistle_stop.backends.results.load import (
+    LOAD_HEADERS,
+    RATE_HEADERS,
+    LoadLevel,
+    load_notes,
+    load_rows,
+    rate_notes,
+    rate_rows,
+    session_levels,
+)
+from whistle_stop.backends.runs.arrivals import SWEEP_FACTORS, RateSpec, parse_request_rate
 from whistle_stop.backends.runs.bench import BenchConfig, BenchResult, RunRecorded
 from whistle_stop.backends.runs.config import MAX_CONCURRENCY
 from whistle_stop.backends.runs.events import LoadRecorded
@@ -77,6 +88,18 @@ def parse_levels(text: str) -> tuple[tuple[int, ...], str]:
             return (), f"levels must be from 1 to {MAX_CONCURRENCY}, not {int(part)}"
         values.append(int(part))
     return tuple(sorted(set(values))), ""
+
+
+def parse_rates(text: str, burstiness: str, requests: str) -> tuple[RateSpec, str]:
+    """The request-rate fields as `bench --request-rate` takes them ("" rates: no open-loop levels),
+    or (RateSpec(), one line saying what is wrong)."""
+    try:
+        spec = parse_request_rate(text) if text.strip() else RateSpec()
+        return replace(spec, burstiness=float(burstiness), requests=int(requests)).validate(), ""
+    except UsageError as exc:  # (a ValueError too: first)
+        return RateSpec(), str(exc)
+    except ValueError:
+        return RateSpec(), f"burstiness and requests per rate must be numbers, not {burstiness!r}, {requests!r}"
 
 
 def parse_slo(text: str, label: str) -> tuple[float | None, str]:
@@ -146,14 +169,25 @@ class LoadTab(QWidget):
         ):
             edit.setPlaceholderText("not set")
             edit.setToolTip(f"goodput SLO: {what} at most this many ms; empty: not set")
-        for edit in (self.concurrency, self.slo_ttft, self.slo_itl):
+        self.rates = QLineEdit()
+        self.rates.setPlaceholderText("none")
+        self.rates.setToolTip(
+            "open-loop levels for server engines: requests/s separated by commas (inf: all at once), or sweep "
+            "(multiples of the engine's batch-1 rate up to the first it cannot keep up with); empty: none"
+        )
+        self.burstiness = QLineEdit("1")
+        self.burstiness.setToolTip("arrivals' gamma shape, as vLLM's bench serve: 1 Poisson, below 1 burstier")
+        self.rate_requests = QLineEdit("20")
+        self.rate_requests.setToolTip("requests sent at each rate")
+        self.rate_inputs = (self.rates, self.burstiness, self.rate_requests)
+        for edit in (self.concurrency, self.slo_ttft, self.slo_itl, *self.rate_inputs):
             edit.textChanged.connect(self.refresh)
         self.job = JobControls(
             self.jobs,
             JobKind.LOAD,
             WORDING,
             INTRO,
-            (self.concurrency, self.slo_ttft, self.slo_itl),
+            (self.concurrency, self.slo_ttft, self.slo_itl, *self.rate_inputs),
             self.refresh,
             self.message.emit,
             self.error.emit,
@@ -162,12 +196,15 @@ class LoadTab(QWidget):
         self.run_button, self.reason = self.job.run_button, self.job.reason
         self.progress, self.status = self.job.progress, self.job.status
         self.run_button.clicked.connect(self.start)
-        self.chart = FigureGrid(1)
+        self.chart = FigureGrid(2)  # the load curve, the rate curve
         self.figure_export = FigureExport(self.chart, self.store, self.message.emit, self.error.emit)
         form = QFormLayout()
         form.addRow("Levels", self.concurrency)
         form.addRow("SLO TTFT ms", self.slo_ttft)
         form.addRow("SLO ITL ms", self.slo_itl)
+        form.addRow("Request rates", self.rates)
+        form.addRow("Burstiness", self.burstiness)
+        form.addRow("Requests per rate", self.rate_requests)
         controls = controls_column(
             form,
             self.run_button,
@@ -180,10 +217,19 @@ class LoadTab(QWidget):
         self.notice.setWordWrap(True)
         self.notice.setVisible(False)
         self.table = read_only_table(QTableWidget(0, len(LOAD_HEADERS)), LOAD_HEADERS)
+        self.rate_table = read_only_table(QTableWidget(0, len(RATE_HEADERS)), RATE_HEADERS)
+        self.saturation = QLabel()  # a server that falls behind, said plainly above its table
+        self.saturation.setObjectName("notice")
+        self.saturation.setWordWrap(True)
+        self.saturation.setVisible(False)
         self.note = QLabel()
         self.note.setObjectName("muted")
         self.note.setWordWrap(True)
-        middle = stacked(self.notice, results_and_note(self.table, note=self.note, sizes=(220, 80)))
+        middle = stacked(
+            self.notice,
+            self.saturation,
+            results_and_note(self.table, self.rate_table, note=self.note, sizes=(180, 140, 80)),
+        )
         three_panes(self, (controls, middle, self.chart), stretch=1, sizes=(280, 720, 520))
 
     # --- inputs -------------------------------------------------------------------------------
@@ -192,7 +238,11 @@ class LoadTab(QWidget):
         levels, why = parse_levels(self.concurrency.text())
         ttft, why_ttft = parse_slo(self.slo_ttft.text(), "SLO TTFT")
         itl, why_itl = parse_slo(self.slo_itl.text(), "SLO ITL")
-        return levels, ttft, itl, why or why_ttft or why_itl
+        _, why_rate = self.rate_spec()
+        return levels, ttft, itl, why or why_ttft or why_itl or why_rate
+
+    def rate_spec(self) -> tuple[RateSpec, str]:
+        return parse_rates(self.rates.text(), self.burstiness.text(), self.rate_requests.text())
 
     def problem(self) -> str:
         """Why Run load cannot start now, or ""."""
@@ -216,6 +266,7 @@ class LoadTab(QWidget):
             concurrency=levels,
             slo_ttft_ms=ttft,
             slo_itl_ms=itl,
+            rate=self.rate_spec()[0],
             calibrate_harness=False,
         )
         try:
@@ -227,8 +278,10 @@ class LoadTab(QWidget):
         self._servers, self._rounds, self._recorded = set(), {}, 0
         self.colours = engine_colours(list(config.backends))
         self.table.setRowCount(0)
+        self.rate_table.setRowCount(0)
         self.chart.clear_figures()
         self.notice.setVisible(False)
+        self.saturation.setVisible(False)
         self.note.clear()
         self.progress.setRange(0, 0)
         self.status.setText(f"resolving the model {config.model}…")
@@ -240,7 +293,9 @@ class LoadTab(QWidget):
         levels = ", ".join(str(c) for c in self._config.concurrency if c > 1) if self._config else ""
         self.status.setText(
             f"{prepared.model.label}: {len(prepared.prompt_ids)}-token prompt; every engine's bench "
-            f"runs first (level 1)" + (f", then levels {levels} for server engines" if levels else "")
+            f"runs first (level 1)"
+            + (f", then levels {levels} for server engines" if levels else "")
+            + (", then the request rates (open loop)" if self._config and self._config.rate.set else "")
         )
 
     def _recorded_one(self, _event: RunRecorded | LoadRecorded) -> None:
@@ -255,15 +310,15 @@ class LoadTab(QWidget):
 
     def _round_sent(self, event: BackendEvent) -> None:
         round_ = self._rounds[event.backend] = event.event
-        self.status.setText(
-            f"{event.backend}: c={round_.concurrency}, round {round_.run_id}: sending {round_.concurrency} requests…"
-        )
+        level = "open loop" if round_.arrivals_ms else f"c={round_.concurrency}"
+        self.status.setText(f"{event.backend}: {level}, round {round_.run_id}: sending {round_.concurrency} requests…")
 
     def _round_progress(self, event: BackendEvent) -> None:
         payload, round_ = event.event, self._rounds.get(event.backend)
         if round_ is not None:  # the live count, from the worker's own tally
+            level = "open loop" if round_.arrivals_ms else f"c={round_.concurrency}"
             self.status.setText(
-                f"{event.backend}: c={round_.concurrency}, round {payload.run_id}: {payload.tokens}/"
+                f"{event.backend}: {level}, round {payload.run_id}: {payload.tokens}/"
                 f"{round_.concurrency * round_.new_tokens} tokens, {payload.streams_done}/"
                 f"{round_.concurrency} requests done"
             )
@@ -278,6 +333,9 @@ class LoadTab(QWidget):
             return
         per_level = config.warmup + config.repeats
         total = per_level * (len(config.backends) + len(self._servers) * sum(c > 1 for c in config.concurrency))
+        if config.rate.set:  # one round per rate after one warm-up request; a sweep's ladder may stop early
+            rates = len(config.rate.rates) or len(SWEEP_FACTORS)
+            total += len(self._servers) * (rates + (1 if config.warmup else 0))
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(min(self._recorded, total))
 
@@ -306,13 +364,18 @@ class LoadTab(QWidget):
             return
         config = result.config
         self.levels = session_levels(result.runs, result.tokens, result.load, config.slo)
-        rows = load_rows(self.levels)
-        self.table.setRowCount(len(rows))
-        for r, row in enumerate(rows):
-            for c, cell in enumerate(row):
-                self.table.setItem(r, c, QTableWidgetItem(cell))
-        self.chart.show_figures([figures.load_curve(self.levels)], self.colours)
-        self.note.setText("\n".join(load_notes(self.levels, config.slo)))
+        for table, rows in ((self.table, load_rows(self.levels)), (self.rate_table, rate_rows(self.levels))):
+            table.setRowCount(len(rows))
+            for r, row in enumerate(rows):
+                for c, cell in enumerate(row):
+                    table.setItem(r, c, QTableWidgetItem(cell))
+        self.rate_table.setVisible(bool(self.rate_table.rowCount()))
+        self.chart.show_figures([figures.load_curve(self.levels), figures.rate_curve(self.levels)], self.colours)
+        rate_lines = rate_notes(self.levels)
+        saturated = [line for line in rate_lines if line.startswith("SATURATED")]
+        self.saturation.setText("\n".join(saturated))
+        self.saturation.setVisible(bool(saturated))
+        self.note.setText("\n".join(load_notes(self.levels, config.slo) + rate_lines[:1]))
         wanted = any(c > 1 for c in config.concurrency)
         self.notice.setVisible(wanted and not result.load and not self._servers)
 
@@ -322,6 +385,9 @@ class LoadTab(QWidget):
             "levels": self.concurrency.text(),
             "slo_ttft_ms": self.slo_ttft.text(),
             "slo_itl_ms": self.slo_itl.text(),
+            "request_rates": self.rates.text(),
+            "burstiness": self.burstiness.text(),
+            "rate_requests": self.rate_requests.text(),
         }
 
     def set_prefs(self, prefs: object) -> None:
@@ -329,7 +395,13 @@ class LoadTab(QWidget):
             return
         if isinstance(prefs.get("levels"), str) and prefs["levels"].strip():
             self.concurrency.setText(prefs["levels"])
-        for key, edit in (("slo_ttft_ms", self.slo_ttft), ("slo_itl_ms", self.slo_itl)):
+        for key, edit in (
+            ("slo_ttft_ms", self.slo_ttft),
+            ("slo_itl_ms", self.slo_itl),
+            ("request_rates", self.rates),
+            ("burstiness", self.burstiness),
+            ("rate_requests", self.rate_requests),
+        ):
             if isinstance(prefs.get(key), str):
                 edit.setText(prefs[key])
 

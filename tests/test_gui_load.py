@@ -116,3 +116,47 @@ def test_a_server_that_is_not_there_is_said_with_its_error(qtbot, make_window):
     assert failed and failed[0].error
     assert "failed: remote" in tab.status.text()
     assert f"remote: {failed[0].error.splitlines()[0]}" in tab.status.text()
+
+
+def test_request_rates_draw_latency_against_offered_rate_and_say_saturation(qtbot, make_window):
+    """Open-loop levels (`bench --request-rate`) against a batch-1 server: the rate table, the rate curve
+    (median TTFT and ITL per offered rate) and a plain SATURATED line where the server fell behind."""
+    window = make_window()
+    configure(window, ["remote"], new_tokens=3, repeats=1, warmup=0, prompt=PROMPT)
+    tab = window.load_tab
+    window.tabs.setCurrentWidget(tab)
+    env = dict(FAKE_VLLM_STEP_MS="10", FAKE_VLLM_PER_SEQ_MS="0", FAKE_VLLM_MAX_SEQS="1")
+    with fake_vllm_server(**env) as server:
+        window.setup.option_forms["remote"].edits["url"].setText(server.base_url + "/v1")
+        tab.concurrency.setText("1")
+        tab.rates.setText("5,200")
+        tab.rate_requests.setText("6")
+        assert tab.run_button.isEnabled(), tab.reason.text()
+        with qtbot.waitSignal(tab.finished, timeout=TIMEOUT_MS) as blocker:
+            assert tab.start()
+    result = blocker.args[0]
+    assert not result.failed and result.config.rate.rates == (5.0, 200.0)
+    rates = [tab.rate_table.item(r, 1).text() for r in range(tab.rate_table.rowCount())]
+    flags = [tab.rate_table.item(r, 4).text() for r in range(tab.rate_table.rowCount())]
+    assert rates == ["5", "200"] and flags == ["no", "SATURATED"]
+    curves = {item.name(): item.getData()[0].tolist() for item in tab.chart.plots[1].listDataItems() if item.name()}
+    assert curves == {"remote TTFT p50": [5.0, 200.0], "remote ITL p50": [5.0, 200.0]}
+    labels = [item.toPlainText() for item in tab.chart.plots[1].items if isinstance(item, pg.TextItem)]
+    assert "saturated" in labels
+    assert tab.saturation.isVisible() and tab.saturation.text().startswith("SATURATED: remote falls behind from 200")
+    # the tab's figures export as the report names them
+    assert [f.name for f in tab.chart.exportable()] == ["load_curve", "rate_curve"]
+
+
+def test_bad_request_rates_show_one_line(qtbot, make_window):
+    window = make_window({"a": spec("a")})
+    configure(window, ["a"], new_tokens=4)
+    tab = window.load_tab
+    tab.rates.setText("2,fast")
+    assert tab.reason.text() == "--request-rate: 'fast' is not a rate in req/s (or inf, or sweep)"
+    assert not tab.run_button.isEnabled()
+    tab.rates.setText("2")
+    tab.burstiness.setText("0")
+    assert tab.reason.text() == "--burstiness must be a number > 0, got 0.0"
+    tab.burstiness.setText("1")
+    assert tab.reason.text() == "" and tab.run_button.isEnabled()

@@ -59,7 +59,7 @@ def bench_command(args: argparse.Namespace) -> int:
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     paths = write_results(out, result.runs, result.tokens, result.environment, load=result.load, slo=config.slo)
     print_summary(result, stdout_console())
-    if config.concurrency:
+    if config.concurrency or config.rate.set:
         print_load(result, stdout_console())
     if getattr(args, "serve_cold_start", False) and not result.cancelled:
         paths.append(_serve_cold_start(result, session.threads, out, err))

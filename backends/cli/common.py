@@ -5,6 +5,7 @@ what a cancelled command says and returns."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import threading
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from rich.markup import escape
 from .. import presets, registry
 from ..errors import UsageError
 from ..results.verdict import Verdict
+from ..runs.arrivals import RateSpec, parse_request_rate
 from ..runs.bench import BenchConfig, RunRecorded
 from ..runs.events import LoadRecorded
 from ..sampling import SamplingParams
@@ -69,9 +71,21 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         engine_options=settings_from_args(args, backends),
         cold=getattr(args, "cold", False),
         concurrency=tuple(getattr(args, "concurrency", None) or ()),
+        rate=rate_spec_from_args(args),
         slo_ttft_ms=getattr(args, "slo_ttft_ms", None),
         slo_itl_ms=getattr(args, "slo_itl_ms", None),
     ).validate()
+
+
+def rate_spec_from_args(args: argparse.Namespace) -> RateSpec:
+    """--request-rate, --burstiness and --rate-requests as one RateSpec (checked: one line when wrong)."""
+    text = getattr(args, "request_rate", None)
+    spec = parse_request_rate(text) if text is not None else RateSpec()
+    burstiness = getattr(args, "burstiness", 1.0)
+    requests = getattr(args, "rate_requests", 20)
+    if text is None and (burstiness != 1.0 or requests != 20):
+        raise UsageError("--burstiness and --rate-requests set the arrivals of --request-rate: give it too")
+    return dataclasses.replace(spec, burstiness=burstiness, requests=requests).validate()
 
 
 def engines_with_preset(preset: str | None, backends: tuple[str, ...], reference: str | None) -> tuple[str, ...]:

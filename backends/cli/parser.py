@@ -243,6 +243,25 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         "1,2,4,8: that many requests at once, "
         "each with its own random prefix; every engine's bench runs are level 1",
     )
+    if not sweep:
+        p.add_argument(
+            "--request-rate",
+            help="open-loop levels for server engines: R[,R2,...] requests/s (inf: all at once) or sweep (multiples "
+            "of the engine's batch-1 rate up to the first it cannot keep up with); arrivals are Poisson from --seed",
+        )
+        p.add_argument(
+            "--burstiness",
+            type=float,
+            default=1.0,
+            help="--request-rate's arrivals: gamma gaps of this shape, mean 1/rate, as vLLM's bench serve "
+            "(1: Poisson; below 1 burstier, above 1 more even; default: %(default)s)",
+        )
+        p.add_argument(
+            "--rate-requests",
+            type=int,
+            default=20,
+            help="requests sent at each --request-rate (default: %(default)s)",
+        )
     p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO: a request's time to first token at most this")
     p.add_argument(
         "--slo-itl-ms",

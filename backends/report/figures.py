@@ -320,7 +320,8 @@ def load_curve(levels: Sequence[LoadLevel]) -> Figure:
     cells = sorted({(lv.prompt_tokens, lv.new_tokens) for lv in levels})
     groups: dict[tuple[str, int, int], list[LoadLevel]] = defaultdict(list)
     for level in levels:
-        groups[(level.backend, level.prompt_tokens, level.new_tokens)].append(level)
+        if not level.open_loop:  # open-loop levels: rate_curve
+            groups[(level.backend, level.prompt_tokens, level.new_tokens)].append(level)
     for (backend, prompt, new), group in groups.items():
         # Several cells (a sweep with --concurrency): one curve per cell, named by it.
         name = backend if len(cells) == 1 else f"{backend} · {prompt}+{new}"
@@ -333,4 +334,40 @@ def load_curve(levels: Sequence[LoadLevel]) -> Figure:
             series.labels.append(f"c={level.concurrency}")
             series.x_whiskers.append([v for v in (level.itl_p90_ms, level.itl_p99_ms) if math.isfinite(v)])
         figure.series.append(series)
+    return figure
+
+
+def rate_curve(levels: Sequence[LoadLevel]) -> Figure:
+    """Latency against offered request rate (`bench --request-rate`): per engine, its median TTFT and
+    median ITL at each finite offered rate, with bars up to their p90; a point where the server fell
+    behind is labelled "saturated". An infinite rate has no place on the axis: its row is in the table."""
+    figure = Figure(
+        "rate_curve",
+        "Latency vs offered request rate (open loop)",
+        "offered rate (req/s)",
+        "latency (ms)",
+        note="per engine: median TTFT and median ITL (pooled) at each offered rate, bars up to p90; "
+        "saturated: the server completed requests under 90% of the rate they were sent at (its queue grows); "
+        "an infinite rate is in the table only",
+        empty_reason="no open-loop level (bench --request-rate)",
+    )
+    groups: dict[tuple[str, int, int], list[LoadLevel]] = defaultdict(list)
+    for level in levels:
+        if level.open_loop and level.request_rate is not None and math.isfinite(level.request_rate):
+            groups[(level.backend, level.prompt_tokens, level.new_tokens)].append(level)
+    cells = {(prompt, new) for _, prompt, new in groups}
+    for (backend, prompt, new), group in groups.items():
+        name = backend if len(cells) == 1 else f"{backend} · {prompt}+{new}"
+        for metric in ("ttft", "itl"):
+            series = Series(f"{name} {metric.upper()} p50", [], [])
+            for level in sorted(group, key=lambda lv: lv.request_rate or 0.0):
+                p50, p90 = getattr(level, f"{metric}_p50_ms"), getattr(level, f"{metric}_p90_ms")
+                if not math.isfinite(p50):
+                    continue  # every request failed: no point to place
+                series.x.append(float(level.request_rate or 0.0))
+                series.y.append(p50)
+                series.err.append(max(0.0, p90 - p50) if math.isfinite(p90) else 0.0)
+                series.err_low.append(0.0)
+                series.labels.append("saturated" if level.saturated else "")
+            figure.series.append(series)
     return figure

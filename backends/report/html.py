@@ -23,11 +23,16 @@ from ..profile.table import headers as profile_headers
 from ..profile.table import profile_row
 from ..results.load import (
     LOAD_HEADERS,
+    RATE_HEADERS,
     LoadLevel,
     Slo,
     levels_by_cell,
     load_notes,
     load_rows,
+    open_loop_levels,
+    rate_notes,
+    rate_rows,
+    saturation_lines,
 )
 from ..results.records import runs_of
 from ..results.stats import summarize
@@ -218,8 +223,9 @@ def _top_ops_html(profiles: list) -> str:
     return "".join(parts)
 
 
-def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
-    """The Load section: the figure, then the levels' table per cell (the rows `bench --concurrency` prints)."""
+def _load_html(levels: list[LoadLevel], slo: Slo, image: str, rate_image: str = "") -> str:
+    """The Load section: the figure, then the levels' table per cell (the rows `bench --concurrency` prints);
+    with open-loop levels, the rate curve and their table (`bench --request-rate`), saturation lines first."""
     parts = ["<h3>Load</h3>", image]
     cells = levels_by_cell(levels)
     for (prompt, new), cell in cells:
@@ -227,6 +233,15 @@ def _load_html(levels: list[LoadLevel], slo: Slo, image: str) -> str:
             parts.append(f"<p class=facts>{prompt}-token prompts, {new} new tokens</p>")
         parts.append(_table(LOAD_HEADERS, load_rows(cell)))
     parts += [f"<p class=note>{html.escape(line)}</p>" for line in load_notes(levels, slo)]
+    if open_loop_levels(levels):
+        parts += ["<h3>Open loop</h3>"] + [f"<p><b>{html.escape(line)}</b></p>" for line in saturation_lines(levels)]
+        parts.append(rate_image)
+        for (prompt, new), cell in cells:
+            if open_loop_levels(cell):
+                if len(cells) > 1:
+                    parts.append(f"<p class=facts>{prompt}-token prompts, {new} new tokens</p>")
+                parts.append(_table(RATE_HEADERS, rate_rows(cell)))
+        parts += [f"<p class=note>{html.escape(line)}</p>" for line in rate_notes(levels)[:1]]
     return "".join(parts)
 
 
@@ -335,7 +350,13 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
         levels, load = data.load_levels, ""
         if levels:
             curve = fg.load_curve(levels)
-            load = _load_html(levels, data.slo, _img(render_png(curve, out_dir / f"{index}-{curve.name}.png"), curve))
+            rate_image = ""
+            if open_loop_levels(levels):
+                rates = fg.rate_curve(levels)
+                rate_image = _img(render_png(rates, out_dir / f"{index}-{rates.name}.png"), rates)
+            load = _load_html(
+                levels, data.slo, _img(render_png(curve, out_dir / f"{index}-{curve.name}.png"), curve), rate_image
+            )
         columns.append(_folder_html(index, data, images, load))
     sections += columns  # one after another: a folder's wide tables never sit beside another's
     title = "whistle-stop report: " + ", ".join(d.label for d in datas)

@@ -14,7 +14,16 @@ from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import headers as profile_headers
 from ..profile.table import profile_row, shown_columns, speculation_line
 from ..results.environment import CORE_PACKAGES, NOT_INSTALLED
-from ..results.load import LOAD_HEADERS, levels_by_cell, load_notes, load_rows
+from ..results.load import (
+    LOAD_HEADERS,
+    RATE_HEADERS,
+    levels_by_cell,
+    load_notes,
+    load_rows,
+    open_loop_levels,
+    rate_notes,
+    rate_rows,
+)
 from ..results.summary import markdown_table, summarize_backends
 from ..serve.cold_start import FILE as SERVE_COLD_START_FILE
 from ..serve.cold_start import TABLE_HEADERS, TABLE_NOTE
@@ -82,7 +91,10 @@ def load_markdown(data: FolderData) -> list[str]:
             _row(["---"] * len(LOAD_HEADERS)),
         ]
         parts += [_row(row) for row in load_rows(cell)] + [""]
-    parts += [f"- {line}" for line in load_notes(levels, data.slo)] + [""]
+        if open_loop_levels(cell):
+            parts += ["Open loop:", "", _row(RATE_HEADERS), _row(["---"] * len(RATE_HEADERS))]
+            parts += [_row(row) for row in rate_rows(cell)] + [""]
+    parts += [f"- {line}" for line in load_notes(levels, data.slo) + rate_notes(levels)] + [""]
     return parts
 
 
@@ -205,6 +217,11 @@ def command(settings: dict, backends: list[str], verb: str = "bench") -> str:
     levels = [c for c in settings.get("concurrency") or [] if c != 1]
     if levels:
         parts.append(f"--concurrency {','.join(map(str, settings['concurrency']))}")
+    rate = settings.get("rate") or {}
+    if rate.get("mode") == "sweep" or rate.get("rates"):
+        rates = "sweep" if rate.get("mode") == "sweep" else ",".join(rate["rates"])
+        parts.append(f"--request-rate {rates} --burstiness {rate.get('burstiness', 1.0):g}")
+        parts.append(f"--rate-requests {rate.get('requests')}")
     for flag in ("slo_ttft_ms", "slo_itl_ms"):
         if settings.get(flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {settings[flag]:g}")

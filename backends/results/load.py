@@ -11,12 +11,20 @@ not in the counts). Goodput follows vLLM's definition: requests per second that 
 (TTFT <= --slo-ttft-ms, TPOT <= --slo-itl-ms, TPOT being the request's mean inter-token latency, 0 for
 a one-token output), counted over the same duration. A round cut by Cancel is left out of every figure
 and counted in the level's notes.
+
+Open-loop levels (`--request-rate`) are rounds whose requests are sent at their arrival times
+(backends/runs/arrivals.py) instead of all at once: their records have `request_rate` set and
+concurrency 0 (no cap). Beside the offered rate, a level says the rate its requests were sent at
+and the rate the server completed them at (from the first completion to the last); a server that
+completes requests clearly slower than they arrive (below SATURATION_SHARE of the sent rate) is
+saturated: its queue, and so its TTFT, grows for as long as the load lasts.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -79,6 +87,8 @@ class LoadRequestRecord:
     itl_ms: str = ""  # every gap between this request's tokens (ms, space-separated): pooled per level
     error: str = ""
     notes: str = ""
+    request_rate: float | None = None  # an open-loop level's offered rate (req/s, inf: all at once); None: closed loop
+    burstiness: float | None = None  # its arrivals' gamma shape (1: Poisson)
 
     def __post_init__(self) -> None:
         self.status = RunStatus.parse(self.status)
@@ -117,8 +127,18 @@ class LoadLevel:
     slo_met_pct: float | None
     slo: str
     notes: str = ""
+    request_rate: float | None = None  # the offered rate of an open-loop level (None: a concurrency level)
+    burstiness: float | None = None
+    sent_req_s: float | None = None  # the rate the requests were sent at (measured: (n - 1) / first to last send)
+    achieved_req_s: float | None = None  # the rate they were completed at ((n - 1) / first to last completion)
+    saturated: bool | None = None  # achieved below SATURATION_SHARE of sent: the server's queue grows
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rate is not None
 
 
+SATURATION_SHARE = 0.9  # completions at under 90% of the arrival rate: the server falls behind
 LOAD_LEVEL_COLUMNS = [f.name for f in fields(LoadLevel)]
 
 
@@ -137,9 +157,13 @@ def request_records(
     failure: str = "",
     cancelled: bool = False,
     failure_status: RunStatus = RunStatus.ERROR,
+    request_rate: float | None = None,
+    burstiness: float | None = None,
+    requests: int | None = None,
 ) -> list[LoadRequestRecord]:
     """Records of one round from the child's StreamResults (or one failed record per stream when
-    the whole round failed: `failure`, ended as `failure_status`)."""
+    the whole round failed: `failure`, ended as `failure_status`; `requests` of them, else
+    `concurrency`). An open-loop round has its `request_rate` and concurrency 0."""
     if failure:
         return [
             LoadRequestRecord(
@@ -155,8 +179,10 @@ def request_records(
                 failure_status,
                 error=failure,
                 notes=notes,
+                request_rate=request_rate,
+                burstiness=burstiness,
             )
-            for i in range(concurrency)
+            for i in range(requests if requests is not None else concurrency)
         ]
     ends = [end for end in map(_ended_ns, streams) if end]
     round_s = (max(ends) - started_ns) / 1e9 if ends else None
@@ -191,6 +217,8 @@ def request_records(
                 " ".join(f"{g:.4f}" for g in chunk_gaps_ms(stream.token_ns, stream.token_steps)),
                 stream.error,
                 notes,
+                request_rate,
+                burstiness,
             )
         )
     return out
@@ -254,9 +282,16 @@ def load_levels(
     groups: dict[tuple, list[LoadRequestRecord]] = defaultdict(list)
     for request in requests:
         if not request.is_warmup:
-            groups[(request.backend, request.prompt_tokens, request.new_tokens, request.concurrency)].append(request)
+            key = (
+                request.backend,
+                request.prompt_tokens,
+                request.new_tokens,
+                request.concurrency,
+                request.request_rate,
+            )
+            groups[key].append(request)
     levels = []
-    for (backend, prompt, new, concurrency), recorded in groups.items():
+    for (backend, prompt, new, concurrency, rate), recorded in groups.items():
         # A round cut by Cancel ran neither its requests nor its wall time to the end: it stays out of
         # every figure (as a cancelled bench run does) and is counted in the notes.
         cut = {r.run_id for r in recorded if r.status == RunStatus.CANCELLED}
@@ -301,9 +336,50 @@ def load_levels(
                 100.0 * good / len(group) if slo.set and group else None,
                 slo.describe() if slo.set else "",
                 notes,
+                *((rate, *_open_loop_figures(group)) if rate is not None else ()),
             )
         )
-    return sorted(levels, key=lambda lv: (lv.prompt_tokens, lv.new_tokens, lv.backend, lv.concurrency))
+    return sorted(
+        levels,
+        key=lambda lv: (
+            lv.prompt_tokens,
+            lv.new_tokens,
+            lv.backend,
+            lv.open_loop,
+            lv.concurrency,
+            lv.request_rate or 0,
+        ),
+    )
+
+
+def _open_loop_figures(group: list[LoadRequestRecord]) -> tuple[float, float | None, float | None, bool | None]:
+    """An open-loop level's burstiness, sent and achieved rates, and whether it saturated, pooled over
+    its rounds: the sum of (requests - 1) over the sum of the spans (sends; completions of the OK ones)."""
+    sent_n = sent_s = done_n = done_s = 0.0
+    by_round: dict[str, list[LoadRequestRecord]] = defaultdict(list)
+    for request in group:
+        by_round[request.run_id].append(request)
+    for requests in by_round.values():
+        sends = sorted(r.start_offset_ms for r in requests if r.start_offset_ms is not None)
+        ends = sorted(
+            r.start_offset_ms + 1000.0 * r.e2e_s
+            for r in requests
+            if r.status == RunStatus.OK and r.start_offset_ms is not None and r.e2e_s is not None
+        )
+        if len(sends) > 1:
+            sent_n, sent_s = sent_n + len(sends) - 1, sent_s + (sends[-1] - sends[0]) / 1000.0
+        if len(ends) > 1:
+            done_n, done_s = done_n + len(ends) - 1, done_s + (ends[-1] - ends[0]) / 1000.0
+    sent = _rate(sent_n, sent_s)
+    achieved = _rate(done_n, done_s)
+    saturated = None if sent is None or achieved is None else achieved < SATURATION_SHARE * sent
+    return group[0].burstiness or 1.0, sent, achieved, saturated
+
+
+def _rate(count: float, span_s: float) -> float | None:
+    if count < 1:
+        return None
+    return count / span_s if span_s > 0 else math.inf
 
 
 def session_levels(
@@ -364,11 +440,8 @@ def levels_by_cell(levels: list[LoadLevel]) -> list[tuple[tuple[int, int], list[
 
 
 def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
-    """The load table's rows (what `bench --concurrency` prints and the Load tab lists)."""
-
-    def f(value: float | None, digits: int = 1) -> str:
-        return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
-
+    """The load table's rows (what `bench --concurrency` prints and the Load tab lists); open-loop
+    levels have their own table (rate_rows)."""
     return [
         [
             lv.backend,
@@ -377,19 +450,97 @@ def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
             str(lv.requests),
             str(lv.failed),
             str(lv.short),
-            f(lv.output_tok_s),
-            f(lv.request_s, 2),
-            f(lv.ttft_p50_ms),
-            f(lv.ttft_p99_ms),
-            f(lv.itl_p50_ms, 2),
-            f(lv.itl_p90_ms, 2),
-            f(lv.itl_p99_ms, 2),
-            f(lv.tpot_p50_ms, 2),
-            f(lv.goodput_req_s, 2),
+            _f(lv.output_tok_s),
+            _f(lv.request_s, 2),
+            _f(lv.ttft_p50_ms),
+            _f(lv.ttft_p99_ms),
+            _f(lv.itl_p50_ms, 2),
+            _f(lv.itl_p90_ms, 2),
+            _f(lv.itl_p99_ms, 2),
+            _f(lv.tpot_p50_ms, 2),
+            _f(lv.goodput_req_s, 2),
             "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%",
         ]
         for lv in levels
+        if not lv.open_loop
     ]
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None or math.isnan(value) else "inf" if math.isinf(value) else f"{value:.{digits}f}"
+
+
+def _offered(rate: float | None) -> str:
+    return "-" if rate is None else "inf" if math.isinf(rate) else f"{rate:.4g}"
+
+
+RATE_HEADERS = [
+    "backend",
+    "offered req/s",
+    "sent req/s",
+    "achieved req/s",
+    "saturated",
+    "requests",
+    "failed",
+    "output tok/s",
+    "TTFT p50 ms",
+    "TTFT p90 ms",
+    "TTFT p99 ms",
+    "ITL p50 ms",
+    "ITL p90 ms",
+    "ITL p99 ms",
+    "TPOT p50 ms",
+    "goodput req/s",
+    "SLO met",
+]
+
+
+def open_loop_levels(levels: Iterable[LoadLevel]) -> list[LoadLevel]:
+    return [lv for lv in levels if lv.open_loop]
+
+
+def rate_rows(levels: list[LoadLevel]) -> list[list[str]]:
+    """The open-loop table's rows (`bench --request-rate`): one per engine and offered rate."""
+    return [
+        [
+            lv.backend,
+            _offered(lv.request_rate),
+            _f(lv.sent_req_s, 2),
+            _f(lv.achieved_req_s, 2),
+            "SATURATED" if lv.saturated else "-" if lv.saturated is None else "no",
+            str(lv.requests),
+            str(lv.failed),
+            _f(lv.output_tok_s),
+            _f(lv.ttft_p50_ms),
+            _f(lv.ttft_p90_ms),
+            _f(lv.ttft_p99_ms),
+            _f(lv.itl_p50_ms, 2),
+            _f(lv.itl_p90_ms, 2),
+            _f(lv.itl_p99_ms, 2),
+            _f(lv.tpot_p50_ms, 2),
+            _f(lv.goodput_req_s, 2),
+            "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%",
+        ]
+        for lv in open_loop_levels(levels)
+    ]
+
+
+def saturation_lines(levels: list[LoadLevel]) -> list[str]:
+    """One plain line per engine whose open-loop levels saturated: the lowest such rate and the most it served."""
+    lines = []
+    for backend in sorted({lv.backend for lv in open_loop_levels(levels)}):
+        mine = [lv for lv in open_loop_levels(levels) if lv.backend == backend]
+        hit = [lv for lv in mine if lv.saturated]
+        if not hit:
+            continue
+        first = min(hit, key=lambda lv: lv.request_rate or 0)
+        served = max((lv.achieved_req_s for lv in mine if lv.achieved_req_s is not None), default=math.nan)
+        lines.append(
+            f"SATURATED: {backend} falls behind from {_offered(first.request_rate)} req/s offered: it completed "
+            f"{_f(first.achieved_req_s, 2)} req/s of {_f(first.sent_req_s, 2)} sent (at most {_f(served, 2)} req/s "
+            f"at any rate); its queue and TTFT (p50 {_f(first.ttft_p50_ms)} ms) grow for as long as the load lasts"
+        )
+    return lines
 
 
 def load_notes(levels: list[LoadLevel], slo: Slo) -> list[str]:
@@ -402,4 +553,20 @@ def load_notes(levels: list[LoadLevel], slo: Slo) -> list[str]:
             "one's end); level 1 is every engine's bench runs; TTFT, TPOT: per request; ITL pooled over "
             "every request's gaps; goodput: " + slo.describe()
         )
-    ] + [f"{lv.backend} at {lv.concurrency}: {lv.notes}" for lv in levels if lv.notes]
+    ] + [
+        f"{lv.backend} at {_offered(lv.request_rate) + ' req/s' if lv.open_loop else lv.concurrency}: {lv.notes}"
+        for lv in levels
+        if lv.notes
+    ]
+
+
+def rate_notes(levels: list[LoadLevel]) -> list[str]:
+    """What the open-loop table's figures are, then the saturation lines."""
+    if not open_loop_levels(levels):
+        return []
+    return [
+        "offered: --request-rate (gamma arrivals of shape --burstiness, mean 1/rate; 1: Poisson); sent: the "
+        "requests' measured send rate; achieved: the rate the server completed them at (first to last "
+        f"completion); saturated: achieved below {SATURATION_SHARE:.0%} of sent (the queue grows; at inf every "
+        "request arrives at once, so every server is, and the achieved rate is its capacity)"
+    ] + saturation_lines(levels)

@@ -87,6 +87,7 @@ _SECTIONS: dict[str, type] = {
     "prefill_roofline": list,
     "settings.backends": list,
     "settings.concurrency": list,
+    "settings.rate": dict,
 }
 # sections whose every member is an object: an engine's facts, a roofline curve (the figures read their keys)
 _OBJECT_MEMBERS = ("engines", "prefill_roofline")

@@ -12,6 +12,7 @@ from ..errors import UsageError
 from ..results.load import Slo
 from ..sampling import SamplingParams
 from ..worker.timeouts import Timeouts
+from .arrivals import RateSpec
 
 Mode = Literal["fair", "race"]
 MAX_CONCURRENCY = 256  # vLLM's default max_num_seqs
@@ -34,6 +35,7 @@ class BenchConfig:
     engine_options: dict[str, EngineSettings] = field(default_factory=dict)  # per backend: its typed settings
     cold: bool = False  # evict the weights and each engine's artefact files from the page cache before it starts
     concurrency: tuple[int, ...] = ()  # load levels for server engines (bench runs are level 1)
+    rate: RateSpec = field(default_factory=RateSpec)  # open-loop levels for server engines (--request-rate)
     slo_ttft_ms: float | None = None  # goodput: a request is good when its TTFT <= this ...
     slo_itl_ms: float | None = None  # ... and its TPOT (mean inter-token latency) <= this
     # time the null engine afterwards (environment.json "harness"); bench and Run set it
@@ -69,6 +71,9 @@ class BenchConfig:
             raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeouts.token_s}")
         if self.concurrency and self.mode == "race":
             raise UsageError("--concurrency needs fair mode (a race already runs every engine at once)")
+        self.rate.validate()
+        if self.rate.set and self.mode == "race":
+            raise UsageError("--request-rate needs fair mode (a race already runs every engine at once)")
         self.sampling.validate()
         return self
 
@@ -84,9 +89,10 @@ class BenchConfig:
 
     def as_dict(self) -> dict:
         """Settings for environment.json; secrets (API keys) are never written."""
-        data = asdict(replace(self, engine_options={}))  # asdict would copy the secrets too
+        data = asdict(replace(self, engine_options={}, rate=RateSpec()))  # asdict would copy the secrets too
         data["backends"] = list(self.backends)
         data["concurrency"] = list(self.concurrency)
+        data["rate"] = self.rate.record()
         data["engine_options"] = {name: opts.record() for name, opts in self.engine_options.items()}
         return data
 

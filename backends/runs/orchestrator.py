@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import psutil
 
 from ..engine import EngineOptions
-from ..results.load import LoadRequestRecord, request_records
+from ..results.load import LoadRequestRecord, load_levels, request_records
 from ..results.records import RunRecord, TokenRecord
 from ..storage import page_cache
 from ..worker.events import (
@@ -37,6 +37,7 @@ from ..worker.outcomes import RunOutcome, ScoreOutcome
 from ..worker.process import Worker, WorkerError
 from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
+from .arrivals import RateMode, arrival_offsets_ms, rate_label, sweep_rates
 from .config import BenchConfig, Cell
 from .events import EventSink, LoadRecorded, RunRecorded
 from .preparation import engine_specs
@@ -181,13 +182,63 @@ class Orchestrator:
                         return
                     if self.usable(name):
                         self.run_load(name, level, repeat, False, cell)
+        if self.config.rate.set:
+            for name in servers:
+                self.run_rate_levels(name, cell)
 
-    def run_load(self, name: str, concurrency: int, repeat: int, is_warmup: bool, cell: Cell) -> None:
-        """One round: `concurrency` requests at once; a record per request."""
+    def run_rate_levels(self, name: str, cell: Cell) -> None:
+        """The open-loop levels of one server engine (`--request-rate`), in rising order: one round of
+        `--rate-requests` requests per rate, after one warm-up request (with --warmup). A sweep's rates
+        are multiples of the engine's batch-1 rate (1 / its level-1 median end-to-end time), up to
+        the first one it does not keep up with."""
+        spec = self.config.rate
+        if spec.mode == RateMode.SWEEP:
+            rates = sweep_rates(self._batch1_e2e_s(name, cell))
+        else:
+            rates = spec.rates
+        if self.config.warmup and not self.cancelled and self.usable(name):
+            self.run_load(name, 0, 1, True, cell, rate=rates[0], arrivals_ms=(0.0,))
+        for rate in rates:
+            if self.cancelled or not self.usable(name):
+                return
+            arrivals = arrival_offsets_ms(rate, spec.requests, spec.burstiness, self.config.sampling.seed)
+            records = self.run_load(name, 0, 1, False, cell, rate=rate, arrivals_ms=arrivals)
+            levels = load_levels(records)
+            if spec.mode == RateMode.SWEEP and any(lv.saturated for lv in levels):
+                return
+
+    def _batch1_e2e_s(self, name: str, cell: Cell) -> float:
+        """The engine's median end-to-end time of its measured runs of `cell` (nan without one)."""
+        assert self._result is not None
+        times = sorted(
+            r.e2e_s
+            for r in self._result.runs
+            if r.backend == name
+            and not r.is_warmup
+            and r.e2e_s is not None
+            and (r.prompt_tokens, r.new_tokens) == cell.key
+        )
+        return times[len(times) // 2] if times else float("nan")
+
+    def run_load(
+        self,
+        name: str,
+        concurrency: int,
+        repeat: int,
+        is_warmup: bool,
+        cell: Cell,
+        rate: float | None = None,
+        arrivals_ms: tuple[float, ...] = (),
+    ) -> list[LoadRequestRecord]:
+        """One round: `concurrency` requests at once, or (an open-loop level) one request per arrival
+        of `arrivals_ms` at offered `rate`; a record per request."""
         worker = self._workers[name]
         tag = f"{cell.tag}/" if cell.tag else ""
-        run_id = f"{name}/{tag}c{concurrency}/{'w' if is_warmup else 'r'}{repeat}"
-        request = LoadRequest(run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling, concurrency)
+        level = f"c{concurrency}" if rate is None else f"rate{rate_label(rate)}"
+        run_id = f"{name}/{tag}{level}/{'w' if is_warmup else 'r'}{repeat}"
+        request = LoadRequest(
+            run_id, cell.prompt_ids, cell.new_tokens, self.config.sampling, concurrency or len(arrivals_ms), arrivals_ms
+        )
         self.emit(
             BackendEvent(name, request, RunContext(repeat, is_warmup, cell.tag, len(cell.prompt_ids), cell.new_tokens))
         )
@@ -211,8 +262,12 @@ class Orchestrator:
             "" if done else outcome.error,
             bool(done and done.cancelled),
             outcome.failure_status,
+            rate,
+            None if rate is None else self.config.rate.burstiness,
+            len(arrivals_ms) if rate is not None else None,
         )
         self._add_load(records)
+        return records
 
     def run_race(self, cell: Cell) -> None:
         """Every engine at once, for the spectacle; records are flagged concurrent."""

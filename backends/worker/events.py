@@ -79,13 +79,15 @@ class LogitsRequest:
 @message
 class LoadRequest:
     """`concurrency` streams of one prompt at once (a server engine only), each with its own random
-    prefix (no prefix-cache hits) and the same lengths."""
+    prefix (no prefix-cache hits) and the same lengths. With `arrivals_ms` (an open-loop level of
+    `--request-rate`), stream i is sent `arrivals_ms[i]` after the first instead (one stream each)."""
 
     run_id: str
     prompt_ids: tuple[int, ...]
     new_tokens: int
     sampling: SamplingParams
     concurrency: int
+    arrivals_ms: tuple[float, ...] = ()
 
 
 @message

@@ -3,7 +3,10 @@
 Each stream runs `Engine.stream` on its own thread (the engine's client is thread-safe; the
 server does the batching) and stamps each token with `perf_counter_ns` as it arrives, as a
 single run does. Every stream gets a fresh random prefix of the same length, so no request is a
-prefix-cache hit. A failing stream records its error and the others go on. The server's own
+prefix-cache hit. An open-loop level (`request.arrivals_ms`) sends stream i at its arrival time
+after the first, whether or not the earlier ones have finished (no cap on how many are in flight,
+as vLLM's `bench serve` without --max-concurrency); its TTFT counts from that send. A failing
+stream records its error and the others go on. The server's own
 /metrics are read before the first request and after the last token, outside every timed span
 (the engine is told the streams share the server, so it reads no per-run counters meanwhile).
 """
@@ -47,15 +50,21 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadReque
     if not engine.capabilities.serves_concurrently:
         conn.send(Failed(f"{engine.name} serves one sequence at a time: it has no load runs", "", request.run_id))
         return
-    streams = [_Stream(i) for i in range(request.concurrency)]
+    arrivals_ns = [round(ms * 1e6) for ms in request.arrivals_ms] or [0] * request.concurrency
+    streams = [_Stream(i) for i in range(len(arrivals_ns))]
     before = engine.server_metrics() if isinstance(engine, ServerEngine) else None
     go = threading.Event()
+    origin = [0]  # the level's first send, set before `go`
 
     def run(stream: _Stream) -> None:
         ids = unique_prefix(list(request.prompt_ids), vocab_size)
         # each stream its own seed: sampled streams must not be copies of each other
         sampler = Sampler(dataclasses.replace(request.sampling, seed=request.sampling.seed + stream.index))
         go.wait()
+        due_ns = origin[0] + arrivals_ns[stream.index]
+        # sleep most of the wait, then the last ms on the clock: a send on time within ~0.1 ms
+        while (left := due_ns - time.perf_counter_ns()) > 0 and not cancel.is_set():
+            time.sleep(max(left - 1_000_000, 0) / 1e9 if left > 1_000_000 else 0)
         stream.started_ns = time.perf_counter_ns()
         try:
             for token in engine.stream(ids, request.new_tokens, sampler, cancel):
@@ -74,7 +83,7 @@ def serve_load(conn, cancel: threading.Event, engine: Engine, request: LoadReque
     try:
         for thread in threads:
             thread.start()
-        started = time.perf_counter_ns()
+        started = origin[0] = time.perf_counter_ns()
         go.set()
         while True:
             alive = [t for t in threads if t.is_alive()]

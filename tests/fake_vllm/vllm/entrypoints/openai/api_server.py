@@ -11,7 +11,9 @@ server's and its helper's pids to that file; FAKE_VLLM_SCRAPES=path appends, for
 how many requests were still streaming tokens then; FAKE_VLLM_STAGGER_MS=m holds the k-th request
 (k mod 4) x m ms before its first step, so that streams sent together end apart;
 FAKE_VLLM_STALL_FROM=k answers the k-th completion and every later one with headers and no token;
-FAKE_VLLM_ARGV=path appends the server's command-line arguments to that file (a JSON list a line).
+FAKE_VLLM_ARGV=path appends the server's command-line arguments to that file (a JSON list a line);
+FAKE_VLLM_MAX_SEQS=k steps at most k requests at once (first come, first served; the others wait:
+1 is a batch-1 server).
 --dtype takes vLLM's own choices and refuses any other, as vLLM's parser does.
 With --speculative-config (vLLM's JSON; method "ngram" only, as the app passes it) each step after
 a request's first grants num_speculative_tokens + 1 tokens, sent as one event with all their ids (as vLLM streams a
@@ -35,6 +37,7 @@ FAIL_REQUEST = int(os.environ.get("FAKE_VLLM_FAIL_REQUEST", "0"))
 SCRAPES = os.environ.get("FAKE_VLLM_SCRAPES")
 STAGGER_MS = float(os.environ.get("FAKE_VLLM_STAGGER_MS", "0"))
 STALL_FROM = int(os.environ.get("FAKE_VLLM_STALL_FROM", "0"))
+MAX_SEQS = int(os.environ.get("FAKE_VLLM_MAX_SEQS", "0")) or None
 
 
 class Scheduler:
@@ -65,10 +68,10 @@ class Scheduler:
             with self.cond:
                 while not self.active:
                     self.cond.wait()
-                count = len(self.active)
+                count = len(list(self.active)[:MAX_SEQS])
             time.sleep((STEP_MS + PER_SEQ_MS * count) / 1000)
             with self.cond:
-                for rid in self.active:
+                for rid in list(self.active)[:MAX_SEQS]:
                     step = self.per_step if self.active[rid] else 1  # a request's first step is its prefill's
                     self.active[rid] += step
                     if step > 1:
