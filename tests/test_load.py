@@ -306,6 +306,7 @@ def test_a_server_asked_for_level_1_only_is_a_server():
     from whistle_stop.backends.cli.load_table import print_load
     from whistle_stop.backends.results.load import session_levels
     from whistle_stop.backends.results.records import TokenRecord
+    from whistle_stop.backends.runs.arrivals import RateSpec
 
     from .run_records import run_record
 
@@ -318,7 +319,7 @@ def test_a_server_asked_for_level_1_only_is_a_server():
     kinds = {lv.backend: lv.kind for lv in session_levels(runs, tokens, [])}
     assert kinds == {"remote": "server", "numpy": "batch 1"}
     console = Console(record=True, width=400)
-    config = SimpleNamespace(slo=Slo(), concurrency=(1,))
+    config = SimpleNamespace(slo=Slo(), concurrency=(1,), rate=RateSpec())
     print_load(SimpleNamespace(config=config, runs=runs, tokens=tokens, load=[]), console)
     assert "no engine served concurrently" not in console.export_text()
 
