@@ -131,17 +131,7 @@ class SweepSession:
 
     def _run_cells(self, result: BenchResult, cells: list[Cell]) -> None:
         loaded = self._orchestrator.load(cells[0])  # load once for the whole sweep (warmed up on the first cell)
-        for name in self.config.backends:
-            ready = self._orchestrator.ready(name)
-            if ready is not None:
-                self._engines[name] = {
-                    "dtype": ready.dtype,
-                    "weight_bytes_per_token": ready.weight_bytes_per_token,
-                    "device": ready.device,
-                    "precision": self._orchestrator.specs[name].precision,
-                    "kv_bytes_per_position": ready.kv_bytes_per_position,
-                    "prefill_arithmetic": ready.prefill_arithmetic,
-                }
+        self._engines.update(self._orchestrator.engine_facts())
         if self.measure_bandwidth and any(on_gpu(str(e.get("device") or "cpu")) for e in self._engines.values()):
             self._probe_gpu()
         if not loaded:
