@@ -96,6 +96,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="write one results folder as a Markdown page (environment, command, verdict, summary "
         "table) for docs/measurements/",
     )
+    report.add_argument(
+        "--baseline",
+        type=_folder_list,
+        metavar="DIR[,DIR...]",
+        help="add a comparison section: the folders' engines against this baseline (as `compare BASELINE FOLDERS`)",
+    )
+    compare = sub.add_parser("compare", help="did it get faster or slower: NEW against BASE, with intervals")
+    compare.add_argument("base", type=_folder_list, help="the baseline results folder (several: comma-separated)")
+    compare.add_argument("new", type=_folder_list, help="the results folder to judge (several: comma-separated)")
+    compare.add_argument(
+        "--allow-different",
+        action="store_true",
+        help="compare even when the runs' settings differ (model, prompt, new tokens, sampling, threads)",
+    )
+    compare.add_argument(
+        "--fail-if-slower",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when an engine's ms/token is higher by more than PCT percent with confidence (a CI gate)",
+    )
+    output = compare.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    output.add_argument("--markdown", action="store_true", help="print the comparison as Markdown")
     serve = sub.add_parser("serve", help="serve one engine behind an OpenAI-compatible completions API")
     add_serve_arguments(serve)
     return parser
@@ -150,6 +173,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "restarted (default: 120 for a token, 900 for a load)",
     )
     add_engine_flags(p)
+
+
+def _folder_list(text: str) -> list[Path]:
+    """'a/,b/' -> [Path('a'), Path('b')]: one side of a comparison may pool several folders."""
+    folders = [Path(part) for part in text.split(",") if part.strip()]
+    if not folders:
+        raise argparse.ArgumentTypeError("no folder given")
+    return folders
 
 
 def _int_list(text: str) -> list[int]:
