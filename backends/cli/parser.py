@@ -175,6 +175,15 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p)
 
 
+def _repeats(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number or auto, not {text!r}") from None
+
+
 def _folder_list(text: str) -> list[Path]:
     """'a/,b/' -> [Path('a'), Path('b')]: one side of a comparison may pool several folders."""
     folders = [Path(part) for part in text.split(",") if part.strip()]
@@ -254,7 +263,27 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--top-k", type=int, default=0, help="0: no limit (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=1.0, help="default: %(default)s")
     p.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    p.add_argument("--repeats", type=int, default=3, help="measured runs per engine (default: %(default)s)")
+    p.add_argument(
+        "--repeats",
+        type=_repeats,
+        default=3,
+        help="measured runs per engine, or auto: rounds until every engine's median interval is narrower than "
+        "--target-width (default: %(default)s)",
+    )
+    p.add_argument(
+        "--target-width",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="--repeats auto: the median interval's width to reach, %% of the median (default: %(default)s)",
+    )
+    p.add_argument("--max-repeats", type=int, default=40, help="--repeats auto: the most rounds (default: %(default)s)")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=10.0,
+        help="--repeats auto: stop the measured rounds after this long (default: %(default)s)",
+    )
     p.add_argument(
         "--warmup", type=int, default=1, help="warm-up runs per engine, recorded, not summarised (default: %(default)s)"
     )

@@ -123,5 +123,10 @@ class BenchSession:
         self._orchestrator.cancel()
 
     @property
+    def adaptive_lines(self) -> list[str]:
+        """--repeats auto: the rounds it ran, why it stopped, each engine's repeats and width."""
+        return self._orchestrator.adaptive_lines
+
+    @property
     def reference(self) -> str:
         return self.config.reference_backend

@@ -23,6 +23,8 @@ from ..machine.energy import EnergyMeter, NvmlMeter, RaplMeter
 from ..machine.telemetry import MachineProbe
 from ..results.load import LoadRequestRecord, request_records
 from ..results.records import RunRecord, TokenRecord
+from ..results.sequential import SequentialRule
+from ..results.summary import is_measured
 from ..storage import page_cache
 from ..worker.events import (
     BackendEvent,
@@ -40,6 +42,7 @@ from ..worker.outcomes import RunOutcome, ScoreOutcome
 from ..worker.process import Worker, WorkerError
 from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
+from .adaptive import run_until_sure
 from .config import BenchConfig, Cell
 from .events import EventSink, LoadRecorded, RunRecorded
 from .preparation import engine_specs
@@ -108,6 +111,8 @@ class Orchestrator:
         self._records: RecordContext | None = None
         self._page_state: dict[str, page_cache.StartState] = {}  # per engine: the page cache its worker started with
         self._machine = MachineProbe()
+        self.adaptive: dict = {}  # environment.json's adaptive_repeats, after --repeats auto
+        self.adaptive_lines: list[str] = []  # the same, as the lines bench prints
         self._meters: dict[str, RaplMeter | NvmlMeter] = {}
 
     @contextmanager
@@ -161,13 +166,39 @@ class Orchestrator:
         return True
 
     def run_repeats(self, cell: Cell) -> None:
-        """The measured repeats of `cell`, interleaved in the fair order."""
+        """The measured repeats of `cell`, interleaved in the fair order (--repeats auto: until sure)."""
+        if self.config.repeats_auto:
+            self.run_until_sure(cell)
+            return
         for repeat in range(1, self.config.repeats + 1):
-            for name in fair_order(self.config.backends, repeat):
-                if self.cancelled:
-                    return
-                if self.usable(name):
-                    self.run_once(name, repeat, False, cell)
+            if not self.run_round(cell, repeat):
+                return
+
+    def run_round(self, cell: Cell, repeat: int) -> bool:
+        """One round of the fair order; False when a cancel stopped it."""
+        for name in fair_order(self.config.backends, repeat):
+            if self.cancelled:
+                return False
+            if self.usable(name):
+                self.run_once(name, repeat, False, cell)
+        return not self.cancelled
+
+    def run_until_sure(self, cell: Cell) -> None:
+        """--repeats auto: rounds until every engine's median ms/token interval is narrow enough (runs/adaptive.py)."""
+        rule = SequentialRule(self.config.target_width_pct, self.config.repeats)
+
+        def values() -> dict[str, list[float]]:
+            with self._lock:
+                runs = [r for r in self._result.runs if is_measured(r) and r.prompt_tokens == len(cell.prompt_ids)]
+            return {
+                name: [r.ms_per_token for r in runs if r.backend == name and r.ms_per_token is not None]
+                for name in self.config.backends
+                if self.usable(name)
+            }
+
+        outcome = run_until_sure(rule, self.config.max_minutes, lambda repeat: self.run_round(cell, repeat), values)
+        self.adaptive = outcome.as_dict()
+        self.adaptive_lines = outcome.lines()
 
     def run_load_levels(self, cell: Cell) -> None:
         """The load levels above 1 (`config.concurrency`) of every engine that serves concurrently,
