@@ -141,3 +141,11 @@ def test_a_busy_run_is_a_caveat(tmp_path):
     new = _folder(tmp_path / "b", {"hf": _noisy(2.0)})
     c = compare_folders([base], [new])
     assert any(text.startswith("BASE: the machine was busy") and "steal 9.0%" in text for text in c.caveats)
+
+
+def test_the_html_report_gets_a_section_against_its_baseline(tmp_path):
+    base = _folder(tmp_path / "a", {"hf": _noisy(2.0)})
+    new = _folder(tmp_path / "b", {"hf": _noisy(2.6, seed=1)})
+    assert main(["report", str(new), "--baseline", str(base), "--out", str(tmp_path / "r")]) == 0
+    page = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    assert "Against the baseline" in page and "slower" in page
