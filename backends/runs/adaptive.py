@@ -43,11 +43,11 @@ class AdaptiveOutcome:
         )
         out = [head]
         for name, w in self.widths.items():
-            out.append(
-                f"  {name}: {w.runs} repeats, median interval {w.width_pct:.1f}% of its median"
-                if w
-                else f"  {name}: no interval (fewer than 2 measured runs)"
-            )
+            if w is None:
+                out.append(f"  {name}: no interval (fewer than 2 measured runs)")
+                continue
+            short = "" if w.width_pct < self.rule.target_width_pct else " (target not reached)"
+            out.append(f"  {name}: {w.runs} repeats, median interval {w.width_pct:.1f}% of its median{short}")
         return out
 
 
