@@ -126,3 +126,19 @@ def test_nvml_without_a_driver_says_why():
 
     energy = EnergyMeter(NvmlMeter(Broken([0]))).stop()
     assert energy.joules is None and "NVML Shared Library Not Found" in energy.absent
+
+
+def test_a_flagged_run_is_a_caveat_of_the_verdict_and_its_readings_are_recorded():
+    from tests.run_records import run_record
+    from whistle_stop.backends.machine.energy import Energy
+    from whistle_stop.backends.machine.telemetry import MachineState
+    from whistle_stop.backends.results.verdict import CaveatKind, verdict
+    from whistle_stop.backends.runs.recording import note_machine
+
+    runs = [run_record(name, r) for r in range(1, 4) for name in ("hf", "numpy")]
+    note_machine(runs[2], MachineState(9.0, 2400.0, 1.0, 0.7), Energy(None, "", "no powercap"))
+    assert runs[2].machine_flag == "steal 9.0% > 5%" and runs[2].clock_mhz == 2400.0
+    assert runs[2].energy_j is None and runs[2].energy_absent == "no powercap"
+    caveat = verdict(runs, reference="hf").caveat(CaveatKind.BUSY_MACHINE)
+    assert caveat is not None and "hf/r2 (steal 9.0% > 5%)" in caveat.text
+    assert verdict(runs[:2] + runs[3:], reference="hf").caveat(CaveatKind.BUSY_MACHINE) is None
