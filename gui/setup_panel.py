@@ -397,6 +397,9 @@ class SetupPanel(QWidget):
             "warmup": self.warmup.value(),
             "mode": self.mode(),
             "cold": self.cold.isChecked(),
+            "until_sure": self.until_sure.isChecked(),
+            "target_width": self.target_width.value(),
+            "max_minutes": self.max_minutes.value(),
             **{name: form.params() for name, form in self.option_forms.items()},
         }
 
@@ -425,7 +428,12 @@ class SetupPanel(QWidget):
         ]:
             if get(key, int) is not None:
                 set_clamped(box, params[key])
-        for key, box in [("temperature", self.temperature), ("top_p", self.top_p)]:
+        for key, box in [
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("target_width", self.target_width),
+            ("max_minutes", self.max_minutes),
+        ]:
             if get(key, (int, float)) is not None:
                 box.setValue(float(params[key]))
         if params.get("decoding") in ("greedy", "sample"):
@@ -434,6 +442,7 @@ class SetupPanel(QWidget):
             self.prompt.setPlainText(params["prompt"])
         (self.race if params.get("mode") == "race" else self.fair).setChecked(True)
         self.cold.setChecked(params.get("cold") is True)
+        self.until_sure.setChecked(params.get("until_sure") is True)
         for name, form in self.option_forms.items():
             form.set_params(params.get(name))
         self._count_tokens()
