@@ -21,6 +21,7 @@ from ..results.environment import collect_environment
 from ..results.export import write_results
 from ..results.gpu_bandwidth import measure_gpu_bandwidth
 from ..results.gpu_compute_peak import measure_gpu_peaks
+from ..results.machine_state import machine_state_section
 from ..results.roofline_curves import ENVIRONMENT_KEY, prefill_curves
 from ..sources.model_files import resolve_model
 from .config import BenchConfig, Cell
@@ -222,6 +223,7 @@ class SweepSession:
             **({"gpu_bandwidth": self.gpu_bandwidth.as_dict()} if self.gpu_bandwidth else {}),
             **({"gpu_compute_peaks": self.gpu_peaks.as_dict()} if self.gpu_peaks else {}),
             ENVIRONMENT_KEY: self._curves(plan),
+            "machine_state": machine_state_section(result.runs),
             "cancelled": self._orchestrator.cancelled,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
