@@ -149,3 +149,14 @@ def test_the_html_report_gets_a_section_against_its_baseline(tmp_path):
     assert main(["report", str(new), "--baseline", str(base), "--out", str(tmp_path / "r")]) == 0
     page = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
     assert "Against the baseline" in page and "slower" in page
+
+
+def test_cold_start_counts_each_worker_once_warm_up_or_not(tmp_path):
+    def folder(name, cold):
+        runs = [run_record("hf", 0, is_warmup=True, cold_start_s=cold)] + [run_record("hf", r) for r in (1, 2, 3)]
+        write_results(tmp_path / name, runs, [], {"settings": {"threads": 0}})
+        return tmp_path / name
+
+    c = compare_folders([folder("a", 1.0)], [folder("b", 2.0)])
+    row = next(r for r in c.rows if r.metric == "cold_start_s")
+    assert row.shift.ratio == pytest.approx(2.0) and row.verdict.startswith("not distinguishable (too few runs")

@@ -20,6 +20,7 @@ from ..results.records import RunRecord
 from ..results.shift import CONFIDENCE, Shift, hodges_lehmann
 from ..results.slow_rounds import slow_rounds
 from ..results.summary import is_measured
+from ..status import RunStatus
 from .environment_diff import environment_differences, split_differences
 
 # (record field, label, unit, word when NEW is higher, word when lower)
@@ -29,6 +30,7 @@ METRICS: tuple[tuple[str, str, str, str, str], ...] = (
     ("peak_rss_mb", "peak RSS", "MB", "larger", "smaller"),
     ("cold_start_s", "cold start", "s", "slower", "faster"),
 )
+PER_WORKER = ("cold_start_s",)  # figures of a worker, not of a run: one sample per folder and engine
 GATE_METRIC = "ms_per_token"  # what --fail-if-slower judges: the figure every view ranks by
 SAME = "not distinguishable"
 # What must match for a comparison to mean anything: (label, record field or environment key)
@@ -60,7 +62,10 @@ class Side:
         return list(dict.fromkeys(r.backend for r in self.runs if is_measured(r)))
 
     def values(self, engine: str, metric: str) -> list[float]:
-        runs = [r for r in self.runs if r.backend == engine and is_measured(r)]
+        if metric in PER_WORKER:  # one per worker, on its first run: usually a warm-up
+            runs = [r for r in self.runs if r.backend == engine and r.status == RunStatus.OK]
+        else:
+            runs = [r for r in self.runs if r.backend == engine and is_measured(r)]
         return [v for r in runs if (v := getattr(r, metric)) is not None]
 
     def settings(self) -> dict[str, set[str]]:
