@@ -31,6 +31,7 @@ class ActionSlots(Protocol):
     def copy_markdown(self) -> str: ...
     def export_report(self) -> object: ...
     def compare_folders(self) -> object: ...
+    def compare_sessions(self) -> object: ...
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Actions:
     copy_markdown: QAction
     export_report: QAction
     compare: QAction
+    compare_sessions: QAction
     quit: QAction
     replay_speed: QComboBox
     view_menu: QMenu  # the window adds its docks' toggles
@@ -158,6 +160,14 @@ def build_actions(window: QMainWindow, slots: ActionSlots) -> Actions:
             None,
             "Build a comparison report of two or more results folders and open it",
         ),
+        compare_sessions=_action(
+            window,
+            "Compare sessions…",
+            "open",
+            slots.compare_sessions,
+            None,
+            "Did it get faster or slower: NEW results folders against BASE, with intervals",
+        ),
         quit=_action(window, "Quit", "", window.close, QKeySequence.StandardKey.Quit),
         replay_speed=speed,
         view_menu=QMenu("&View", window),
@@ -174,6 +184,7 @@ def build_actions(window: QMainWindow, slots: ActionSlots) -> Actions:
         None,
         actions.export_report,
         actions.compare,
+        actions.compare_sessions,
         None,
         actions.quit,
     ):

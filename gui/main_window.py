@@ -18,6 +18,7 @@ from . import gc_guard
 from .actions import REPLAY_SPEEDS, build_actions
 from .bench_controller import RACE_WARNING, BenchController
 from .charts import HistogramChart, LatencyChart, RaceChart
+from .compare_dialog import CompareSessionsDialog
 from .job_manager import JobKind, JobManager
 from .live import LiveView
 from .load_tab import LoadTab
@@ -298,6 +299,12 @@ class MainWindow(QMainWindow):
 
     def compare_folders(self, folders: list[Path] | None = None, out: Path | None = None) -> Path | None:
         return self.reports.compare_folders(folders, out)
+
+    def compare_sessions(self) -> CompareSessionsDialog:
+        """File > Compare sessions…: `compare`'s table for BASE and NEW folders (non-modal)."""
+        dialog = CompareSessionsDialog(self.store.last_folder(), self)
+        dialog.show()
+        return dialog
 
     # --- preferences and closing --------------------------------------------------------------
     def _restore(self) -> None:

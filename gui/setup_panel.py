@@ -194,6 +194,23 @@ class SetupPanel(QWidget):
         self.seed = spin(0, 2**31 - 1, 0, "sampler seed")
         self.repeats = spin(1, 50, 3, "measured runs per engine")
         self.warmup = spin(0, 10, 1, "warm-up runs per engine, recorded but not summarised")
+        # --repeats auto: rounds until every engine's median interval is narrow enough; Repeats is then the most
+        self.until_sure = QCheckBox("until sure")
+        self.until_sure.setToolTip(
+            "repeat rounds until every engine's median ms/token interval is narrower than the width "
+            "(at most Repeats rounds and the minutes); its level holds although the data choose the stop"
+        )
+        self.target_width = dspin(0.5, 50.0, 5.0, 0.5, "the median interval's width to reach, % of the median")
+        self.target_width.setSuffix(" %")
+        self.max_minutes = dspin(0.5, 600.0, 10.0, 1.0, "stop the measured rounds after this many minutes")
+        self.max_minutes.setSuffix(" min")
+        repeats_row = QWidget()
+        row = QHBoxLayout(repeats_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.repeats, self.until_sure, self.target_width, self.max_minutes):
+            row.addWidget(widget)
+        self.until_sure.toggled.connect(self._on_until_sure)
+        self._on_until_sure(False)
         for label, widget in [
             ("Max new tokens", self.new_tokens),
             ("Decoding", self.decoding),
@@ -201,7 +218,7 @@ class SetupPanel(QWidget):
             ("Top-k", self.top_k),
             ("Top-p", self.top_p),
             ("Seed", self.seed),
-            ("Repeats", self.repeats),
+            ("Repeats", repeats_row),
             ("Warm-up runs", self.warmup),
         ]:
             form.addRow(label, widget)
@@ -253,6 +270,14 @@ class SetupPanel(QWidget):
             self.seed.value(),
         )
 
+    def _on_until_sure(self, on: bool) -> None:
+        self.target_width.setEnabled(on)
+        self.max_minutes.setEnabled(on)
+        self.repeats.setToolTip("the most rounds (until sure)" if on else "measured runs per engine")
+        if on and self.repeats.value() < 8:
+            self.repeats.setValue(40)  # the rule's first look needs 8 rounds
+        self._changed()
+
     def config(self) -> BenchConfig:
         engines = tuple(self.selected_engines())
         options = {name: form.settings() for name, form in self.option_forms.items() if name in engines}
@@ -263,6 +288,9 @@ class SetupPanel(QWidget):
             new_tokens=self.new_tokens.value(),
             sampling=self.sampling(),
             repeats=self.repeats.value(),
+            repeats_auto=self.until_sure.isChecked(),
+            target_width_pct=self.target_width.value(),
+            max_minutes=self.max_minutes.value(),
             warmup=self.warmup.value(),
             threads=self.threads.value(),
             mode=self.mode(),
@@ -341,6 +369,7 @@ class SetupPanel(QWidget):
             self.temperature,
             self.seed,
             self.repeats,
+            self.until_sure,
             self.warmup,
             self.fair,
             self.race,
@@ -368,6 +397,9 @@ class SetupPanel(QWidget):
             "warmup": self.warmup.value(),
             "mode": self.mode(),
             "cold": self.cold.isChecked(),
+            "until_sure": self.until_sure.isChecked(),
+            "target_width": self.target_width.value(),
+            "max_minutes": self.max_minutes.value(),
             **{name: form.params() for name, form in self.option_forms.items()},
         }
 
@@ -396,7 +428,12 @@ class SetupPanel(QWidget):
         ]:
             if get(key, int) is not None:
                 set_clamped(box, params[key])
-        for key, box in [("temperature", self.temperature), ("top_p", self.top_p)]:
+        for key, box in [
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("target_width", self.target_width),
+            ("max_minutes", self.max_minutes),
+        ]:
             if get(key, (int, float)) is not None:
                 box.setValue(float(params[key]))
         if params.get("decoding") in ("greedy", "sample"):
@@ -405,6 +442,7 @@ class SetupPanel(QWidget):
             self.prompt.setPlainText(params["prompt"])
         (self.race if params.get("mode") == "race" else self.fair).setChecked(True)
         self.cold.setChecked(params.get("cold") is True)
+        self.until_sure.setChecked(params.get("until_sure") is True)
         for name, form in self.option_forms.items():
             form.set_params(params.get(name))
         self._count_tokens()

@@ -47,6 +47,7 @@ CONDITIONAL = {
     ("gpu_bandwidth",): "a sweep with a CUDA engine",
     ("gpu_compute_peaks",): "a sweep or profile with a CUDA engine",
     ("harness", "error"): "a calibration that failed",
+    ("adaptive_repeats",): "bench --repeats auto",
 }
 FILE_NAME = re.compile(r"[\w<>.-]+\.(?:csv|json|png|html)")
 

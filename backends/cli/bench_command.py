@@ -59,6 +59,8 @@ def bench_command(args: argparse.Namespace) -> int:
     result = in_thread(lambda: session.run(model, prompt_ids), session, err)
     paths = write_results(out, result.runs, result.tokens, result.environment, load=result.load, slo=config.slo)
     print_summary(result, stdout_console())
+    for line in session.adaptive_lines:
+        stdout_console().print(line, markup=False, highlight=False, soft_wrap=True)
     if config.concurrency or config.rate.set:
         print_load(result, stdout_console())
     if getattr(args, "serve_cold_start", False) and not result.cancelled:

@@ -54,6 +54,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     for name in backends:
         registry.get(name)  # unknown names fail here, listing the known ones
     backends = engines_with_preset(getattr(args, "preset", None), backends, args.reference)
+    auto = args.repeats == "auto"
+    if auto and getattr(args, "command", "bench") != "bench":
+        raise UsageError("--repeats auto is bench's (its rounds are one cell's); give a number of repeats")
     sampling = SamplingParams(args.decoding, args.temperature, args.top_k, args.top_p, args.seed)
     return BenchConfig(
         model=args.model,
@@ -62,7 +65,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         prompt_tokens=args.prompt_tokens,
         new_tokens=args.new_tokens,
         sampling=sampling,
-        repeats=args.repeats,
+        repeats=getattr(args, "max_repeats", 40) if auto else args.repeats,
+        repeats_auto=auto,
+        target_width_pct=getattr(args, "target_width", 5.0),
+        max_minutes=getattr(args, "max_minutes", 10.0),
         warmup=args.warmup,
         threads=args.threads,
         mode=getattr(args, "mode", "fair"),

@@ -1,4 +1,5 @@
-"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `profile`, `report`, `serve`.
+"""The command line: `gui` (default), `backends`, `bench`, `sweep`, `quality`, `profile`, `report`, `compare`,
+`serve`.
 
 Each command's module is imported only when that command runs, so `main.py backends` does
 not pay for the benchmark machinery.
@@ -59,6 +60,12 @@ def _report(args: argparse.Namespace) -> int:
     return report_command(args)
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from .compare_command import compare_command
+
+    return compare_command(args)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .serve_command import serve_command
 
@@ -73,6 +80,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "quality": _quality,
     "profile": _profile,
     "report": _report,
+    "compare": _compare,
     "serve": _serve,
 }
 

@@ -96,6 +96,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="write one results folder as a Markdown page (environment, command, verdict, summary "
         "table) for docs/measurements/",
     )
+    report.add_argument(
+        "--baseline",
+        type=_folder_list,
+        metavar="DIR[,DIR...]",
+        help="add a comparison section: the folders' engines against this baseline (as `compare BASELINE FOLDERS`)",
+    )
+    compare = sub.add_parser("compare", help="did it get faster or slower: NEW against BASE, with intervals")
+    compare.add_argument("base", type=_folder_list, help="the baseline results folder (several: comma-separated)")
+    compare.add_argument("new", type=_folder_list, help="the results folder to judge (several: comma-separated)")
+    compare.add_argument(
+        "--allow-different",
+        action="store_true",
+        help="compare even when the runs' settings differ (model, prompt, new tokens, sampling, threads)",
+    )
+    compare.add_argument(
+        "--fail-if-slower",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when an engine's ms/token is higher by more than PCT percent with confidence (a CI gate)",
+    )
+    output = compare.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    output.add_argument("--markdown", action="store_true", help="print the comparison as Markdown")
     serve = sub.add_parser("serve", help="serve one engine behind an OpenAI-compatible completions API")
     add_serve_arguments(serve)
     return parser
@@ -150,6 +173,23 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "restarted (default: 120 for a token, 900 for a load)",
     )
     add_engine_flags(p)
+
+
+def _repeats(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number or auto, not {text!r}") from None
+
+
+def _folder_list(text: str) -> list[Path]:
+    """'a/,b/' -> [Path('a'), Path('b')]: one side of a comparison may pool several folders."""
+    folders = [Path(part) for part in text.split(",") if part.strip()]
+    if not folders:
+        raise argparse.ArgumentTypeError("no folder given")
+    return folders
 
 
 def _int_list(text: str) -> list[int]:
@@ -223,7 +263,27 @@ def add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--top-k", type=int, default=0, help="0: no limit (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=1.0, help="default: %(default)s")
     p.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    p.add_argument("--repeats", type=int, default=3, help="measured runs per engine (default: %(default)s)")
+    p.add_argument(
+        "--repeats",
+        type=_repeats,
+        default=3,
+        help="measured runs per engine, or auto: rounds until every engine's median interval is narrower than "
+        "--target-width (default: %(default)s)",
+    )
+    p.add_argument(
+        "--target-width",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="--repeats auto: the median interval's width to reach, %% of the median (default: %(default)s)",
+    )
+    p.add_argument("--max-repeats", type=int, default=40, help="--repeats auto: the most rounds (default: %(default)s)")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=10.0,
+        help="--repeats auto: stop the measured rounds after this long (default: %(default)s)",
+    )
     p.add_argument(
         "--warmup", type=int, default=1, help="warm-up runs per engine, recorded, not summarised (default: %(default)s)"
     )

@@ -30,6 +30,9 @@ def report_command(args: argparse.Namespace) -> int:
     problem = qt_platform_problem()  # Qt aborts the process where it cannot start: ask first
     if problem is not None:
         raise UsageError(f"the HTML report cannot draw its charts: {problem}")
-    path = build_report(list(args.folders), args.out or Path("report"))
+    for folder in args.baseline or ():
+        if not Path(folder).is_dir():
+            raise UsageError(f"--baseline {folder} is not a folder")
+    path = build_report(list(args.folders), args.out or Path("report"), baseline=args.baseline)
     err.print(f"wrote {path} and its PNG figures")
     return EXIT_OK

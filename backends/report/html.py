@@ -320,8 +320,9 @@ img{max-width:100%;border:1px solid #eee}.facts{color:#555}.warn{color:#b00;font
 summary{cursor:pointer;color:#335}figcaption{color:#666;font-size:.8em}"""
 
 
-def build_report(folders: list[Path], out_dir: Path) -> Path:
-    """Write report.html and every figure as PNG into out_dir; return the HTML's path."""
+def build_report(folders: list[Path], out_dir: Path, baseline: list[Path] | None = None) -> Path:
+    """Write report.html and every figure as PNG into out_dir; return the HTML's path. With a
+    `baseline`: a section comparing the folders' engines against it (`compare`'s rows)."""
     if not folders:
         raise UsageError("report needs at least one results folder")
     datas = [load_folder(Path(f)) for f in folders]
@@ -336,6 +337,10 @@ def build_report(folders: list[Path], out_dir: Path) -> Path:
         (f"{i}: {d.label}", v) for i, d in enumerate(datas, start=1) if (v := folder_verdict(d, datas)) is not None
     ]
     sections = [_verdict_section(verdicts)]
+    if baseline:
+        from .comparison_html import baseline_section
+
+        sections.append(baseline_section(baseline, folders))
     if len(datas) > 1:
         images = [_img(render_png(f, out_dir / f"{f.name}.png"), f) for f in comparison_figures(datas)]
         sections.append(

@@ -104,6 +104,17 @@ class RunRecord:
     spec_verify_ms_per_token: float | None = None
     spec_bytes_per_token: float | None = None  # weights + KV both models read per decoded token (the effective floor's)
     isa: str = ""  # the instruction-set level the engine's own kernels ran at (native engines), "" otherwise
+    # What the machine was doing during the run (machine/telemetry.py); None where it cannot be read
+    steal_pct: float | None = None  # CPU steal, % of the machine's CPU time
+    clock_mhz: float | None = None  # the cores' mean clock
+    outside_cpu_pct: float | None = None  # CPU used by processes outside the run, % of the machine's
+    load_avg_1m: float | None = None
+    machine_flag: str = ""  # what passed its threshold ("steal 7.1% > 5%"), "" for a quiet machine
+    # Energy (machine/energy.py): measured by a counter, or absent with the reason; never estimated
+    energy_j: float | None = None
+    energy_j_per_token: float | None = None
+    energy_source: str = ""  # "rapl" or "nvml" when measured
+    energy_absent: str = ""  # why energy_j is empty
 
     def __post_init__(self) -> None:
         # A record built by hand or from an older file may carry a plain word: make it the enum.

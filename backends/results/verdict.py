@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..families import PrecisionGroup, engine_precision, precision_group
+from .machine_state import flagged_caveat
 from .records import RunRecord, runs_of
 from .slow_rounds import SlowRound, slow_rounds
 from .speedup import Ratio, speedup
@@ -31,6 +32,7 @@ class CaveatKind(str, Enum):
     RANDOM_WEIGHTS = "random weights"
     CONTENDED = "contended"
     SLOW_ROUND = "slow round"
+    BUSY_MACHINE = "busy machine"
     OVERLAP = "overlap"
     FAILED = "failed"
     ONE_PRECISION = "one precision"
@@ -258,6 +260,12 @@ def verdict(
         slow_rounds(runs) if interleaved else [],
         [name for name in engines if not any(r.is_warmup for r in runs_of(runs, name))],
     )
+    busy = flagged_caveat([r for r in runs if r.backend in engines])
+    if busy:  # beside the slow rounds: both say the machine, not an engine, was slow
+        caveats.insert(
+            next((i + 1 for i, c in enumerate(caveats) if c.kind == CaveatKind.SLOW_ROUND), len(caveats)),
+            Caveat(CaveatKind.BUSY_MACHINE, busy),
+        )
     return Verdict(reference if reference_measured else "", engines, tuple(picks), tuple(caveats), random_weights)
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import time
 
 from ..results.agreement import fill_agreement
+from ..results.compute_peak import ComputePeaks
 from ..results.environment import add_cached_probes, collect_environment
+from ..results.machine_state import machine_state_section
+from ..results.roofline_curves import ENVIRONMENT_KEY as ROOFLINE_KEY
+from ..results.roofline_curves import prefill_curves
 from ..sources.model_files import ModelFiles
 from .calibration import DEFAULT_TOKENS as CALIBRATION_TOKENS
 from .calibration import calibrate_harness
@@ -44,9 +48,28 @@ def finish_bench(result: BenchResult, orchestrator: Orchestrator) -> None:
             "reference": config.reference_backend,
             "cancelled": cancelled,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine_state": machine_state_section(result.runs),
+            **({"adaptive_repeats": orchestrator.adaptive} if orchestrator.adaptive else {}),
         },
     )
     add_cached_probes(result.environment, orchestrator.threads)
+    add_roofline(result, orchestrator.engine_facts())
+
+
+def add_roofline(result: BenchResult, engines: dict[str, dict]) -> None:
+    """The engines' facts and, where the machine's peaks are known (an earlier sweep or profile probed
+    them), prefill's roofline at the bench's prompt length: what `compare` normalises by."""
+    env = result.environment
+    env["engines"] = engines
+    peaks = env.get("compute_peaks")
+    if not peaks or not engines:
+        return
+    try:
+        config = result.model.gpt2_config
+    except (AttributeError, ValueError):
+        return  # a remote model: no architecture to count FLOPs of
+    gb_s = (env.get("bandwidth") or {}).get("gb_s")
+    env[ROOFLINE_KEY] = prefill_curves(config, engines, ComputePeaks.from_dict(peaks), gb_s, [len(result.prompt_ids)])
 
 
 def _remember(result: BenchResult) -> None:
@@ -98,6 +121,11 @@ class BenchSession:
     def cancel(self) -> None:
         """Stop after the current token of every running engine; no further runs start."""
         self._orchestrator.cancel()
+
+    @property
+    def adaptive_lines(self) -> list[str]:
+        """--repeats auto: the rounds it ran, why it stopped, each engine's repeats and width."""
+        return self._orchestrator.adaptive_lines
 
     @property
     def reference(self) -> str:

@@ -26,7 +26,10 @@ class BenchConfig:
     prompt_tokens: int = 50
     new_tokens: int = 100
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    repeats: int = 3
+    repeats: int = 3  # with repeats_auto: the most rounds (--max-repeats)
+    repeats_auto: bool = False  # --repeats auto: rounds until every engine's median interval is narrow enough
+    target_width_pct: float = 5.0  # ... narrower than this share of its median
+    max_minutes: float = 10.0  # ... or until the measured rounds have taken this long
     warmup: int = 1
     threads: int = 0  # 0: the usable physical cores, capped by the cgroup CPU quota (worker/threads.py)
     mode: Mode = "fair"
@@ -56,6 +59,15 @@ class BenchConfig:
             raise UsageError("the prompt is empty")
         if self.repeats < 1:
             raise UsageError(f"--repeats must be >= 1, got {self.repeats}")
+        if self.repeats_auto:
+            if not (math.isfinite(self.target_width_pct) and self.target_width_pct > 0):
+                raise UsageError(f"--target-width must be a percentage > 0, got {self.target_width_pct}")
+            if not (math.isfinite(self.max_minutes) and self.max_minutes > 0):
+                raise UsageError(f"--max-minutes must be > 0, got {self.max_minutes}")
+            if self.repeats < 2:
+                raise UsageError(f"--max-repeats must be >= 2 with --repeats auto, got {self.repeats}")
+            if self.mode == "race":
+                raise UsageError("--repeats auto needs fair mode (its rounds are the fair order's)")
         if self.warmup < 0:
             raise UsageError(f"--warmup must be >= 0, got {self.warmup}")
         if self.threads < 0:

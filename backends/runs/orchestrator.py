@@ -9,6 +9,7 @@ alike. `cancel()` may be called from any thread; everything else runs on the ses
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -18,8 +19,12 @@ from contextlib import contextmanager
 import psutil
 
 from ..engine import EngineOptions
+from ..machine.energy import EnergyMeter, NvmlMeter, RaplMeter
+from ..machine.telemetry import MachineProbe
 from ..results.load import LoadRequestRecord, load_levels, request_records
 from ..results.records import RunRecord, TokenRecord
+from ..results.sequential import SequentialRule
+from ..results.summary import is_measured
 from ..storage import page_cache
 from ..worker.events import (
     BackendEvent,
@@ -37,11 +42,12 @@ from ..worker.outcomes import RunOutcome, ScoreOutcome
 from ..worker.process import Worker, WorkerError
 from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
+from .adaptive import run_until_sure
 from .arrivals import RateMode, arrival_offsets_ms, rate_label, sweep_rates
 from .config import BenchConfig, Cell
 from .events import EventSink, LoadRecorded, RunRecorded
 from .preparation import engine_specs
-from .recording import RecordContext, cold_start_s, load_failure_record, run_records
+from .recording import RecordContext, cold_start_s, load_failure_record, note_machine, run_records
 from .result import BenchResult
 
 SETTLE_MAX_S = 2.0  # at most this long waiting for idle workers to go quiet before a run
@@ -105,6 +111,10 @@ class Orchestrator:
         self._result: BenchResult | None = None
         self._records: RecordContext | None = None
         self._page_state: dict[str, page_cache.StartState] = {}  # per engine: the page cache its worker started with
+        self._machine = MachineProbe()
+        self.adaptive: dict = {}  # environment.json's adaptive_repeats, after --repeats auto
+        self.adaptive_lines: list[str] = []  # the same, as the lines bench prints
+        self._meters: dict[str, RaplMeter | NvmlMeter] = {}
 
     @contextmanager
     def session(self, result: BenchResult) -> Iterator[None]:
@@ -157,13 +167,39 @@ class Orchestrator:
         return True
 
     def run_repeats(self, cell: Cell) -> None:
-        """The measured repeats of `cell`, interleaved in the fair order."""
+        """The measured repeats of `cell`, interleaved in the fair order (--repeats auto: until sure)."""
+        if self.config.repeats_auto:
+            self.run_until_sure(cell)
+            return
         for repeat in range(1, self.config.repeats + 1):
-            for name in fair_order(self.config.backends, repeat):
-                if self.cancelled:
-                    return
-                if self.usable(name):
-                    self.run_once(name, repeat, False, cell)
+            if not self.run_round(cell, repeat):
+                return
+
+    def run_round(self, cell: Cell, repeat: int) -> bool:
+        """One round of the fair order; False when a cancel stopped it."""
+        for name in fair_order(self.config.backends, repeat):
+            if self.cancelled:
+                return False
+            if self.usable(name):
+                self.run_once(name, repeat, False, cell)
+        return not self.cancelled
+
+    def run_until_sure(self, cell: Cell) -> None:
+        """--repeats auto: rounds until every engine's median ms/token interval is narrow enough (runs/adaptive.py)."""
+        rule = SequentialRule(self.config.target_width_pct, self.config.repeats)
+
+        def values() -> dict[str, list[float]]:
+            with self._lock:
+                runs = [r for r in self._result.runs if is_measured(r) and r.prompt_tokens == len(cell.prompt_ids)]
+            return {
+                name: [r.ms_per_token for r in runs if r.backend == name and r.ms_per_token is not None]
+                for name in self.config.backends
+                if self.usable(name)
+            }
+
+        outcome = run_until_sure(rule, self.config.max_minutes, lambda repeat: self.run_round(cell, repeat), values)
+        self.adaptive = outcome.as_dict()
+        self.adaptive_lines = outcome.lines()
 
     def run_load_levels(self, cell: Cell) -> None:
         """The load levels above 1 (`config.concurrency`) of every engine that serves concurrently,
@@ -333,16 +369,34 @@ class Orchestrator:
         idle = self.idle_pids(name)
         if idle:
             self.settle(idle)
+        meter = self._energy_meter(worker.ready)
+        before = self._machine.snapshot(self._own_cpu_s())
+        meter.start()
         idle_before, began = cpu_seconds(idle), time.monotonic()
         outcome = worker.run(request)
         wall_s, idle_cpu_s = time.monotonic() - began, cpu_seconds(idle) - idle_before
+        energy = meter.stop()
+        state = self._machine.state(before, self._machine.snapshot(self._own_cpu_s()))
         record, tokens = run_records(self._context, name, worker.ready, repeat, is_warmup, cell, outcome)
+        note_machine(record, state, energy)
         if idle and wall_s > 0:
             record.idle_cpu_pct = 100.0 * max(0.0, idle_cpu_s) / wall_s
         if not worker.produced_tokens and outcome.tokens and worker.ready is not None:
             worker.produced_tokens = True  # this worker's first run: the one its cold start belongs to
             record.cold_start_s = cold_start_s(worker.ready, worker.spawn_ns, record.ttft_ms)
         self._add(record, tokens)
+
+    def _own_cpu_s(self) -> float:
+        """CPU seconds of this process and every worker (their descendants included): the run's own."""
+        return cpu_seconds([os.getpid()])
+
+    def _energy_meter(self, ready: Ready | None) -> EnergyMeter:
+        """RAPL for a CPU engine, NVML for a CUDA one; each opened once a session."""
+        cuda = ready is not None and str(ready.device).startswith("cuda")
+        key = "nvml" if cuda else "rapl"
+        if key not in self._meters:
+            self._meters[key] = NvmlMeter() if cuda else RaplMeter()
+        return EnergyMeter(self._meters[key])
 
     def run_profiled(self, name: str, cell: Cell, trace_path: str) -> RunOutcome:
         """One run under the engine's own profiler (the `profile` command). Never recorded: a
@@ -403,6 +457,23 @@ class Orchestrator:
     def usable(self, name: str) -> bool:
         worker = self._workers.get(name)
         return worker is not None and worker.ready is not None and worker.lost is None
+
+    def engine_facts(self) -> dict[str, dict]:
+        """environment.json's `engines`: what each loaded engine said of itself (its bytes, device,
+        arithmetic): what the floors and prefill rooflines are computed from."""
+        out = {}
+        for name in self.config.backends:
+            ready = self.ready(name)
+            if ready is not None:
+                out[name] = {
+                    "dtype": ready.dtype,
+                    "weight_bytes_per_token": ready.weight_bytes_per_token,
+                    "device": ready.device,
+                    "precision": self.specs[name].precision,
+                    "kv_bytes_per_position": ready.kv_bytes_per_position,
+                    "prefill_arithmetic": ready.prefill_arithmetic,
+                }
+        return out
 
     def ready(self, name: str) -> Ready | None:
         worker = self._workers.get(name)

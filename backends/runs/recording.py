@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from ..machine.energy import Energy
+from ..machine.telemetry import MachineState
 from ..results.records import RunRecord, TokenRecord, fill_metrics, token_records
 from ..sources.model_files import ModelFiles
 from ..speculation import SpeculationStats
@@ -127,3 +129,20 @@ def cold_start_s(ready: Ready, spawn_ns: int, ttft_ms: float | None) -> float:
     """Worker spawned -> engine ready, plus the first run's TTFT, without the one-time build of
     cached artefacts (`build_s`, recorded apart): a first export must not pass for a slow start."""
     return max(0.0, (ready.t_ns - spawn_ns) / 1e9 + (ttft_ms or 0) / 1e3 - (ready.build_s or 0.0))
+
+
+def note_machine(record: RunRecord, state: MachineState, energy: Energy) -> None:
+    """What the machine did during the run, and the run's energy (measured, or why not), into its record."""
+    record.steal_pct = _rounded(state.steal_pct)
+    record.clock_mhz = _rounded(state.clock_mhz)
+    record.outside_cpu_pct = _rounded(state.outside_cpu_pct)
+    record.load_avg_1m = state.load_avg_1m
+    record.machine_flag = state.flag
+    record.energy_j = energy.joules
+    record.energy_j_per_token = energy.per_token(record.tokens_generated)
+    record.energy_source = energy.source
+    record.energy_absent = energy.absent
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

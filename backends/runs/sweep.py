@@ -21,6 +21,7 @@ from ..results.environment import collect_environment
 from ..results.export import write_results
 from ..results.gpu_bandwidth import measure_gpu_bandwidth
 from ..results.gpu_compute_peak import measure_gpu_peaks
+from ..results.machine_state import machine_state_section
 from ..results.roofline_curves import ENVIRONMENT_KEY, prefill_curves
 from ..sources.model_files import resolve_model
 from .config import BenchConfig, Cell
@@ -131,17 +132,7 @@ class SweepSession:
 
     def _run_cells(self, result: BenchResult, cells: list[Cell]) -> None:
         loaded = self._orchestrator.load(cells[0])  # load once for the whole sweep (warmed up on the first cell)
-        for name in self.config.backends:
-            ready = self._orchestrator.ready(name)
-            if ready is not None:
-                self._engines[name] = {
-                    "dtype": ready.dtype,
-                    "weight_bytes_per_token": ready.weight_bytes_per_token,
-                    "device": ready.device,
-                    "precision": self._orchestrator.specs[name].precision,
-                    "kv_bytes_per_position": ready.kv_bytes_per_position,
-                    "prefill_arithmetic": ready.prefill_arithmetic,
-                }
+        self._engines.update(self._orchestrator.engine_facts())
         if self.measure_bandwidth and any(on_gpu(str(e.get("device") or "cpu")) for e in self._engines.values()):
             self._probe_gpu()
         if not loaded:
@@ -232,6 +223,7 @@ class SweepSession:
             **({"gpu_bandwidth": self.gpu_bandwidth.as_dict()} if self.gpu_bandwidth else {}),
             **({"gpu_compute_peaks": self.gpu_peaks.as_dict()} if self.gpu_peaks else {}),
             ENVIRONMENT_KEY: self._curves(plan),
+            "machine_state": machine_state_section(result.runs),
             "cancelled": self._orchestrator.cancelled,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
