@@ -454,15 +454,22 @@ def load_rows(levels: list[LoadLevel]) -> list[list[str]]:
             _f(lv.request_s, 2),
             _f(lv.ttft_p50_ms),
             _f(lv.ttft_p99_ms),
-            _f(lv.itl_p50_ms, 2),
-            _f(lv.itl_p90_ms, 2),
-            _f(lv.itl_p99_ms, 2),
-            _f(lv.tpot_p50_ms, 2),
-            _f(lv.goodput_req_s, 2),
-            "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%",
+            *_token_cells(lv),
         ]
         for lv in levels
         if not lv.open_loop
+    ]
+
+
+def _token_cells(lv: LoadLevel) -> list[str]:
+    """The columns both load tables end with: ITL percentiles, TPOT, goodput and the SLO share."""
+    return [
+        _f(lv.itl_p50_ms, 2),
+        _f(lv.itl_p90_ms, 2),
+        _f(lv.itl_p99_ms, 2),
+        _f(lv.tpot_p50_ms, 2),
+        _f(lv.goodput_req_s, 2),
+        "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%",
     ]
 
 
@@ -514,12 +521,7 @@ def rate_rows(levels: list[LoadLevel]) -> list[list[str]]:
             _f(lv.ttft_p50_ms),
             _f(lv.ttft_p90_ms),
             _f(lv.ttft_p99_ms),
-            _f(lv.itl_p50_ms, 2),
-            _f(lv.itl_p90_ms, 2),
-            _f(lv.itl_p99_ms, 2),
-            _f(lv.tpot_p50_ms, 2),
-            _f(lv.goodput_req_s, 2),
-            "-" if lv.slo_met_pct is None else f"{lv.slo_met_pct:.0f}%",
+            *_token_cells(lv),
         ]
         for lv in open_loop_levels(levels)
     ]
