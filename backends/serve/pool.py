@@ -21,7 +21,7 @@ from ..engine import EngineOptions
 from ..errors import one_line
 from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
-from ..worker.events import Failed, RunRequest, RunStarted, Token, WorkerLost
+from ..worker.events import Failed, PromptLogprobs, RunRequest, RunStarted, Token, WorkerLost
 from ..worker.process import Worker, WorkerError
 from ..worker.timeouts import Timeouts
 from .jobs import Job, JobEnd
@@ -117,6 +117,14 @@ class Pool:
     @property
     def running(self) -> int:
         return sum(1 for slot in self.slots if slot.job is not None)
+
+    @property
+    def own_loop(self) -> bool:
+        """A loaded worker's engine generates in its own loop: its tokens come without logits."""
+        return any(
+            slot.worker is not None and slot.worker.ready is not None and slot.worker.ready.own_loop
+            for slot in self.slots
+        )
 
     @property
     def serving(self) -> int:
@@ -247,7 +255,17 @@ class _Slot:
         self.job = job
         job.started_ns = time.perf_counter_ns()
         request = job.request
-        outcome = worker.run(RunRequest(job.id, request.prompt_ids, request.max_tokens, request.sampling, live=True))
+        outcome = worker.run(
+            RunRequest(
+                job.id,
+                request.prompt_ids,
+                request.max_tokens,
+                request.sampling,
+                live=True,
+                logprobs=request.logprobs,
+                prompt_logprobs=request.prompt_logprobs,
+            )
+        )
         failure = outcome.failure
         if isinstance(failure, WorkerLost):
             self.failures += 1
@@ -302,6 +320,8 @@ class _Slot:
                     self.pool.metrics.first_token((event.t_ns - job.arrived_ns) / 1e9)
                 else:
                     self.pool.metrics.gap((event.t_ns - job.token_ns[-2]) / 1e9)
+        elif isinstance(event, PromptLogprobs):
+            job.prompt_logprobs = event
         elif isinstance(event, RunStarted) and job.cancelled:
             self.worker.cancel()  # cancelled while the run was being sent: `run` had cleared the flag
 
