@@ -232,7 +232,7 @@ class _EventStream(StreamingResponse):
     def __init__(self, service: Service, runs: Runs, first: JobToken | JobEnd) -> None:
         self.service, self.runs, self.first = service, runs, first
         self.status = CLIENT_GONE  # until the last event is sent
-        self.complete = False  # every choice's last chunk handed to the connection
+        self.sent = 0  # token chunks handed to the connection
         super().__init__(
             self._events(),
             media_type="text/event-stream",
@@ -244,7 +244,10 @@ class _EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.runs.cancel()
-            if self.status == CLIENT_GONE and self.complete:
+            completion = self.runs.completion
+            if self.status == CLIENT_GONE and self.sent >= completion.run.max_tokens * completion.n * len(
+                completion.prompts
+            ):
                 # gone before [DONE] but after every token it asked for: it was served
                 _log(self.service, self.runs, 200, stream=True, finish="length")
             else:
@@ -282,7 +285,8 @@ class _EventStream(StreamingResponse):
                     deltas = step.deltas[:-1] if step.end is not None else step.deltas
                     out += [self._chunk(choice, delta, token_id, created) for delta, token_id in deltas]
                     if step.end is None:
-                        yield "".join(out)  # resumed: the chunk went out
+                        yield "".join(out)
+                        self.sent += sum(1 for _, token_id in deltas if token_id is not None)  # resumed: out
                         continue
                     end = step.end
                     if end.status != 200:  # the status line went out already: the error goes in the stream
@@ -298,7 +302,6 @@ class _EventStream(StreamingResponse):
                     yield "".join(out)
                 completion_tokens += text.tokens
                 job, first = None, None
-        self.complete = True
         closing = ""
         if completion.run.include_usage:
             prompt_tokens = sum(len(p) for p in completion.prompts)
