@@ -158,11 +158,9 @@ async def _json(request: Request) -> object:
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
     try:
-        body = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
+        body = await asyncio.wait_for(_body(request), BODY_TIMEOUT_S)
     except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11; distinct on 3.10
         raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", 408) from None
-    if len(body) > MAX_BODY_BYTES:
-        raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
     if not body.strip():
         raise RequestError("the request body is empty (expected a JSON object)")
     try:
@@ -171,6 +169,17 @@ async def _json(request: Request) -> object:
         raise RequestError(f"malformed JSON: {exc}") from None
     except RecursionError:  # json's parser recurses once per level: [[[[...]]]] a hundred thousand deep
         raise RequestError("malformed JSON: nested too deeply") from None
+
+
+async def _body(request: Request) -> bytes:
+    """The body, read no further than MAX_BODY_BYTES (a chunked one declares no length)."""
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
+        parts.append(part)
+    return b"".join(parts)
 
 
 async def _cancel_on_disconnect(request: Request, runs: Runs) -> None:
@@ -324,7 +333,7 @@ def _refuse(service: Service, exc: RequestError, arrived: int, headers: dict | N
     service.record(
         RequestLogEntry(stamp(), exc.status, "-", 0, None, (time.perf_counter_ns() - arrived) / 1e6, error=exc.message)
     )
-    if exc.status == 408:  # the rest of the body may still come: not on this connection
+    if exc.status in (408, 413):  # the rest of the body may still come: not on this connection
         headers = {**(headers or {}), "Connection": "close"}
     return JSONResponse(exc.body(), exc.status, headers=headers)
 

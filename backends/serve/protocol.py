@@ -33,6 +33,7 @@ class RequestError(Exception):
     def __init__(
         self, message: str, status: int = 400, param: str | None = None, kind: str = "invalid_request_error"
     ) -> None:
+        message, param = _printable(message), None if param is None else _printable(param)
         super().__init__(message)
         self.message, self.status, self.param, self.kind = message, status, param, kind
 
@@ -41,10 +42,14 @@ class RequestError(Exception):
 
 
 def error_body(message: str, status: int, param: str | None = None, kind: str = "invalid_request_error") -> dict:
-    """OpenAI's error shape (vLLM's too): {"error": {"message", "type", "param", "code"}}. The message
-    quotes what the client sent: an unpaired surrogate in it is escaped, so the body encodes as UTF-8."""
-    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    """OpenAI's error shape (vLLM's too): {"error": {"message", "type", "param", "code"}}."""
+    return {"error": {"message": _printable(message), "type": kind, "param": param, "code": status}}
+
+
+def _printable(text: str) -> str:
+    """`text` with any unpaired surrogate escaped (\\ud800): a message or a field name quotes what the
+    client sent, and JSON may carry surrogates that no UTF-8 body or log line can hold."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(frozen=True)
