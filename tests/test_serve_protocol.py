@@ -132,3 +132,19 @@ def test_end_of_text_ends_a_job_unless_ignored_or_too_early():
         assert cancelled.finish().finish_reason == "abort"
     finally:
         loop.close()
+
+
+def test_only_what_could_still_become_a_stop_string_is_held_back():
+    from whistle_stop.backends.serve.choice_text import ChoiceText, first_stop, hold_back
+
+    assert hold_back("Hello wor", ("world", "xyz")) == 3 and hold_back("Hello", ("world",)) == 0
+    assert hold_back("ab", ("abc", "bcd")) == 2 and first_stop("a.b!c", ("!", ".")) == 1
+    ids = encode("Hello world. Next")
+    text = ChoiceText((), (". N", "zzz"), logprobs=True)
+    out = [text.push(i, -1.0, ((i, -1.0),)) for i in ids]
+    assert "".join(d.text for d in out if d) == "Hello world" and text.stopped and text.tokens == 4
+    assert [d.text for d in out] == ["Hello", " world", "", ""]  # "." held back: it began ". N"
+    assert text.push(ids[0], -1.0, ()) is None and text.finish().text == "" and text.tokens == 4  # after: nothing
+    assert [d.logprobs.text_offset[0] for d in out if d] == [0, 5, 11, 12]
+    free = ChoiceText((), ("zzz",), logprobs=False)
+    assert "".join(free.push(i, None, ()).text for i in ids) + free.finish().text == "Hello world. Next"

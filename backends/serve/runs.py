@@ -101,7 +101,7 @@ def add(choice: Choice, delta: Delta, token_id: int | None = None) -> None:
 
 async def steps(job: Job, text: ChoiceText, first: JobToken | JobEnd | None = None) -> AsyncIterator[Step]:
     """The job's tokens as they come, a turn's worth at a time; a stop string stops its worker."""
-    item = first if first is not None else await job.next()
+    item: JobToken | JobEnd | None = first if first is not None else await job.next()
     while True:
         step = Step()
         while isinstance(item, JobToken):

@@ -308,7 +308,8 @@ def _drive(
         stamp = time.perf_counter_ns()
         # harness = the gap minus the engine call: (previous stamp -> call) + (return -> stamp)
         harness = (called - previous) + (stamp - returned)
-        logprob, top = None, ()
+        logprob: float | None = None
+        top: tuple[tuple[int, float], ...] = ()
         if request.logprobs is not None:  # serve's logprobs: after the stamp, counted in the next gap
             from .scoring import token_logprobs
 
