@@ -198,6 +198,9 @@ async def _whole(service: Service, runs: Runs, job: Job | None) -> Response:
         candidates: list[Choice] = []
         for k, request in enumerate(completion.runs(prompt_index)):
             if job is None:
+                if runs.cancelled:  # the client left between two runs: the next is not started
+                    _log(service, runs, CLIENT_GONE)
+                    return Response(status_code=CLIENT_GONE)
                 try:
                     job = runs.start(request)
                 except Busy as exc:
