@@ -303,8 +303,8 @@ class _EventStream(StreamingResponse):
                     end = step.end
                     if end.status != 200:  # the status line went out already: the error goes in the stream
                         self.status = end.status
-                        yield "".join(out) + _event(error_body(end.error, end.status, kind="server_error"))
-                        yield "data: [DONE]\n\n"
+                        error = _event(error_body(end.error, end.status, kind="server_error"))
+                        yield "".join(out) + error + "data: [DONE]\n\n"
                         return
                     if runs.cancelled and end.finish_reason == "abort":
                         return  # nobody is listening
@@ -312,6 +312,7 @@ class _EventStream(StreamingResponse):
                     last.text, last.finish_reason = step.deltas[-1][0].text, finish_reason(text, end)
                     out.append(_event(chunk_body(runs.id, name, created, last)))
                     yield "".join(out)
+                    self.sent += sum(1 for _, token_id in deltas if token_id is not None)
                 completion_tokens += text.tokens
                 job, first = None, None
         closing = ""
