@@ -517,3 +517,19 @@ def test_the_streaming_machinery_loads_at_startup_not_after_the_first_token():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_engine_that_generates_in_its_own_loop_refuses_logprobs_but_serves_the_rest(tiny_model):
+    """Its tokens come without logits: logprobs and best_of > n are a 400, before a worker has loaded too;
+    stop, echo, n and prompt lists need none."""
+    with served(fake_engines.own_loop_spec(), tiny_model, wait=False) as server:
+        early = complete(server.port, {"prompt": "hi", "max_tokens": 2, "logprobs": 1, **GREEDY})  # queued or refused
+        wait_healthy(server.port)
+        for body in ({"logprobs": 0}, {"n": 1, "best_of": 2, "temperature": 1}):
+            status, _, answer = complete(server.port, {"prompt": "hi", "max_tokens": 2, **GREEDY, **body})
+            assert status == 400 and "generates in its own loop" in answer["error"]["message"], answer
+        status, _, answer = complete(
+            server.port, {"prompt": ["hi", "yo"], "max_tokens": 3, "n": 2, "echo": True, "stop": ["zz"], **GREEDY}
+        )
+        assert status == 200 and len(answer["choices"]) == 4 and answer["choices"][0]["text"].startswith("hi")
+    assert early[0] == 400 and "generates in its own loop" in early[2]["error"]["message"]

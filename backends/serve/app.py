@@ -23,7 +23,7 @@ from starlette.routing import Route
 from .answers import Choice, chunk_body, completion_body, models_body, usage_chunk
 from .choice_text import Delta
 from .jobs import Job, JobEnd, JobToken
-from .pool import Busy
+from .pool import OWN_LOOP_REFUSAL, Busy
 from .protocol import RequestError, error_body, parse_completion
 from .request_log import RequestLogEntry, stamp
 from .runs import Runs, add, best, echo_of, finish_reason, new_choice, steps
@@ -117,8 +117,7 @@ async def completions(request: Request) -> Response:
         completion = parse_completion(await _json(request), service.info)
         if completion.needs_logits and service.pool.own_loop:
             raise RequestError(
-                f"{service.spec.name} generates in its own loop: its logits, and so logprobs and best_of > n, "
-                "are not available",
+                f"{service.spec.name} {OWN_LOOP_REFUSAL}",
                 param="logprobs" if completion.logprobs is not None else "best_of",
             )
     except RequestError as exc:
@@ -354,7 +353,7 @@ def _busy(service: Service, exc: Busy, arrived: int) -> Response:
 def _failed(service: Service, runs: Runs, end: JobEnd) -> Response:
     _log(service, runs, end.status, stream=runs.completion.stream, error=end.error)
     headers = {"Retry-After": "5"} if end.status == 503 else None
-    kind = "service_unavailable" if end.status == 503 else "server_error"
+    kind = {503: "service_unavailable", 400: "invalid_request_error"}.get(end.status, "server_error")
     return JSONResponse(error_body(end.error, end.status, kind=kind), end.status, headers=headers)
 
 

@@ -28,6 +28,7 @@ from .jobs import Job, JobEnd
 from .metrics import ServeMetrics
 from .scheduler import QueueClosed, QueueFull, Scheduler
 
+OWN_LOOP_REFUSAL = "generates in its own loop: its logits, and so logprobs and best_of > n, are not available"
 BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 _TAKE_S = 0.25  # how often an idle slot looks at the stop flag
@@ -251,6 +252,10 @@ class _Slot:
         worker = self.worker
         if not job.on_cancel(worker.cancel):
             job.finish()  # its client left between the queue and here
+            return
+        if job.request.logprobs is not None and worker.ready is not None and worker.ready.own_loop:
+            # asked before any worker had loaded (the app refuses it at once after): its tokens come without logits
+            job.finish(JobEnd("error", 400, f"{self.pool.spec.name} {OWN_LOOP_REFUSAL}"))
             return
         self.job = job
         job.started_ns = time.perf_counter_ns()
