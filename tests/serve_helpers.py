@@ -56,6 +56,7 @@ def served(
     shutdown_timeout_s: float = 5.0,
     timeouts: Timeouts = Timeouts(),
     wait: bool = True,
+    head_timeout_s: float = 10.0,
 ):
     """A server in this process on a free port; stopped (workers closed) at the end."""
     spec = registry.get(engine) if isinstance(engine, str) else engine
@@ -71,7 +72,7 @@ def served(
         log=lines.append,
         say=lines.append,
     )
-    server = ServeServer(service, HOST, 0, shutdown_timeout_s)
+    server = ServeServer(service, HOST, 0, shutdown_timeout_s, head_timeout_s=head_timeout_s)
     thread = threading.Thread(target=server.run, name="test-serve", daemon=True)
     thread.start()
     try:

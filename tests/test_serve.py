@@ -85,7 +85,7 @@ def test_completion_streamed_and_not(null_server):
         ({"prompt": "hi", "max_tokens": 4, "tempreature": 0.5}, 400, "unknown field(s): tempreature"),
         ({"prompt": "hi " * 1000, "max_tokens": 100}, 400, "maximum context length is 1024"),
         ({"prompt": list(range(1020)), "max_tokens": 10}, 400, "1030 (1020 in the prompt, 10 in the completion)"),
-        ({"prompt": "hi", "max_tokens": 0}, 400, "max_tokens must be >= 1"),
+        ({"prompt": "hi", "max_tokens": 0}, 400, "max_tokens must be >= 1 (0 only with echo)"),
         ({"prompt": "hi", "max_tokens": -3}, 400, "max_tokens must be >= 1"),
         ({"prompt": "hi", "max_tokens": "ten"}, 400, "max_tokens must be a whole number"),
         ({"prompt": "hi", "temperature": -0.5}, 400, "temperature must be >= 0"),
@@ -96,9 +96,10 @@ def test_completion_streamed_and_not(null_server):
         ({"prompt": "", "max_tokens": 2}, 400, "the prompt is empty"),
         ({"max_tokens": 2}, 400, "the prompt is missing"),
         ({"prompt": [1, 99999]}, 400, "token id 99999 is outside the vocabulary"),
-        ({"prompt": ["a", "b"]}, 400, "one prompt per request"),
-        ({"prompt": "hi", "n": 2}, 400, "n=2 is not supported"),
-        ({"prompt": "hi", "stop": ["\n"]}, 400, "stop=['\\n'] is not supported"),
+        ({"prompt": ["a", 1]}, 400, "a list of prompts must hold only texts"),
+        ({"prompt": "hi", "n": 0}, 400, "n must be from 1 to best_of"),
+        ({"prompt": "hi", "stop": ["\n"] * 5}, 400, "stop takes at most 4 strings"),
+        ({"prompt": "a\ud800"}, 400, "prompt is not valid Unicode"),
         ({"prompt": "hi", "stream": "yes"}, 400, "stream must be true or false"),
         ({"prompt": "hi", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist"),
     ],
@@ -516,3 +517,19 @@ def test_the_streaming_machinery_loads_at_startup_not_after_the_first_token():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_engine_that_generates_in_its_own_loop_refuses_logprobs_but_serves_the_rest(tiny_model):
+    """Its tokens come without logits: logprobs and best_of > n are a 400, before a worker has loaded too;
+    stop, echo, n and prompt lists need none."""
+    with served(fake_engines.own_loop_spec(), tiny_model, wait=False) as server:
+        early = complete(server.port, {"prompt": "hi", "max_tokens": 2, "logprobs": 1, **GREEDY})  # queued or refused
+        wait_healthy(server.port)
+        for body in ({"logprobs": 0}, {"n": 1, "best_of": 2, "temperature": 1}):
+            status, _, answer = complete(server.port, {"prompt": "hi", "max_tokens": 2, **GREEDY, **body})
+            assert status == 400 and "generates in its own loop" in answer["error"]["message"], answer
+        status, _, answer = complete(
+            server.port, {"prompt": ["hi", "yo"], "max_tokens": 3, "n": 2, "echo": True, "stop": ["zz"], **GREEDY}
+        )
+        assert status == 200 and len(answer["choices"]) == 4 and answer["choices"][0]["text"].startswith("hi")
+    assert early[0] == 400 and "generates in its own loop" in early[2]["error"]["message"]

@@ -28,6 +28,7 @@ SLOW = {"slow": {"decode_s": 0.02}}  # a scripted engine: 50 tokens a second
         (["--backend", "null", "--workers", "0"], "--workers must be from 1 to 64"),
         (["--backend", "null", "--queue", "-1"], "--queue must be >= 0"),
         (["--backend", "null", "--shutdown-timeout", "0"], "--shutdown-timeout must be a number of seconds > 0"),
+        (["--backend", "null", "--head-timeout", "nan"], "--head-timeout must be a number of seconds > 0"),
         (["--backend", "null", "--api-key-env", "WHISTLE_STOP_TEST_UNSET_KEY"], "that environment variable is not set"),
         (["--backend", "null", "--api-key-env", "not a name"], "is not an environment variable name"),
         (["--model", "random:tiny"], "the following arguments are required: --backend"),

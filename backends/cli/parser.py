@@ -161,6 +161,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--head-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client may take to send a request's head (request line and headers); "
+        "then 408 and the connection is closed (default: %(default)s)",
+    )
+    p.add_argument(
         "--api-key-env",
         help="environment variable holding an API key that requests must send "
         "(Authorization: Bearer KEY); the key is never logged",

@@ -37,6 +37,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         args.timeout,
         (args.api_key_env or "").strip(),
         (args.served_model_name or "").strip(),
+        args.head_timeout,
     ).validate()
 
 
@@ -79,7 +80,9 @@ def serve_command(args: argparse.Namespace) -> int:
         log=log,
         say=say,
     )
-    server = ServeServer(service, config.host, config.port, config.shutdown_timeout_s, sock)
+    server = ServeServer(
+        service, config.host, config.port, config.shutdown_timeout_s, sock, head_timeout_s=config.head_timeout_s
+    )
     err.print(
         f"serving {config.backend} ({escape(model.label)}) at {server.url}/v1 as "
         f"{escape(service.info.name)!r}: {config.workers} worker(s) x {threads} thread(s), queue "

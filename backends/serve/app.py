@@ -20,11 +20,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..sources.tokenizer import IncrementalDetokenizer
+from .answers import Choice, chunk_body, completion_body, models_body, usage_chunk
+from .choice_text import Delta
 from .jobs import Job, JobEnd, JobToken
-from .pool import Busy
-from .protocol import RequestError, chunk_body, completion_body, error_body, models_body, parse_completion, usage
+from .pool import OWN_LOOP_REFUSAL, Busy
+from .protocol import RequestError, error_body, parse_completion
 from .request_log import RequestLogEntry, stamp
+from .runs import Runs, add, best, echo_of, finish_reason, new_choice, steps
 from .service import Service
 
 MAX_BODY_BYTES = 1 << 20  # a prompt fills at most the context: a megabyte is far more than any needs
@@ -113,6 +115,11 @@ async def completions(request: Request) -> Response:
     try:
         service.check_key(request.headers.get("authorization"))
         completion = parse_completion(await _json(request), service.info)
+        if completion.needs_logits and service.pool.own_loop:
+            raise RequestError(
+                f"{service.spec.name} {OWN_LOOP_REFUSAL}",
+                param="logprobs" if completion.logprobs is not None else "best_of",
+            )
     except RequestError as exc:
         return _refuse(service, exc, arrived)
     except ClientDisconnect:  # nobody to answer: one line in the log, no traceback
@@ -120,33 +127,29 @@ async def completions(request: Request) -> Response:
             service, RequestError("the client went away before its request body was complete", CLIENT_GONE), arrived
         )
         return Response(status_code=CLIENT_GONE)
-    job = Job(completion, asyncio.get_running_loop())
+    runs = Runs(service, completion)
     try:
-        service.pool.submit(job)
+        job = runs.start(completion.runs(0)[0])
     except Busy as exc:
-        return _refuse(
-            service,
-            RequestError(exc.reason, 503, kind="service_unavailable"),
-            arrived,
-            {"Retry-After": str(exc.retry_after_s)},
-        )
-    watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
+        return _busy(service, exc, arrived)
+    job.arrived_ns = arrived
+    watcher = asyncio.create_task(_cancel_on_disconnect(request, runs))
     try:
         if completion.stream:
             first = await job.next()  # the status is known once the first token (or a failure) is there
         else:
-            return await _whole(service, job)
+            return await _whole(service, runs, job)
     except BaseException:  # cancelled (a shutdown past its deadline): the worker stops too
-        job.cancel()
+        runs.cancel()
         raise
     finally:
         watcher.cancel()
     if isinstance(first, JobEnd) and first.status != 200:
-        return _failed(service, job, first)
+        return _failed(service, runs, first)
     if isinstance(first, JobEnd) and job.cancelled:
-        _log(service, job, CLIENT_GONE, stream=True)
+        _log(service, runs, CLIENT_GONE, stream=True)
         return Response(status_code=CLIENT_GONE)
-    return _EventStream(service, job, first)
+    return _EventStream(service, runs, first)
 
 
 async def _json(request: Request) -> object:
@@ -154,11 +157,9 @@ async def _json(request: Request) -> object:
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
     try:
-        body = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
+        body = await asyncio.wait_for(_body(request), BODY_TIMEOUT_S)
     except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11; distinct on 3.10
         raise RequestError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", 408) from None
-    if len(body) > MAX_BODY_BYTES:
-        raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
     if not body.strip():
         raise RequestError("the request body is empty (expected a JSON object)")
     try:
@@ -169,50 +170,78 @@ async def _json(request: Request) -> object:
         raise RequestError("malformed JSON: nested too deeply") from None
 
 
-async def _cancel_on_disconnect(request: Request, job: Job) -> None:
+async def _body(request: Request) -> bytes:
+    """The body, read no further than MAX_BODY_BYTES (a chunked one declares no length)."""
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise RequestError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413)
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def _cancel_on_disconnect(request: Request, runs: Runs) -> None:
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            job.cancel()
+            runs.cancel()
             return
 
 
-async def _whole(service: Service, job: Job) -> Response:
-    """A non-streamed completion: every token, then one JSON body."""
-    detokenizer = IncrementalDetokenizer(job.request.prompt_ids)
-    parts: list[str] = []
-    while True:
-        item = await job.next()
-        if isinstance(item, JobEnd):
-            break
-        parts.append(detokenizer.push(item.token_id))
-    if item.status != 200:
-        return _failed(service, job, item)
-    if job.cancelled and item.finish_reason == "abort":
-        _log(service, job, CLIENT_GONE)
-        return Response(status_code=CLIENT_GONE)
-    request = job.request
+async def _whole(service: Service, runs: Runs, job: Job | None) -> Response:
+    """A non-streamed completion: every run, one after the other, then one JSON body."""
+    completion = runs.completion
+    choices: list[Choice] = []
+    for prompt_index in range(len(completion.prompts)):
+        candidates: list[Choice] = []
+        for k, request in enumerate(completion.runs(prompt_index)):
+            if job is None:
+                if runs.cancelled:  # the client left between two runs: the next is not started
+                    _log(service, runs, CLIENT_GONE)
+                    return Response(status_code=CLIENT_GONE)
+                try:
+                    job = runs.start(request)
+                except Busy as exc:
+                    runs.cancel()
+                    return _busy(service, exc, runs.jobs[0].arrived_ns)
+            choice, text = new_choice(completion, prompt_index, job, k)
+            end: JobEnd | None = None
+            started = False
+            async for step in steps(job, text):
+                if not started:  # the run has begun: the prompt's scores are in
+                    started = True
+                    add(choice, echo_of(completion, prompt_index, job))
+                for delta, token_id in step.deltas:
+                    add(choice, delta, token_id)
+                end = step.end or end
+            assert end is not None
+            if end.status != 200:
+                runs.cancel()
+                return _failed(service, runs, end)
+            if runs.cancelled and end.finish_reason == "abort":
+                _log(service, runs, CLIENT_GONE)
+                return Response(status_code=CLIENT_GONE)
+            choice.finish_reason = finish_reason(text, end)
+            choice.tokens, choice.logprob_sum = text.tokens, text.logprob_sum
+            candidates.append(choice)
+            job = None
+        choices += best(candidates, completion.n, prompt_index * completion.n)
+    prompt_tokens = sum(len(p) for p in completion.prompts)
     body = completion_body(
-        job.id,
-        service.info.name,
-        int(time.time()),
-        "".join(parts) + detokenizer.flush(),
-        list(job.token_ids) if request.token_ids else None,
-        item.finish_reason,
-        len(request.prompt_ids),
-        len(job.token_ids),
+        runs.id, service.info.name, int(time.time()), choices, prompt_tokens, sum(c.tokens for c in choices)
     )
-    _log(service, job, 200)
+    _log(service, runs, 200)
     return JSONResponse(body)
 
 
 class _EventStream(StreamingResponse):
-    """Server-sent events, one chunk per token, the finish reason, optionally the usage, [DONE].
-    However the response ends (done, client gone, cancelled at shutdown) the job is stopped and the
-    request logged once."""
+    """Server-sent events: each choice in turn (one chunk per token, echo first, its finish reason),
+    optionally the usage, [DONE]. However the response ends (done, client gone, cancelled at shutdown)
+    the running job is stopped and the request logged once."""
 
-    def __init__(self, service: Service, job: Job, first: JobToken | JobEnd) -> None:
-        self.service, self.job, self.first = service, job, first
+    def __init__(self, service: Service, runs: Runs, first: JobToken | JobEnd) -> None:
+        self.service, self.runs, self.first = service, runs, first
         self.status = CLIENT_GONE  # until the last event is sent
         self.sent = 0  # token chunks handed to the connection
         super().__init__(
@@ -225,12 +254,15 @@ class _EventStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.job.cancel()
-            if self.status == CLIENT_GONE and self.sent >= self.job.request.max_tokens:
+            self.runs.cancel()
+            completion = self.runs.completion
+            if self.status == CLIENT_GONE and self.sent >= completion.run.max_tokens * completion.n * len(
+                completion.prompts
+            ):
                 # gone before [DONE] but after every token it asked for: it was served
-                _log(self.service, self.job, 200, stream=True, finish="length")
+                _log(self.service, self.runs, 200, stream=True, finish="length")
             else:
-                _log(self.service, self.job, self.status, stream=True)
+                _log(self.service, self.runs, self.status, stream=True)
 
     async def _events(self):
         """One write per turn of the event loop: the tokens already delivered go out together, and so do
@@ -238,47 +270,62 @@ class _EventStream(StreamingResponse):
         later turn; every write before that callback runs goes to the dead socket, and from the fifth on
         each logs "socket.send() raised exception." (a fast engine's backlog was hundreds). After one
         turn, uvicorn knows the client is gone: the stream is cancelled and its job with it."""
-        job, service = self.job, self.service
-        request, name, created = job.request, service.info.name, int(time.time())
-        detokenizer = IncrementalDetokenizer(request.prompt_ids)
-        item = self.first
-        while isinstance(item, JobToken):
-            tokens = [item]
-            while isinstance(item := job.next_ready(), JobToken):
-                tokens.append(item)
-            yield "".join(self._token_event(token, detokenizer, created) for token in tokens)
-            self.sent += len(tokens)  # resumed: the chunk went out
-            if item is None:
-                item = await job.next()
-        if item.status != 200:  # the status line went out with the first token: the error goes in the stream
-            self.status = item.status
-            yield _event(error_body(item.error, item.status, kind="server_error")) + "data: [DONE]\n\n"
-            return
-        if job.cancelled and item.finish_reason == "abort":
-            return  # nobody is listening
-        finish = _event(
-            chunk_body(
-                job.id, name, created, detokenizer.flush(), [] if request.token_ids else None, item.finish_reason
-            )
-        )
-        if request.include_usage:
-            finish += _event(
-                {
-                    "id": job.id,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": name,
-                    "choices": [],
-                    "usage": usage(len(request.prompt_ids), len(job.token_ids)),
-                }
-            )
-        yield finish + "data: [DONE]\n\n"
+        runs, service = self.runs, self.service
+        completion, name, created = runs.completion, service.info.name, int(time.time())
+        job: Job | None = runs.jobs[0]
+        first: JobToken | JobEnd | None = self.first
+        completion_tokens = 0
+        for prompt_index in range(len(completion.prompts)):
+            for k, request in enumerate(completion.runs(prompt_index)):  # best_of is n when streamed
+                if job is None:
+                    try:
+                        job = runs.start(request)
+                    except Busy as exc:
+                        self.status = 503
+                        yield _event(error_body(exc.reason, 503, kind="service_unavailable")) + "data: [DONE]\n\n"
+                        return
+                choice, text = new_choice(completion, prompt_index, job, prompt_index * completion.n + k)
+                started = False
+                async for step in steps(job, text, first):
+                    out = []
+                    if not started:
+                        started = True
+                        echo = echo_of(completion, prompt_index, job)
+                        if echo.text or echo.logprobs is not None:
+                            out.append(self._chunk(choice, echo, None, created))
+                    deltas = step.deltas[:-1] if step.end is not None else step.deltas
+                    out += [self._chunk(choice, delta, token_id, created) for delta, token_id in deltas]
+                    if step.end is None:
+                        yield "".join(out)
+                        self.sent += sum(1 for _, token_id in deltas if token_id is not None)  # resumed: out
+                        continue
+                    end = step.end
+                    if end.status != 200:  # the status line went out already: the error goes in the stream
+                        self.status = end.status
+                        error = _event(error_body(end.error, end.status, kind="server_error"))
+                        yield "".join(out) + error + "data: [DONE]\n\n"
+                        return
+                    if runs.cancelled and end.finish_reason == "abort":
+                        return  # nobody is listening
+                    last = Choice(choice.index, token_ids=[] if choice.token_ids is not None else None)
+                    last.text, last.finish_reason = step.deltas[-1][0].text, finish_reason(text, end)
+                    out.append(_event(chunk_body(runs.id, name, created, last)))
+                    yield "".join(out)
+                    self.sent += sum(1 for _, token_id in deltas if token_id is not None)
+                completion_tokens += text.tokens
+                job, first = None, None
+        closing = ""
+        if completion.run.include_usage:
+            prompt_tokens = sum(len(p) for p in completion.prompts)
+            closing = _event(usage_chunk(runs.id, name, created, prompt_tokens, completion_tokens))
+        yield closing + "data: [DONE]\n\n"
         self.status = 200
 
-    def _token_event(self, token: JobToken, detokenizer: IncrementalDetokenizer, created: int) -> str:
-        job = self.job
-        ids = [token.token_id] if job.request.token_ids else None
-        return _event(chunk_body(job.id, self.service.info.name, created, detokenizer.push(token.token_id), ids, None))
+    def _chunk(self, choice: Choice, delta: Delta, token_id: int | None, created: int) -> str:
+        part = Choice(choice.index, delta.text, delta.logprobs)
+        if choice.token_ids is not None:
+            part.token_ids = [token_id] if token_id is not None else []
+        return _event(chunk_body(self.runs.id, self.service.info.name, created, part))
 
 
 def _event(body: dict) -> str:
@@ -289,29 +336,40 @@ def _refuse(service: Service, exc: RequestError, arrived: int, headers: dict | N
     service.record(
         RequestLogEntry(stamp(), exc.status, "-", 0, None, (time.perf_counter_ns() - arrived) / 1e6, error=exc.message)
     )
-    if exc.status == 408:  # the rest of the body may still come: not on this connection
+    if exc.status in (408, 413):  # the rest of the body may still come: not on this connection
         headers = {**(headers or {}), "Connection": "close"}
     return JSONResponse(exc.body(), exc.status, headers=headers)
 
 
-def _failed(service: Service, job: Job, end: JobEnd) -> Response:
-    _log(service, job, end.status, stream=job.request.stream, error=end.error)
+def _busy(service: Service, exc: Busy, arrived: int) -> Response:
+    return _refuse(
+        service,
+        RequestError(exc.reason, 503, kind="service_unavailable"),
+        arrived,
+        {"Retry-After": str(exc.retry_after_s)},
+    )
+
+
+def _failed(service: Service, runs: Runs, end: JobEnd) -> Response:
+    _log(service, runs, end.status, stream=runs.completion.stream, error=end.error)
     headers = {"Retry-After": "5"} if end.status == 503 else None
-    kind = "service_unavailable" if end.status == 503 else "server_error"
+    kind = {503: "service_unavailable", 400: "invalid_request_error"}.get(end.status, "server_error")
     return JSONResponse(error_body(end.error, end.status, kind=kind), end.status, headers=headers)
 
 
-def _log(service: Service, job: Job, status: int, stream: bool = False, error: str = "", finish: str = "") -> None:
-    end = job.end
-    ttft = (job.token_ns[0] - job.arrived_ns) / 1e6 if job.token_ns else None
+def _log(service: Service, runs: Runs, status: int, stream: bool = False, error: str = "", finish: str = "") -> None:
+    """One line per request, whatever its runs: its tokens all told, TTFT its first run's."""
+    first, last = runs.jobs[0], runs.jobs[-1]
+    end = last.end
+    ttft = (first.token_ns[0] - first.arrived_ns) / 1e6 if first.token_ns else None
     service.record(
         RequestLogEntry(
             stamp(),
             status,
-            job.id,
-            len(job.token_ids),
+            runs.id,
+            runs.tokens,
             ttft,
-            (time.perf_counter_ns() - job.arrived_ns) / 1e6,
+            (time.perf_counter_ns() - first.arrived_ns) / 1e6,
             stream,
             finish or (end.finish_reason if end is not None else "abort"),
             error or (end.error if end else ""),

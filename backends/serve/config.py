@@ -26,6 +26,7 @@ class ServeConfig:
     token_timeout_s: float | None = None  # --timeout; None: the workers' defaults (Timeouts)
     api_key_env: str = ""
     served_model_name: str = ""
+    head_timeout_s: float = 10.0  # a request head not complete by then: 408, connection closed
 
     def validate(self) -> ServeConfig:
         if not 0 <= self.port <= 65535:
@@ -36,7 +37,11 @@ class ServeConfig:
             raise UsageError(f"--queue must be >= 0, got {self.queue}")
         if self.threads < 0:
             raise UsageError(f"--threads must be >= 0, got {self.threads}")
-        for flag, value in (("--shutdown-timeout", self.shutdown_timeout_s), ("--timeout", self.token_timeout_s)):
+        for flag, value in (
+            ("--shutdown-timeout", self.shutdown_timeout_s),
+            ("--timeout", self.token_timeout_s),
+            ("--head-timeout", self.head_timeout_s),
+        ):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} must be a number of seconds > 0, got {value}")
         if not self.host.strip():

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..sources.tokenizer import EOS_ID
-from ..worker.events import Token
+from ..worker.events import PromptLogprobs, Token
 from .protocol import CompletionRequest
 
 
@@ -23,19 +23,22 @@ from .protocol import CompletionRequest
 class JobToken:
     token_id: int
     t_ns: int  # the worker's stamp (perf_counter_ns: one clock across processes)
+    logprob: float | None = None  # asked for (CompletionRequest.logprobs): log-softmax of the raw logits
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class JobEnd:
-    finish_reason: str  # "length", "stop" (end-of-text), "abort" (cancelled), "error"
+    finish_reason: str  # "length", "stop" (end-of-text, a stop string), "abort" (cancelled), "error"
     status: int = 200  # 500: the engine failed or its worker was lost; 503: shut down before it ran
     error: str = ""
 
 
 class Job:
-    def __init__(self, request: CompletionRequest, loop: asyncio.AbstractEventLoop) -> None:
-        self.id = f"cmpl-{secrets.token_hex(12)}"
+    def __init__(self, request: CompletionRequest, loop: asyncio.AbstractEventLoop, job_id: str = "") -> None:
+        self.id = job_id or f"cmpl-{secrets.token_hex(12)}"
         self.request = request
+        self.prompt_logprobs: PromptLogprobs | None = None  # echo's scores, before the first token
         self.arrived_ns = time.perf_counter_ns()
         self.started_ns = 0
         self.token_ids: list[int] = []
@@ -63,6 +66,16 @@ class Job:
         if on_cancel is not None:
             on_cancel()
 
+    def stop_here(self) -> None:
+        """A stop string ended the text: the worker stops after its current token, the job ends "stop"."""
+        with self._lock:
+            if self._cancelled or self.end is not None:
+                return
+            self._stopped = "stop"
+            on_cancel = self._on_cancel
+        if on_cancel is not None:
+            on_cancel()
+
     def on_cancel(self, action: Callable[[], None] | None) -> bool:
         """What `cancel` does from now on; False (and nothing set) when the job is already cancelled."""
         with self._lock:
@@ -82,12 +95,14 @@ class Job:
             return True
         self.token_ids.append(token.token_id)
         self.token_ns.append(token.t_ns)
-        self._deliver(JobToken(token.token_id, token.t_ns))
+        self._deliver(JobToken(token.token_id, token.t_ns, token.logprob, token.top_logprobs))
         return False
 
     def outcome(self) -> JobEnd:
         """How the run went, once the worker is done with it: length, stop (end-of-text) or abort."""
-        return JobEnd(self._stopped or ("length" if len(self.token_ids) >= self.request.max_tokens else "abort"))
+        if self._stopped:
+            return JobEnd(self._stopped)
+        return JobEnd("length" if len(self.token_ids) >= self.request.max_tokens else "abort")
 
     def finish(self, end: JobEnd | None = None) -> JobEnd:
         """The job's end, once: `end`, else its `outcome`; the handler gets it after every token."""

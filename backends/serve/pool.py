@@ -21,13 +21,14 @@ from ..engine import EngineOptions
 from ..errors import one_line
 from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
-from ..worker.events import Failed, RunRequest, RunStarted, Token, WorkerLost
+from ..worker.events import Failed, PromptLogprobs, RunRequest, RunStarted, Token, WorkerLost
 from ..worker.process import Worker, WorkerError
 from ..worker.timeouts import Timeouts
 from .jobs import Job, JobEnd
 from .metrics import ServeMetrics
 from .scheduler import QueueClosed, QueueFull, Scheduler
 
+OWN_LOOP_REFUSAL = "generates in its own loop: its logits, and so logprobs and best_of > n, are not available"
 BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 _TAKE_S = 0.25  # how often an idle slot looks at the stop flag
@@ -117,6 +118,14 @@ class Pool:
     @property
     def running(self) -> int:
         return sum(1 for slot in self.slots if slot.job is not None)
+
+    @property
+    def own_loop(self) -> bool:
+        """A loaded worker's engine generates in its own loop: its tokens come without logits."""
+        return any(
+            slot.worker is not None and slot.worker.ready is not None and slot.worker.ready.own_loop
+            for slot in self.slots
+        )
 
     @property
     def serving(self) -> int:
@@ -244,10 +253,24 @@ class _Slot:
         if not job.on_cancel(worker.cancel):
             job.finish()  # its client left between the queue and here
             return
+        if job.request.logprobs is not None and worker.ready is not None and worker.ready.own_loop:
+            # asked before any worker had loaded (the app refuses it at once after): its tokens come without logits
+            job.finish(JobEnd("error", 400, f"{self.pool.spec.name} {OWN_LOOP_REFUSAL}"))
+            return
         self.job = job
         job.started_ns = time.perf_counter_ns()
         request = job.request
-        outcome = worker.run(RunRequest(job.id, request.prompt_ids, request.max_tokens, request.sampling, live=True))
+        outcome = worker.run(
+            RunRequest(
+                job.id,
+                request.prompt_ids,
+                request.max_tokens,
+                request.sampling,
+                live=True,
+                logprobs=request.logprobs,
+                prompt_logprobs=request.prompt_logprobs,
+            )
+        )
         failure = outcome.failure
         if isinstance(failure, WorkerLost):
             self.failures += 1
@@ -302,6 +325,8 @@ class _Slot:
                     self.pool.metrics.first_token((event.t_ns - job.arrived_ns) / 1e9)
                 else:
                     self.pool.metrics.gap((event.t_ns - job.token_ns[-2]) / 1e9)
+        elif isinstance(event, PromptLogprobs):
+            job.prompt_logprobs = event
         elif isinstance(event, RunStarted) and job.cancelled:
             self.worker.cancel()  # cancelled while the run was being sent: `run` had cleared the flag
 

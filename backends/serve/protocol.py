@@ -1,4 +1,4 @@
-"""The OpenAI completions request as this server takes it, and the bodies it answers with.
+"""The OpenAI completions request as this server takes it (`Completion`), checked.
 
 Every field is checked here, once, with one clear message per problem (`RequestError`, a 4xx).
 Sampling settings become the app's own `SamplingParams` and go through its `validate`, so the
@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import math
 import secrets
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from ..errors import UsageError
 from ..sampling import SamplingParams
 from ..sources.tokenizer import encode
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default
+MAX_STOPS = 4  # OpenAI's limit on stop strings
+MAX_LOGPROBS = 5  # OpenAI's limit on the completions API's logprobs
+MAX_RUNS = 64  # prompts x best_of: each is a run of its own, one after the other on one worker
 OWNER = "whistle-stop"  # /v1/models' owned_by: how a client (the remote engine) recognises this server
 
 
@@ -29,6 +33,7 @@ class RequestError(Exception):
     def __init__(
         self, message: str, status: int = 400, param: str | None = None, kind: str = "invalid_request_error"
     ) -> None:
+        message, param = _printable(message), None if param is None else _printable(param)
         super().__init__(message)
         self.message, self.status, self.param, self.kind = message, status, param, kind
 
@@ -38,7 +43,13 @@ class RequestError(Exception):
 
 def error_body(message: str, status: int, param: str | None = None, kind: str = "invalid_request_error") -> dict:
     """OpenAI's error shape (vLLM's too): {"error": {"message", "type", "param", "code"}}."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return {"error": {"message": _printable(message), "type": kind, "param": param, "code": status}}
+
+
+def _printable(text: str) -> str:
+    """`text` with any unpaired surrogate escaped (\\ud800): a message or a field name quotes what the
+    client sent, and JSON may carry surrogates that no UTF-8 body or log line can hold."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class CompletionRequest:
+    """One run on a worker: one prompt, one seed (a choice, or a best_of candidate)."""
+
     prompt_ids: tuple[int, ...]
     max_tokens: int
     sampling: SamplingParams
@@ -61,14 +74,53 @@ class CompletionRequest:
     token_ids: bool = False  # each choice also carries its token ids (vLLM's return_token_ids)
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
     prompt_was_text: bool = False
+    logprobs: int | None = None  # each token's logprob and the best N (None: not asked)
+    prompt_logprobs: bool = False  # echo with logprobs: the prompt's tokens scored too
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A whole request: every prompt, `n` choices each (the best `n` of `best_of` runs)."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    prompt_texts: tuple[str | None, ...]  # as given, for echo (None: token ids, echoed decoded)
+    run: CompletionRequest  # the first prompt's first run; the others differ in prompt and seed
+    n: int = 1
+    best_of: int = 1
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    echo: bool = False
+
+    @property
+    def stream(self) -> bool:
+        return self.run.stream
+
+    @property
+    def needs_logits(self) -> bool:
+        """Logprobs asked, or runs to rank: the worker must see each token's logits."""
+        return self.logprobs is not None or self.best_of > self.n
+
+    def runs(self, prompt_index: int) -> list[CompletionRequest]:
+        """The `best_of` runs of one prompt, each with its own seed stream: the first takes `seed`
+        itself (a single choice samples as `bench` does with that seed), the k-th one drawn from
+        (seed, k), so `seed` makes every choice reproducible."""
+        base = self.run.sampling
+        out = []
+        for k in range(self.best_of):
+            seed = base.seed if k == 0 else int(np.random.SeedSequence([base.seed, k]).generate_state(1)[0] >> 1)
+            out.append(
+                replace(
+                    self.run,
+                    prompt_ids=self.prompts[prompt_index],
+                    prompt_was_text=self.prompt_texts[prompt_index] is not None,
+                    sampling=base if base.is_greedy else replace(base, seed=seed),
+                )
+            )
+        return out
 
 
 # Fields accepted only with a value that changes nothing here (what a plain client sends anyway).
 _NEUTRAL: dict[str, tuple[object, ...]] = {
-    "n": (1,),
-    "best_of": (None, 1),
-    "echo": (None, False),
-    "logprobs": (None, 0),
     "suffix": (None, ""),
     "frequency_penalty": (None, 0),
     "presence_penalty": (None, 0),
@@ -76,7 +128,6 @@ _NEUTRAL: dict[str, tuple[object, ...]] = {
     "repeat_penalty": (None, 1),
     "min_p": (None, 0),
     "logit_bias": (None, {}),
-    "stop": (None, [], ""),
 }
 # Fields that change nothing whatever their value: there is no prefix cache to salt or skip.
 _IGNORED = {"user", "cache_salt", "cache_prompt"}
@@ -95,12 +146,17 @@ _KNOWN = {
     "min_tokens",
     "return_token_ids",
     "return_tokens",
+    "n",
+    "best_of",
+    "echo",
+    "logprobs",
+    "stop",
     *_NEUTRAL,
     *_IGNORED,
 }
 
 
-def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
+def parse_completion(body: object, model: ModelInfo) -> Completion:
     """The request in `body` (parsed JSON), checked; RequestError with the first problem."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
@@ -123,7 +179,8 @@ def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
             param="model",
             kind="NotFoundError",
         )
-    ids, was_text = _prompt(body.get("prompt"), model.vocab_size)
+    prompts, texts = _prompts(body.get("prompt"), model.vocab_size)
+    echo = _flag(body, "echo")
     asked_tokens = _optional_integer(body, "max_tokens")
     if asked_tokens is not None:
         max_tokens = asked_tokens
@@ -131,12 +188,16 @@ def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
         max_tokens = _integer(body, "n_predict", DEFAULT_MAX_TOKENS)  # llama.cpp's name for it
         if max_tokens < 0:
             max_tokens = DEFAULT_MAX_TOKENS
-    if max_tokens < 1:
-        raise RequestError(f"max_tokens must be >= 1, got {max_tokens}", param="max_tokens")
-    if len(ids) + max_tokens > model.context:
+    if max_tokens < (0 if echo else 1):
+        raise RequestError(
+            f"max_tokens must be >= {0 if echo else 1}{'' if echo else ' (0 only with echo)'}, got {max_tokens}",
+            param="max_tokens",
+        )
+    longest = max(len(ids) for ids in prompts)
+    if longest + max_tokens > model.context:
         raise RequestError(
             f"this model's maximum context length is {model.context} tokens; the request asks for "
-            f"{len(ids) + max_tokens} ({len(ids)} in the prompt, {max_tokens} in the completion)",
+            f"{longest + max_tokens} ({longest} in the prompt, {max_tokens} in the completion)",
             param="prompt",
         )
     temperature = _number(body, "temperature", 1.0)
@@ -161,29 +222,87 @@ def parse_completion(body: object, model: ModelInfo) -> CompletionRequest:
         raise RequestError(
             f"min_tokens must be from 0 to max_tokens ({max_tokens}), got {min_tokens}", param="min_tokens"
         )
-    return CompletionRequest(
-        ids,
+    logprobs = _optional_integer(body, "logprobs")
+    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+        raise RequestError(f"logprobs must be from 0 to {MAX_LOGPROBS}, got {logprobs}", param="logprobs")
+    n = _integer(body, "n", 1)
+    best_of = _integer(body, "best_of", n)
+    if not 1 <= n <= best_of:
+        raise RequestError(f"n must be from 1 to best_of ({best_of}), got {n}", param="n")
+    if best_of * len(prompts) > MAX_RUNS:
+        raise RequestError(
+            f"best_of (or n) x prompts must be at most {MAX_RUNS} (each is a run of its own), "
+            f"got {best_of} x {len(prompts)}",
+            param="best_of" if "best_of" in body else "n",
+        )
+    stream = _flag(body, "stream")
+    if stream and best_of > n:
+        raise RequestError("best_of > n cannot be streamed: the best are known only at the end", param="best_of")
+    if best_of > 1 and sampling.is_greedy:
+        best_of = n  # greedy: every run is the same; one would do, but each choice is answered
+    run = CompletionRequest(
+        prompts[0],
         max_tokens,
         sampling,
-        stream=_flag(body, "stream"),
+        stream=stream,
         stop_at_eos=not _flag(body, "ignore_eos"),
         min_tokens=min_tokens,
         token_ids=_flag(body, "return_token_ids") or _flag(body, "return_tokens"),
         include_usage=_flag(options or {}, "include_usage"),
-        prompt_was_text=was_text,
+        prompt_was_text=texts[0] is not None,
+        logprobs=0 if logprobs is None and best_of > n else logprobs,
+        prompt_logprobs=echo and logprobs is not None,
     )
+    return Completion(prompts, texts, run, n, best_of, _stops(body.get("stop")), logprobs, echo)
 
 
-def _prompt(prompt: object, vocab_size: int) -> tuple[tuple[int, ...], bool]:
-    """Text or token ids; a batch of one is taken as its one prompt."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        raise RequestError("one prompt per request (batches of prompts are not supported)", param="prompt")
+def _stops(stop: object) -> tuple[str, ...]:
+    """Up to MAX_STOPS strings (one string is a list of one); "" stops nothing."""
+    stops = [stop] if isinstance(stop, str) else stop
+    if stops is None:
+        return ()
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise RequestError("stop must be a string or a list of strings", param="stop")
+    if len(stops) > MAX_STOPS:
+        raise RequestError(f"stop takes at most {MAX_STOPS} strings, got {len(stops)}", param="stop")
+    for s in stops:
+        _check_unicode(s, "stop")
+    return tuple(s for s in stops if s)
+
+
+def _check_unicode(text: str, param: str) -> None:
+    """JSON may carry lone surrogates (\\ud800): no UTF-8 text, and no tokenizer, can hold one."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(
+            f"{param} is not valid Unicode: {exc.reason} at character {exc.start}", param=param
+        ) from None
+
+
+def _prompts(prompt: object, vocab_size: int) -> tuple[tuple[tuple[int, ...], ...], tuple[str | None, ...]]:
+    """One prompt or a list of them, each text or token ids: (ids of each, text of each or None)."""
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        if len(prompt) > MAX_RUNS:
+            raise RequestError(f"at most {MAX_RUNS} prompts per request, got {len(prompt)}", param="prompt")
+        parsed = [_prompt(p, vocab_size) for p in prompt]
+    elif isinstance(prompt, list) and any(isinstance(p, (str, list)) for p in prompt):
+        raise RequestError("a list of prompts must hold only texts or lists of token ids", param="prompt")
+    else:
+        parsed = [_prompt(prompt, vocab_size)]
+    return tuple(ids for ids, _ in parsed), tuple(text for _, text in parsed)
+
+
+def _prompt(prompt: object, vocab_size: int) -> tuple[tuple[int, ...], str | None]:
+    """Text or token ids: (ids, the text or None)."""
     if isinstance(prompt, str):
         if not prompt:
             raise RequestError("the prompt is empty", param="prompt")
-        return tuple(encode(prompt)), True
+        _check_unicode(prompt, "prompt")
+        ids = tuple(encode(prompt))
+        if not ids:
+            raise RequestError("the prompt has no tokens", param="prompt")
+        return ids, prompt
     if isinstance(prompt, list):
         if not prompt:
             raise RequestError("the prompt is empty", param="prompt")
@@ -192,7 +311,7 @@ def _prompt(prompt: object, vocab_size: int) -> tuple[tuple[int, ...], bool]:
         bad = next((i for i in prompt if not 0 <= i < vocab_size), None)
         if bad is not None:
             raise RequestError(f"token id {bad} is outside the vocabulary (0 to {vocab_size - 1})", param="prompt")
-        return tuple(prompt), False
+        return tuple(prompt), None
     if prompt is None:
         raise RequestError("the prompt is missing", param="prompt")
     raise RequestError("a prompt must be text or a list of token ids", param="prompt")
@@ -247,66 +366,3 @@ def _show(value: object) -> str:
     text = repr(value) if not isinstance(value, bool) and value is not None else str(value).lower()
     text = "null" if value is None else text
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-# --- answers ----------------------------------------------------------------------------------
-
-
-def completion_body(
-    request_id: str,
-    model: str,
-    created: int,
-    text: str,
-    token_ids: list[int] | None,
-    finish_reason: str,
-    prompt_tokens: int,
-    completion_tokens: int,
-) -> dict:
-    choice: dict = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    if token_ids is not None:
-        choice["token_ids"] = token_ids
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [choice],
-        "usage": usage(prompt_tokens, completion_tokens),
-    }
-
-
-def chunk_body(
-    request_id: str, model: str, created: int, text: str, token_ids: list[int] | None, finish_reason: str | None
-) -> dict:
-    choice: dict = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-    if token_ids is not None:
-        choice["token_ids"] = token_ids
-    return {"id": request_id, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
-
-
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-def models_body(model: ModelInfo, root: str, created: int) -> dict:
-    return {
-        "object": "list",
-        "data": [
-            {
-                "id": model.name,
-                "object": "model",
-                "created": created,
-                "owned_by": OWNER,
-                "root": root,
-                "max_model_len": model.context,
-            }
-        ],
-    }
-
-
-def now() -> int:
-    return int(time.time())

@@ -20,6 +20,7 @@ import uvicorn
 
 from ..errors import UsageError
 from .app import create_app
+from .http_limits import HEAD_TIMEOUT_S, MAX_HEAD_BYTES, protocol
 from .service import Service
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -75,8 +76,10 @@ class ServeServer:
         port: int = 8000,
         shutdown_timeout_s: float = 10.0,
         sock: socket.socket | None = None,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
     ) -> None:
-        """Listens on `sock` when given (bound by `bind` before the model was resolved)."""
+        """Listens on `sock` when given (bound by `bind` before the model was resolved). A request head
+        larger than MAX_HEAD_BYTES is a 400; one not complete within `head_timeout_s` a 408."""
         self.service = service
         self.host = host
         self.socket = sock or bind(host, port)
@@ -89,7 +92,8 @@ class ServeServer:
             timeout_graceful_shutdown=shutdown_timeout_s,  # type: ignore[arg-type]  # uvicorn waits on a float
             loop="asyncio",
             ws="none",
-            http="h11",
+            http=protocol(head_timeout_s),
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             server_header=False,
         )
         self._server = _Uvicorn(config, service.begin_shutdown)

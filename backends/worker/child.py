@@ -95,6 +95,7 @@ def child_main(conn, cancel: threading.Event, spec: EngineSpec, model: ModelFile
             load_peak_rss_mb=load_peak,
             prefill_arithmetic=info.prefill_arithmetic,
             isa=info.isa,
+            own_loop=engine.capabilities.own_loop,
         )
     )
     while True:
@@ -140,6 +141,14 @@ def _serve_run(conn, cancel: threading.Event, engine: Engine, request: RunReques
     # a server's own histograms, read before the clock starts
     server_before = engine.server_metrics() if isinstance(engine, ServerEngine) else None
     reset_peak_rss()  # each record's peak is its own run's: an earlier, longer run's is not carried on
+    if request.prompt_logprobs:  # echo's scores: before the clock, and before the run's own prefill
+        from .scoring import prompt_logprobs
+
+        try:
+            conn.send(prompt_logprobs(engine, request.run_id, request.prompt_ids, request.logprobs or 0))
+        except Exception as exc:
+            conn.send(Failed(one_line(exc), traceback.format_exc(), request.run_id))
+            return
     cpu_start = cpu_seconds()
     outbox = _Outbox(conn, request)
     # After the profiler and the sender thread started: their set-up is in no timed span, and
@@ -299,7 +308,23 @@ def _drive(
         stamp = time.perf_counter_ns()
         # harness = the gap minus the engine call: (previous stamp -> call) + (return -> stamp)
         harness = (called - previous) + (stamp - returned)
-        yield Token(request.run_id, index, int(token), detokenizer.push(token), stamp, returned - called, harness)
+        logprob: float | None = None
+        top: tuple[tuple[int, float], ...] = ()
+        if request.logprobs is not None:  # serve's logprobs: after the stamp, counted in the next gap
+            from .scoring import token_logprobs
+
+            logprob, top = token_logprobs(logits, int(token), request.logprobs)
+        yield Token(
+            request.run_id,
+            index,
+            int(token),
+            detokenizer.push(token),
+            stamp,
+            returned - called,
+            harness,
+            logprob=logprob,
+            top_logprobs=top,
+        )
         previous = stamp
         if cancel.is_set():
             return

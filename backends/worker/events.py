@@ -48,6 +48,10 @@ class RunRequest:
     # TokenBatch events sent by a thread every BATCH_S: on a 2-core machine each send wakes the parent,
     # which costs the engine it times (worker/child.py; docs/methodology.md). Stamps are the child's either way.
     live: bool = True
+    # `serve`'s logprobs: each token's own log-probability and the best `logprobs` tokens' (None: none).
+    logprobs: int | None = None
+    # `serve`'s echo with logprobs: the prompt's tokens scored first (PromptLogprobs), before the clock.
+    prompt_logprobs: bool = False
 
 
 BATCH_S = 0.25  # a run that is not live still sends its tokens this often (progress, and a hang keeps them)
@@ -132,6 +136,7 @@ class Ready:
     load_peak_rss_mb: float | None = None  # the worker's own high-water mark at Ready (VmHWM on Linux)
     prefill_arithmetic: str = ""  # EngineInfo's: what its prefill multiplies ("" its precision's fastest)
     isa: str = ""  # EngineInfo's: the instruction-set level its own kernels ran at ("" none of its own)
+    own_loop: bool = False  # generates in its own loop: no logits per token (no logprobs)
 
 
 @message
@@ -169,6 +174,18 @@ class Token:
     engine_ns: int | None = None  # the engine's prefill/decode call that produced this token's logits
     harness_ns: int | None = None  # the rest of the gap before t_ns: sampling, the previous token's send
     step: int | None = None  # the engine's step that made it, where a step makes several (StampedToken.step)
+    logprob: float | None = None  # log-softmax of the raw logits at this token (RunRequest.logprobs)
+    top_logprobs: tuple[tuple[int, float], ...] = ()  # the best RunRequest.logprobs (id, logprob), best first
+
+
+@message
+class PromptLogprobs:
+    """The prompt's own tokens scored (RunRequest.prompt_logprobs), sent before RunStarted: each
+    token's log-softmax given the ones before it (None for the first: nothing predicts it)."""
+
+    run_id: str
+    logprobs: tuple[float | None, ...]
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...]
 
 
 @message

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .events import TopLogits
+from .events import PromptLogprobs, TopLogits
 
 
 def score_window(engine, window: tuple[int, ...], target: int) -> tuple[float, int, str]:
@@ -58,3 +58,34 @@ def top_logits(run_id: str, logits: np.ndarray, k: int) -> TopLogits:
         tuple(float(values[i]) for i in order),
         tuple(float(values[i] - log_z) for i in order),
     )
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """float64 log-softmax over the vocabulary (of the raw logits: no temperature, no top-k/top-p)."""
+    values = np.asarray(logits, dtype=np.float64).reshape(-1)
+    peak = values.max()
+    return values - (peak + np.log(np.exp(values - peak).sum()))
+
+
+def token_logprobs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """The log-probability of `token` under `logits`, and the k likeliest (id, logprob), best first."""
+    logprobs = log_softmax(logits)
+    if k <= 0:
+        return float(logprobs[token]), ()
+    best = np.argpartition(-logprobs, k - 1)[:k] if k < logprobs.size else np.arange(logprobs.size)
+    best = best[np.lexsort((best, -logprobs[best]))]  # falling logprob, ties by lower id
+    return float(logprobs[token]), tuple((int(i), float(logprobs[i])) for i in best)
+
+
+def prompt_logprobs(engine, run_id: str, prompt: tuple[int, ...], k: int) -> PromptLogprobs:
+    """Every prompt token's logprob given the tokens before it, through the engine's forward pass (or
+    teacher-forced prefill + decode where it has none), as `score_window` scores a window."""
+    if len(prompt) < 2:
+        return PromptLogprobs(run_id, (None,) * len(prompt), ((),) * len(prompt))
+    try:
+        rows = np.asarray(engine.forward_logits(prompt))[: len(prompt) - 1]
+    except NotImplementedError:
+        first = [np.asarray(engine.prefill(prompt[:1]))]
+        rows = np.stack(first + [np.asarray(engine.decode(int(t))) for t in prompt[1:-1]])
+    scored = [token_logprobs(row, int(token), k) for row, token in zip(rows, prompt[1:])]
+    return PromptLogprobs(run_id, (None, *(s[0] for s in scored)), ((), *(s[1] for s in scored)))
