@@ -259,8 +259,8 @@ def test_a_chart_that_cannot_render_is_one_line_and_the_numbers_stay(capsys, tmp
         raise ModuleNotFoundError("No module named 'pyqtgraph'")
 
     monkeypatch.setattr("whistle_stop.backends.report.plots.render_png", no_charts)
-    from whistle_stop.backends.results.bandwidth import Bandwidth
-    from whistle_stop.backends.results.compute_peak import ComputePeaks
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.compute_peak import ComputePeaks
 
     fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probes are benchmarks: fixed answers
     peaks = ComputePeaks(peaks={"fp32": {"gops": 0.5, "median_gops": 0.4, "isa": "test fma"}}, threads=1, cpu="test")
@@ -408,7 +408,7 @@ def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(
 ):
     """`bench && report` must tell a cancelled run from a complete one: exit 130 (SIGINT's), and
     the line says what of the plan was kept and where."""
-    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
     from whistle_stop.backends.results.export import read_csv
 
     fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probes are benchmarks: a fixed answer
@@ -442,7 +442,7 @@ def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(
 
 
 def test_a_sweep_cancelled_before_its_first_cell_finished_prints_no_empty_table(capsys, tmp_path, monkeypatch):
-    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
 
     fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")
     monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth", lambda *a, **k: fixed)

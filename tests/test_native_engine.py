@@ -299,7 +299,7 @@ def test_portable_builds_compute_what_the_engines_build_does(build, kv, tiny_mod
     checks each product path exactly against a reference)."""
     import subprocess
 
-    from whistle_stop.backends.results.environment import cpuinfo_field
+    from whistle_stop.backends.machine.cpu import cpuinfo_field
 
     extra, needs = PORTABLE_BUILDS[build]
     if not set(needs) <= set(cpuinfo_field("flags").split()):

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..results.bandwidth import limit_ms_per_token
+from ..machine.bandwidth import limit_ms_per_token
 from ..results.roofline import Roofline
 from ..results.stats import first_step_tokens
 from ..status import RunStatus

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..results.bandwidth import limit_ms_per_token, on_gpu
+from ..machine.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
 from ..results.records import RunRecord, runs_of
 from ..results.stats import Summary, summarize

@@ -27,7 +27,7 @@ class BenchConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     repeats: int = 3
     warmup: int = 1
-    threads: int = 0  # 0: the usable physical cores, capped by the cgroup CPU quota (worker/threads.py)
+    threads: int = 0  # 0: the usable physical cores, capped by the cgroup CPU quota (machine/threads.py)
     mode: Mode = "fair"
     reference: str | None = None  # default: the registry's reference engine if selected, else the first backend
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import psutil
 
 from ..engine import EngineOptions
+from ..machine.threads import resolve_threads
 from ..results.load import LoadRequestRecord, request_records
 from ..results.records import RunRecord, TokenRecord
 from ..storage import page_cache
@@ -35,7 +36,6 @@ from ..worker.events import (
 )
 from ..worker.outcomes import RunOutcome, ScoreOutcome
 from ..worker.process import Worker, WorkerError
-from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
 from .config import BenchConfig, Cell
 from .events import EventSink, LoadRecorded, RunRecorded

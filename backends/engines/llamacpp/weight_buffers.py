@@ -29,7 +29,7 @@ from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
-from ...results.environment import cpuinfo_field
+from ...machine.cpu import cpuinfo_field
 from ...storage import artifact_cache
 from ...worker.outcomes import describe_exit
 

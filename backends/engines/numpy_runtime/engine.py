@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...engine import Engine, EngineInfo, EngineOptions
+from ...machine.blas import OpenBLAS, blas_name
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy, read_header
-from ...worker.blas import OpenBLAS, blas_name
 from .model import GPT2, file_mapping, nest_params
 
 

@@ -30,8 +30,8 @@ import psutil
 
 from ..storage.atomic import atomic_write
 from ..storage.paths import cache_dir
-from ..worker.blas import OpenBLAS
-from .environment import cpu_model
+from .blas import OpenBLAS
+from .cpu import cpu_model
 
 CACHE_FILE = "bandwidth-v3.json"  # v3: the faster of sgemv and the own kernel (v2: sgemv only; v1 summed, and read low)
 MIN_BYTES = 1 << 30  # 1 GiB, unless the last-level cache is larger than a quarter of that
@@ -321,7 +321,7 @@ def fresh_bandwidth(threads: int, n_bytes: int | None = None, device: str = "cpu
     size and not cached: the caches keep part of a working set of a few times their size between
     passes (docs/methodology.md), so only a read of the same bytes is a floor that engine
     cannot beat. A CUDA engine's
-    floor is its GPU's memory (results/gpu_bandwidth.py), never the host's."""
+    floor is its GPU's memory (machine/gpu_bandwidth.py), never the host's."""
     if on_gpu(device):
         from .gpu_bandwidth import measure_gpu_bandwidth
 
