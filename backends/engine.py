@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from .engines.options import EngineSettings
+from .engine_settings import EngineSettings
 from .progress import ProgressFn
 from .sampling import Sampler
 from .sources.model_files import ModelFiles

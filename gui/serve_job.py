@@ -22,7 +22,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from whistle_stop.backends.engines.options import EngineSettings
+from whistle_stop.backends.engine_settings import EngineSettings
 from whistle_stop.backends.engines.server import metrics as server_metrics
 from whistle_stop.backends.engines.server.lifecycle import GUARD
 from whistle_stop.backends.errors import UsageError

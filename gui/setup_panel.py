@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from whistle_stop.backends import registry
-from whistle_stop.backends.engines.options import options_class
+from whistle_stop.backends.engine_settings import options_class
 from whistle_stop.backends.machine.threads import default_threads
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig

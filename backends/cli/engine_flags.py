@@ -1,4 +1,4 @@
-"""CLI flags built from the engines' typed settings (see backends/engines/options.py).
+"""CLI flags built from the engines' typed settings (see backends/engine_settings.py).
 
 Every run command gets every engine's flags (parsing happens before we know the selected
 engines); a settings class shared by several engines gets its flags once.
@@ -11,7 +11,7 @@ import dataclasses
 import typing
 
 from .. import registry
-from ..engines.options import EngineSettings, options_class
+from ..engine_settings import EngineSettings, options_class
 from ..errors import UsageError
 from ..worker.timeouts import Timeouts
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from .options import EngineSettings, option
+from ..engine_settings import EngineSettings, option
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EXAMPLE_URL = "http://127.0.0.1:8000/v1"

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from .. import registry
-from ..engines.options import EngineSettings
+from ..engine_settings import EngineSettings
 from ..errors import UsageError
 from ..results.load import Slo
 from ..sampling import SamplingParams

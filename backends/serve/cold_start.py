@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine import EngineOptions
-from ..engines.options import EngineSettings
+from ..engine_settings import EngineSettings
 from ..engines.remote_engine import RemoteEngine
 from ..engines.remote_options import RemoteOptions
 from ..engines.remote_stream import RemoteError
