@@ -25,8 +25,8 @@ from .sources.model_files import ModelFiles
 from .speculation import SpeculationStats
 
 if TYPE_CHECKING:
-    from .engines.server.metrics import ServerMetrics
     from .profile.capture import EngineProfiler
+    from .server_metrics import ServerMetrics
 
 
 class StampedToken(int):

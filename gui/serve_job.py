@@ -22,8 +22,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from whistle_stop.backends import server_metrics
 from whistle_stop.backends.engine_settings import EngineSettings
-from whistle_stop.backends.engines.server import metrics as server_metrics
 from whistle_stop.backends.engines.server.lifecycle import GUARD
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.serve.metrics import REQUESTS_METRIC

@@ -15,7 +15,7 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
-from ..engines.server.metrics import (
+from ..server_metrics import (
     E2E_METRIC,
     GENERATION_TOKENS_METRIC,
     ITL_METRICS,
