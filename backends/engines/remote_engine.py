@@ -32,12 +32,12 @@ import numpy as np
 
 from ..engine import EngineInfo, EngineOptions, ServerEngine, StampedToken
 from ..sampling import Sampler, SamplingParams
-from ..serve.protocol import OWNER as WHISTLE_STOP_OWNER
 from ..server_metrics import ServerMetrics
 from ..server_metrics import parse as parse_metrics
 from ..sources.model_files import ModelFiles
 from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
 from ..sources.tokenizer import decode, encode
+from .remote_options import OWNER as WHISTLE_STOP_OWNER
 from .remote_options import RemoteOptions
 from .remote_stream import MAX_ERROR_BODY, Reader, Rejected, RemoteError
 

@@ -15,12 +15,12 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from ..engines.remote_options import OWNER
 from ..errors import UsageError
 from ..sampling import SamplingParams
 from ..sources.tokenizer import encode
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default
-OWNER = "whistle-stop"  # /v1/models' owned_by: how a client (the remote engine) recognises this server
 
 
 class RequestError(Exception):
