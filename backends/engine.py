@@ -25,7 +25,7 @@ from .sources.model_files import ModelFiles
 from .speculation import SpeculationStats
 
 if TYPE_CHECKING:
-    from .profile.capture import EngineProfiler
+    from .profilers.capture import EngineProfiler
     from .server_metrics import ServerMetrics
 
 

@@ -14,7 +14,7 @@ from tests.fake_engines import phased_spec
 from whistle_stop.backends import registry
 from whistle_stop.backends.machine.bandwidth import Bandwidth
 from whistle_stop.backends.machine.compute_peak import ComputePeaks
-from whistle_stop.backends.profile.categories import KERNELS, Category, OpFamily, classify
+from whistle_stop.backends.profilers.categories import KERNELS, Category, OpFamily, classify
 from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.profile import ProfileSession

@@ -27,11 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..machine.bandwidth import limit_ms_per_token
+from ..profilers.capture import ProfileCapture
+from ..profilers.categories import ORDER, Category
 from ..results.roofline import Roofline
 from ..results.stats import first_step_tokens
 from ..status import RunStatus
-from .capture import ProfileCapture
-from .categories import ORDER, Category
 
 TOP_OPS = 10
 

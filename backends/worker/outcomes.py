@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..profile.capture import ProfileCapture
+from ..profilers.capture import ProfileCapture
 from ..status import RunStatus
 from .events import Failed, LoadDone, LoadRequest, RunDone, RunRequest, ScoreDone, ScoreRequest, Token, WorkerLost
 

@@ -83,8 +83,8 @@ class NumpyEngine(Engine):
 
     def profiler(self):
         """Timers around the runtime's own functions (numpy has no profiler of its own)."""
-        from ...profile.categories import OpFamily
-        from ...profile.timers import FunctionTimers
+        from ...profilers.categories import OpFamily
+        from ...profilers.timers import FunctionTimers
         from . import model
 
         return FunctionTimers(model, PROFILED_FUNCTIONS, OpFamily.NUMPY_FUNCTIONS)
