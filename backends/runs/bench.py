@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from ..results import engine_history
 from ..results.agreement import fill_agreement
 from ..results.environment import add_cached_probes, collect_environment
 from ..sources.model_files import ModelFiles
@@ -52,8 +53,6 @@ def finish_bench(result: BenchResult, orchestrator: Orchestrator) -> None:
 def _remember(result: BenchResult) -> None:
     """Each engine's build, cold start and speed for the next estimate; a cache that cannot be
     written costs the estimate, never the bench."""
-    from ..storage import engine_history
-
     try:
         engine_history.remember(result.runs, result.model.weights_hash)
     except OSError:
