@@ -262,6 +262,8 @@ def _gemm_rates(threads: int, passes: int) -> list[float]:
 
 def _kernel_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: int) -> list[float]:
     """The project's decode kernel over the same matrix ([] without a C compiler)."""
+    # Late: kernels/ sits above the machine (it builds for the level machine/isa.py names), and its C
+    # build (a compiler run, ctypes) happens only in the probe's own spawned process.
     from ..kernels.native import KernelUnavailable, gemv, set_threads
 
     try:

@@ -95,6 +95,7 @@ class ComputePeaks:
 
 def measure_here(threads: int, passes: int = 5, rounds: int = ROUNDS) -> ComputePeaks:
     """Each arithmetic's passes in this process (its kernel built on first use)."""
+    # Late: kernels/ sits above the machine, and peak.c is built (a compiler run) only in the probe's process.
     from ..kernels.native import load
 
     lib = load("peak")
