@@ -208,6 +208,40 @@ def test_every_room_imports_its_own_layer_or_below():
     assert not upward, "module-level imports pointing up:\n" + "\n".join(upward)
 
 
+# Imports inside a function that point up a layer: only the machine's probes, which run kernels/'s C code
+# (built with a compiler) in their own spawned process. Any other such import hides a dependency the
+# layers forbid: move the code instead.
+LATE_UPWARD = {("machine/bandwidth.py", "kernels/"), ("machine/compute_peak.py", "kernels/")}
+
+
+def _type_checking_imports(tree: ast.Module) -> set[int]:
+    return {
+        id(node)
+        for statement in tree.body
+        if isinstance(statement, ast.If) and _is_type_checking(statement.test)
+        for node in ast.walk(statement)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    }
+
+
+def test_imports_inside_functions_do_not_hide_an_upward_import():
+    hidden = []
+    for file in _files(BACKENDS):
+        source = _room(list(file.relative_to(ROOT).with_suffix("").parts))
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+        skip = {id(node) for node in _module_level_imports(tree)} | _type_checking_imports(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in skip:
+                continue
+            for target in _targets(node, file):
+                room = _room(target)
+                if not (source and room and room != source) or LAYER_OF[room] <= LAYER_OF[source]:
+                    continue
+                if (file.relative_to(BACKENDS).as_posix(), room) not in LATE_UPWARD:
+                    hidden.append(f"{file.relative_to(ROOT)}:{node.lineno}: {source} imports {room} in a function")
+    assert not hidden, "imports inside functions pointing up a layer:\n" + "\n".join(hidden)
+
+
 def test_the_cycle_finder_names_the_import_that_closes_a_cycle():
     here = Path(__file__)
     a_b = Import("a/", "b/", here, 1)
