@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from .engines.options import EngineSettings
+from .engine_settings import EngineSettings
 from .progress import ProgressFn
 from .sampling import Sampler
 from .sources.model_files import ModelFiles
 from .speculation import SpeculationStats
 
 if TYPE_CHECKING:
-    from .engines.server.metrics import ServerMetrics
-    from .profile.capture import EngineProfiler
+    from .profilers.capture import EngineProfiler
+    from .server_metrics import ServerMetrics
 
 
 class StampedToken(int):

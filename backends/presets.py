@@ -14,6 +14,7 @@ from enum import Enum
 from . import registry
 from .errors import UsageError
 from .families import families
+from .runs.config import BenchConfig
 
 
 class Preset(str, Enum):
@@ -162,6 +163,4 @@ def resolve(name: str | Preset, reference: str = "") -> PresetChoice:
 
 def default_reference() -> str:
     """The engine a run compares the others with when none is named (BenchConfig's default)."""
-    from .runs.config import BenchConfig
-
     return BenchConfig().reference_backend

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -20,6 +19,7 @@ from .engine import Engine, EngineOptions
 from .engine_spec import EngineSpec, Role
 from .engine_table import BUILT_IN_SPECS
 from .errors import UsageError
+from .machine.gpu import cuda_available
 
 BUILT_IN: dict[str, EngineSpec] = {spec.name: spec for spec in BUILT_IN_SPECS}
 # The engines this process knows: the built-in ones, plus any a test installs with `use`.
@@ -111,13 +111,6 @@ def unmet_requirement(spec: EngineSpec) -> str:
     module_name, function_name = spec.requirement.split(":")
     check: Callable[..., str] = getattr(importlib.import_module(module_name), function_name)
     return check(**spec.engine_args)
-
-
-def cuda_available() -> bool:
-    """Ask torch in a cheap way: only if the parent already imported it, or via nvidia's device nodes."""
-    if "torch" in sys.modules:
-        return bool(sys.modules["torch"].cuda.is_available())
-    return os.path.exists("/dev/nvidiactl") and importlib.util.find_spec("torch") is not None
 
 
 def c_compiler_found() -> bool:

@@ -1,4 +1,4 @@
-"""A form for one engine's typed settings (backends/engines/options.py), shown while it is ticked.
+"""A form for one engine's typed settings (backends/engine_settings.py), shown while it is ticked.
 
 One line edit per field that has a label; secret fields are password fields kept in memory
 only: `params()` (what QSettings remembers) leaves them out, and records redact them.
@@ -11,7 +11,7 @@ import dataclasses
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QLineEdit, QWidget
 
-from whistle_stop.backends.engines.options import REDACTED, EngineSettings, OptionMeta
+from whistle_stop.backends.engine_settings import REDACTED, EngineSettings, OptionMeta
 
 
 class EngineOptionsForm(QGroupBox):

@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from whistle_stop.backends import registry
-from whistle_stop.backends.engines.options import options_class
+from whistle_stop.backends.engine_settings import options_class
+from whistle_stop.backends.machine.threads import default_threads
 from whistle_stop.backends.registry import EngineSpec
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.estimate import estimate
@@ -34,7 +35,6 @@ from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.sources.model_files import RANDOM_LABEL, random_config_names
 from whistle_stop.backends.sources.prompts import example_prompts
 from whistle_stop.backends.sources.tokenizer import encode
-from whistle_stop.backends.worker.threads import default_threads
 
 from .engine_options_form import EngineOptionsForm
 from .engine_picker import EnginePicker

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="threads per engine (0: the usable physical cores)")
     args = parser.parse_args(argv)
 
+    from whistle_stop.backends.machine.threads import resolve_threads
     from whistle_stop.backends.runs.preparation import build_prompt_ids, resolve_model
     from whistle_stop.backends.storage import bytecode
-    from whistle_stop.backends.worker.threads import resolve_threads
 
     names = [n.strip() for n in args.backends.split(",") if n.strip()]
     model = resolve_model(args.model)

@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtCore import Qt
 
-    from whistle_stop.backends.results.bandwidth import cached_bandwidth
-    from whistle_stop.backends.worker.threads import default_threads
+    from whistle_stop.backends.machine.bandwidth import cached_bandwidth
+    from whistle_stop.backends.machine.threads import default_threads
     from whistle_stop.gui.app import create_app
 
     from .scripting import close_window, open_window, run_end_loop, settle_and_grab

@@ -23,9 +23,9 @@ from dataclasses import replace
 from typing import Any
 
 from whistle_stop.backends.engine import EngineOptions
+from whistle_stop.backends.errors import describe_exit
 from whistle_stop.backends.registry import EngineSpec, get
 from whistle_stop.backends.sampling import Sampler, SamplingParams
-from whistle_stop.backends.worker.outcomes import describe_exit
 
 CALL_TIMEOUT_S = 300.0  # a call that takes longer counts as hung: the child is killed
 

@@ -157,8 +157,8 @@ class PhasedEngine(ScriptedEngine):
 
     def profiler(self):
         import tests.fake_engines as module
-        from whistle_stop.backends.profile.categories import OpFamily
-        from whistle_stop.backends.profile.timers import FunctionTimers
+        from whistle_stop.backends.profilers.categories import OpFamily
+        from whistle_stop.backends.profilers.timers import FunctionTimers
 
         return FunctionTimers(module, ["linear", "attention"], OpFamily.NUMPY_FUNCTIONS)
 

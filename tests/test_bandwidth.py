@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from whistle_stop.backends.results import bandwidth as bw
+from whistle_stop.backends.machine import bandwidth as bw
 from whistle_stop.backends.results.records import RunRecord, decode_bytes_per_token, fill_metrics
 from whistle_stop.backends.status import RunStatus
 from whistle_stop.backends.worker.events import Token
@@ -182,7 +182,7 @@ def test_gpu_probe_reads_the_gpus_memory():
     """A CUDA engine's floor: the probe reads its bytes on the GPU (in its own process)."""
     if not _torch_sees_cuda():
         pytest.skip("needs a CUDA GPU")
-    from whistle_stop.backends.results.gpu_bandwidth import measure_gpu_bandwidth
+    from whistle_stop.backends.machine.gpu_bandwidth import measure_gpu_bandwidth
 
     result = bw.fresh_bandwidth(1, 64 << 20, device="cuda")
     assert result.device == "cuda" and result.device_name and result.bytes == 64 << 20
@@ -206,7 +206,7 @@ def test_gpu_peaks_are_the_gpu_s_gemms():
     a process of their own; bf16 on tensor cores beats fp32."""
     if not _torch_sees_cuda():
         pytest.skip("needs a CUDA GPU")
-    from whistle_stop.backends.results.gpu_compute_peak import measure_gpu_peaks
+    from whistle_stop.backends.machine.gpu_compute_peak import measure_gpu_peaks
 
     peaks = measure_gpu_peaks(passes=3)
     assert set(peaks.peaks) == {"fp32", "bf16"} and peaks.probe_pid != os.getpid()
@@ -218,7 +218,7 @@ def test_gpu_peaks_are_the_gpu_s_gemms():
 def test_gpu_peaks_without_a_gpu_say_so():
     if _torch_sees_cuda():
         pytest.skip("checks the message without a GPU")
-    from whistle_stop.backends.results.gpu_compute_peak import measure_gpu_peaks
+    from whistle_stop.backends.machine.gpu_compute_peak import measure_gpu_peaks
 
     with pytest.raises(RuntimeError, match="sees no CUDA GPU"):
         measure_gpu_peaks(passes=1)

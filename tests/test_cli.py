@@ -10,6 +10,7 @@ import pytest
 from tests import fake_engines
 from whistle_stop.backends import registry
 from whistle_stop.backends.cli.main import main
+from whistle_stop.backends.machine.gpu import cuda_available
 from whistle_stop.backends.report import plots
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +162,7 @@ def test_backends_lists_every_engine_with_reasons(capsys):
     out = capsys.readouterr().out
     for name in registry.names():
         assert name in out
-    if not registry.cuda_available():  # a GPU machine lists the CUDA engines as available
+    if not cuda_available():  # a GPU machine lists the CUDA engines as available
         assert "torch-static-cuda" in out and "needs a CUDA GPU" in out
 
 
@@ -259,8 +260,8 @@ def test_a_chart_that_cannot_render_is_one_line_and_the_numbers_stay(capsys, tmp
         raise ModuleNotFoundError("No module named 'pyqtgraph'")
 
     monkeypatch.setattr("whistle_stop.backends.report.plots.render_png", no_charts)
-    from whistle_stop.backends.results.bandwidth import Bandwidth
-    from whistle_stop.backends.results.compute_peak import ComputePeaks
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.compute_peak import ComputePeaks
 
     fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probes are benchmarks: fixed answers
     peaks = ComputePeaks(peaks={"fp32": {"gops": 0.5, "median_gops": 0.4, "isa": "test fma"}}, threads=1, cpu="test")
@@ -408,7 +409,7 @@ def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(
 ):
     """`bench && report` must tell a cancelled run from a complete one: exit 130 (SIGINT's), and
     the line says what of the plan was kept and where."""
-    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
     from whistle_stop.backends.results.export import read_csv
 
     fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")  # the probes are benchmarks: a fixed answer
@@ -442,7 +443,7 @@ def test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130(
 
 
 def test_a_sweep_cancelled_before_its_first_cell_finished_prints_no_empty_table(capsys, tmp_path, monkeypatch):
-    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
 
     fixed = Bandwidth(10.0, 9.0, 1 << 30, 1, 5, "test cpu", "now")
     monkeypatch.setattr("whistle_stop.backends.runs.sweep.probe_bandwidth", lambda *a, **k: fixed)

@@ -167,7 +167,7 @@ def test_a_worker_imports_only_what_serving_needs_before_ready():
         "_hashlib",
         "tempfile",
         "shutil",
-        "whistle_stop.backends.profile.capture",
+        "whistle_stop.backends.profilers.capture",
         "whistle_stop.backends.worker.load_runner",
         "whistle_stop.backends.worker.scoring",
         "torch",

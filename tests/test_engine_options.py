@@ -17,7 +17,7 @@ from whistle_stop.backends import registry
 from whistle_stop.backends.cli.common import config_from_args
 from whistle_stop.backends.cli.main import COMMANDS
 from whistle_stop.backends.cli.parser import build_parser
-from whistle_stop.backends.engines.options import EngineSettings, option
+from whistle_stop.backends.engine_settings import EngineSettings, option
 from whistle_stop.backends.engines.remote_options import RemoteOptions
 from whistle_stop.backends.errors import UsageError
 from whistle_stop.backends.registry import EngineSpec

@@ -8,10 +8,11 @@ import pytest
 from tests.test_verdict import _run
 from whistle_stop.backends import registry
 from whistle_stop.backends.gpt2_config import GPT2Config
-from whistle_stop.backends.results import bandwidth
+from whistle_stop.backends.machine import bandwidth
+from whistle_stop.backends.results import engine_history
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.estimate import estimate, guess_seconds
-from whistle_stop.backends.storage import artifact_cache, engine_history
+from whistle_stop.backends.storage import artifact_cache
 
 KIND = "estimate-test"
 

@@ -23,7 +23,7 @@ from PySide6.QtCore import QSettings  # noqa: E402
 
 from tests.fake_engines import spec  # noqa: E402
 from tests.test_gui import configure, live_children, run  # noqa: E402
-from whistle_stop.backends.results.bandwidth import Bandwidth  # noqa: E402
+from whistle_stop.backends.machine.bandwidth import Bandwidth  # noqa: E402
 
 pytestmark = pytest.mark.gui
 TIMEOUT_MS = 120_000

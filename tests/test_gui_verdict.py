@@ -127,7 +127,7 @@ def test_presets_filter_and_groups_in_the_engine_picker(window, monkeypatch):
 
 
 def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_model, qtbot, monkeypatch):
-    from whistle_stop.backends.storage import engine_history
+    from whistle_stop.backends.results import engine_history
 
     monkeypatch.setattr(engine_history, "lookup", lambda *_: None)  # no history, whatever ran before in this session
     setup = window.setup

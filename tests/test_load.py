@@ -235,7 +235,7 @@ def test_the_servers_own_itl_is_set_beside_one_client_gap_per_server_event():
     """vLLM's inter-token histogram has one observation per engine step (a speculative step of 4
     tokens is one): the client's mean beside it is one gap per event, not per token (a quarter)."""
     from whistle_stop.backends.engine import ServerEngine
-    from whistle_stop.backends.engines.server.metrics import HistogramTotals, ServerMetrics
+    from whistle_stop.backends.server_metrics import HistogramTotals, ServerMetrics
     from whistle_stop.backends.worker.load_runner import server_cross_check
 
     class Server(ServerEngine):

@@ -22,8 +22,8 @@ import pytest
 
 from whistle_stop.backends.engines.native import weights
 from whistle_stop.backends.kernels import native
+from whistle_stop.backends.machine.cpu import cpuinfo_field
 from whistle_stop.backends.machine.isa import Isa, executable_levels, why_not
-from whistle_stop.backends.results.environment import cpuinfo_field
 
 from .engine_process import in_child
 from .test_native_prefill import SHAPES, _reference, products_apart_and_together

@@ -15,8 +15,8 @@ import pytest
 from whistle_stop.backends.engines.native import weights
 from whistle_stop.backends.engines.numpy_runtime.model import file_mapping
 from whistle_stop.backends.kernels import native
-from whistle_stop.backends.profile.capture import ProfileCapture
-from whistle_stop.backends.profile.categories import Category
+from whistle_stop.backends.profilers.capture import ProfileCapture
+from whistle_stop.backends.profilers.categories import Category
 from whistle_stop.backends.storage import huge_pages
 
 from .conftest import greedy_logits, load_engine_in_worker
@@ -299,7 +299,7 @@ def test_portable_builds_compute_what_the_engines_build_does(build, kv, tiny_mod
     checks each product path exactly against a reference)."""
     import subprocess
 
-    from whistle_stop.backends.results.environment import cpuinfo_field
+    from whistle_stop.backends.machine.cpu import cpuinfo_field
 
     extra, needs = PORTABLE_BUILDS[build]
     if not set(needs) <= set(cpuinfo_field("flags").split()):

@@ -20,7 +20,7 @@ import pytest
 
 from whistle_stop.backends.engines.native import weights
 from whistle_stop.backends.kernels import native
-from whistle_stop.backends.results.environment import cpuinfo_field
+from whistle_stop.backends.machine.cpu import cpuinfo_field
 
 from .engine_process import in_child
 

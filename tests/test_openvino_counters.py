@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from whistle_stop.backends.profile.openvino_counters import OpenVinoCounters
+from whistle_stop.backends.profilers.openvino_counters import OpenVinoCounters
 
 
 @dataclass

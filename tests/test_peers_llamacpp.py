@@ -125,8 +125,8 @@ def test_gguf_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_refere
 def test_profile_uses_llamacpps_own_timings(tmp_path):
     """llama.cpp times its graph evaluation as a whole: that is "engine (not split)", the
     binding around it framework + Python, and the categories add up to the measured step."""
-    from whistle_stop.backends.profile.categories import Category
-    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
+    from whistle_stop.backends.profilers.categories import Category
     from whistle_stop.backends.runs.config import BenchConfig
     from whistle_stop.backends.runs.profile import ProfileSession
 

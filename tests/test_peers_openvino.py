@@ -70,8 +70,8 @@ def test_ir_cached_then_rebuilt_when_corrupt(tiny_model, prompt_ids, hf_referenc
 def test_profile_reads_openvinos_performance_counters(tmp_path):
     import json
 
-    from whistle_stop.backends.profile.categories import Category
-    from whistle_stop.backends.results.bandwidth import Bandwidth
+    from whistle_stop.backends.machine.bandwidth import Bandwidth
+    from whistle_stop.backends.profilers.categories import Category
     from whistle_stop.backends.runs.config import BenchConfig
     from whistle_stop.backends.runs.profile import ProfileSession
 

@@ -12,9 +12,9 @@ import pytest
 
 from tests.fake_engines import phased_spec
 from whistle_stop.backends import registry
-from whistle_stop.backends.profile.categories import KERNELS, Category, OpFamily, classify
-from whistle_stop.backends.results.bandwidth import Bandwidth
-from whistle_stop.backends.results.compute_peak import ComputePeaks
+from whistle_stop.backends.machine.bandwidth import Bandwidth
+from whistle_stop.backends.machine.compute_peak import ComputePeaks
+from whistle_stop.backends.profilers.categories import KERNELS, Category, OpFamily, classify
 from whistle_stop.backends.results.roofline import prefill_bytes, prefill_flops
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.runs.profile import ProfileSession
@@ -232,7 +232,7 @@ def test_a_cuda_engines_floor_is_probed_on_its_gpu(tmp_path):
 
 
 def test_a_gpu_engine_gets_no_cpu_cache_note():
-    from whistle_stop.backends.results.bandwidth import fits_in_cache_note, last_level_cache_bytes
+    from whistle_stop.backends.machine.bandwidth import fits_in_cache_note, last_level_cache_bytes
 
     size = last_level_cache_bytes()
     if not size:
@@ -451,9 +451,9 @@ def test_every_engine_s_roofline_uses_the_run_s_final_best_peak(tmp_path, monkey
     from rich.console import Console
 
     from whistle_stop.backends.cli.profile_command import print_profile
+    from whistle_stop.backends.machine import compute_peak
     from whistle_stop.backends.profile.files import read_profile, write_profile
     from whistle_stop.backends.profile.table import PREFILL_HEADERS, prefill_row
-    from whistle_stop.backends.results import compute_peak
 
     monkeypatch.setattr(compute_peak, "CACHE_FILE", "compute-peaks-profile-test.json")  # no machine's best yet
     reads = iter([(20.0, "t1", 1), (15.0, "t2", 2), (25.0, "t3", 3)])

@@ -22,6 +22,8 @@ NAME_FREE = (
     "backends/results",
     "backends/cli",
     "backends/profile",
+    "backends/profilers",
+    "backends/machine",
     "backends/worker",
     "backends/report",
     "backends/storage",

@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from whistle_stop.backends.cli.main import main
+from whistle_stop.backends.machine import bandwidth as bw
 from whistle_stop.backends.report import figures as fg
 from whistle_stop.backends.report import sweep_figures as sf
 from whistle_stop.backends.report.html import build_report, environment_differences
-from whistle_stop.backends.results import bandwidth as bw
 from whistle_stop.backends.results.export import write_csv, write_results
 from whistle_stop.backends.results.records import TokenRecord
 from whistle_stop.backends.runs.quality import QUALITY_COLUMNS, QUALITY_CSV, QualityRow

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from whistle_stop.backends.profile.breakdown import EngineProfile, PhaseBreakdown
-from whistle_stop.backends.profile.categories import Category
+from whistle_stop.backends.profilers.categories import Category
 from whistle_stop.backends.report import figures as fg
 from whistle_stop.backends.report.legend_place import Box, Corner, Segment, place
 

@@ -21,8 +21,8 @@ import pytest
 
 from tests.test_readme import LINK, _anchors
 from whistle_stop.backends.cli.main import main
-from whistle_stop.backends.results.bandwidth import Bandwidth
-from whistle_stop.backends.results.compute_peak import ComputePeaks
+from whistle_stop.backends.machine.bandwidth import Bandwidth
+from whistle_stop.backends.machine.compute_peak import ComputePeaks
 from whistle_stop.backends.results.export import SUMMARY_METRICS
 from whistle_stop.backends.results.load import LOAD_LEVEL_COLUMNS, LOAD_REQUEST_COLUMNS
 from whistle_stop.backends.runs.quality_rows import Divergence
@@ -174,14 +174,14 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     text.write_text("The quick brown fox jumps over the lazy dog. " * 8, encoding="utf-8")
     with pytest.MonkeyPatch.context() as patch:
         for target in (
-            "results.bandwidth.cached_bandwidth",  # bench and quality record the cached probes
+            "machine.bandwidth.cached_bandwidth",  # bench and quality record the cached probes
             "runs.sweep.cached_bandwidth",
             "runs.sweep.probe_bandwidth",
             "runs.profile.fresh_bandwidth",
         ):
             patch.setattr(f"whistle_stop.backends.{target}", lambda *a, **k: BANDWIDTH)
         for target in (
-            "results.compute_peak.cached_compute_peaks",
+            "machine.compute_peak.cached_compute_peaks",
             "runs.sweep.cached_compute_peaks",
             "runs.sweep.probe_compute_peaks",
             "runs.profile.probe_compute_peaks",

@@ -9,10 +9,10 @@ import pytest
 
 from whistle_stop.backends.gpt2_config import GPT2Config
 from whistle_stop.backends.kernels import native
+from whistle_stop.backends.machine import compute_peak
+from whistle_stop.backends.machine.compute_peak import ComputePeaks, Peak, faster_peaks
+from whistle_stop.backends.machine.cpu import cpuinfo_field
 from whistle_stop.backends.machine.isa import Isa, why_not
-from whistle_stop.backends.results import compute_peak
-from whistle_stop.backends.results.compute_peak import ComputePeaks, Peak, faster_peaks
-from whistle_stop.backends.results.environment import cpuinfo_field
 from whistle_stop.backends.results.roofline import (
     Arithmetic,
     Roofline,

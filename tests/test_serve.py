@@ -21,10 +21,10 @@ import pytest
 from tests import fake_engines
 from tests.conftest import wait_for
 from tests.serve_helpers import GREEDY, HOST, complete, request, served, stream_events, wait_healthy
+from whistle_stop.backends import server_metrics
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.engines.remote_engine import FRESH_NOTE
 from whistle_stop.backends.engines.remote_options import RemoteOptions
-from whistle_stop.backends.engines.server import metrics as server_metrics
 from whistle_stop.backends.runs.bench import BenchConfig, BenchSession
 from whistle_stop.backends.sampling import SamplingParams
 from whistle_stop.backends.serve import app as app_module

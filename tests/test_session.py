@@ -71,7 +71,7 @@ def test_a_run_that_stops_short_counts_in_no_figure(tiny_model):
 def test_the_session_records_the_cached_probes_whoever_runs_it(tiny_model, monkeypatch):
     """The machine's cached bandwidth and peaks went into environment.json only when the CLI ran the
     bench: a folder the window wrote lacked them, and its report its floor and roofline lines."""
-    from whistle_stop.backends.results import bandwidth, compute_peak
+    from whistle_stop.backends.machine import bandwidth, compute_peak
 
     probe = bandwidth.Bandwidth(42.0, 41.0, 1 << 28, 1, 5, "cpu", "2026-11-27T12:00:00")
     monkeypatch.setattr(bandwidth, "cached_bandwidth", lambda threads: probe)

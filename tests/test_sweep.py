@@ -10,8 +10,8 @@ from tests.conftest import live_workers
 from whistle_stop.backends import registry
 from whistle_stop.backends.cli.main import main
 from whistle_stop.backends.errors import UsageError
-from whistle_stop.backends.results.bandwidth import Bandwidth
-from whistle_stop.backends.results.compute_peak import ComputePeaks
+from whistle_stop.backends.machine.bandwidth import Bandwidth
+from whistle_stop.backends.machine.compute_peak import ComputePeaks
 from whistle_stop.backends.runs.bench import BenchConfig
 from whistle_stop.backends.runs.sweep import CellDone, SweepGrid, SweepNote, SweepSession
 from whistle_stop.backends.worker.events import BackendEvent, Ready, RunRequest

@@ -1,4 +1,4 @@
-"""Engines whose team of threads takes every CPU bind one thread to each (backends/worker/threads.py's
+"""Engines whose team of threads takes every CPU bind one thread to each (backends/machine/threads.py's
 cpus_to_bind): unbound, a pool asleep between runs was woken onto its partner's busy CPU every other
 run and the first token waited a scheduler tick (+7-15 ms on 2-15 ms; docs/methodology.md). Each
 engine is loaded in a spawned child as a worker loads it (EngineOptions.owns_process)."""

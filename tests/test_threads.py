@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from whistle_stop.backends.worker.threads import (
+from whistle_stop.backends.machine.threads import (
     cgroup_quota,
     default_threads,
     physical_cores,
@@ -138,7 +138,7 @@ def test_the_default_is_described_as_what_it_does_everywhere_it_is_shown():
 
 
 def test_only_a_team_that_takes_every_usable_cpu_is_bound(monkeypatch):
-    from whistle_stop.backends.worker import threads
+    from whistle_stop.backends.machine import threads
 
     monkeypatch.setattr(threads, "process_cpus", lambda: (2, 3, 5))
     assert threads.cpus_to_bind(3) == [2, 3, 5]  # thread i on the i-th usable CPU

@@ -18,6 +18,7 @@ from whistle_stop.backends import registry
 from whistle_stop.backends.engine import EngineOptions
 from whistle_stop.backends.engines.vllm.engine import cpu_binding
 from whistle_stop.backends.engines.vllm.environment import OVERRIDE_VARIABLE
+from whistle_stop.backends.machine.gpu import cuda_available
 from whistle_stop.backends.runs.bench import BenchSession
 from whistle_stop.backends.runs.config import BenchConfig
 from whistle_stop.backends.status import RunStatus
@@ -28,7 +29,7 @@ from .fake_servers import alive, environ, fake_vllm_environment, pids_in
 
 MODEL = "random:tiny-h32"  # vLLM's CPU attention needs head sizes >= 32
 # The engine serves vLLM's CUDA build where torch sees a GPU, its CPU build elsewhere.
-FLAVOUR = "cuda" if registry.cuda_available() else "cpu"
+FLAVOUR = "cuda" if cuda_available() else "cpu"
 
 
 @pytest.fixture(scope="module")

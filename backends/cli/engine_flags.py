@@ -1,4 +1,4 @@
-"""CLI flags built from the engines' typed settings (see backends/engines/options.py).
+"""CLI flags built from the engines' typed settings (see backends/engine_settings.py).
 
 Every run command gets every engine's flags (parsing happens before we know the selected
 engines); a settings class shared by several engines gets its flags once.
@@ -11,7 +11,7 @@ import dataclasses
 import typing
 
 from .. import registry
-from ..engines.options import EngineSettings, options_class
+from ..engine_settings import EngineSettings, options_class
 from ..errors import UsageError
 from ..worker.timeouts import Timeouts
 
@@ -83,16 +83,3 @@ def _refuse_unused_flags(args: argparse.Namespace, backends: tuple[str, ...]) ->
             if meta.flag and getattr(args, _dest(meta.flag), meta.cli_default) != meta.cli_default:
                 owners = [spec.name for spec in registry.ENGINES.values() if options_class(spec.options) is cls]
                 raise UsageError(f"{meta.flag} is for {', '.join(owners)}; none of them is among the engines to run")
-
-
-def flags_of(settings: EngineSettings | None) -> list[str]:
-    """The command-line flags that give `settings` back (for a command started as a subprocess:
-    `serve` from the window or a cold-start measurement); secrets have no flag and are not passed."""
-    if settings is None:
-        return []
-    argv: list[str] = []
-    for field, meta in settings.options():
-        value = getattr(settings, field.name)
-        if meta.flag and value not in (None, "") and not meta.secret:
-            argv += [meta.flag, str(value)]
-    return argv

@@ -13,12 +13,12 @@ from rich.markup import escape
 
 from .. import registry
 from ..engine import EngineOptions
+from ..machine.threads import resolve_threads
 from ..runs.preparation import check_available
 from ..serve.config import ServeConfig
 from ..serve.server import ServeServer, bind
 from ..serve.service import Service
 from ..sources.model_files import resolve_model
-from ..worker.threads import resolve_threads
 from ..worker.timeouts import Timeouts
 from .common import stderr_console
 from .engine_flags import settings_from_args

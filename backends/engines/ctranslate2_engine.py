@@ -42,7 +42,7 @@ def cpu_vendor() -> str:
     """The x86 vendor string (GenuineIntel, AuthenticAMD, ...), '' where it cannot be read."""
     import platform
 
-    from ..results.environment import cpuinfo_field
+    from ..machine.cpu import cpuinfo_field
 
     return cpuinfo_field("vendor_id") or ("GenuineIntel" if "Intel" in platform.processor() else "")
 

@@ -113,7 +113,7 @@ class HFEngine(Engine):
 
     def profiler(self):
         """torch.profiler: every aten op's self time, per prefill / decode step."""
-        from ..profile.torch_ops import TorchProfiler
+        from ..profilers.torch_ops import TorchProfiler
 
         return TorchProfiler()
 

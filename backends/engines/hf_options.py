@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .options import EngineSettings, option
+from ..engine_settings import EngineSettings, option
 
 # transformers' own defaults for an assistant (GenerationConfig._get_default_generation_params)
 DEFAULT_TOKENS = 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .options import EngineSettings, option
+from ..engine_settings import EngineSettings, option
 
 BUFFER_CHOICES = ("auto", "extra", "plain")
 

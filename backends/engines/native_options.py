@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .options import EngineSettings, option
+from ..engine_settings import EngineSettings, option
 
 KV_CHOICES = ("fp32", "int8")
 PAGES_CHOICES = ("2mb", "4kb")

@@ -104,7 +104,7 @@ class OpenVinoEngine(Engine):
 
     def profiler(self):
         """OpenVINO's performance counters, on a second compiled model for the profiled run."""
-        from ..profile.openvino_counters import OpenVinoCounters
+        from ..profilers.openvino_counters import OpenVinoCounters
 
         def open_profiled():
             core = ov.Core()

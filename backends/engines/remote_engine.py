@@ -32,14 +32,14 @@ import numpy as np
 
 from ..engine import EngineInfo, EngineOptions, ServerEngine, StampedToken
 from ..sampling import Sampler, SamplingParams
-from ..serve.protocol import OWNER as WHISTLE_STOP_OWNER
+from ..server_metrics import ServerMetrics
+from ..server_metrics import parse as parse_metrics
 from ..sources.model_files import ModelFiles
 from ..sources.prompts import UNIQUE_PREFIX_TOKENS, unique_prefix
 from ..sources.tokenizer import decode, encode
+from .remote_options import OWNER as WHISTLE_STOP_OWNER
 from .remote_options import RemoteOptions
 from .remote_stream import MAX_ERROR_BODY, Reader, Rejected, RemoteError
-from .server.metrics import ServerMetrics
-from .server.metrics import parse as parse_metrics
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0  # below the worker's default 120 s per token, so our message wins

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .options import EngineSettings, option, whole_number
+from ..engine_settings import EngineSettings, option, whole_number
 
 K_LIMIT = 16  # the most drafts a verify pass checks (its sums are kept per token)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .options import EngineSettings, option, whole_number
+from ..engine_settings import EngineSettings, option, whole_number
 
 NGRAM_MAX = 4  # prompt_lookup_max: the longest n-gram vLLM looks up
 MAX_NGRAM_TOKENS = 32  # proposals a step: past a few dozen a typo's, not a setting (vLLM would take 10**8)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ..machine.cpu import cpuinfo_field
 from ..machine.isa import AMX_UNIT_FLAGS, Isa, compile_flags, resolve
-from ..results.environment import cpuinfo_field
 from ..storage import artifact_cache
 
 KIND = "kernels"
@@ -219,7 +219,7 @@ def bind_team(threads: int, bind: Callable[..., int] | None = None) -> bool:
     affinity.h export; default gemv.c's); whether it was bound. Call it once the team's work is set
     up and before anything that should keep every CPU starts: the caller's thread is narrowed to the
     first CPU, and what it starts later inherits that. False without a C compiler for gemv.c."""
-    from ..worker.threads import cpus_to_bind
+    from ..machine.threads import cpus_to_bind
 
     cpus = cpus_to_bind(threads)
     if not cpus:

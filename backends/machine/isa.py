@@ -22,7 +22,7 @@ import platform
 from enum import Enum
 from functools import cache
 
-from ..results.environment import cpuinfo_field
+from .cpu import cpuinfo_field
 
 
 class Isa(str, Enum):

@@ -26,12 +26,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..results.bandwidth import limit_ms_per_token
+from ..machine.bandwidth import limit_ms_per_token
+from ..profilers.capture import ProfileCapture
+from ..profilers.categories import ORDER, Category
 from ..results.roofline import Roofline
 from ..results.stats import first_step_tokens
 from ..status import RunStatus
-from .capture import ProfileCapture
-from .categories import ORDER, Category
 
 TOP_OPS = 10
 

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from ..profilers.categories import ORDER, Category
 from ..results.export import write_csv
 from ..status import RunStatus
 from ..storage.atomic import atomic_write
 from .breakdown import EngineProfile, OpShare, PhaseBreakdown
-from .categories import ORDER, Category
 
 BREAKDOWN_CSV, TOP_OPS_CSV, PROFILE_JSON = "breakdown.csv", "top_ops.csv", "profile.json"
 BACKENDS = "backends"  # profile.json's list of entries, named as every file names the engine

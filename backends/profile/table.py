@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..profilers.categories import ORDER, Category
 from ..status import RunStatus
 from .breakdown import EngineProfile
-from .categories import ORDER, Category
 
 SHORT = {
     Category.MATMUL: "matmul",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import zlib
 
-from ..profile.categories import Category
+from ..profilers.categories import Category
 
 # On white (the light theme, reports and PNGs).
 LIGHT = (

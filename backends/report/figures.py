@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..results.bandwidth import limit_ms_per_token, on_gpu
+from ..machine.bandwidth import limit_ms_per_token, on_gpu
 from ..results.load import LoadLevel
 from ..results.records import RunRecord, runs_of
 from ..results.stats import Summary, summarize
@@ -275,7 +275,7 @@ def startup_bars(runs: Sequence[RunRecord]) -> Figure:
 def profile_breakdown(profiles: Sequence, phase: str = "decode") -> Figure:
     """Stacked bars per engine: each category's ms per step (the profiled run's mean step), with the
     memory floor as a tick on each bar. `profiles`: profile.breakdown.EngineProfile."""
-    from ..profile.categories import ORDER
+    from ..profilers.categories import ORDER
 
     shown = [p for p in profiles if getattr(p, phase) is not None]
     figure = Figure(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import registry
-from ..engines.options import options_class
+from ..engine_settings import options_class
 from ..errors import UsageError
 from ..profile.table import NOTE as PROFILE_NOTE
 from ..profile.table import headers as profile_headers

@@ -9,7 +9,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ..results.bandwidth import limit_ms_per_token
+from ..machine.bandwidth import limit_ms_per_token
 from ..results.records import RunRecord, TokenRecord, decode_bytes_per_token, runs_of
 from ..results.roofline_curves import ENVIRONMENT_KEY as ROOFLINE_KEY
 from ..results.stats import summarize

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from .. import __version__, registry
+from ..machine.cpu import cpu_flags, cpu_model
 from ..storage import bytecode
 
 # What every run stands on (the harness, the sampler, the reference, the window); each engine's own
@@ -29,48 +30,6 @@ CORE_PACKAGES = (
     "pyqtgraph",
 )
 NOT_INSTALLED = "not installed"
-
-
-def cpuinfo_field(name: str) -> str:
-    """The first value of `name` in /proc/cpuinfo ("model name", "vendor_id"), '' where there is none."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(name):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-# The CPU features the engines' kernels choose between (vector width, int8 and bf16 products).
-NOTABLE_FLAGS = (
-    "sse4_2",
-    "avx",
-    "avx2",
-    "fma",
-    "f16c",
-    "avx512f",
-    "avx512bw",
-    "avx512_vnni",
-    "avx_vnni",
-    "avx512_bf16",
-    "amx_tile",
-    "amx_int8",
-    "amx_bf16",
-    "asimd",
-    "asimddp",
-    "sve",
-)
-
-
-def cpu_flags() -> list[str]:
-    """The notable features this CPU has, in NOTABLE_FLAGS' order ([] where /proc/cpuinfo says none)."""
-    present = set(cpuinfo_field("flags").split()) | set(cpuinfo_field("Features").split())
-    return [flag for flag in NOTABLE_FLAGS if flag in present]
-
-
-def cpu_model() -> str:
-    return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 def gpu_names() -> list[str]:
@@ -170,8 +129,8 @@ def collect_environment(model=None, settings: dict | None = None, extra: dict | 
 def add_cached_probes(environment: dict, threads: int) -> None:
     """Record the machine's bandwidth and arithmetic peaks if a sweep, quality run or profile measured
     them before (never measures here): bench's and quality's folders, from the CLI or the window alike."""
-    from .bandwidth import cached_bandwidth
-    from .compute_peak import cached_compute_peaks
+    from ..machine.bandwidth import cached_bandwidth
+    from ..machine.compute_peak import cached_compute_peaks
 
     cached = cached_bandwidth(threads)
     if cached is not None:

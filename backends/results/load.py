@@ -30,11 +30,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .. import registry
-from ..engines.server.metrics import CROSS_CHECK_PREFIX
+from ..server_metrics import CROSS_CHECK_PREFIX, chunk_gaps_ms
 from ..status import RunStatus
 from ..worker.events import StreamResult
 from .records import RunRecord, TokenRecord
-from .stats import chunk_gaps_ms, finite, run_metrics
+from .stats import finite, run_metrics
 
 
 @dataclass(frozen=True)

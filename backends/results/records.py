@@ -219,7 +219,7 @@ def fill_metrics(
         )
         record.bandwidth_gb_s = per_token * record.decode_tok_s / 1e9
     if weight_bytes_per_token:
-        from .bandwidth import fits_in_cache_note
+        from ..machine.bandwidth import fits_in_cache_note
 
         note = fits_in_cache_note(weight_bytes_per_token, record.device or "cpu")
         if note and note not in record.notes:

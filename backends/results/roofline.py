@@ -3,7 +3,7 @@
 A prefill computes every matrix product of the prompt's T tokens at once, so it is bound by
 arithmetic, not by one read of the weights as decode is. Its roofline is the larger of
 
-    FLOPs / the CPU's peak for the engine's arithmetic     (results/compute_peak.py: fp32 FMA,
+    FLOPs / the CPU's peak for the engine's arithmetic     (machine/compute_peak.py: fp32 FMA,
                                                            bf16 or int8 products, each measured)
     bytes / the memory bandwidth                           (the weights once, and the KV cache written)
 
@@ -21,20 +21,9 @@ the bound is never one it can beat by its instructions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from ..gpt2_config import GPT2Config
-
-
-class Arithmetic(str, Enum):
-    """The numbers a prefill's matrix products multiply."""
-
-    FP32 = "fp32"
-    BF16 = "bf16"  # bf16 x bf16 products, float32 sums
-    INT8 = "int8"  # int8 x int8 (or u8 x s8) products, int32 sums
-
-    def __str__(self) -> str:
-        return self.value
+from ..machine.compute_peak import Arithmetic
 
 
 def default_arithmetic(precision: str) -> Arithmetic:

@@ -8,8 +8,8 @@ from the folder alone.
 from __future__ import annotations
 
 from ..gpt2_config import GPT2Config
-from .bandwidth import on_gpu
-from .compute_peak import ComputePeaks
+from ..machine.bandwidth import on_gpu
+from ..machine.compute_peak import ComputePeaks
 from .roofline import Arithmetic, Roofline, arithmetic_of, prefill_bytes, prefill_flops
 
 ENVIRONMENT_KEY = "prefill_roofline"

@@ -44,16 +44,6 @@ def run_metrics(start_ns: int, token_ns: Sequence[int]) -> RunMetrics:
     return RunMetrics(n, ttft_ms, e2e_s, tpot_ms, tuple(itl.tolist()), float(p50), float(p90), float(p99), tok_s)
 
 
-def chunk_gaps_ms(token_ns: Sequence[int], steps: Sequence[int | None]) -> list[float]:
-    """The gaps between a stream's chunks, as vLLM's serving benchmark pools its ITL: a step's tokens
-    (a server's event, a speculative pass) arrive as one chunk, so a gap runs from one step's first
-    token to the next's; without steps (or any missing), each token is its own chunk."""
-    if len(steps) != len(token_ns) or None in steps:
-        return (np.diff(np.asarray(token_ns, dtype=np.int64)) / 1e6).tolist()
-    arrivals = [t for i, t in enumerate(token_ns) if i == 0 or steps[i] != steps[i - 1]]
-    return (np.diff(np.asarray(arrivals, dtype=np.int64)) / 1e6).tolist()
-
-
 def first_step_tokens(steps: Sequence[int | None]) -> int | None:
     """How many tokens a stream's first step made, where its steps show a step making several (a
     server's event, a speculative pass); None where each token is its own step or a step is unknown."""

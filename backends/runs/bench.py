@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 
+from ..machine.compute_peak import ComputePeaks
+from ..results import engine_history
 from ..results.agreement import fill_agreement
-from ..results.compute_peak import ComputePeaks
 from ..results.environment import add_cached_probes, collect_environment
 from ..results.machine_state import machine_state_section
 from ..results.roofline_curves import ENVIRONMENT_KEY as ROOFLINE_KEY
@@ -75,8 +76,6 @@ def add_roofline(result: BenchResult, engines: dict[str, dict]) -> None:
 def _remember(result: BenchResult) -> None:
     """Each engine's build, cold start and speed for the next estimate; a cache that cannot be
     written costs the estimate, never the bench."""
-    from ..storage import engine_history
-
     try:
         engine_history.remember(result.runs, result.model.weights_hash)
     except OSError:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from .. import registry
-from ..engines.options import EngineSettings
+from ..engine_settings import EngineSettings
 from ..errors import UsageError
 from ..results.load import Slo
 from ..sampling import SamplingParams
@@ -31,7 +31,7 @@ class BenchConfig:
     target_width_pct: float = 5.0  # ... narrower than this share of its median
     max_minutes: float = 10.0  # ... or until the measured rounds have taken this long
     warmup: int = 1
-    threads: int = 0  # 0: the usable physical cores, capped by the cgroup CPU quota (worker/threads.py)
+    threads: int = 0  # 0: the usable physical cores, capped by the cgroup CPU quota (machine/threads.py)
     mode: Mode = "fair"
     reference: str | None = None  # default: the registry's reference engine if selected, else the first backend
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -1,10 +1,10 @@
 """What a run will do, said before it starts: how many runs, which one-time builds are still to
 make (an engine's cached artefacts are missing or not whole; no engine is imported to know), and
 roughly how long, from the median of what each engine measured here in its last sessions
-(storage/engine_history.py).
+(results/engine_history.py).
 
 An engine never run here with this model is guessed from the model's own size: decode reads every
-weight once per token at part of the machine's bandwidth (results/bandwidth.py's cached probe: the
+weight once per token at part of the machine's bandwidth (machine/bandwidth.py's cached probe: the
 estimate never probes), prefill computes the prompt's FLOPs at part of its probed GEMM rate, and the
 worker's start is a fixed allowance. The estimate says when a figure is such a guess."""
 
@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from .. import registry
 from ..gpt2_config import GPT2Config
-from ..results.bandwidth import Bandwidth, cached_bandwidth
+from ..machine.bandwidth import Bandwidth, cached_bandwidth
+from ..machine.threads import default_threads
+from ..results import engine_history
 from ..results.roofline import prefill_flops
 from ..sources.model_files import ModelFiles
 from ..sources.tokenizer import encode
-from ..storage import artifact_cache, engine_history
-from ..worker.threads import default_threads
+from ..storage import artifact_cache
 from .config import BenchConfig
 
 # A guess for an engine with no history here, from the model's size. The engines here reach a third to

@@ -21,6 +21,7 @@ import psutil
 from ..engine import EngineOptions
 from ..machine.energy import EnergyMeter, NvmlMeter, RaplMeter
 from ..machine.telemetry import MachineProbe
+from ..machine.threads import resolve_threads
 from ..results.load import LoadRequestRecord, load_levels, request_records
 from ..results.records import RunRecord, TokenRecord
 from ..results.sequential import SequentialRule
@@ -40,7 +41,6 @@ from ..worker.events import (
 )
 from ..worker.outcomes import RunOutcome, ScoreOutcome
 from ..worker.process import Worker, WorkerError
-from ..worker.threads import resolve_threads
 from ..worker.usage import process_cpu_s
 from .adaptive import run_until_sure
 from .arrivals import RateMode, arrival_offsets_ms, rate_label, sweep_rates

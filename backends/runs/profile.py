@@ -14,8 +14,8 @@ does, and only a read of the same size is a floor the engine cannot beat. The sl
 probes is kept too: the floor share it would have given shows how much of a gap is the machine
 moving. The same probes time an in-cache GEMM: the cores' speed around each engine, since a slow
 phase slows arithmetic too. Prefill's roofline divides the prompt's FLOPs by the CPU's peak for the
-engine's arithmetic (results/compute_peak.py, in a process of its own, the instructions it ran recorded),
-a CUDA engine's by its GPU's (results/gpu_compute_peak.py: cuBLAS GEMMs, probed once a profile), and its
+engine's arithmetic (machine/compute_peak.py, in a process of its own, the instructions it ran recorded),
+a CUDA engine's by its GPU's (machine/gpu_compute_peak.py: cuBLAS GEMMs, probed once a profile), and its
 bytes by the engine's faster bandwidth probe. The cores are probed right before each engine's runs, but
 a peak only ever rises with a probe (a busy moment lowers it), so once every engine has run each one is
 held to the run's final best, the same for all, and its own probe stays beside it (`peak_probed_gops`).
@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..machine.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth, on_gpu
+from ..machine.compute_peak import ComputePeaks, faster_peaks, probe_compute_peaks
+from ..machine.gpu_compute_peak import measure_gpu_peaks
 from ..profile.breakdown import EngineProfile, phase_breakdowns, top_ops
-from ..results.bandwidth import Bandwidth, fits_in_cache_note, fresh_bandwidth, on_gpu
-from ..results.compute_peak import ComputePeaks, faster_peaks, probe_compute_peaks
-from ..results.gpu_compute_peak import measure_gpu_peaks
 from ..results.records import RunRecord, decode_bytes_per_token, runs_of
 from ..results.roofline import arithmetic_of, prefill_bytes, prefill_flops
 from ..results.summary import is_measured

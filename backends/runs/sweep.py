@@ -14,13 +14,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import UsageError
+from ..machine.bandwidth import Bandwidth, cached_bandwidth, on_gpu, probe_bandwidth
+from ..machine.compute_peak import ComputePeaks, cached_compute_peaks, probe_compute_peaks
+from ..machine.gpu_bandwidth import measure_gpu_bandwidth
+from ..machine.gpu_compute_peak import measure_gpu_peaks
 from ..results.agreement import fill_agreement
-from ..results.bandwidth import Bandwidth, cached_bandwidth, on_gpu, probe_bandwidth
-from ..results.compute_peak import ComputePeaks, cached_compute_peaks, probe_compute_peaks
 from ..results.environment import collect_environment
 from ..results.export import write_results
-from ..results.gpu_bandwidth import measure_gpu_bandwidth
-from ..results.gpu_compute_peak import measure_gpu_peaks
 from ..results.machine_state import machine_state_section
 from ..results.roofline_curves import ENVIRONMENT_KEY, prefill_curves
 from ..sources.model_files import resolve_model

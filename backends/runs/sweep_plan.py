@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
-from ..results.environment import cpu_model, git_commit, library_versions, thread_env
+from ..machine.cpu import cpu_model
+from ..results.environment import git_commit, library_versions, thread_env
 from ..results.export import ENVIRONMENT_JSON, RUNS_CSV, TOKENS_CSV
 from ..results.load import LoadRequestRecord
 from ..results.reader import ResultsError, check_sections, load_requests, load_results

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine import EngineOptions
-from ..engines.options import EngineSettings
+from ..engine_settings import EngineSettings, flags_of
 from ..engines.remote_engine import RemoteEngine
 from ..engines.remote_options import RemoteOptions
 from ..engines.remote_stream import RemoteError
@@ -86,8 +86,6 @@ def our_server(
     name: str, model: ModelFiles, port: int, threads: int, settings: EngineSettings | None = None
 ) -> ServerCommand:
     """`whistle-stop serve --backend NAME` as a user starts it (the same interpreter and package)."""
-    from ..cli.engine_flags import flags_of
-
     argv = [
         sys.executable,
         "-m",

@@ -1,6 +1,6 @@
 """The server's own figures as Prometheus text, under vLLM's names.
 
-The latency histograms carry vLLM's names (backends/engines/server/metrics.py holds them), so the
+The latency histograms carry vLLM's names (backends/server_metrics.py holds them), so the
 `remote` engine's cross-check, a vLLM dashboard and the window's Serve tab all read this server as
 they read vLLM. TTFT counts from the request's arrival (queueing included, as vLLM's does) to the
 worker's stamp of the first token; each inter-token gap is between two tokens' worker stamps (one
@@ -15,7 +15,7 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
-from ..engines.server.metrics import (
+from ..server_metrics import (
     E2E_METRIC,
     GENERATION_TOKENS_METRIC,
     ITL_METRICS,

@@ -24,7 +24,6 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's default
 MAX_STOPS = 4  # OpenAI's limit on stop strings
 MAX_LOGPROBS = 5  # OpenAI's limit on the completions API's logprobs
 MAX_RUNS = 64  # prompts x best_of: each is a run of its own, one after the other on one worker
-OWNER = "whistle-stop"  # /v1/models' owned_by: how a client (the remote engine) recognises this server
 
 
 class RequestError(Exception):

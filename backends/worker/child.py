@@ -44,7 +44,7 @@ from .events import (
 from .usage import cpu_seconds, peak_rss_mb, reset_peak_rss
 
 if TYPE_CHECKING:
-    from ..profile.capture import EngineProfiler, ProfileCapture
+    from ..profilers.capture import EngineProfiler, ProfileCapture
 
 # What only some requests need (load levels, scoring, profiling) is imported when one comes: every
 # import here is paid before Ready, in each engine's cold start.
@@ -272,7 +272,7 @@ def _profiler(engine: Engine, drives: bool) -> tuple[EngineProfiler | None, str]
 
 
 def _capture(profiler: EngineProfiler | None, problem: str, trace_path: str) -> ProfileCapture:
-    from ..profile.capture import ProfileCapture
+    from ..profilers.capture import ProfileCapture
 
     if profiler is None:
         return ProfileCapture("none", note=problem)

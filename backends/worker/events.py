@@ -18,7 +18,7 @@ from ..speculation import SpeculationStats
 from ..status import RunStatus
 
 if TYPE_CHECKING:
-    from ..profile.capture import ProfileCapture
+    from ..profilers.capture import ProfileCapture
 
 # Messages are compared by nobody, so they skip the generated __eq__ and __hash__ (identity is
 # enough), and each has a docstring (without one, dataclass builds __doc__ from inspect.signature):

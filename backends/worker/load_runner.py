@@ -20,10 +20,9 @@ import time
 import numpy as np
 
 from ..engine import Engine, ServerEngine, token_time
-from ..engines.server.metrics import ServerMetrics, cross_check_note, settled
 from ..errors import one_line
-from ..results.stats import chunk_gaps_ms
 from ..sampling import Sampler
+from ..server_metrics import ServerMetrics, chunk_gaps_ms, cross_check_note, settled
 from ..sources.prompts import unique_prefix
 from .events import Failed, LoadDone, LoadProgress, LoadRequest, StreamResult
 

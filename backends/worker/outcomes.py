@@ -3,10 +3,9 @@ error that a record takes from them."""
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass, field
 
-from ..profile.capture import ProfileCapture
+from ..profilers.capture import ProfileCapture
 from ..status import RunStatus
 from .events import Failed, LoadDone, LoadRequest, RunDone, RunRequest, ScoreDone, ScoreRequest, Token, WorkerLost
 
@@ -18,19 +17,6 @@ def outcome_status(done: RunDone | ScoreDone | None, failure: Failed | WorkerLos
     if failure is not None or done is None:
         return RunStatus.ERROR
     return RunStatus.CANCELLED if done.cancelled else RunStatus.OK
-
-
-def describe_exit(code: int | None) -> str:
-    """How a child process ended, in words: a negative exit code is the signal that killed it."""
-    if code is None:
-        return "exited (exit code unknown)"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name} (exit code {code})"
-    return f"exited (exit code {code})"
 
 
 def failure_text(failure: Failed | WorkerLost | None) -> str:

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from ..engine import EngineOptions
-from ..errors import one_line
+from ..errors import describe_exit, one_line
 from ..registry import EngineSpec
 from ..sources.model_files import ModelFiles
 from ..status import RunStatus
@@ -43,7 +43,7 @@ from .events import (
     TopLogits,
     WorkerLost,
 )
-from .outcomes import LoadOutcome, RunOutcome, ScoreOutcome, describe_exit, failure_text
+from .outcomes import LoadOutcome, RunOutcome, ScoreOutcome, failure_text
 from .timeouts import Timeouts
 
 if TYPE_CHECKING:

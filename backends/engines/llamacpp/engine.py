@@ -120,7 +120,7 @@ class LlamaCppEngine(Engine):
 
     def profiler(self):
         """llama.cpp's own timers: its graph evaluation as a whole, per phase."""
-        from ...profile.llamacpp_timings import LlamaPerfProfiler
+        from ...profilers.llamacpp_timings import LlamaPerfProfiler
 
         return LlamaPerfProfiler(self.llm.ctx)
 

@@ -29,9 +29,9 @@ from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
-from ...results.environment import cpuinfo_field
+from ...errors import describe_exit
+from ...machine.cpu import cpuinfo_field
 from ...storage import artifact_cache
-from ...worker.outcomes import describe_exit
 
 PROBE_KIND = "llamacpp-probe"
 PROBE_FORMAT = 1  # bump when the probe's test changes: older answers no longer count

@@ -68,7 +68,7 @@ class NanoGPTEngine(Engine):
 
     def profiler(self):
         """torch.profiler: every aten op's self time, per prefill / decode step."""
-        from ...profile.torch_ops import TorchProfiler
+        from ...profilers.torch_ops import TorchProfiler
 
         return TorchProfiler()
 

@@ -129,7 +129,7 @@ class NativeEngine(Engine):
         return logits
 
     def profiler(self):
-        from ...profile.native_timers import NativeStepTimers
+        from ...profilers.native_timers import NativeStepTimers
 
         return NativeStepTimers(self.model, TIMERS)
 

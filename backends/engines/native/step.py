@@ -15,7 +15,7 @@ import numpy as np
 from ...gpt2_config import GPT2Config
 from ...kernels import native
 from ...machine.isa import Isa
-from ...profile.categories import Category
+from ...profilers.categories import Category
 from .weights import StoredMatrix, WeightType, store
 
 # gpt2_step.c's timers in its T_* order, each with the profile breakdown's category.

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...engine import Engine, EngineInfo, EngineOptions
+from ...machine.blas import OpenBLAS, blas_name
 from ...sources.model_files import ModelFiles
 from ...sources.weights import mmap_numpy, read_header
-from ...worker.blas import OpenBLAS, blas_name
 from .model import GPT2, file_mapping, nest_params
 
 
@@ -83,8 +83,8 @@ class NumpyEngine(Engine):
 
     def profiler(self):
         """Timers around the runtime's own functions (numpy has no profiler of its own)."""
-        from ...profile.categories import OpFamily
-        from ...profile.timers import FunctionTimers
+        from ...profilers.categories import OpFamily
+        from ...profilers.timers import FunctionTimers
         from . import model
 
         return FunctionTimers(model, PROFILED_FUNCTIONS, OpFamily.NUMPY_FUNCTIONS)

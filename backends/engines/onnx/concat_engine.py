@@ -122,7 +122,7 @@ class OnnxConcatEngine(Engine):
 
     def profiler(self):
         """ORT's own session profiling, on a second session opened for the profiled run."""
-        from ...profile.ort_ops import OrtProfiler
+        from ...profilers.ort_ops import OrtProfiler
 
         def use(session: ort.InferenceSession) -> None:
             self.session = session

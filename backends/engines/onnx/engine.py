@@ -88,7 +88,7 @@ class OnnxEngine(Engine):
 
     def profiler(self):
         """ORT's own session profiling, on a second session opened for the profiled run."""
-        from ...profile.ort_ops import OrtProfiler
+        from ...profilers.ort_ops import OrtProfiler
 
         return OrtProfiler(lambda prefix: self._open(self._artefact, prefix), self._use_session, self.session)
 

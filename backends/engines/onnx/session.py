@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from ...machine.threads import cpus_to_bind
 from ...progress import ProgressFn
 from ...storage.artifact_cache import Artifact
-from ...worker.threads import cpus_to_bind
 from .cache import model_path
 
 PROVIDER = "CPUExecutionProvider"

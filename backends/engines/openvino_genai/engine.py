@@ -29,10 +29,10 @@ import openvino as ov
 import openvino_genai
 
 from ...engine import Capabilities, Engine, EngineInfo, EngineOptions, StampedToken
+from ...machine.threads import default_threads
 from ...sampling import Sampler, SamplingParams
 from ...sources.model_files import ModelFiles
 from ...storage import artifact_cache
-from ...worker.threads import default_threads
 from ..artifact_folders import OPENVINO_GENAI_KIND
 from ..threaded_generate import tokens_from_thread
 from . import build as builder

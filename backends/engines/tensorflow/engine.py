@@ -22,8 +22,8 @@ import numpy as np  # noqa: E402
 
 from ...engine import Engine, EngineInfo, EngineOptions  # noqa: E402
 from ...errors import UsageError  # noqa: E402
+from ...machine.threads import default_threads  # noqa: E402
 from ...sources.model_files import ModelFiles  # noqa: E402
-from ...worker.threads import default_threads  # noqa: E402
 from .model import GPT2, load_variables  # noqa: E402  (imports tensorflow: counted as import time)
 
 

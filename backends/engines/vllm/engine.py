@@ -20,13 +20,13 @@ import numpy as np
 from ...engine import EngineInfo, EngineOptions, ServerEngine
 from ...errors import ModelError
 from ...sampling import Sampler
+from ...server_metrics import ServerMetrics
 from ...sources.model_files import ModelFiles
 from ...speculation import SpeculationStats
 from ...storage.paths import cache_dir
 from ..remote_engine import CLIENT_USAGE_NOTE, SERVER_SETTINGS_NOTE, RemoteEngine
 from ..remote_options import RemoteOptions
 from ..server.lifecycle import ManagedServer, free_port
-from ..server.metrics import ServerMetrics
 from ..vllm_options import VllmOptions
 from .environment import ensure_environment
 from .model_folder import ensure_model_folder

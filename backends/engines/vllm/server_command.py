@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from ...machine.gpu import cuda_available
 from ...progress import silent
-from ...registry import cuda_available
 from ...sources.model_files import ModelFiles
 from ...storage.paths import cache_dir
 from ..server.lifecycle import ServerCommand, ServerUnavailable

@@ -20,10 +20,22 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
+from enum import Enum
 
 from .bandwidth import probe_key, read_probe_cache, run_in_child, write_probe_cache
-from .environment import cpu_model
-from .roofline import Arithmetic
+from .cpu import cpu_model
+
+
+class Arithmetic(str, Enum):
+    """The numbers a prefill's matrix products multiply."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"  # bf16 x bf16 products, float32 sums
+    INT8 = "int8"  # int8 x int8 (or u8 x s8) products, int32 sums
+
+    def __str__(self) -> str:
+        return self.value
+
 
 CACHE_FILE = "compute-peaks-v2.json"  # v2: the AMX tiles probed too
 # kernels/peak.c's PEAK_* per arithmetic: the vector unit's, then the AMX tiles'
@@ -83,6 +95,7 @@ class ComputePeaks:
 
 def measure_here(threads: int, passes: int = 5, rounds: int = ROUNDS) -> ComputePeaks:
     """Each arithmetic's passes in this process (its kernel built on first use)."""
+    # Late: kernels/ sits above the machine, and peak.c is built (a compiler run) only in the probe's process.
     from ..kernels.native import load
 
     lib = load("peak")

@@ -9,7 +9,7 @@ large enough to fill the GPU through torch (cuBLAS), with CUDA events, and keeps
   bf16   bf16 inputs on the tensor cores, float32 sums
 
 No int8: no CUDA engine here multiplies in int8. As the GPU's bandwidth probe, it runs in a spawned
-process of its own (results/bandwidth.run_in_child), so the app never holds a CUDA context.
+process of its own (machine/bandwidth.run_in_child), so the app never holds a CUDA context.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from .bandwidth import run_in_child
-from .compute_peak import ComputePeaks, Peak
-from .roofline import Arithmetic
+from .compute_peak import Arithmetic, ComputePeaks, Peak
 
 GPU_PEAK_SIZE = 8192  # 2 x 8192^3 = 1.1 TFLOP a pass: several ms even on an H100, many waves of tiles
 _DTYPES = {Arithmetic.FP32: "float32", Arithmetic.BF16: "bfloat16"}

@@ -5,7 +5,7 @@ A decode step on a GPU streams the weights from the GPU's own memory (an H100's 
 engine beats many times over, i.e. a wrong number. The probe does what decoding does, on the GPU:
 a float32 matrix-vector product (cuBLAS's gemv, through torch) and a plain sum over the same
 matrix, timed with CUDA events; the faster reader sets the limit. It runs in a spawned process of
-its own (results/bandwidth.measure_in_child), so the app never holds a CUDA context or the buffer.
+its own (machine/bandwidth.measure_in_child), so the app never holds a CUDA context or the buffer.
 The cores' rate beside it is a float32 GEMM on the same GPU (torch's default: no TF32).
 """
 
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from .bandwidth import Bandwidth, measure_in_child
-from .environment import cpu_model
+from .cpu import cpu_model
 from .gpu_compute_peak import cuda_seconds, gemm_rates
 
 DEFAULT_GPU_BYTES = 1 << 30  # without an engine's size: 1 GiB, many times any GPU's L2

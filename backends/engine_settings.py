@@ -103,3 +103,16 @@ def options_class(target: str) -> type[EngineSettings] | None:
         return None
     module_name, class_name = target.split(":")
     return getattr(importlib.import_module(module_name), class_name)
+
+
+def flags_of(settings: EngineSettings | None) -> list[str]:
+    """The command-line flags that give `settings` back (for a command started as a subprocess:
+    `serve` from the window or a cold-start measurement); secrets have no flag and are not passed."""
+    if settings is None:
+        return []
+    argv: list[str] = []
+    for field, meta in settings.options():
+        value = getattr(settings, field.name)
+        if meta.flag and value not in (None, "") and not meta.secret:
+            argv += [meta.flag, str(value)]
+    return argv

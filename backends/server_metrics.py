@@ -1,4 +1,5 @@
-"""A server's own latency figures, from its Prometheus `/metrics`, beside the client's.
+"""A server's own latency figures, from its Prometheus `/metrics`, beside the client's (and the
+client's gaps between a stream's chunks, pooled as vLLM's serving benchmark pools its ITL).
 
 vLLM exports histograms of time to first token and inter-token latency. Their `_sum` and
 `_count` before and after a run give the server's own mean TTFT and ITL for that run; set beside
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 # Names by vLLM version: the inter-token histogram was time_per_output_token before 0.10.
 TTFT_METRICS = ("vllm:time_to_first_token_seconds",)
@@ -188,3 +192,13 @@ def cross_check_note(
 
 def _ms(value: float) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.2f} ms"
+
+
+def chunk_gaps_ms(token_ns: Sequence[int], steps: Sequence[int | None]) -> list[float]:
+    """The gaps between a stream's chunks, as vLLM's serving benchmark pools its ITL: a step's tokens
+    (a server's event, a speculative pass) arrive as one chunk, so a gap runs from one step's first
+    token to the next's; without steps (or any missing), each token is its own chunk."""
+    if len(steps) != len(token_ns) or None in steps:
+        return (np.diff(np.asarray(token_ns, dtype=np.int64)) / 1e6).tolist()
+    arrivals = [t for i, t in enumerate(token_ns) if i == 0 or steps[i] != steps[i - 1]]
+    return (np.diff(np.asarray(arrivals, dtype=np.int64)) / 1e6).tolist()

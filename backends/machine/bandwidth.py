@@ -30,8 +30,8 @@ import psutil
 
 from ..storage.atomic import atomic_write
 from ..storage.paths import cache_dir
-from ..worker.blas import OpenBLAS
-from .environment import cpu_model
+from .blas import OpenBLAS
+from .cpu import cpu_model
 
 CACHE_FILE = "bandwidth-v3.json"  # v3: the faster of sgemv and the own kernel (v2: sgemv only; v1 summed, and read low)
 MIN_BYTES = 1 << 30  # 1 GiB, unless the last-level cache is larger than a quarter of that
@@ -262,6 +262,8 @@ def _gemm_rates(threads: int, passes: int) -> list[float]:
 
 def _kernel_rates(matrix: np.ndarray, vector: np.ndarray, threads: int, passes: int) -> list[float]:
     """The project's decode kernel over the same matrix ([] without a C compiler)."""
+    # Late: kernels/ sits above the machine (it builds for the level machine/isa.py names), and its C
+    # build (a compiler run, ctypes) happens only in the probe's own spawned process.
     from ..kernels.native import KernelUnavailable, gemv, set_threads
 
     try:
@@ -321,7 +323,7 @@ def fresh_bandwidth(threads: int, n_bytes: int | None = None, device: str = "cpu
     size and not cached: the caches keep part of a working set of a few times their size between
     passes (docs/methodology.md), so only a read of the same bytes is a floor that engine
     cannot beat. A CUDA engine's
-    floor is its GPU's memory (results/gpu_bandwidth.py), never the host's."""
+    floor is its GPU's memory (machine/gpu_bandwidth.py), never the host's."""
     if on_gpu(device):
         from .gpu_bandwidth import measure_gpu_bandwidth
 

@@ -17,8 +17,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .atomic import atomic_write
-from .paths import cache_dir
+from ..storage.atomic import atomic_write
+from ..storage.paths import cache_dir
+from .summary import summarize_backends
 
 HISTORY_JSON = "engine-history.json"
 FORMAT = 2
@@ -109,8 +110,6 @@ def lookup(engine: str, model_hash: str) -> EngineHistory | None:
 def remember(runs: Sequence, model_hash: str) -> None:
     """Add each engine's figures from a finished session's records (RunRecords): a build only when
     one was made (a cached start has none), the others when measured."""
-    from ..results.summary import summarize_backends
-
     if not model_hash:
         return
     data = _read()
