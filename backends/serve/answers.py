@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engines.remote_options import OWNER
 from .choice_text import Logprobs
-from .protocol import OWNER, ModelInfo
+from .protocol import ModelInfo
 
 
 @dataclass
