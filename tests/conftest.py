@@ -63,8 +63,16 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
-    """Each test session builds its models and artefacts in its own cache (spawned workers inherit it)."""
+    """Each test session builds its models and artefacts in its own cache (spawned workers inherit it).
+    Under pytest-xdist its workers share one folder of C kernel builds (the artefact cache's lock makes
+    one of them build each, as for the app's own workers), so a kernel compiles once per run."""
     path = tmp_path_factory.mktemp("whistle-stop-cache")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from whistle_stop.backends.kernels import native
+
+        shared = tmp_path_factory.getbasetemp().parent / "whistle-stop-kernels"  # the run's, not this worker's
+        shared.mkdir(exist_ok=True)
+        (path / native.KIND).symlink_to(shared, target_is_directory=True)
     previous = os.environ.get("WHISTLE_STOP_CACHE")
     os.environ["WHISTLE_STOP_CACHE"] = str(path)
     yield path
