@@ -26,8 +26,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the hub
 # (pytest-xdist), so no other test takes their cores while they measure.
 TIMING = {
     "test_build_time.py": {"test_cold_start_excludes_the_build_and_build_s_shows_it"},
+    # a healthy engine beside the hung one must answer within --timeout 1
+    "test_cli.py": {"test_timeout_ends_a_hang_at_load_and_while_scoring"},
     "test_idle_workers.py": "*",
-    "test_load.py": {"test_load_levels_follow_the_servers_batching"},
+    "test_load.py": {
+        "test_load_levels_follow_the_servers_batching",
+        "test_a_round_whose_server_went_silent_ends_after_the_timeout",
+    },
     "test_null_engine.py": {
         "test_null_runs_and_its_split_adds_up_to_the_itl",
         "test_an_engine_with_its_own_stream_has_no_engine_time",
@@ -47,6 +52,7 @@ TIMING = {
     "test_serve_cold_start.py": {"test_bench_serve_cold_start_writes_the_table_and_csv"},
     "test_serve_process.py": {"test_past_the_shutdown_timeout_the_request_is_cancelled"},
     "test_worker.py": {
+        "test_a_hanging_engine_is_killed_after_its_timeout",
         "test_cancel_during_a_load_ends_it_at_once_and_is_no_error",
         "test_close_ends_a_worker_in_every_state_and_releases_it",
     },
