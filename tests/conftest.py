@@ -21,13 +21,19 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the hub
 
 
-# Tests that measure wall or CPU time, or race a deadline (file -> its tests; "*": every test of the file).
+# Tests that measure wall or CPU time, race a deadline, or interrupt pytest's main thread (file -> its
+# tests; "*": every test of the file).
 # They carry the `timing` marker: `make test` runs them alone, after the parallel run of the others
 # (pytest-xdist), so no other test takes their cores while they measure.
 TIMING = {
     "test_build_time.py": {"test_cold_start_excludes_the_build_and_build_s_shows_it"},
-    # a healthy engine beside the hung one must answer within --timeout 1
-    "test_cli.py": {"test_timeout_ends_a_hang_at_load_and_while_scoring"},
+    # a healthy engine beside the hung one must answer within --timeout 1; Ctrl+C is raised in pytest's
+    # main thread (_thread.interrupt_main), which an xdist worker's test never sees
+    "test_cli.py": {
+        "test_timeout_ends_a_hang_at_load_and_while_scoring",
+        "test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130",
+        "test_a_sweep_cancelled_before_its_first_cell_finished_prints_no_empty_table",
+    },
     "test_idle_workers.py": "*",
     "test_load.py": {
         "test_load_levels_follow_the_servers_batching",
@@ -38,6 +44,7 @@ TIMING = {
         "test_an_engine_with_its_own_stream_has_no_engine_time",
     },
     "test_profile.py": {
+        "test_known_costs_land_in_their_categories",
         "test_an_engine_with_its_own_loop_gets_its_ttft_as_prefill",
         "test_a_speculative_engine_is_judged_per_decoded_token_and_says_how_it_beats_the_single_token_floor",
         "test_the_profiled_ms_per_token_of_an_engine_whose_first_step_makes_several_is_bench_s",
