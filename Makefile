@@ -6,19 +6,31 @@ PY := $(VENV)/bin/python
 # The CPU build of PyTorch. With a CUDA build already in $(VENV), nothing is replaced.
 TORCH ?= torch==2.13.0
 
-.PHONY: run test test-vllm test-all bench lint install install-dev bytecode clean aiperf aiperf-check
+# pytest-xdist's workers for the tests that measure nothing (one test file per worker: a file's shared
+# engines and models stay in one process); the `timing` tests then run alone (tests/conftest.py).
+TEST_WORKERS ?= 2
+PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+# exit status 5: no test selected (e.g. no slow test measures time)
+define run_tests
+	$(PYTEST) -m "$(1) and not timing" -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -m "$(1) and timing" || test $$? -eq 5
+endef
+
+.PHONY: run test test-slow test-vllm test-all bench lint install install-dev bytecode clean aiperf aiperf-check
 
 run: install
 	$(PY) main.py
 
-test: install-dev
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not slow" -q
+test: install-dev  # the default run: everything but `slow`
+	$(call run_tests,not slow)
+
+test-slow: install-dev  # what `make test` leaves out but vLLM: GPT-2-sized work (CI runs it after `make test`)
+	$(call run_tests,slow and not vllm)
 
 test-vllm: install-dev  # the real vLLM CPU server (makes its environment on first use)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m vllm -q
+	$(PYTEST) -m vllm
 
-test-all: install-dev
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+test-all: test test-slow test-vllm
 
 # ruff's checks, then mypy over the package as it is imported (whistle_stop.backends, whistle_stop.gui):
 # the editable install maps those names to the checkout's folders, which mypy cannot follow, so

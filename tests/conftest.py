@@ -21,10 +21,72 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the hub
 
 
+# Tests that measure wall or CPU time, race a deadline, or interrupt pytest's main thread (file -> its
+# tests; "*": every test of the file).
+# They carry the `timing` marker: `make test` runs them alone, after the parallel run of the others
+# (pytest-xdist), so no other test takes their cores while they measure.
+TIMING = {
+    "test_build_time.py": {"test_cold_start_excludes_the_build_and_build_s_shows_it"},
+    # a healthy engine beside the hung one must answer within --timeout 1; Ctrl+C is raised in pytest's
+    # main thread (_thread.interrupt_main). NB: these fail (60 s each) in a run that collects the whole suite,
+    # serial or parallel, and pass with test_cli.py alone: the cause is not found yet
+    "test_cli.py": {
+        "test_timeout_ends_a_hang_at_load_and_while_scoring",
+        "test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130",
+        "test_a_sweep_cancelled_before_its_first_cell_finished_prints_no_empty_table",
+    },
+    "test_idle_workers.py": "*",
+    "test_load.py": {
+        "test_load_levels_follow_the_servers_batching",
+        "test_a_round_whose_server_went_silent_ends_after_the_timeout",
+    },
+    "test_null_engine.py": {
+        "test_null_runs_and_its_split_adds_up_to_the_itl",
+        "test_an_engine_with_its_own_stream_has_no_engine_time",
+    },
+    "test_profile.py": {
+        "test_known_costs_land_in_their_categories",
+        "test_an_engine_with_its_own_loop_gets_its_ttft_as_prefill",
+        "test_a_speculative_engine_is_judged_per_decoded_token_and_says_how_it_beats_the_single_token_floor",
+        "test_the_profiled_ms_per_token_of_an_engine_whose_first_step_makes_several_is_bench_s",
+    },
+    "test_remote.py": {"test_a_server_streaming_several_tokens_an_event_is_timed_per_decoded_token"},
+    "test_serve.py": {
+        "test_a_client_that_goes_away_cancels_its_generation",
+        "test_a_client_that_hangs_up_mid_stream_is_quiet_and_stops_its_generation",
+        "test_a_shutdown_while_the_engine_loads_ends_the_load_at_once",
+        "test_two_workers_serve_two_streams_at_once",
+    },
+    "test_serve_cold_start.py": {"test_bench_serve_cold_start_writes_the_table_and_csv"},
+    "test_serve_process.py": {"test_past_the_shutdown_timeout_the_request_is_cancelled"},
+    "test_worker.py": {
+        "test_a_hanging_engine_is_killed_after_its_timeout",
+        "test_cancel_during_a_load_ends_it_at_once_and_is_no_error",
+        "test_close_ends_a_worker_in_every_state_and_releases_it",
+    },
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        names = TIMING.get(item.path.name)
+        if names is not None and (names == "*" or getattr(item, "originalname", "") in names):
+            item.add_marker(pytest.mark.timing)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
-    """Each test session builds its models and artefacts in its own cache (spawned workers inherit it)."""
+    """Each test session builds its models and artefacts in its own cache (spawned workers inherit it).
+    Under pytest-xdist its workers share one folder of C kernel builds (the artefact cache's lock makes
+    one of them build each, as for the app's own workers), so a kernel compiles once per run."""
     path = tmp_path_factory.mktemp("whistle-stop-cache")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from whistle_stop.backends.kernels import native
+
+        shared = tmp_path_factory.getbasetemp().parent / "whistle-stop-kernels"  # the run's, not this worker's
+        shared.mkdir(exist_ok=True)
+        (path / native.KIND).symlink_to(shared, target_is_directory=True)
     previous = os.environ.get("WHISTLE_STOP_CACHE")
     os.environ["WHISTLE_STOP_CACHE"] = str(path)
     yield path

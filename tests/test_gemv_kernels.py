@@ -124,6 +124,7 @@ def test_bf16_engine_keeps_only_matrices_in_bf16(tiny_model, prompt_ids, hf_refe
     assert np.abs(logits - reference).max() < 0.5
 
 
+@pytest.mark.slow  # torch.compile in load: a minute or more (as test_torch_static.py::test_compiled_decode)
 def test_compiled_bf16_decode_equals_eager_bf16(tiny_model, engines):
     eager = engines("torch-static-bf16")
     with load_engine_in_worker("torch-static-compile", tiny_model) as compiled:

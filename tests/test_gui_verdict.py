@@ -126,19 +126,19 @@ def test_presets_filter_and_groups_in_the_engine_picker(window, monkeypatch):
     assert picker.preset.currentIndex() == 0 and not picker.preset_note.isVisible()
 
 
-def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_model, qtbot, monkeypatch):
+def test_the_estimate_before_run_counts_runs_and_missing_builds(window, tiny_model, qtbot, monkeypatch, tmp_path):
     from whistle_stop.backends.results import engine_history
 
     monkeypatch.setattr(engine_history, "lookup", lambda *_: None)  # no history, whatever ran before in this session
     setup = window.setup
     setup.set_model_spec("random:tiny")
     qtbot.waitUntil(lambda: setup.model_info.files is not None, timeout=10_000)
+    # Then an empty artefact cache, whatever this session (or this worker) exported before
+    monkeypatch.setenv("WHISTLE_STOP_CACHE", str(tmp_path / "cache"))
     setup.set_engines(["hf", "onnx-int8"])
     setup.repeats.setValue(3)
     setup.warmup.setValue(1)
     text = setup.estimate_label.text()
     assert text.startswith("Run (bench): 8 runs: 2 engines x (1 warm-up + 3 repeats)")  # beside every tab: whose
-    assert (
-        "one-time builds first: never timed here: onnx-int8" in text
-    )  # the test session's cache has no ONNX export yet
+    assert "one-time builds first: never timed here: onnx-int8" in text  # the empty cache has no ONNX export
     assert "a rough guess for hf, onnx-int8 (never run here with this model)" in text  # no history: a guess, said so

@@ -413,7 +413,8 @@ def test_ci_lints_before_it_tests_with_the_dev_extras_tools():
     assert "ruff>=" in dev and "mypy>=" in dev
     assert project["tool"]["ruff"]["line-length"] == 120 and project["tool"]["mypy"]["python_version"] == "3.10"
     steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make")]
-    assert steps == ["make lint", "make test"]
+    assert steps == ["make lint", "make test", "make test-slow"]  # the README's test command, then what it leaves out
+    assert "pytest-xdist>=" in dev  # make test's parallel run
     makefile = (ROOT / "Makefile").read_text()
     lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
     assert "ruff check" in lint and "ruff format --check" in lint and "mypy" in lint
