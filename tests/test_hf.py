@@ -134,12 +134,20 @@ def test_assisted_greedy_equals_generate_and_reports_what_it_drafted(tiny_model,
 
 def test_assisted_says_when_its_confidence_threshold_cut_the_drafts_short(tiny_model, prompt_ids, hf_reference):
     from whistle_stop.backends.sampling import Sampler
+    from whistle_stop.backends.speculation import SpeculationStats
 
     engine = registry.create("hf-assisted", EngineOptions(threads=1))  # transformers' defaults: threshold 0.4
     engine.load(tiny_model, lambda *a: None)
     assert list(engine.stream(prompt_ids, 30, Sampler(SamplingParams()))) == hf_reference.greedy(prompt_ids, 30)
-    assert engine.speculation.drafted <= 1.5 * engine.speculation.target_passes
-    assert "--hf-assistant-confidence 0" in engine.run_notes
+    # Where scikit-learn is installed, transformers moves the threshold within a run (its ROC fit), so how
+    # short the drafts come depends on the environment; the note must follow what the run measured.
+    stats = engine.speculation
+    short = stats.drafted <= 1.5 * stats.target_passes
+    assert ("--hf-assistant-confidence 0" in engine.run_notes) == short, (stats, engine.run_notes)
+    engine.speculation = SpeculationStats(tokens=29, target_passes=29, drafted=29)  # one token a pass
+    assert "drafted 1.00 tokens per pass" in engine._short_drafts_note()
+    engine.speculation = SpeculationStats(tokens=29, target_passes=7, drafted=23)  # long drafts: no such note
+    assert engine._short_drafts_note() == ""
     engine.close()
 
 
