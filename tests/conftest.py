@@ -28,8 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the hub
 TIMING = {
     "test_build_time.py": {"test_cold_start_excludes_the_build_and_build_s_shows_it"},
     # a healthy engine beside the hung one must answer within --timeout 1; Ctrl+C is raised in pytest's
-    # main thread (_thread.interrupt_main). NB: these fail (60 s each) in a run that collects the whole suite,
-    # serial or parallel, and pass with test_cli.py alone: the cause is not found yet
+    # main thread (_thread.interrupt_main), which an xdist worker's test does not own
     "test_cli.py": {
         "test_timeout_ends_a_hang_at_load_and_while_scoring",
         "test_ctrl_c_keeps_the_finished_runs_says_how_many_and_exits_130",

@@ -160,3 +160,17 @@ def test_cold_start_counts_each_worker_once_warm_up_or_not(tmp_path):
     c = compare_folders([folder("a", 1.0)], [folder("b", 2.0)])
     row = next(r for r in c.rows if r.metric == "cold_start_s")
     assert row.shift.ratio == pytest.approx(2.0) and row.verdict.startswith("not distinguishable (too few runs")
+
+
+def test_a_change_inside_the_smallest_effect_reads_same_not_smaller(tmp_path, capsys):
+    """Peak RSS is nearly constant: 600 against 599.4 MB (0.1%) has an interval a hair wide, all below 1.
+    That is no news: inside --min-effect (1% by default) the verdict says so; --min-effect 0 reads any change."""
+    base = _folder(tmp_path / "a", {"hf": _noisy(2.0)}, peak_rss_mb=600.0)
+    new = _folder(tmp_path / "b", {"hf": _noisy(2.0, seed=1)}, peak_rss_mb=599.4)
+    rss = {m: [r for r in compare_folders([base], [new], m).rows if r.metric == "peak_rss_mb"][0] for m in (1, 0)}
+    assert rss[1].verdict == "same within 1%"
+    assert rss[0].verdict == "smaller"
+    assert main(["compare", str(base), str(new), "--min-effect", "0"]) == 0
+    assert "smaller" in capsys.readouterr().out
+    assert main(["compare", str(base), str(new), "--min-effect", "nan"]) == 2  # argparse's usage error
+    assert "--min-effect" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from .tables import TextTable, print_table
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    comparison = compare_folders(args.base, args.new)
+    comparison = compare_folders(args.base, args.new, args.min_effect)
     if comparison.setting_differences and not args.allow_different:
         raise UsageError(refusal(comparison.setting_differences))
     if not comparison.rows:

@@ -10,6 +10,7 @@ from typing import NoReturn
 from .. import __version__, registry
 from ..errors import UsageError
 from ..presets import preset_names
+from ..report.comparison import MIN_EFFECT_PCT
 from ..sources.prompts import example_key, example_prompts
 from .engine_flags import add_engine_flags
 
@@ -116,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PCT",
         help="exit 1 when an engine's ms/token is higher by more than PCT percent with confidence (a CI gate)",
     )
+    compare.add_argument(
+        "--min-effect",
+        type=_min_effect,
+        default=MIN_EFFECT_PCT,
+        metavar="PCT",
+        help=f"the smallest change that gets a verdict (default {MIN_EFFECT_PCT:g}%%; 0: any): an interval inside "
+        "+-PCT reads 'same within PCT%%', one that crosses its edge 'not distinguishable'",
+    )
     output = compare.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the comparison as JSON")
     output.add_argument("--markdown", action="store_true", help="print the comparison as Markdown")
@@ -197,6 +206,16 @@ def _folder_list(text: str) -> list[Path]:
     if not folders:
         raise argparse.ArgumentTypeError("no folder given")
     return folders
+
+
+def _min_effect(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 0 <= value < 100:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be from 0 to below 100, got {text}")
+    return value
 
 
 def _int_list(text: str) -> list[int]:

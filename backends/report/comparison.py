@@ -33,6 +33,9 @@ METRICS: tuple[tuple[str, str, str, str, str], ...] = (
 PER_WORKER = ("cold_start_s",)  # figures of a worker, not of a run: one sample per folder and engine
 GATE_METRIC = "ms_per_token"  # what --fail-if-slower judges: the figure every view ranks by
 SAME = "not distinguishable"
+# A change smaller than this is no change worth a verdict: peak RSS, nearly constant across runs, gives
+# intervals a few tenths of a percent wide, and "smaller by 0.1%" would read as news (--min-effect).
+MIN_EFFECT_PCT = 1.0
 # What must match for a comparison to mean anything: (label, record field or environment key)
 _RUN_SETTINGS = ("model", "prompt_tokens", "new_tokens", "decoding", "temperature", "top_k", "top_p", "seed")
 _ENV_SETTINGS = (("weights", ("model", "weights_sha256_16")), ("prompt", ("settings", "prompt")))
@@ -178,15 +181,20 @@ class Comparison:
         }
 
 
-def verdict_word(shift: Shift | None, higher: str, lower: str) -> str:
+def verdict_word(shift: Shift | None, higher: str, lower: str, min_effect_pct: float = MIN_EFFECT_PCT) -> str:
+    """higher/lower when the whole interval lies beyond the smallest effect that counts; "within" when it lies
+    inside it; otherwise not distinguishable."""
     if shift is None:
         return ""
     if not shift.has_interval:
         return f"{SAME} (too few runs: {shift.n_base} vs {shift.n_new})"
-    if shift.low > 1:
+    margin = min_effect_pct / 100
+    if shift.low > 1 + margin:
         return higher
-    if shift.high < 1:
+    if shift.high < 1 - margin:
         return lower
+    if margin > 0 and shift.low >= 1 - margin and shift.high <= 1 + margin:
+        return f"same within {min_effect_pct:g}%"
     return SAME
 
 
@@ -207,7 +215,9 @@ def refusal(differences: list[tuple[str, str, str]]) -> str:
     return f"the runs' settings differ ({shown}): not comparable (--allow-different compares them anyway)"
 
 
-def compare_folders(base_folders: Sequence[Path], new_folders: Sequence[Path]) -> Comparison:
+def compare_folders(
+    base_folders: Sequence[Path], new_folders: Sequence[Path], min_effect_pct: float = MIN_EFFECT_PCT
+) -> Comparison:
     base, new = Side.load(base_folders), Side.load(new_folders)
     base_engines, new_engines = base.engines(), new.engines()
     common = [e for e in base_engines if e in new_engines]
@@ -227,7 +237,7 @@ def compare_folders(base_folders: Sequence[Path], new_folders: Sequence[Path]) -
                     statistics.median(x) if x else None,
                     statistics.median(y) if y else None,
                     shift,
-                    verdict_word(shift, higher, lower) if shift else "no runs on one side",
+                    verdict_word(shift, higher, lower, min_effect_pct) if shift else "no runs on one side",
                 )
             )
     envs = [*base.environments, *new.environments]
