@@ -15,9 +15,9 @@ from whistle_stop.backends.results.export import write_results
 from whistle_stop.backends.results.shift import hodges_lehmann, moses_rank
 
 
-def _folder(path, itl: dict[str, list[float]], env: dict | None = None, **fields):
+def _folder(path, itl: dict[str, list[float]], env: dict | None = None, ttft: float = 10.0, **fields):
     runs = [
-        run_record(name, i + 1, itl=value, ttft_ms=10.0 + 0.01 * i, **fields)
+        run_record(name, i + 1, itl=value, ttft_ms=ttft + 0.01 * i, **fields)
         for name, values in itl.items()
         for i, value in enumerate(values)
     ]
@@ -102,6 +102,14 @@ def test_gate_exit_codes(tmp_path, capsys):
     assert "hf" in err and "numpy" not in err
     assert main(["compare", str(base), str(new), "--fail-if-slower", "50"]) == 0  # 30% slower: within 50%
     assert main(["compare", str(base), str(base), "--fail-if-slower", "1"]) == 0
+
+
+def test_the_gate_catches_a_slower_first_token_with_decode_unchanged(tmp_path, capsys):
+    """A prefill regression (a C build without its vector unit) leaves memory-bound decode where it was."""
+    base = _folder(tmp_path / "a", {"native": _noisy(2.0)})
+    new = _folder(tmp_path / "b", {"native": _noisy(2.0, seed=1)}, ttft=25.0)
+    assert main(["compare", str(base), str(new), "--fail-if-slower", "5"]) == 1
+    assert "native TTFT" in capsys.readouterr().err
 
 
 def test_json_and_markdown(tmp_path, capsys):

@@ -37,7 +37,7 @@ def compare_command(args: argparse.Namespace) -> int:
         err = stderr_console()
         for row in slower:
             err.print(
-                f"slower by more than {args.fail_if_slower:g}%: {row.engine} ms/token {row.ratio_text()}",
+                f"slower by more than {args.fail_if_slower:g}%: {row.engine} {row.label} {row.ratio_text()}",
                 markup=False,
                 highlight=False,
             )

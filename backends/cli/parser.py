@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-if-slower",
         type=float,
         metavar="PCT",
-        help="exit 1 when an engine's ms/token is higher by more than PCT percent with confidence (a CI gate)",
+        help="exit 1 when an engine's ms/token or TTFT is higher by more than PCT percent with confidence (a CI gate)",
     )
     compare.add_argument(
         "--min-effect",

@@ -31,7 +31,9 @@ METRICS: tuple[tuple[str, str, str, str, str], ...] = (
     ("cold_start_s", "cold start", "s", "slower", "faster"),
 )
 PER_WORKER = ("cold_start_s",)  # figures of a worker, not of a run: one sample per folder and engine
-GATE_METRIC = "ms_per_token"  # what --fail-if-slower judges: the figure every view ranks by
+# what --fail-if-slower judges: the two latencies a user waits for (decode's, which every view ranks by, and
+# the first token's: a prefill regression leaves ms/token alone)
+GATE_METRICS = ("ms_per_token", "ttft_ms")
 SAME = "not distinguishable"
 # A change smaller than this is no change worth a verdict: peak RSS, nearly constant across runs, gives
 # intervals a few tenths of a percent wide, and "smaller by 0.1%" would read as news (--min-effect).
@@ -156,13 +158,13 @@ class Comparison:
     confidence: float = CONFIDENCE
 
     def slower(self, pct: float) -> list[MetricComparison]:
-        """The engines whose ms/token is higher by more than `pct` percent with confidence: the
+        """The engines' ms/token or TTFT rows higher by more than `pct` percent with confidence: the
         interval's low end above 1 + pct/100."""
         bound = 1 + pct / 100
         return [
             r
             for r in self.rows
-            if r.metric == GATE_METRIC and r.shift is not None and r.shift.has_interval and r.shift.low > bound
+            if r.metric in GATE_METRICS and r.shift is not None and r.shift.has_interval and r.shift.low > bound
         ]
 
     def as_dict(self) -> dict:
