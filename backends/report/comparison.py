@@ -156,6 +156,7 @@ class Comparison:
     normalised: list[Normalised]
     caveats: list[str] = field(default_factory=list)
     confidence: float = CONFIDENCE
+    min_effect_pct: float = MIN_EFFECT_PCT  # the smallest change that gets a verdict
 
     def slower(self, pct: float) -> list[MetricComparison]:
         """The engines' ms/token or TTFT rows higher by more than `pct` percent with confidence: the
@@ -173,6 +174,7 @@ class Comparison:
             "new": [str(f) for f in self.new.folders],
             "method": "Hodges-Lehmann ratio NEW/BASE on log values, Mann-Whitney (Moses) interval",
             "confidence": self.confidence,
+            "min_effect_pct": self.min_effect_pct,
             "rows": [r.as_dict() for r in self.rows],
             "only_in_base": self.only_base,
             "only_in_new": self.only_new,
@@ -256,6 +258,7 @@ def compare_folders(
         [normalised(engine, base, new) for engine in common],
     )
     comparison.caveats = _caveats(comparison)
+    comparison.min_effect_pct = min_effect_pct
     return comparison
 
 

@@ -57,7 +57,7 @@ def note_lines(c: Comparison) -> list[str]:
     out = [
         "ratio: NEW/BASE of the runs' values (Hodges-Lehmann on log values), interval: Mann-Whitney (Moses), "
         f"distribution-free, at the level shown (aimed at {c.confidence:.0%}); a verdict needs the whole interval "
-        "on one side of 1"
+        f"beyond {c.min_effect_pct:g}% of 1 (--min-effect), 'same within' the whole interval inside it"
     ]
     if c.environment_differences:
         out.append("environment differences (BASE folders, then NEW):")
