@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from whistle_stop.backends.serve.request_log import parse as parse_request_line
 from whistle_stop.backends.sources.prompts import prompt_of_length
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,6 +209,45 @@ def first_text_probe(port: int, args, requests: int) -> tuple[float, float]:
     return statistics.median(first), statistics.median(text)
 
 
+@dataclass
+class Phase:
+    """One client's run against the server: its name and wall-clock span (local time, as the request log)."""
+
+    name: str
+    start: str
+    end: str
+    client: str = ""  # what the client read, for the referee's table
+
+
+def now_stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime()) + f".{int(time.time() % 1 * 1000):03d}"
+
+
+def server_view(log_lines: list[str], phase: Phase) -> tuple[int, float, float]:
+    """The server's own clock on the requests it finished within the phase (its request log): how many,
+    their median TTFT and median (e2e - TTFT) / (tokens - 1). The referee when the two clients disagree."""
+    entries = [e for e in map(parse_request_line, log_lines) if e is not None and e.status == 200]
+    chosen = [e for e in entries if phase.start <= e.time <= phase.end and e.ttft_ms is not None and e.tokens > 1]
+    if not chosen:
+        return 0, float("nan"), float("nan")
+    ttft = statistics.median(e.ttft_ms for e in chosen if e.ttft_ms is not None)
+    tpot = statistics.median((e.total_ms - (e.ttft_ms or 0.0)) / (e.tokens - 1) for e in chosen)
+    return len(chosen), ttft, tpot
+
+
+def referee(log_lines: list[str], phases: list[Phase]) -> str:
+    rows = [
+        "The server's own clock (its request log) on each client's requests, split by when each client ran:",
+        "",
+        "| client's phase | requests | server TTFT p50 ms | server (e2e - TTFT)/(N - 1) p50 ms | the client read |",
+        "|---|---|---|---|---|",
+    ]
+    for phase in phases:
+        count, ttft, tpot = server_view(log_lines, phase)
+        rows.append(f"| {phase.name} | {count} | {ttft:.1f} | {tpot:.1f} | {phase.client} |")
+    return "\n".join(rows)
+
+
 def cpu_line() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
         if line.startswith("model name"):
@@ -271,8 +311,16 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(args.model, port, args.threads, out / "serve.log")
     try:
         probe = first_text_probe(port, args, args.probe)
-        theirs = {level: aiperf_level(exe, port, tokenizer, level, args, out) for level in levels}
+        theirs, phases = {}, []
+        for level in levels:
+            began = now_stamp()
+            theirs[level] = aiperf_level(exe, port, tokenizer, level, args, out)
+            read = f"TTFT {theirs[level].ttft_ms:.1f}, ITL {theirs[level].itl_ms:.2f}"
+            phases.append(Phase(f"aiperf, concurrency {level}", began, now_stamp(), read))
+        began = now_stamp()
         ours, _ = bench_levels(port, levels, args, out)
+        read = ", ".join(f"c{lv}: TTFT {f.ttft_ms:.1f}, TPOT {f.tpot_ms:.2f}" for lv, f in sorted(ours.items()))
+        phases.append(Phase(f"whistle-stop bench, levels {args.levels}", began, now_stamp(), read))
     finally:
         server.terminate()
         try:
@@ -280,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             server.kill()
     print(table(levels, ours, theirs, probe, args))
+    print()
+    print(referee((out / "serve.log").read_text(encoding="utf-8", errors="replace").splitlines(), phases))
     print(f"\nfiles: {out}", file=sys.stderr)
     return 0
 

@@ -33,3 +33,6 @@ def test_aiperf_and_bench_measure_one_server_side_by_side(aiperf, tmp_path, caps
     assert len(cells) == 10 and all(c != "-" for c in cells), row
     assert all(math.isfinite(float(c)) and float(c) > 0 for c in cells[1:8]), row
     assert (tmp_path / "bench" / "load.csv").exists() and list(tmp_path.glob("aiperf-c1/**/profile_export_aiperf.json"))
+    referee = out.split("The server's own clock", 1)[1]
+    counts = [int(line.split("|")[2]) for line in referee.splitlines() if line.startswith(("| aiperf", "| whistle"))]
+    assert len(counts) == 2 and all(c > 0 for c in counts), referee
