@@ -92,6 +92,11 @@ class SessionData:
         )
 
     @property
+    def adaptive(self) -> bool:
+        """The session ran --repeats auto (its environment says how many rounds and the widths reached)."""
+        return bool(self.environment.get("adaptive_repeats"))
+
+    @property
     def concurrent(self) -> bool:
         return self.mode == "race" or any(r.concurrent for r in self.runs)
 

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QWidget
 
 from whistle_stop.backends import registry
 from whistle_stop.backends.results.records import RunRecord, TokenRecord
+from whistle_stop.backends.runs.adaptive import describe as describe_adaptive
 
 from .charts import HistogramChart, LatencyChart, RaceChart
 from .live import LiveView
@@ -121,7 +122,9 @@ class SessionView:
             self.data.concurrent,
             self.data.environment.get("harness"),
         )
-        self.summary.verdict.set_verdict(self.data.verdict(self.quality_rows(self.data)) if self.data.runs else None)
+        adaptive = describe_adaptive(self.data.environment["adaptive_repeats"]) if self.data.adaptive else []
+        verdict = self.data.verdict(self.quality_rows(self.data)) if self.data.runs else None
+        self.summary.verdict.set_verdict(verdict, adaptive)
         self.histogram.set_data(self.data.measured_itl())
 
 

@@ -201,15 +201,18 @@ class VerdictPanel(QTextBrowser):
         self.setOpenLinks(False)
         self.setMinimumWidth(320)
         self.verdict: Verdict | None = None
+        self.notes: list[str] = []
         self.apply_theme(current_theme())
         self.setPlaceholderText(
             "The verdict appears here once a run has finished: which engine to use, what its "
             "speed costs, and what limits what the numbers say."
         )
 
-    def set_verdict(self, result: Verdict | None) -> None:
-        self.verdict = result
-        self.setHtml("" if result is None else verdict_html(result))
+    def set_verdict(self, result: Verdict | None, notes: list[str] | None = None) -> None:
+        """`notes`: lines bench prints under the verdict (--repeats auto's rounds and widths)."""
+        self.verdict, self.notes = result, list(notes or [])
+        extra = "".join(f"<br>{html.escape(line)}" for line in self.notes).replace("<br>  ", "<br>&nbsp;&nbsp;")
+        self.setHtml("" if result is None else verdict_html(result) + (f"<p>{extra[4:]}</p>" if extra else ""))
 
     def apply_theme(self, theme: Theme) -> None:
         self.document().setDefaultStyleSheet(
@@ -217,7 +220,7 @@ class VerdictPanel(QTextBrowser):
             "ul { margin-left: 0px; -qt-list-indent: 1; }"
         )
         if self.verdict is not None:
-            self.set_verdict(self.verdict)
+            self.set_verdict(self.verdict, self.notes)
 
 
 class SummaryView(QWidget):

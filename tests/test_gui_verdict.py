@@ -91,6 +91,23 @@ def test_cli_window_report_and_markdown_show_the_same_verdict(window, tiny_model
     assert "one-time build 18.60 s" in shown and "boom (crashed: worker died)" in shown
 
 
+def test_a_session_run_until_sure_shows_its_rounds_and_widths_under_the_verdict(window):
+    """--repeats auto's lines (rounds, why they stopped, each engine's repeats and width) are bench's, and a
+    reopened session shows them from its environment.json."""
+    from whistle_stop.backends.results.sequential import SequentialRule, Width
+    from whistle_stop.backends.runs.adaptive import AdaptiveOutcome
+    from whistle_stop.gui.session_data import SessionData
+
+    runs, environment = _records()
+    outcome = AdaptiveOutcome(SequentialRule(5.0, 40), 12, "max repeats", {"hf": Width(12, 40.0, 38.0, 43.0, 0.99)})
+    environment["adaptive_repeats"] = outcome.as_dict()
+    window.view.show(SessionData.from_folder(runs, [], environment))
+    shown = window.summary.verdict.toPlainText()
+    for line in outcome.lines():
+        assert line.strip() in shown, line
+    assert "hf: 12 repeats, median interval 12.5% of its median (target not reached)" in shown
+
+
 def test_presets_filter_and_groups_in_the_engine_picker(window, monkeypatch):
     here = {"hf", "onnx", "onnx-int8", "numpy", "native-int8"}
     monkeypatch.setattr(registry, "available", lambda name: (True, "") if name in here else (False, "not here"))

@@ -36,19 +36,27 @@ class AdaptiveOutcome:
         }
 
     def lines(self) -> list[str]:
-        head = (
-            f"--repeats auto: {self.rounds} rounds, stopped: {self.stopped} (target {self.rule.target_width_pct:g}% "
-            f"of the median at {self.rule.confidence:.0%} overall, {self.rule.per_look_confidence:.2%} per look "
-            f"at rounds {', '.join(map(str, self.rule.looks))})"
-        )
-        out = [head]
-        for name, w in self.widths.items():
-            if w is None:
-                out.append(f"  {name}: no interval (fewer than 2 measured runs)")
-                continue
-            short = "" if w.width_pct < self.rule.target_width_pct else " (target not reached)"
-            out.append(f"  {name}: {w.runs} repeats, median interval {w.width_pct:.1f}% of its median{short}")
-        return out
+        return describe(self.as_dict())
+
+
+def describe(record: dict) -> list[str]:
+    """environment.json's `adaptive_repeats` as the lines bench prints and the window's verdict shows (a
+    reopened session has only the record)."""
+    looks = ", ".join(map(str, record.get("looks", ())))
+    target = record.get("target_width_pct", 0.0)
+    out = [
+        f"--repeats auto: {record.get('rounds', 0)} rounds, stopped: {record.get('stopped', '')} (target {target:g}% "
+        f"of the median at {record.get('confidence', 0.0):.0%} overall, {record.get('per_look_confidence', 0.0):.2%} "
+        f"per look at rounds {looks})"
+    ]
+    for name, width in (record.get("engines") or {}).items():
+        if not width:
+            out.append(f"  {name}: no interval (fewer than 2 measured runs)")
+            continue
+        short = "" if width["width_pct"] < target else " (target not reached)"
+        share = f"{width['width_pct']:.1f}% of its median"
+        out.append(f"  {name}: {width['repeats']} repeats, median interval {share}{short}")
+    return out
 
 
 def run_until_sure(
