@@ -336,7 +336,8 @@ def test_export_to_an_unwritable_place_says_so_and_keeps_results(qtbot, make_win
 def test_fair_mode_keeps_still_while_a_measured_run_is_timed(qtbot, make_window):
     """No observer effect: warm-ups stream live, a measured fair-mode run is drawn only once it
     is recorded (the pane says so meanwhile), and a cancel still ends it with its partial record."""
-    window = make_window({"slow": spec("slow", decode_s=0.02)})
+    # 50 s a run: the first measured run cannot end on its own before the cancel lands, however loaded the machine
+    window = make_window({"slow": spec("slow", decode_s=0.1)})
     configure(window, ["slow"], new_tokens=500, repeats=2, warmup=0)
     assert window.start_run()
     pane = window.grid.panes["slow"]
