@@ -22,31 +22,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 from whistle_stop.backends.serve.app import MAX_BODY_BYTES  # noqa: E402
 from whistle_stop.backends.serve.http_limits import MAX_HEAD_BYTES  # noqa: E402
+from whistle_stop.backends.serve.protocol import KNOWN_FIELDS  # noqa: E402
 
 HEAD_TIMEOUT_S = 1.0
-FIELDS = [
-    "model",
-    "prompt",
-    "max_tokens",
-    "n_predict",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "stream",
-    "stream_options",
-    "ignore_eos",
-    "min_tokens",
-    "return_token_ids",
-    "n",
-    "best_of",
-    "echo",
-    "logprobs",
-    "stop",
-    "suffix",
-    "logit_bias",
-    "user",
-]
+FIELDS = [*sorted(KNOWN_FIELDS), "suffix", "logit_bias"]  # and two fields the server refuses
 # Every code point, surrogates (category Cs) and NUL included: JSON carries them as \ud800 escapes.
 # Surrogates are 2,048 of 1.1 million code points: the edge cases are drawn as often as all the rest.
 EDGES = st.sampled_from(["\x00", "\ud800", "\udbff", "\udc00", "\udfff", "\ufffd", "\n", "\U0001f600", "."])

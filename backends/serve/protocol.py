@@ -153,6 +153,7 @@ _KNOWN = {
     *_NEUTRAL,
     *_IGNORED,
 }
+KNOWN_FIELDS = frozenset(_KNOWN)  # every field a request may carry (the fuzzer draws from them)
 
 
 def parse_completion(body: object, model: ModelInfo) -> Completion:
