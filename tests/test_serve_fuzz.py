@@ -62,13 +62,13 @@ def _still_serving(port: int) -> None:
 @FUZZ
 @given(body=JSON)
 def test_any_json_body(server, body):
-    _post(server.port, body)
+    assert 200 <= _post(server.port, body) < 500
 
 
 @FUZZ
 @given(field=st.sampled_from(FIELDS), value=JSON, stream=st.booleans())
 def test_any_json_value_in_any_field(server, field, value, stream):
-    _post(server.port, {"prompt": "hi", "max_tokens": 2, "stream": stream, field: value})
+    assert 200 <= _post(server.port, {"prompt": "hi", "max_tokens": 2, "stream": stream, field: value}) < 500
 
 
 @FUZZ
@@ -133,7 +133,7 @@ def test_a_client_that_sends_its_head_slowly_is_closed_after_the_timeout(server)
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
         received = b""
         for _ in range(4):  # a byte now and then: each arrives well within the timeout, the head never ends
-            time.sleep(HEAD_TIMEOUT_S / 4)
+            time.sleep(HEAD_TIMEOUT_S / 4)  # the slow client under test, not a wait for the server
             try:
                 sock.sendall(b"X")
             except OSError:

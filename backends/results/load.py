@@ -413,6 +413,8 @@ def _percentiles(values) -> tuple[float, float, float]:
     return float(p50), float(p90), float(p99)
 
 
+# the columns both load tables end with (_token_cells fills them)
+TOKEN_HEADERS = ["ITL p50 ms", "ITL p90 ms", "ITL p99 ms", "TPOT p50 ms", "goodput req/s", "SLO met"]
 LOAD_HEADERS = [
     "backend",
     "conc.",
@@ -424,12 +426,7 @@ LOAD_HEADERS = [
     "req/s",
     "TTFT p50 ms",
     "TTFT p99 ms",
-    "ITL p50 ms",
-    "ITL p90 ms",
-    "ITL p99 ms",
-    "TPOT p50 ms",
-    "goodput req/s",
-    "SLO met",
+    *TOKEN_HEADERS,
 ]
 
 
@@ -493,12 +490,7 @@ RATE_HEADERS = [
     "TTFT p50 ms",
     "TTFT p90 ms",
     "TTFT p99 ms",
-    "ITL p50 ms",
-    "ITL p90 ms",
-    "ITL p99 ms",
-    "TPOT p50 ms",
-    "goodput req/s",
-    "SLO met",
+    *TOKEN_HEADERS,
 ]
 
 
